@@ -1,0 +1,44 @@
+"""icetide: exactly-once streaming upserts into Apache Iceberg tables from PySpark.
+
+Quick start::
+
+    import icetide
+    spark = icetide.spark_session(warehouse="warehouse")
+    icetide.create_table(spark, "lake.db.events",
+                         schema="id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING",
+                         key=["id", "ts"], partition_by=["hours(ts)"])
+    sink = icetide.UpsertSink(spark, "lake.db.events", pipeline_id="p1", order_by="ts")
+    sink.write(batch_df, batch_id=1)
+"""
+
+from icetide.errors import (
+    CommitConflictError,
+    CommitFailedError,
+    CommitStateUnknownError,
+    ConfigError,
+    IcetideError,
+    SchemaError,
+    SourceError,
+)
+from icetide.sink.committer import PipelineState
+from icetide.sink.sink import BatchResult, UpsertSink
+from icetide.spark.session import spark_session
+from icetide.table.catalog import create_table
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchResult",
+    "CommitConflictError",
+    "CommitFailedError",
+    "CommitStateUnknownError",
+    "ConfigError",
+    "IcetideError",
+    "PipelineState",
+    "SchemaError",
+    "SourceError",
+    "UpsertSink",
+    "__version__",
+    "create_table",
+    "spark_session",
+]

@@ -1,0 +1,1 @@
+"""The upsert sink: changelog ops and dedup, distribution, executor writers, the committer."""

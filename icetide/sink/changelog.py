@@ -1,0 +1,78 @@
+"""Changelog operations and the in-batch collapse of several changes to one key.
+
+`collapse` runs on executors, on the rows of one writer task (distribution guarantees that all
+changes to a key reach the same task). It is plain pyarrow, no Spark, so it is unit-tested alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+OP_COLUMN = "_op"
+ARRIVAL_COLUMN = "_icetide_arrival"
+INSERT, UPSERT, DELETE = "INSERT", "UPSERT", "DELETE"
+OPS = (INSERT, UPSERT, DELETE)
+
+
+class BadOperationError(ValueError):
+    """A row carries an `_op` that is not INSERT, UPSERT or DELETE."""
+
+
+@dataclass(frozen=True)
+class Collapsed:
+    """One task's rows after collapsing: what to insert, and which keys get an equality delete."""
+
+    rows: pa.Table  # INSERT/UPSERT rows to write as data, one per key
+    deletes: pa.Table  # key columns of the rows whose older versions must be deleted
+
+
+def normalize_ops(ops: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    """Upper-case the ops; null means UPSERT. Raises BadOperationError naming an unknown value."""
+    upper = pc.fill_null(pc.utf8_upper(pc.utf8_trim_whitespace(ops)), UPSERT)
+    bad = pc.invert(pc.is_in(upper, value_set=pa.array(OPS)))
+    if pc.any(bad).as_py():
+        first = pc.filter(ops, bad)[0].as_py()
+        raise BadOperationError(f"_op has the unknown value {first!r}; expected INSERT, UPSERT or DELETE")
+    return upper
+
+
+def collapse(
+    table: pa.Table,
+    *,
+    key: list[str],
+    order_by: str | None,
+    changelog: bool,
+) -> Collapsed:
+    """Collapse each key's changes to the last by (order_by, arrival) and split rows from deletes.
+
+    Every surviving UPSERT or DELETE deletes the key's older rows. An INSERT does too unless
+    `changelog` is set (the producer promises the key is new); even then, if the batch held any
+    UPSERT or DELETE for that key before the INSERT, its delete is kept, so DELETE-then-INSERT
+    never leaves two rows. Null `order_by` values sort as oldest.
+    """
+    if table.num_rows == 0:
+        return Collapsed(table, table.select(key))
+    ops = normalize_ops(table[OP_COLUMN])
+    table = table.set_column(table.schema.get_field_index(OP_COLUMN), OP_COLUMN, ops)
+    sort_keys = [(order_by, "ascending")] if order_by else []
+    sort_keys.append((ARRIVAL_COLUMN, "ascending"))
+    order = pc.sort_indices(table, sort_keys=sort_keys, null_placement="at_start")
+    table = table.take(order)
+    position = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    not_insert = pc.not_equal(table[OP_COLUMN], INSERT)
+    helper = table.select(key).append_column("_pos", position).append_column("_ni", not_insert)
+    groups = helper.group_by(key, use_threads=False).aggregate([("_pos", "max"), ("_ni", "any")])
+    last = groups["_pos_max"]
+    survivors = table.take(last)
+    had_change = groups["_ni_any"]
+    op = survivors[OP_COLUMN]
+    is_row = pc.not_equal(op, DELETE)
+    if changelog:
+        needs_delete = pc.or_(pc.not_equal(op, INSERT), had_change)
+    else:
+        needs_delete = pa.array(np.ones(survivors.num_rows, dtype=bool))
+    return Collapsed(rows=survivors.filter(is_row), deletes=survivors.filter(needs_delete))

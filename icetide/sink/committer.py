@@ -1,0 +1,270 @@
+"""The driver side of the sink: one atomic, idempotent Iceberg commit per batch.
+
+The rule is the Flink committer's (seeds 000 and 002): every commit carries the pipeline id,
+its batch id and the source position reached; a batch at or below the pipeline's last committed
+one is a no-op, checked on fresh metadata before every attempt and enforced inside Iceberg's
+own retries by a conflict validation. The pipeline's state is kept twice: in the snapshot
+summary (history) and in a table property set in the same transaction, which survives later
+commits by other writers and snapshot expiry (Iceberg issue 5846).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError
+from icetide.table.iceberg import (
+    java_exception_class,
+    java_int_array,
+    java_message,
+    jvm,
+    key_field_ids,
+    load_table,
+    partition_data,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+STATE_PROPERTY_PREFIX = "icetide.pipeline."
+SUMMARY_PIPELINE = "icetide.pipeline-id"
+SUMMARY_BATCH = "icetide.batch-id"
+SUMMARY_POSITION = "icetide.source-position"
+
+# Iceberg's own commit.retry.* properties, with Iceberg's defaults.
+COMMIT_NUM_RETRIES, COMMIT_NUM_RETRIES_DEFAULT = "commit.retry.num-retries", 4
+COMMIT_MIN_WAIT_MS, COMMIT_MIN_WAIT_MS_DEFAULT = "commit.retry.min-wait-ms", 100
+COMMIT_MAX_WAIT_MS, COMMIT_MAX_WAIT_MS_DEFAULT = "commit.retry.max-wait-ms", 60_000
+COMMIT_TOTAL_TIMEOUT_MS, COMMIT_TOTAL_TIMEOUT_MS_DEFAULT = "commit.retry.total-timeout-ms", 1_800_000
+
+_CONFLICTS = (
+    "org.apache.iceberg.exceptions.CommitFailedException",
+    "org.apache.iceberg.exceptions.ValidationException",
+)
+_UNKNOWN = ("org.apache.iceberg.exceptions.CommitStateUnknownException",)
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    """What a pipeline last committed to a table."""
+
+    pipeline_id: str
+    batch_id: int
+    source_position: Any
+    committed_at: str
+
+    def to_json(self) -> str:
+        """The table-property form."""
+        return json.dumps(
+            {"batch_id": self.batch_id, "source_position": self.source_position, "committed_at": self.committed_at},
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, pipeline_id: str, text: str) -> PipelineState:
+        """Parse the table-property form."""
+        data = json.loads(text)
+        return cls(pipeline_id, int(data["batch_id"]), data.get("source_position"), str(data.get("committed_at", "")))
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """One file a writer task wrote, as the driver receives it."""
+
+    content: str  # "data" or "equality_deletes"
+    path: str
+    partition: tuple[str | None, ...]
+    record_count: int
+    file_size: int
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What one call to Committer.commit did."""
+
+    committed: bool
+    snapshot_id: int | None
+    attempts: int
+    reason: str = ""
+
+
+def state_property(pipeline_id: str) -> str:
+    """The table property holding a pipeline's last committed batch and position."""
+    return f"{STATE_PROPERTY_PREFIX}{pipeline_id}"
+
+
+def read_pipeline_state(jtable: Any, pipeline_id: str) -> PipelineState | None:
+    """The pipeline's last committed batch on this (already loaded) table, or None."""
+    text = jtable.properties().get(state_property(pipeline_id))
+    return PipelineState.from_json(pipeline_id, str(text)) if text else None
+
+
+def all_pipeline_states(jtable: Any) -> list[PipelineState]:
+    """Every pipeline's last committed batch on this table."""
+    states = []
+    for entry in jtable.properties().entrySet():
+        key = str(entry.getKey())
+        if key.startswith(STATE_PROPERTY_PREFIX):
+            states.append(PipelineState.from_json(key[len(STATE_PROPERTY_PREFIX) :], str(entry.getValue())))
+    return sorted(states, key=lambda s: s.pipeline_id)
+
+
+class Committer:
+    """Commits a batch's files to one table for one pipeline, exactly once."""
+
+    def __init__(self, spark: SparkSession, table_name: str, pipeline_id: str) -> None:
+        self.spark = spark
+        self.table_name = table_name
+        self.pipeline_id = pipeline_id
+        self.table = load_table(spark, table_name)
+
+    def last_committed(self) -> PipelineState | None:
+        """The pipeline's last committed batch, read from fresh table metadata."""
+        self.table.refresh()
+        return read_pipeline_state(self.table, self.pipeline_id)
+
+    def _retry_settings(self) -> tuple[int, float, float, float]:
+        props = self.table.properties()
+
+        def num(key: str, default: int) -> int:
+            value = props.get(key)
+            return int(value) if value is not None else default
+
+        return (
+            num(COMMIT_NUM_RETRIES, COMMIT_NUM_RETRIES_DEFAULT),
+            num(COMMIT_MIN_WAIT_MS, COMMIT_MIN_WAIT_MS_DEFAULT) / 1000,
+            num(COMMIT_MAX_WAIT_MS, COMMIT_MAX_WAIT_MS_DEFAULT) / 1000,
+            num(COMMIT_TOTAL_TIMEOUT_MS, COMMIT_TOTAL_TIMEOUT_MS_DEFAULT) / 1000,
+        )
+
+    def _content_files(self, files: Sequence[WrittenFile]) -> tuple[list[Any], list[Any]]:
+        j = jvm(self.spark)
+        table = self.table
+        spec = table.spec()
+        metrics_config = j.org.apache.iceberg.MetricsConfig.forTable(table)
+        parquet_util = j.org.apache.iceberg.parquet.ParquetUtil
+        equality_ids = java_int_array(self.spark, key_field_ids(table))
+        io = table.io()
+        data, deletes = [], []
+        partitions: dict[tuple[str | None, ...], Any] = {}
+        for f in files:
+            if f.partition not in partitions:
+                partitions[f.partition] = partition_data(self.spark, spec, list(f.partition))
+            metrics = parquet_util.fileMetrics(io.newInputFile(f.path), metrics_config)
+            if f.content == "data":
+                builder = j.org.apache.iceberg.DataFiles.builder(spec)
+                builder.withPartitionValues(list(f.partition))
+                data.append(
+                    builder.withPath(f.path)
+                    .withFormat("PARQUET")
+                    .withFileSizeInBytes(f.file_size)
+                    .withMetrics(metrics)
+                    .build()
+                )
+            else:
+                builder = j.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec).ofEqualityDeletes(equality_ids)
+                builder.withPartition(partitions[f.partition])
+                deletes.append(
+                    builder.withPath(f.path)
+                    .withFormat("PARQUET")
+                    .withFileSizeInBytes(f.file_size)
+                    .withMetrics(metrics)
+                    .build()
+                )
+        return data, deletes
+
+    def commit(self, batch_id: int, files: Sequence[WrittenFile], source_position: Any = None) -> CommitOutcome:
+        """Commit the batch's files atomically, once; a repeated or older batch id commits nothing.
+
+        Raises CommitConflictError after the retry budget (files deleted), CommitFailedError on a
+        definite rejection (files deleted), CommitStateUnknownError when the outcome is unknown
+        (nothing deleted).
+        """
+        retries, min_wait, max_wait, total_timeout = self._retry_settings()
+        started = time.monotonic()
+        data: list[Any] | None = None
+        deletes: list[Any] = []
+        last_error = ""
+        for attempt in range(1, retries + 2):
+            self.table.refresh()
+            state = read_pipeline_state(self.table, self.pipeline_id)
+            if state is not None and batch_id <= state.batch_id:
+                self._delete_files(files, reason=f"batch {batch_id} is already committed")
+                return CommitOutcome(False, None, attempt, f"batch {batch_id} <= last committed {state.batch_id}")
+            if data is None:
+                data, deletes = self._content_files(files)
+            try:
+                snapshot_id = self._attempt(batch_id, data, deletes, source_position)
+                return CommitOutcome(True, snapshot_id, attempt)
+            except Exception as exc:
+                kind = java_exception_class(exc)
+                if kind in _UNKNOWN:
+                    raise CommitStateUnknownError(
+                        f"commit of batch {batch_id} of pipeline {self.pipeline_id!r} to {self.table_name}: state "
+                        f"unknown ({java_message(exc)}); no file was deleted; check the pipeline's last committed "
+                        "batch before writing again"
+                    ) from exc
+                if kind not in _CONFLICTS:
+                    self._delete_files(files, reason="the commit failed")
+                    log.debug("commit failed", exc_info=True)
+                    raise CommitFailedError(
+                        f"commit of batch {batch_id} to {self.table_name} failed: {java_message(exc)}"
+                    ) from exc
+                last_error = java_message(exc)
+                log.info("commit of batch %s lost a race (attempt %s): %s", batch_id, attempt, last_error)
+            wait = min(max_wait, min_wait * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+            if time.monotonic() - started + wait > total_timeout:
+                break
+            time.sleep(wait)
+        self._delete_files(files, reason="the commit kept conflicting")
+        raise CommitConflictError(
+            f"commit of batch {batch_id} to {self.table_name} conflicted {retries + 1} times; last: {last_error}"
+        )
+
+    def _attempt(self, batch_id: int, data: list[Any], deletes: list[Any], source_position: Any) -> int:
+        j = jvm(self.spark)
+        table = self.table
+        current = table.currentSnapshot()
+        txn = table.newTransaction()
+        delta = txn.newRowDelta()
+        if current is not None:
+            # Any data or deletes another writer adds while this commit is in flight (inside
+            # Iceberg's own retries too) fail validation, so the batch check above runs again.
+            delta.validateFromSnapshot(current.snapshotId())
+            delta.conflictDetectionFilter(j.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+            delta.validateNoConflictingDataFiles()
+            delta.validateNoConflictingDeleteFiles()
+        for f in data:
+            delta.addRows(f)
+        for f in deletes:
+            delta.addDeletes(f)
+        position_text = json.dumps(source_position, sort_keys=True)
+        delta.set(SUMMARY_PIPELINE, self.pipeline_id)
+        delta.set(SUMMARY_BATCH, str(batch_id))
+        delta.set(SUMMARY_POSITION, position_text)
+        delta.commit()
+        state = PipelineState(self.pipeline_id, batch_id, source_position, datetime.now(UTC).isoformat())
+        txn.updateProperties().set(state_property(self.pipeline_id), state.to_json()).commit()
+        txn.commitTransaction()
+        snapshot = table.currentSnapshot()
+        return int(snapshot.snapshotId()) if snapshot is not None else -1
+
+    def _delete_files(self, files: Sequence[WrittenFile], *, reason: str) -> None:
+        if not files:
+            return
+        log.info("deleting %d file(s) of an uncommitted batch: %s", len(files), reason)
+        io = self.table.io()
+        for f in files:
+            try:
+                io.deleteFile(f.path)
+            except Exception:
+                log.debug("could not delete %s", f.path, exc_info=True)

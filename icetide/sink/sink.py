@@ -1,0 +1,340 @@
+"""UpsertSink: write a batch of changes into an Iceberg table, exactly once per batch id."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from icetide.errors import ConfigError, IcetideError, SchemaError
+from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
+from icetide.sink.committer import CommitOutcome, Committer, PipelineState, WrittenFile
+from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute
+from icetide.sink.writer import (
+    EXECUTOR_ERROR_MARKER,
+    WRITTEN_FILE_DDL,
+    WriterConfig,
+    file_prefix,
+    filesystem_for,
+    writer_function,
+)
+from icetide.table.iceberg import arrow_schema, data_location, key_columns, partition_fields, table_property
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size-bytes default
+DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024
+DEFAULT_COMPRESSION_RATIO = 0.4
+PARTITION_COLUMN_PREFIX = "_icetide_p"
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one UpsertSink.write did."""
+
+    batch_id: int
+    committed: bool
+    snapshot_id: int | None
+    data_files: int
+    delete_files: int
+    rows_written: int
+    delete_rows: int
+    bytes_written: int
+    write_seconds: float
+    commit_seconds: float
+    files_per_partition: dict[str, int]
+    skipped_reason: str = ""
+
+
+def _compatible(source: DataType, target: DataType) -> bool:
+    """May a batch column of type `source` be written to a table column of type `target`?"""
+    from pyspark.sql import types as T
+
+    if source == target or isinstance(source, T.NullType):
+        return True
+    integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+    if isinstance(source, integral) and isinstance(target, integral):
+        return integral.index(type(source)) <= integral.index(type(target))
+    if isinstance(source, T.FloatType) and isinstance(target, T.DoubleType):
+        return True
+    if isinstance(source, integral) and isinstance(target, T.DecimalType | T.DoubleType):
+        return True
+    if isinstance(source, T.DecimalType) and isinstance(target, T.DecimalType):
+        return source.scale <= target.scale and source.precision - source.scale <= target.precision - target.scale
+    if isinstance(source, T.TimestampNTZType | T.DateType) and isinstance(target, T.TimestampType):
+        return True
+    if isinstance(source, T.StructType) and isinstance(target, T.StructType):
+        return [f.name for f in source.fields] == [f.name for f in target.fields] and all(
+            _compatible(s.dataType, t.dataType) for s, t in zip(source.fields, target.fields, strict=True)
+        )
+    if isinstance(source, T.ArrayType) and isinstance(target, T.ArrayType):
+        return _compatible(source.elementType, target.elementType)
+    if isinstance(source, T.MapType) and isinstance(target, T.MapType):
+        return _compatible(source.keyType, target.keyType) and _compatible(source.valueType, target.valueType)
+    return False
+
+
+def _executor_message(exc: BaseException) -> str | None:
+    """The user-facing message a writer task raised, dug out of Spark's exception text."""
+    match = re.search(re.escape(EXECUTOR_ERROR_MARKER) + r"([^\n]+)", str(exc))
+    return match.group(1).strip() if match else None
+
+
+def one_line(exc: BaseException) -> str:
+    """The most telling single line of a (possibly Java- or worker-wrapped) exception."""
+    text = str(exc).strip()
+    errors = re.findall(r"^\s*((?:[\w.]+(?:Error|Exception)): .+)$", text, flags=re.MULTILINE)
+    if errors:
+        return errors[-1].strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class UpsertSink:
+    """Writes batches of changes into an Iceberg table: executors write, the driver commits once.
+
+    A batch is a DataFrame of the table's columns plus an optional `_op` column (INSERT, UPSERT
+    or DELETE; absent or null means UPSERT). Several changes to one key collapse to the last by
+    `order_by` (ties by arrival order). UPSERT and DELETE write an equality delete on the key;
+    so does INSERT unless `changelog=True`, for producers that know an INSERT's key is new.
+
+    Example::
+
+        sink = icetide.UpsertSink(spark, "lake.db.events", pipeline_id="p1", order_by="ts")
+        sink.write(batch_df, batch_id=1)
+        stream_df.writeStream.foreachBatch(sink).option("checkpointLocation", "chk").start()
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        table: str,
+        *,
+        pipeline_id: str,
+        order_by: str | None = None,
+        changelog: bool = False,
+        distribution: str = "dynamic",
+        write_parallelism: int | None = None,
+        target_file_size: int | None = None,
+        compression_ratio: float = DEFAULT_COMPRESSION_RATIO,
+    ) -> None:
+        if not pipeline_id:
+            raise ConfigError("pipeline_id: a non-empty pipeline id is required")
+        if distribution not in DISTRIBUTIONS:
+            raise ConfigError(f"distribution: {distribution!r} is not one of {', '.join(DISTRIBUTIONS)}")
+        if write_parallelism is not None and write_parallelism < 1:
+            raise ConfigError("write_parallelism: must be at least 1")
+        if not 0 < compression_ratio <= 1:
+            raise ConfigError("compression_ratio: must be in (0, 1]")
+        self.spark = spark
+        self.table_name = table
+        self.pipeline_id = pipeline_id
+        self.order_by = order_by
+        self.changelog = changelog
+        self.distribution = distribution
+        self.write_parallelism = write_parallelism
+        self.target_file_size = target_file_size
+        self.compression_ratio = compression_ratio
+        self.catalog = table.split(".")[0]
+        self.committer = Committer(spark, table, pipeline_id)
+        self.last_plan: SlotPlan | None = None
+        self._check_table()
+
+    def _check_table(self) -> None:
+        jtable = self.committer.table
+        self.key = key_columns(jtable)
+        if not self.key:
+            raise ConfigError(
+                f"table {self.table_name} has no primary key (identifier fields); create it with key=[...]"
+            )
+        columns = [f.name() for f in jtable.schema().columns()]
+        if self.order_by and self.order_by not in columns:
+            raise ConfigError(f"order_by: column {self.order_by!r} is not in {self.table_name} {columns}")
+
+    def last_committed(self) -> PipelineState | None:
+        """This pipeline's last committed batch and source position, from the table."""
+        return self.committer.last_committed()
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """`foreachBatch` entry point: Spark's batch id is the commit's batch id."""
+        self.write(df, batch_id=batch_id)
+
+    def write(self, df: DataFrame, *, batch_id: int, source_position: Any = None) -> BatchResult:
+        """Write and commit one batch, exactly once: a batch id at or below the last one is a no-op."""
+        started = time.monotonic()
+        state = self.committer.last_committed()
+        if state is not None and batch_id <= state.batch_id:
+            log.info("batch %s of %s already committed (last %s): skipped", batch_id, self.pipeline_id, state.batch_id)
+            return BatchResult(batch_id, False, None, 0, 0, 0, 0, 0, 0.0, 0.0, {}, "already committed")
+        config, prepared = self._prepare(df, batch_id)
+        files = self._write_files(prepared, config)
+        write_seconds = time.monotonic() - started
+        commit_started = time.monotonic()
+        outcome: CommitOutcome = self.committer.commit(batch_id, files, source_position)
+        commit_seconds = time.monotonic() - commit_started
+        per_partition: dict[str, int] = {}
+        for f in files:
+            if f.content == "data":
+                name = "/".join("null" if v is None else v for v in f.partition) or "(unpartitioned)"
+                per_partition[name] = per_partition.get(name, 0) + 1
+        result = BatchResult(
+            batch_id=batch_id,
+            committed=outcome.committed,
+            snapshot_id=outcome.snapshot_id,
+            data_files=sum(1 for f in files if f.content == "data"),
+            delete_files=sum(1 for f in files if f.content != "data"),
+            rows_written=sum(f.record_count for f in files if f.content == "data"),
+            delete_rows=sum(f.record_count for f in files if f.content != "data"),
+            bytes_written=sum(f.file_size for f in files),
+            write_seconds=write_seconds,
+            commit_seconds=commit_seconds,
+            files_per_partition=per_partition,
+            skipped_reason=outcome.reason,
+        )
+        log.debug("batch %s: %s", batch_id, result)
+        return result
+
+    def _prepare(self, df: DataFrame, batch_id: int) -> tuple[WriterConfig, DataFrame]:
+        """Check the batch against the table and add op, arrival and partition-value columns."""
+        from pyspark.sql import functions as F
+
+        jtable = self.committer.table
+        table_fields = {f.name: f for f in self.spark.table(self.table_name).schema.fields}
+        batch_types = {f.name: f.dataType for f in df.schema.fields}
+        for name in batch_types:
+            if name != OP_COLUMN and name not in table_fields:
+                raise SchemaError(f"batch {batch_id}: column {name!r} is not in table {self.table_name}")
+        columns = []
+        for name, field in table_fields.items():
+            if name not in batch_types:
+                if not field.nullable:
+                    raise SchemaError(f"batch {batch_id}: NOT NULL column {name!r} of {self.table_name} is missing")
+                columns.append(F.lit(None).cast(field.dataType).alias(name))
+            elif not _compatible(batch_types[name], field.dataType):
+                raise SchemaError(
+                    f"batch {batch_id}: column {name!r} is {batch_types[name].simpleString()}, "
+                    f"table {self.table_name} has {field.dataType.simpleString()}"
+                )
+            elif batch_types[name] != field.dataType:
+                columns.append(F.col(f"`{name}`").cast(field.dataType).alias(name))
+            else:
+                columns.append(F.col(f"`{name}`"))
+        op = F.col(OP_COLUMN).cast("string") if OP_COLUMN in batch_types else F.lit(UPSERT)
+        # Arrival order is fixed before any shuffle: partition index, then position in it.
+        prepared = df.select(*columns, op.alias(OP_COLUMN), F.monotonically_increasing_id().alias(ARRIVAL_COLUMN))
+        fields = partition_fields(jtable)
+        pcols = []
+        for i, pf in enumerate(fields):
+            name = f"{PARTITION_COLUMN_PREFIX}{i}"
+            expr = F.expr(pf.transform.spark_expression(self.catalog)) if pf.transform else F.lit(None)
+            prepared = prepared.withColumn(name, expr)
+            pcols.append(name)
+        target = self.target_file_size or int(
+            table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE))
+        )
+        level = table_property(jtable, "write.parquet.compression-level", "")
+        config = WriterConfig(
+            table_schema=arrow_schema(jtable.schema()),
+            key=tuple(self.key),
+            partition_columns=tuple(pcols),
+            partition_names=tuple(pf.name for pf in fields),
+            partition_types=tuple(pf.result_type for pf in fields),
+            data_location=data_location(jtable),
+            pipeline_id=self.pipeline_id,
+            batch_id=batch_id,
+            order_by=self.order_by,
+            changelog=self.changelog,
+            target_file_size=target,
+            row_group_bytes=int(
+                table_property(jtable, "write.parquet.row-group-size-bytes", str(DEFAULT_ROW_GROUP_BYTES))
+            ),
+            compression=table_property(jtable, "write.parquet.compression-codec", "zstd").lower(),
+            compression_level=int(level) if level else None,
+        )
+        return config, prepared
+
+    def _collapse_in_spark(self, df: DataFrame) -> DataFrame:
+        """For distribution `none`: collapse duplicate keys with a Spark aggregation, keep its layout."""
+        from pyspark.sql import functions as F
+
+        others = [c for c in df.columns if c not in self.key]
+        order = [F.col(self.order_by)] if self.order_by else []
+        ordering = F.struct(*order, F.col(ARRIVAL_COLUMN))
+        op = F.upper(F.trim(F.coalesce(F.col(OP_COLUMN), F.lit(UPSERT))))
+        picked = (
+            df.withColumn(OP_COLUMN, op)
+            .groupBy(*self.key)
+            .agg(
+                F.max_by(F.struct(*others), ordering).alias("_last"),
+                F.max((F.col(OP_COLUMN) != F.lit(INSERT)).cast("int")).alias("_changed"),
+            )
+        )
+        last_op = F.col(f"_last.{OP_COLUMN}")
+        fixed_op = F.when((last_op == F.lit(INSERT)) & (F.col("_changed") == 1), F.lit(UPSERT)).otherwise(last_op)
+        return picked.select(
+            *self.key, *[F.col(f"_last.`{c}`").alias(c) for c in others if c != OP_COLUMN], fixed_op.alias(OP_COLUMN)
+        ).select(*df.columns)
+
+    def _write_files(self, prepared: DataFrame, config: WriterConfig) -> list[WrittenFile]:
+        from pyspark import StorageLevel
+
+        parallelism = self.write_parallelism or self.spark.sparkContext.defaultParallelism
+        cached = self.distribution == "dynamic"
+        if cached:  # the statistics pass and the write read the batch once from the source
+            prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            if self.distribution == "none":
+                routed, plan = self._collapse_in_spark(prepared), None
+            else:
+                routed, plan = distribute(
+                    prepared,
+                    mode=self.distribution,
+                    key=self.key,
+                    partition_columns=config.partition_columns,
+                    parallelism=parallelism,
+                    target_file_size=config.target_file_size,
+                    compression_ratio=self.compression_ratio,
+                    value_columns=list(config.table_schema.names),
+                )
+            self.last_plan = plan
+            rows = routed.mapInArrow(writer_function(config), WRITTEN_FILE_DDL).collect()  # type: ignore[arg-type]
+        except IcetideError:
+            raise
+        except Exception as exc:
+            self._remove_batch_files(config)
+            message = _executor_message(exc)
+            log.debug("writing batch %s failed", config.batch_id, exc_info=True)
+            if message:
+                raise SchemaError(f"batch {config.batch_id}: {message}; nothing was committed") from exc
+            raise IcetideError(
+                f"writing batch {config.batch_id} to {self.table_name} failed: {one_line(exc)}; nothing was committed"
+            ) from exc
+        finally:
+            if cached:
+                prepared.unpersist()
+        return [
+            WrittenFile(r["content"], r["path"], tuple(r["partition"]), int(r["record_count"]), int(r["file_size"]))
+            for r in rows
+        ]
+
+    def _remove_batch_files(self, config: WriterConfig) -> None:
+        """After a failed write job, delete what its tasks wrote (found by the batch's file prefix)."""
+        import pyarrow.fs as pafs
+
+        fs, base = filesystem_for(config.data_location)
+        prefix = file_prefix(config.pipeline_id, config.batch_id)
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        except OSError:
+            log.debug("could not list %s", base, exc_info=True)
+            return
+        doomed = [i.path for i in infos if i.type == pafs.FileType.File and i.base_name.startswith(prefix)]
+        for path in doomed:
+            fs.delete_file(path)
+        if doomed:
+            log.info("deleted %d file(s) of failed batch %s", len(doomed), config.batch_id)

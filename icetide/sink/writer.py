@@ -1,0 +1,230 @@
+"""The executor side of the sink: collapse one task's rows, write data and equality-delete files.
+
+Runs inside Spark's Python workers through `mapInArrow`. No row leaves the executor: the task
+yields one small metadata row per file it wrote, which is all the driver ever sees.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date
+from urllib.parse import quote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from icetide.sink.changelog import BadOperationError, collapse
+
+EXECUTOR_ERROR_MARKER = "[icetide] "
+DATA, EQUALITY_DELETES = "data", "equality_deletes"
+
+WRITTEN_FILE_SCHEMA = pa.schema(
+    [
+        pa.field("content", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("partition", pa.list_(pa.string())),
+        pa.field("record_count", pa.int64()),
+        pa.field("file_size", pa.int64()),
+    ]
+)
+WRITTEN_FILE_DDL = "content string, path string, partition array<string>, record_count long, file_size long"
+
+
+class WriteError(RuntimeError):
+    """A task could not write its rows; the message (after the marker) is for the user."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXECUTOR_ERROR_MARKER + message)
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    """Everything a writer task needs, computed once on the driver; plain picklable values."""
+
+    table_schema: pa.Schema  # Arrow schema with Parquet field ids, in table column order
+    key: tuple[str, ...]
+    partition_columns: tuple[str, ...]  # batch columns holding partition values, spec order
+    partition_names: tuple[str, ...]  # the spec's field names, for folder names
+    partition_types: tuple[str, ...]  # Iceberg result types of the partition fields
+    data_location: str
+    pipeline_id: str
+    batch_id: int
+    order_by: str | None
+    changelog: bool
+    target_file_size: int
+    row_group_bytes: int
+    compression: str
+    compression_level: int | None
+
+    def key_schema(self) -> pa.Schema:
+        """Schema of the equality-delete files: the key columns with their field ids."""
+        return pa.schema([self.table_schema.field(k) for k in self.key])
+
+
+def file_prefix(pipeline_id: str, batch_id: int) -> str:
+    """Start of every file name a batch writes; lets a crashed batch's files be found again."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", pipeline_id)
+    return f"icetide-{safe}-b{batch_id:012d}-"
+
+
+def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path inside it for a table location (local, file:, s3://, ...)."""
+    if location.startswith("file:"):
+        return pafs.LocalFileSystem(), "/" + location[len("file:") :].lstrip("/")
+    if "://" not in location:
+        return pafs.LocalFileSystem(), location
+    fs, path = pafs.FileSystem.from_uri(location)
+    return fs, path
+
+
+def partition_value_text(value: object, result_type: str) -> str | None:
+    """A partition value in the form Iceberg's `Conversions.fromPartitionString` parses."""
+    if value is None:
+        return None
+    if result_type == "boolean":
+        return "true" if value else "false"
+    if result_type == "date" and isinstance(value, date):
+        return value.isoformat()
+    if result_type in ("float", "double"):
+        return repr(float(value))  # type: ignore[arg-type]
+    return str(value)
+
+
+def partition_folder(names: tuple[str, ...], texts: list[str | None]) -> str:
+    """Hive-style folder for a partition; only a name, Iceberg reads values from metadata."""
+    return "/".join(f"{n}={quote(t if t is not None else 'null', safe='')}" for n, t in zip(names, texts, strict=True))
+
+
+class RollingFileWriter:
+    """Writes one partition's rows of one kind into Parquet files rolled at the target size."""
+
+    def __init__(self, config: WriterConfig, schema: pa.Schema, folder: str, name_prefix: str) -> None:
+        self.config = config
+        self.schema = schema
+        self.fs, base = filesystem_for(config.data_location)
+        self.base_uri = config.data_location.rstrip("/")
+        self.base_path = base.rstrip("/")
+        self.folder = folder
+        self.name_prefix = name_prefix
+        self.written: list[tuple[str, int, int]] = []  # (uri, records, bytes)
+        self._sequence = 0
+
+    def _open(self) -> tuple[str, pa.NativeFile, pq.ParquetWriter]:
+        self._sequence += 1
+        name = f"{self.name_prefix}{self._sequence:05d}.parquet"
+        rel = f"{self.folder}/{name}" if self.folder else name
+        path = f"{self.base_path}/{rel}"
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        sink = self.fs.open_output_stream(path)
+        writer = pq.ParquetWriter(
+            sink,
+            self.schema,
+            compression=self.config.compression,
+            compression_level=self.config.compression_level,
+            write_statistics=True,
+        )
+        return f"{self.base_uri}/{rel}", sink, writer
+
+    def write(self, table: pa.Table) -> None:
+        """Write all rows, rolling to a new file whenever the current one reaches the target size."""
+        if table.num_rows == 0:
+            return
+        bytes_per_row = max(1, table.nbytes // table.num_rows)
+        chunk = int(
+            min(1_000_000, max(1024, min(self.config.row_group_bytes, self.config.target_file_size) // bytes_per_row))
+        )
+        uri, sink, writer = self._open()
+        records = 0
+        for start in range(0, table.num_rows, chunk):
+            if records and sink.tell() >= self.config.target_file_size:
+                writer.close()
+                self.written.append((uri, records, sink.tell()))
+                sink.close()
+                uri, sink, writer = self._open()
+                records = 0
+            part = table.slice(start, chunk)
+            writer.write_table(part, row_group_size=part.num_rows)
+            records += part.num_rows
+        writer.close()
+        self.written.append((uri, records, sink.tell()))
+        sink.close()
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows in the table's column order and Arrow types, refusing nulls in required columns."""
+    columns = []
+    for field in schema:
+        column = rows[field.name]
+        if not field.nullable and column.null_count:
+            raise WriteError(f"column {field.name!r} is NOT NULL in the table but {column.null_count} row(s) have null")
+        columns.append(column.cast(field.type) if column.type != field.type else column)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _groups(table: pa.Table, columns: tuple[str, ...]) -> Iterator[tuple[list[object], pa.Table]]:
+    """Split a table by the values of `columns` (one group if there are none)."""
+    if table.num_rows == 0:
+        return
+    if not columns:
+        yield [], table
+        return
+    helper = table.select(list(columns)).append_column("_pos", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    grouped = helper.group_by(list(columns), use_threads=False).aggregate([("_pos", "list")])
+    for i in range(grouped.num_rows):
+        values = [grouped[c][i].as_py() for c in columns]
+        yield values, table.take(grouped["_pos_list"][i].values)
+
+
+def write_task(batches: Iterator[pa.RecordBatch], config: WriterConfig, task_tag: str) -> pa.RecordBatch:
+    """Collapse and write one task's rows; returns the metadata of every file written."""
+    received = [b for b in batches if b.num_rows]
+    out: dict[str, list[object]] = {f.name: [] for f in WRITTEN_FILE_SCHEMA}
+    if not received:
+        return pa.RecordBatch.from_pydict(out, schema=WRITTEN_FILE_SCHEMA)
+    table = pa.Table.from_batches(received)
+    try:
+        collapsed = collapse(table, key=list(config.key), order_by=config.order_by, changelog=config.changelog)
+    except BadOperationError as exc:
+        raise WriteError(str(exc)) from exc
+    prefix = file_prefix(config.pipeline_id, config.batch_id) + task_tag
+    keep = [*config.table_schema.names, *config.partition_columns]
+    kinds = [
+        (DATA, collapsed.rows.select(keep), config.table_schema, "data-"),
+        (
+            EQUALITY_DELETES,
+            collapsed.deletes.select([*config.key, *config.partition_columns]),
+            config.key_schema(),
+            "eqdel-",
+        ),
+    ]
+    for content, rows, schema, kind_tag in kinds:
+        for values, group in _groups(rows, config.partition_columns):
+            texts = [partition_value_text(v, t) for v, t in zip(values, config.partition_types, strict=True)]
+            folder = partition_folder(config.partition_names, texts)
+            writer = RollingFileWriter(config, schema, folder, f"{prefix}-{kind_tag}")
+            writer.write(_conform(group, schema))
+            for uri, records, size in writer.written:
+                out["content"].append(content)
+                out["path"].append(uri)
+                out["partition"].append(texts)
+                out["record_count"].append(records)
+                out["file_size"].append(size)
+    return pa.RecordBatch.from_pydict(out, schema=WRITTEN_FILE_SCHEMA)
+
+
+def writer_function(config: WriterConfig) -> object:
+    """The function `mapInArrow` runs on each task."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        tag = f"t{ctx.partitionId():05d}-a{ctx.attemptNumber()}" if ctx else "t00000-a0"
+        yield write_task(batches, config, f"{tag}-{uuid.uuid4().hex[:8]}")
+
+    return run

@@ -1,0 +1,112 @@
+"""Build a SparkSession with Iceberg: the runtime jar from the installed wheel, never downloaded."""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from icetide.errors import ConfigError
+from icetide.spark.java import check_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CATALOG = "lake"
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+# Spark 3.5 from PyPI is built for Scala 2.12; the wheel also carries 2.13 jars, which must not load.
+RUNTIME_JAR_PATTERN = "iceberg-spark-runtime-3.5_2.12-*.jar"
+
+
+def iceberg_runtime_jar() -> str:
+    """Path of the Iceberg Spark runtime jar shipped in `snowpark-connect-deps-iceberg`."""
+    try:
+        import snowpark_connect_deps_iceberg as deps
+    except ImportError as exc:  # pragma: no cover - a broken install
+        raise ConfigError(
+            "the Iceberg runtime is not installed: pip install 'snowpark-connect-deps-iceberg==1.0.2'"
+        ) from exc
+    roots = list(getattr(deps, "__path__", [])) or [os.path.dirname(deps.__file__ or "")]
+    for root in roots:
+        found = sorted(glob.glob(os.path.join(root, "jars", RUNTIME_JAR_PATTERN)))
+        if found:
+            return found[-1]
+    raise ConfigError(f"no {RUNTIME_JAR_PATTERN} inside snowpark-connect-deps-iceberg at {roots}")
+
+
+def catalog_conf(catalog: str, *, warehouse: str | None, options: Mapping[str, str] | None) -> dict[str, str]:
+    """Spark conf entries for one Iceberg catalog.
+
+    With `options` (REST, Hive, Glue, JDBC, ...) they are passed through unchanged under
+    `spark.sql.catalog.<catalog>.`; without, an embedded Hadoop catalog on `warehouse`.
+    """
+    prefix = f"spark.sql.catalog.{catalog}"
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+    if options:
+        for key, value in options.items():
+            conf[f"{prefix}.{key}"] = str(value)
+        if warehouse and "warehouse" not in options:
+            conf[f"{prefix}.warehouse"] = _warehouse_uri(warehouse)
+        return conf
+    if not warehouse:
+        raise ConfigError("warehouse: a folder for the embedded catalog is required without a catalog block")
+    conf[f"{prefix}.type"] = "hadoop"
+    conf[f"{prefix}.warehouse"] = _warehouse_uri(warehouse)
+    return conf
+
+
+def _warehouse_uri(warehouse: str) -> str:
+    if "://" in warehouse or warehouse.startswith("file:"):
+        return warehouse
+    return os.path.abspath(warehouse)
+
+
+def spark_session(
+    *,
+    warehouse: str | None = "warehouse",
+    catalog: str = DEFAULT_CATALOG,
+    catalog_options: Mapping[str, str] | None = None,
+    master: str | None = None,
+    app_name: str = "icetide",
+    conf: Mapping[str, str] | None = None,
+    log_level: str = "ERROR",
+) -> SparkSession:
+    """A SparkSession with Iceberg's SQL extensions and one Iceberg catalog named `catalog`.
+
+    The embedded default is a Hadoop catalog on the local folder `warehouse` (safe for one JVM).
+    `catalog_options` are passed through unchanged, e.g. ``{"type": "rest", "uri": ...}``.
+    `conf` entries win over everything icetide sets. The session time zone is UTC, so
+    timestamps mean the same on every machine. An existing active session is reused.
+    """
+    check_java()
+    from pyspark.sql import SparkSession
+
+    # Python workers must see the driver's packages (pyarrow, icetide); PySpark reads only the env.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    settings: dict[str, str] = {
+        "spark.jars": iceberg_runtime_jar(),
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.driver.extraJavaOptions": "-Dlog4j2.level=ERROR",
+    }
+    settings.update(catalog_conf(catalog, warehouse=warehouse, options=catalog_options))
+    settings.update(conf or {})
+    builder = SparkSession.builder.appName(app_name).master(
+        master or os.environ.get("ICETIDE_SPARK_MASTER", "local[*]")
+    )
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    log.debug("starting Spark with %s", settings)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark

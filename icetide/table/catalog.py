@@ -1,0 +1,113 @@
+"""Create or load an icetide table: format v2, merge-on-read, a primary key, hidden partitioning."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from icetide.errors import ConfigError, SchemaError
+from icetide.table.iceberg import iceberg_catalog, jvm, load_table, spec_fields, split_name
+from icetide.table.spec import TableSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+TABLE_DEFAULTS = {
+    "format-version": "2",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+    "write.parquet.compression-codec": "zstd",
+}
+
+
+def _definition(jschema: Any, jspec: Any) -> dict[str, Any]:
+    """Schema, key and partitioning in a form two tables can be compared by."""
+    ids = set(jschema.identifierFieldIds())
+    columns = [(f.name(), f.type().toString(), f.isRequired()) for f in jschema.columns()]
+    key = sorted(f.name() for f in jschema.columns() if f.fieldId() in ids)
+    parts = [(f.transform().toString(), jschema.findColumnName(f.sourceId())) for f in jspec.fields()]
+    return {"columns": columns, "key": key, "partition_by": parts}
+
+
+def _build_schema_and_spec(spark: SparkSession, spec: TableSpec) -> tuple[Any, Any]:
+    j = jvm(spark)
+    try:
+        struct = j.org.apache.spark.sql.types.StructType.fromDDL(spec.schema)
+    except Exception as exc:
+        raise ConfigError(f"schema: cannot parse {spec.schema!r}: {str(exc).splitlines()[0]}") from exc
+    fresh = j.org.apache.iceberg.spark.SparkSchemaUtil.convert(struct)
+    names = [f.name() for f in fresh.columns()]
+    ids = []
+    for column in spec.key:
+        field = fresh.findField(column)
+        if field is None:
+            raise ConfigError(f"key: column {column!r} is not in the schema {names}")
+        if field.isOptional():
+            raise ConfigError(f"key: column {column!r} must be declared NOT NULL in the schema")
+        ids.append(field.fieldId())
+    schema = j.org.apache.iceberg.Schema(fresh.columns(), j.java.util.HashSet(ids))
+    builder = j.org.apache.iceberg.PartitionSpec.builderFor(schema)
+    for p in spec.partition_by:
+        if schema.findField(p.column) is None:
+            raise ConfigError(f"partition_by: column {p.column!r} of {p} is not in the schema {names}")
+        if p.transform == "identity":
+            builder = builder.identity(p.column)
+        elif p.transform == "bucket":
+            builder = builder.bucket(p.column, p.width)
+        elif p.transform == "truncate":
+            builder = builder.truncate(p.column, p.width)
+        else:  # years/months/days/hours: the builder's methods are singular
+            builder = getattr(builder, p.transform[:-1])(p.column)
+    try:
+        jspec = builder.build()
+    except Exception as exc:
+        raise ConfigError(f"partition_by: {str(exc).splitlines()[0]}") from exc
+    spec_fields(jspec, schema)  # refuses partition types the writer cannot produce
+    return schema, jspec
+
+
+def create_table(
+    spark: SparkSession,
+    name: str,
+    *,
+    schema: str,
+    key: list[str],
+    partition_by: list[str] | None = None,
+    properties: dict[str, str] | None = None,
+    target_file_size: int | None = None,
+) -> Any:
+    """Create the table, or load it if it exists with the same definition; returns the Java Table.
+
+    The table is Iceberg format v2 with merge-on-read, `key` as its identifier fields and
+    `partition_by` as hidden partition transforms. Raises SchemaError if a table of this name
+    exists with another schema, key or partitioning, and ConfigError for an invalid definition.
+    """
+    spec = TableSpec.of(schema, key, partition_by or [], properties)
+    catalog_name, ident_text = split_name(name)
+    j = jvm(spark)
+    jschema, jspec = _build_schema_and_spec(spark, spec)
+    catalog = iceberg_catalog(spark, catalog_name)
+    ident = j.org.apache.iceberg.catalog.TableIdentifier.parse(ident_text)
+    if catalog.tableExists(ident):
+        table = load_table(spark, name)
+        wanted, found = _definition(jschema, jspec), _definition(table.schema(), table.spec())
+        if wanted != found:
+            diffs = [f"{k}: table has {found[k]}, asked for {wanted[k]}" for k in wanted if wanted[k] != found[k]]
+            raise SchemaError(f"table {name} already exists with a different definition ({'; '.join(diffs)})")
+        log.debug("table %s exists with the same definition", name)
+        return table
+    props = dict(TABLE_DEFAULTS)
+    if target_file_size:
+        props["write.target-file-size-bytes"] = str(int(target_file_size))
+    props.update(spec.properties)
+    namespace = ".".join(f"`{part}`" for part in ident_text.split(".")[:-1])
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{catalog_name}`.{namespace}")
+    jprops = j.java.util.HashMap()
+    for k, v in props.items():
+        jprops.put(k, v)
+    table = catalog.buildTable(ident, jschema).withPartitionSpec(jspec).withProperties(jprops).create()
+    log.info("created table %s partitioned by %s", name, [str(p) for p in spec.partition_by])
+    return table

@@ -1,0 +1,200 @@
+"""The py4j bridge to Iceberg's Java API on the driver: load tables, read their layout, build files.
+
+Everything here runs on the driver. Executors never touch the JVM table; they get plain values
+(an Arrow schema, partition expressions, a data folder) computed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from icetide.errors import ConfigError, SchemaError
+from icetide.table.spec import PartitionTransform
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JavaObject = Any  # a py4j proxy; py4j ships no type information
+
+FIELD_ID_KEY = b"PARQUET:field_id"
+# fromPartitionString, which turns our strings into typed partition values, reads only these.
+PARTITION_TYPES = {"boolean", "int", "long", "float", "double", "string", "date", "decimal", "uuid"}
+
+
+def jvm(spark: SparkSession) -> Any:
+    """The driver's py4j JVM view."""
+    return spark._jvm
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """'lake.db.events' -> ('lake', 'db.events'); a catalog and at least one namespace are required."""
+    parts = name.split(".")
+    if len(parts) < 3 or not all(parts):
+        raise ConfigError(f"table name {name!r} must be <catalog>.<namespace>.<table>, e.g. lake.db.events")
+    return parts[0], ".".join(parts[1:])
+
+
+def load_table(spark: SparkSession, name: str) -> JavaObject:
+    """The Iceberg Java Table behind a Spark table name."""
+    return jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+
+
+def iceberg_catalog(spark: SparkSession, catalog: str) -> JavaObject:
+    """The Iceberg Java Catalog behind a Spark catalog name."""
+    manager = spark._jsparkSession.sessionState().catalogManager()
+    spark_catalog = manager.catalog(catalog)
+    if not hasattr(spark_catalog, "icebergCatalog"):
+        raise ConfigError(f"catalog {catalog!r} is not an Iceberg SparkCatalog")
+    return spark_catalog.icebergCatalog()
+
+
+def arrow_type(jtype: JavaObject) -> pa.DataType:
+    """The Arrow type icetide writes for an Iceberg type, nested fields carrying their ids."""
+    type_id = jtype.typeId().toString()
+    simple = {
+        "BOOLEAN": pa.bool_(),
+        "INTEGER": pa.int32(),
+        "LONG": pa.int64(),
+        "FLOAT": pa.float32(),
+        "DOUBLE": pa.float64(),
+        "DATE": pa.date32(),
+        "TIME": pa.time64("us"),
+        "STRING": pa.string(),
+        "BINARY": pa.binary(),
+    }
+    if type_id in simple:
+        return simple[type_id]
+    if type_id == "TIMESTAMP":
+        return pa.timestamp("us", tz="UTC") if jtype.shouldAdjustToUTC() else pa.timestamp("us")
+    if type_id == "DECIMAL":
+        return pa.decimal128(jtype.precision(), jtype.scale())
+    if type_id == "FIXED":
+        return pa.binary(jtype.length())
+    if type_id == "STRUCT":
+        return pa.struct([arrow_field(f) for f in jtype.asStructType().fields()])
+    if type_id == "LIST":
+        lt = jtype.asListType()
+        element = _with_id("element", arrow_type(lt.elementType()), lt.isElementOptional(), lt.elementId())
+        return pa.list_(element)
+    if type_id == "MAP":
+        mt = jtype.asMapType()
+        key = _with_id("key", arrow_type(mt.keyType()), False, mt.keyId())
+        value = _with_id("value", arrow_type(mt.valueType()), mt.isValueOptional(), mt.valueId())
+        return pa.map_(key, value)
+    raise SchemaError(f"Iceberg type {jtype.toString()} is not supported by icetide's writer")
+
+
+def _with_id(name: str, dtype: pa.DataType, nullable: bool, field_id: int) -> pa.Field:
+    return pa.field(name, dtype, nullable=nullable, metadata={FIELD_ID_KEY: str(field_id).encode()})
+
+
+def arrow_field(jfield: JavaObject) -> pa.Field:
+    """An Iceberg NestedField as an Arrow field with its Parquet field id."""
+    return _with_id(jfield.name(), arrow_type(jfield.type()), jfield.isOptional(), jfield.fieldId())
+
+
+def arrow_schema(jschema: JavaObject) -> pa.Schema:
+    """The Arrow schema (with field ids) that data files of this Iceberg schema are written in."""
+    return pa.schema([arrow_field(f) for f in jschema.columns()])
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    """One field of a table's partition spec, with what the writer needs to compute it."""
+
+    name: str
+    transform: PartitionTransform | None  # None: a void (dropped) field, always null
+    result_type: str
+
+
+def partition_fields(jtable: JavaObject) -> list[PartitionField]:
+    """The table's current partition spec as plain values."""
+    return spec_fields(jtable.spec(), jtable.schema())
+
+
+def spec_fields(spec: JavaObject, schema: JavaObject) -> list[PartitionField]:
+    """A partition spec as plain values; refuses partition types the writer cannot produce."""
+    result_types = spec.partitionType().fields()
+    fields = []
+    for i, pf in enumerate(spec.fields()):
+        transform = pf.transform().toString()
+        result_type = result_types[i].type().typeId().toString().lower()
+        result_type = "int" if result_type == "integer" else result_type
+        if transform == "void":
+            fields.append(PartitionField(pf.name(), None, result_type))
+            continue
+        column = schema.findColumnName(pf.sourceId())
+        if result_type not in PARTITION_TYPES:
+            raise SchemaError(
+                f"partition field {pf.name()!r} ({transform} of {column!r}) has type {result_type}, "
+                "which icetide cannot write; partition timestamps with hours/days/months/years instead"
+            )
+        fields.append(PartitionField(pf.name(), PartitionTransform.from_iceberg(transform, column), result_type))
+    return fields
+
+
+def key_columns(jtable: JavaObject) -> list[str]:
+    """The table's identifier fields (its primary key), in schema order."""
+    schema = jtable.schema()
+    ids = set(schema.identifierFieldIds())
+    return [f.name() for f in schema.columns() if f.fieldId() in ids]
+
+
+def key_field_ids(jtable: JavaObject) -> list[int]:
+    """Field ids of the identifier fields, the equality ids of icetide's delete files."""
+    schema = jtable.schema()
+    return [schema.findField(name).fieldId() for name in key_columns(jtable)]
+
+
+def data_location(jtable: JavaObject) -> str:
+    """The folder new data files go to (write.data.path, else <table location>/data)."""
+    props = jtable.properties()
+    path = props.get("write.data.path") or props.get("write.folder-storage.path")
+    return str(path or f"{jtable.location().rstrip('/')}/data")
+
+
+def table_property(jtable: JavaObject, key: str, default: str) -> str:
+    """A table property as a string, or `default`."""
+    value = jtable.properties().get(key)
+    return default if value is None else str(value)
+
+
+def partition_data(spark: SparkSession, spec: JavaObject, values: list[str | None]) -> JavaObject:
+    """Iceberg PartitionData for string values (as `fromPartitionString` reads them)."""
+    builder = jvm(spark).org.apache.iceberg.DataFiles.builder(spec)
+    builder.withPartitionValues(values).withPath("_").withFileSizeInBytes(0).withRecordCount(0)
+    return builder.withFormat("PARQUET").build().partition()
+
+
+def java_int_array(spark: SparkSession, values: list[int]) -> JavaObject:
+    """A Java int[] holding `values`."""
+    gateway = spark.sparkContext._gateway
+    array = gateway.new_array(gateway.jvm.int, len(values))
+    for i, v in enumerate(values):
+        array[i] = v
+    return array
+
+
+def java_exception_class(exc: BaseException) -> str:
+    """The Java class name behind a Py4JJavaError, or '' for anything else."""
+    java_exc = getattr(exc, "java_exception", None)
+    if java_exc is None:
+        return ""
+    try:
+        return str(java_exc.getClass().getName())
+    except Exception:
+        return ""
+
+
+def java_message(exc: BaseException) -> str:
+    """The Java exception's own message (first line), without the py4j trace."""
+    java_exc = getattr(exc, "java_exception", None)
+    if java_exc is not None:
+        try:
+            return str(java_exc.getMessage()).splitlines()[0]
+        except Exception:
+            pass
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
