@@ -11,6 +11,11 @@ Quick start::
     sink.write(batch_df, batch_id=1)
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from icetide.errors import (
     CommitConflictError,
     CommitFailedError,
@@ -20,12 +25,30 @@ from icetide.errors import (
     SchemaError,
     SourceError,
 )
-from icetide.sink.committer import PipelineState
-from icetide.sink.sink import BatchResult, UpsertSink
-from icetide.spark.session import spark_session
-from icetide.table.catalog import create_table
+
+if TYPE_CHECKING:
+    from icetide.sink.committer import PipelineState
+    from icetide.sink.sink import BatchResult, UpsertSink
+    from icetide.spark.session import spark_session
+    from icetide.table.catalog import create_table
 
 __version__ = "0.1.0"
+
+# Imported on first use, so `import icetide` (and the CLI's --help) stays fast and light.
+_LAZY = {
+    "BatchResult": "icetide.sink.sink",
+    "UpsertSink": "icetide.sink.sink",
+    "PipelineState": "icetide.sink.committer",
+    "spark_session": "icetide.spark.session",
+    "create_table": "icetide.table.catalog",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'icetide' has no attribute {name!r}")
+
 
 __all__ = [
     "BatchResult",

@@ -21,6 +21,7 @@ DEFAULT_CATALOG = "lake"
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # Spark 3.5 from PyPI is built for Scala 2.12; the wheel also carries 2.13 jars, which must not load.
 RUNTIME_JAR_PATTERN = "iceberg-spark-runtime-3.5_2.12-*.jar"
+LOG4J_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 
 def iceberg_runtime_jar() -> str:
@@ -88,6 +89,8 @@ def spark_session(
 
     # Python workers must see the driver's packages (pyarrow, icetide); PySpark reads only the env.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # The embedded default needs no network; binding to loopback also silences Spark's host warning.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     settings: dict[str, str] = {
         "spark.jars": iceberg_runtime_jar(),
@@ -97,7 +100,8 @@ def spark_session(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.driver.extraJavaOptions": "-Dlog4j2.level=ERROR",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
     }
     settings.update(catalog_conf(catalog, warehouse=warehouse, options=catalog_options))
     settings.update(conf or {})

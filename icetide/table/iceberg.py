@@ -171,7 +171,7 @@ def partition_data(spark: SparkSession, spec: JavaObject, values: list[str | Non
 
 def java_int_array(spark: SparkSession, values: list[int]) -> JavaObject:
     """A Java int[] holding `values`."""
-    gateway = spark.sparkContext._gateway
+    gateway: Any = spark.sparkContext._gateway
     array = gateway.new_array(gateway.jvm.int, len(values))
     for i, v in enumerate(values):
         array[i] = v

@@ -1,0 +1,143 @@
+"""The icetide command line: demo (more commands arrive with the runner and maintenance)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+
+from icetide.errors import IcetideError
+
+log = logging.getLogger("icetide.cli")
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def _hour_label(hours_since_epoch: int | None) -> str:
+    if hours_since_epoch is None:
+        return "null"
+    return datetime.fromtimestamp(hours_since_epoch * 3600, tz=UTC).strftime("%Y-%m-%d %H:00")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo with a progress bar and print its summary."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from icetide.demo import run_demo
+    from icetide.spark.session import spark_session
+
+    console = Console()
+    started = time.monotonic()
+    with console.status("starting Spark with Iceberg ..."):
+        spark = spark_session(warehouse=args.warehouse)
+    progress = Progress(
+        TextColumn("[bold]streaming ad events"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with progress:
+        task = progress.add_task("demo", total=args.batches, info="")
+
+        def on_batch(r: object) -> None:
+            info = (
+                f"batch {r.batch_id}: {r.rows_written} rows, {r.data_files} data + "  # type: ignore[attr-defined]
+                f"{r.delete_files} delete files, write {r.write_seconds:.2f}s "  # type: ignore[attr-defined]
+                f"commit {r.commit_seconds:.2f}s"  # type: ignore[attr-defined]
+            )
+            progress.update(task, advance=1, info=info)
+
+        report = run_demo(
+            spark, batches=args.batches, events_per_batch=args.events, distribution=args.distribution, on_batch=on_batch
+        )
+    console.print(f"\n[bold]{report.table}[/bold] after {len(report.batches)} micro-batches")
+    console.print(
+        f"  rows {report.rows:,} | snapshots {report.snapshots} | data files {report.data_files} | "
+        f"equality-delete files {report.delete_files}"
+    )
+    console.print(
+        f"  per batch (median): write {report.median('write_seconds'):.2f}s, "
+        f"commit {report.median('commit_seconds'):.2f}s, "
+        f"{statistics_mean([b.data_files for b in report.batches]):.1f} data files"
+    )
+    files = Table(title=f"files per partition (distribution={args.distribution})")
+    for column in ("hour", "records in files", "data files", "delete files", "avg data file"):
+        files.add_column(column, justify="right")
+    shown = report.partitions[: args.partitions]
+    for p in shown:
+        avg = p["bytes"] / max(1, p["file_count"])
+        files.add_row(
+            _hour_label(p["hour"]),
+            f"{p['record_count']:,}",
+            str(p["file_count"]),
+            str(p["delete_files"]),
+            f"{avg / 1024:.0f} KiB",
+        )
+    if len(report.partitions) > len(shown):
+        files.caption = f"newest {len(shown)} of {len(report.partitions)} partitions"
+    console.print(files)
+    sample = Table(title="sample query: the newest hours")
+    for column in report.sample_columns:
+        sample.add_column(column, justify="right")
+    for row in report.sample:
+        sample.add_row(*[str(v) for v in row])
+    console.print(sample)
+    console.print(f"done in {time.monotonic() - started:.0f}s; the table is in {args.warehouse}/")
+    spark.stop()
+    return 0
+
+
+def statistics_mean(values: list[int]) -> float:
+    """Mean of a list, 0 for an empty one."""
+    return sum(values) / len(values) if values else 0.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(prog="icetide", description="Exactly-once streaming upserts into Iceberg.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logs, with Java stack traces")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="stream generated ad events into an embedded lakehouse and summarise")
+    demo.add_argument("--warehouse", default="warehouse", help="warehouse folder (default: ./warehouse)")
+    demo.add_argument("--batches", type=int, default=24, help="micro-batches to stream (default: 24)")
+    demo.add_argument("--events", type=int, default=20_000, help="events per batch (default: 20000)")
+    demo.add_argument(
+        "--distribution",
+        default="dynamic",
+        choices=["none", "key", "partition", "dynamic"],
+        help="writer distribution (default: dynamic)",
+    )
+    demo.add_argument("--partitions", type=int, default=12, help="partitions to list (default: 12)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: errors print as one line (details with --verbose), exit code 1."""
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        return int(args.func(args))
+    except IcetideError as exc:
+        log.debug("failed", exc_info=True)
+        print(f"icetide: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("icetide: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
