@@ -236,13 +236,14 @@ class Committer:
         current = table.currentSnapshot()
         txn = table.newTransaction()
         delta = txn.newRowDelta()
+        # Any data or deletes another writer adds while this commit is in flight (inside Iceberg's
+        # own retries too) fail validation, so the batch check above runs again on fresh metadata.
+        # On an empty table there is no snapshot to start from: all history is validated.
         if current is not None:
-            # Any data or deletes another writer adds while this commit is in flight (inside
-            # Iceberg's own retries too) fail validation, so the batch check above runs again.
             delta.validateFromSnapshot(current.snapshotId())
-            delta.conflictDetectionFilter(j.org.apache.iceberg.expressions.Expressions.alwaysTrue())
-            delta.validateNoConflictingDataFiles()
-            delta.validateNoConflictingDeleteFiles()
+        delta.conflictDetectionFilter(j.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+        delta.validateNoConflictingDataFiles()
+        delta.validateNoConflictingDeleteFiles()
         for f in data:
             delta.addRows(f)
         for f in deletes:

@@ -1,0 +1,48 @@
+"""What every icetide source shares: the planning contract and how executor-side failures reach the driver."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Protocol
+
+from icetide.errors import SourceError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Prefixed to the message of a SourceError raised inside a Spark task, so the driver can find it again
+# in the text of the Py4J / PythonException that wraps it (see `source_error_in`).
+EXECUTOR_SOURCE_ERROR_MARKER = "[icetide-source] "
+
+
+class BatchSource(Protocol):
+    """A source the micro-batch runner drives: plan on the driver, read on the executors.
+
+    `plan(position, limit)` returns the items of the next batch and the position just after them;
+    the position is JSON-able and is committed with the batch's data, so a restart from the
+    committed position reads exactly what was not committed yet. `read` turns planned items into
+    a lazy DataFrame: every action on it reads the source again, so persist it if used twice.
+    """
+
+    def plan(self, position: Any, limit: int, /) -> tuple[list[Any], dict[str, Any]]: ...
+
+    def read(self, spark: SparkSession, items: list[Any], /) -> DataFrame: ...
+
+
+class ExecutorSourceError(SourceError):
+    """A SourceError raised inside a Spark task; its message carries the marker for the driver."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXECUTOR_SOURCE_ERROR_MARKER + message)
+
+
+def source_error_in(exc: BaseException) -> SourceError | None:
+    """The SourceError a Spark task raised, recovered from the (Java- or worker-wrapped) exception.
+
+    Returns None when `exc` does not come from a source read. Reads are lazy, so such errors
+    surface in whichever action first evaluates the source DataFrame (often the sink's write).
+    """
+    if isinstance(exc, SourceError) and not isinstance(exc, ExecutorSourceError):
+        return exc
+    match = re.search(re.escape(EXECUTOR_SOURCE_ERROR_MARKER) + r"([^\n]+)", str(exc))
+    return SourceError(match.group(1).strip()) if match else None

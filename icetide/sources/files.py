@@ -1,0 +1,341 @@
+"""Landing files as a batch source: each file under a folder is ingested exactly once.
+
+Which files are read (the half-written-file rule):
+- a file is a candidate when no component of its path below `path` starts with '.' or '_'
+  (hidden files, `_temporary/`, `_SUCCESS`) and its name does not end with '.tmp'; with `glob`,
+  its name must also match it (fnmatch, e.g. "*.json");
+- a candidate waits until it is at least `min_age_seconds` old (modification time), so a writer
+  still appending to it in place is not read half-way. Writers that write elsewhere (or under a
+  hidden name) and rename into place need no waiting, but the rename must keep the name final;
+- files are immutable once visible: a file rewritten after it was ingested is not read again.
+
+Position (committed with every batch, bounded in size)::
+
+    {"max_mtime_ms": 1714550400000, "files": {"2024/05/01/a.json": 1714550399000, ...}}
+
+`max_mtime_ms` is the newest modification time ingested so far; `files` lists the ingested files
+(relative to `path`) whose modification time is within `late_window_seconds` of it, so the
+position holds only the files landing within one window. A file older than that horizon counts
+as done whether it was ingested or not: one that shows up more than `late_window_seconds` after
+newer files were ingested, keeping its older modification time (a slow rename into place), is not
+read (raise the window if renames can be that slow).
+
+Example::
+
+    source = FileSource(FileSourceConfig(path="landing/ads", format="json"))
+    files, position = source.plan(last_position, max_files=100)
+    df = source.read(spark, files)   # value, source_file, line
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import posixpath
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+
+from icetide.errors import ConfigError, SourceError
+from icetide.sources.base import ExecutorSourceError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+FileFormat = Literal["json", "csv", "parquet"]
+FORMATS: tuple[str, ...] = get_args(FileFormat)
+JSON_LINES_DDL = "value STRING, source_file STRING, line BIGINT"
+JSON_LINES_ARROW_SCHEMA = pa.schema(
+    [pa.field("value", pa.string()), pa.field("source_file", pa.string()), pa.field("line", pa.int64())]
+)
+POSITION_COLUMNS = ["source_file", "line"]  # for decode's source_position: "landing/a.json:17"
+SOURCE_FILE_COLUMN = "source_file"
+CHUNK_BYTES = 16 * 1024 * 1024
+CSV_DEFAULT_OPTIONS = {"header": "true"}
+
+_CONFIG_KEYS = ("path", "format", "min_age_seconds", "late_window_seconds", "recursive", "glob", "options")
+
+
+@dataclass(frozen=True)
+class FileSourceConfig:
+    """A landing folder and the format of its files; validated on construction.
+
+    `format` "json" means JSON lines (one record per line). `options` are Spark reader options for
+    csv and parquet (csv defaults to header=true and, without a schema passed to `read`, inferSchema).
+    """
+
+    path: str
+    format: FileFormat
+    min_age_seconds: float = 10.0
+    late_window_seconds: float = 600.0
+    recursive: bool = True
+    glob: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_fields({name: getattr(self, name) for name in _CONFIG_KEYS}, "source.files")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, prefix: str = "source.files") -> FileSourceConfig:
+        """Build from a config block (e.g. YAML `source.files`); errors name the offending key."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"{prefix}: must be a mapping")
+        for name in d:
+            if name not in _CONFIG_KEYS:
+                raise ConfigError(f"{prefix}.{name}: unknown key; expected one of {', '.join(_CONFIG_KEYS)}")
+        options = d.get("options") or {}
+        if not isinstance(options, Mapping):
+            raise ConfigError(f"{prefix}.options: must be a mapping of reader options")
+        values: dict[str, Any] = {
+            "path": d.get("path"),
+            "format": d.get("format"),
+            "options": {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()},
+        }
+        for name in ("min_age_seconds", "late_window_seconds", "recursive", "glob"):
+            values[name] = d.get(name, getattr(cls, name))
+        _check_fields(values, prefix)
+        return cls(**values)
+
+
+def _check_fields(values: Mapping[str, Any], prefix: str) -> None:
+    path = values.get("path")
+    if path is None or (isinstance(path, str) and not path.strip()):
+        raise ConfigError(f"{prefix}.path: required")
+    if not isinstance(path, str):
+        raise ConfigError(f"{prefix}.path: must be a string")
+    if values.get("format") is None:
+        raise ConfigError(f"{prefix}.format: required; one of {', '.join(FORMATS)}")
+    if values["format"] not in FORMATS:
+        raise ConfigError(f"{prefix}.format: {values['format']!r} is not one of {', '.join(FORMATS)}")
+    for name in ("min_age_seconds", "late_window_seconds"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ConfigError(f"{prefix}.{name}: must be a number of seconds >= 0, got {value!r}")
+    if not isinstance(values["recursive"], bool):
+        raise ConfigError(f"{prefix}.recursive: must be true or false")
+    if values["glob"] is not None and not isinstance(values["glob"], str):
+        raise ConfigError(f"{prefix}.glob: must be a string")
+    options = values["options"]
+    if not isinstance(options, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in options.items()
+    ):
+        raise ConfigError(f"{prefix}.options: must map option names to strings")
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """One file under the source folder."""
+
+    name: str  # relative to the source path, '/'-separated; what the position records
+    path: str  # what readers open: an absolute local path or a URI
+    mtime_ms: int
+    size: int
+
+
+def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path inside it for a location (local path, file:, s3://, ...)."""
+    if location.startswith("file:"):
+        return pafs.LocalFileSystem(), "/" + location[len("file:") :].lstrip("/")
+    if "://" not in location:
+        return pafs.LocalFileSystem(), os.path.abspath(location)
+    return pafs.FileSystem.from_uri(location)
+
+
+def is_hidden(name: str) -> bool:
+    """True for names the source never reads: a '.' or '_' path component, or a '.tmp' suffix."""
+    return name.endswith(".tmp") or any(part.startswith((".", "_")) for part in name.split("/"))
+
+
+def parse_position(position: Mapping[str, Any] | None) -> tuple[int, dict[str, int]]:
+    """(max_mtime_ms, {name: mtime_ms}) of a committed position; ConfigError if malformed."""
+    if position is None:
+        return -1, {}
+    try:
+        newest = int(position["max_mtime_ms"])
+        files = {str(name): int(mtime) for name, mtime in dict(position["files"]).items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise ConfigError(
+            f"file position: expected {{'max_mtime_ms': int, 'files': {{name: mtime_ms}}}}, got {position!r}"
+        )
+    return newest, files
+
+
+class FileSource:
+    """Plans which landed files the next batch reads and reads them; each file exactly once."""
+
+    def __init__(self, config: FileSourceConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self._clock = clock
+        self._fs, self._root = filesystem_for(config.path)
+        self._scheme = config.path.split("://", 1)[0] if "://" in config.path else ""
+
+    # -- driver side -------------------------------------------------------------------------
+
+    def list_files(self) -> list[LandedFile]:
+        """Every candidate file under the path (hidden and glob rules applied, age not), by (mtime, name)."""
+        selector = pafs.FileSelector(self._root, recursive=self.config.recursive)
+        try:
+            infos = self._fs.get_file_info(selector)
+        except FileNotFoundError as exc:
+            raise SourceError(f"source.files.path: {self.config.path} does not exist") from exc
+        except OSError as exc:
+            raise SourceError(f"cannot list {self.config.path}: {exc}") from exc
+        root = self._root.rstrip("/")
+        found = []
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            name = posixpath.relpath(info.path, root) if root else info.path
+            if is_hidden(name):
+                continue
+            if self.config.glob and not fnmatch.fnmatchcase(posixpath.basename(name), self.config.glob):
+                continue
+            mtime_ms = int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0
+            path = f"{self._scheme}://{info.path}" if self._scheme and self._scheme != "file" else info.path
+            found.append(LandedFile(name, path, mtime_ms, int(info.size or 0)))
+        found.sort(key=lambda f: (f.mtime_ms, f.name))
+        return found
+
+    def plan(self, position: Mapping[str, Any] | None, max_files: int) -> tuple[list[str], dict[str, Any]]:
+        """The next batch's files (paths for `read`) and the position after them.
+
+        Takes up to `max_files` files not ingested yet, old enough (min_age_seconds) and not
+        hidden, oldest modification time first (ties by name). Files planned here are never
+        planned again from the returned position; files not planned stay eligible, except those
+        older than the late window (see the module docstring). None starts a new pipeline that
+        reads everything already there.
+        """
+        if max_files < 1:
+            raise ConfigError(f"max_files: must be at least 1, got {max_files}")
+        newest, done = parse_position(position)
+        window_ms = int(self.config.late_window_seconds * 1000)
+        ripe_before_ms = int((self._clock() - self.config.min_age_seconds) * 1000)
+        chosen: list[LandedFile] = []
+        for landed in self.list_files():
+            if landed.name in done:
+                continue
+            if position is not None and landed.mtime_ms < newest - window_ms:
+                # Ingested long ago (and dropped from the position), or landed too late to tell apart.
+                log.debug("%s: older than the late window; counted as done", landed.path)
+                continue
+            if landed.mtime_ms > ripe_before_ms:
+                continue  # too young: possibly still being written; a later plan takes it
+            chosen.append(landed)
+            if len(chosen) == max_files:
+                break
+        if chosen:
+            newest = max(newest, max(f.mtime_ms for f in chosen))
+            done.update({f.name: f.mtime_ms for f in chosen})
+        horizon = newest - window_ms
+        kept = {name: mtime for name, mtime in sorted(done.items()) if mtime >= horizon}
+        return [f.path for f in chosen], {"max_mtime_ms": newest, "files": kept}
+
+    # -- executor side -----------------------------------------------------------------------
+
+    def read(self, spark: SparkSession, files: list[str], *, schema: StructType | None = None) -> DataFrame:
+        """A lazy DataFrame of the records in `files` (paths as returned by `plan`).
+
+        json: one row per non-blank line: `value` (the line's text, invalid UTF-8 replaced),
+        `source_file` (the path) and `line` (1-based line number in the file), one Spark
+        partition per file, in line order. csv and parquet: Spark's reader with `options` and
+        `schema` (if given), typed columns plus `source_file`. Every action reads the files again.
+        """
+        if self.config.format == "json":
+            if not files:
+                return spark.createDataFrame([], JSON_LINES_DDL)
+            frame = spark.createDataFrame(
+                spark.sparkContext.parallelize([(f,) for f in files], len(files)), "path STRING"
+            )
+            return frame.mapInArrow(read_json_lines_task, JSON_LINES_DDL)
+        return self._read_with_spark(spark, files, schema)
+
+    def _read_with_spark(self, spark: SparkSession, files: list[str], schema: StructType | None) -> DataFrame:
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        if not files:
+            fields = list(schema.fields) if schema is not None else []
+            empty = T.StructType([*fields, T.StructField(SOURCE_FILE_COLUMN, T.StringType())])
+            return spark.createDataFrame([], empty)
+        options = dict(CSV_DEFAULT_OPTIONS) if self.config.format == "csv" else {}
+        if self.config.format == "csv" and schema is None:
+            options["inferSchema"] = "true"
+        options.update(self.config.options)
+        reader = spark.read.format(self.config.format).options(**options)
+        if schema is not None:
+            reader = reader.schema(schema)
+        paths = [f if "://" in f else "file://" + f for f in files]
+        # Spark expands glob characters in paths; escaped, Hadoop's glob matches the name literally.
+        frame = reader.load([re.sub(r"([\\*?\[\]{}])", r"\\\1", p) for p in paths])
+        # Spark reports the file as a URI ("file:/a%20b.csv"); give back the path `plan` returned.
+        # '+' is legal (unescaped) in those URIs but url_decode would read it as a space.
+        uri = F.col("_metadata.file_path")
+        if not self._scheme or self._scheme == "file":
+            uri = F.regexp_replace(uri, "^file:(//)?", "")
+        decoded = F.expr("url_decode(replace(_icetide_uri, '+', '%2B'))")
+        return frame.withColumn("_icetide_uri", uri).withColumn(SOURCE_FILE_COLUMN, decoded).drop("_icetide_uri")
+
+
+def read_json_lines_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: the lines of every file (rows of "path STRING") in this Spark partition."""
+    for batch in batches:
+        for path in batch.column("path").to_pylist():
+            try:
+                yield from json_lines(path)
+            except OSError as exc:
+                raise ExecutorSourceError(f"{path}: cannot read: {exc}") from exc
+
+
+def json_lines(path: str, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
+    """The non-blank lines of one file as (value, source_file, line) batches, in order.
+
+    Lines end at '\\n' ('\\r\\n' too); a last line without a newline counts; a UTF-8 byte-order mark
+    is dropped; line numbers are 1-based and count blank lines.
+    """
+    fs, inner = filesystem_for(path)
+    first_line = 1
+    carry = b""
+    with fs.open_input_stream(inner) as stream:
+        while True:
+            chunk = stream.read(chunk_bytes)
+            if not chunk:
+                break
+            data = carry + chunk if carry else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                carry = data
+                continue
+            carry = data[cut + 1 :]
+            batch = _lines_batch(path, data[:cut], first_line)
+            first_line += data.count(b"\n", 0, cut) + 1
+            if batch.num_rows:
+                yield batch
+    if carry:
+        batch = _lines_batch(path, carry, first_line)
+        if batch.num_rows:
+            yield batch
+
+
+def _lines_batch(path: str, data: bytes, first_line: int) -> pa.RecordBatch:
+    text = data.decode("utf-8", errors="replace")
+    if first_line == 1 and text.startswith("\ufeff"):
+        text = text[1:]
+    values = pc.utf8_rtrim(pa.array(text.split("\n"), pa.string()), characters="\r")
+    lines = pa.array(np.arange(first_line, first_line + len(values), dtype=np.int64))
+    keep = pc.not_equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0)
+    values, lines = pc.filter(values, keep), pc.filter(lines, keep)
+    return pa.RecordBatch.from_arrays(
+        [values, pa.array([path] * len(values), pa.string()), lines],
+        schema=JSON_LINES_ARROW_SCHEMA,
+    )

@@ -1,0 +1,733 @@
+"""Kafka as a batch source: the driver plans offset ranges, executors read them with librdkafka.
+
+Spark's own Kafka source needs a jar no reachable registry serves, so icetide reads Kafka itself
+with confluent-kafka. The position (next offset per partition) lives in the Iceberg table, committed
+with the data; icetide never commits offsets to Kafka and never joins a consumer group.
+
+Example::
+
+    source = KafkaSource(KafkaSourceConfig(bootstrap_servers="broker:9092", topic="ads"))
+    ranges, position = source.plan(last_position, max_records=100_000)
+    df = source.read(spark, ranges)   # topic, partition, offset, timestamp, key, value
+
+End offsets. The high watermark a broker reports through ListOffsets can lag what it has stored
+(Tansu reports the base offset of the last record batch + 1). `plan` therefore never trusts it
+for a partition it is about to drain: it fetches from there until librdkafka signals the end of
+the partition (PARTITION_EOF, raised from the Fetch response's high watermark) and ends the range
+there. Every planned offset has been seen to exist, so readers never wait for records that are not
+there, and the position returned by `plan` is exactly what `read` delivers.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+
+from icetide.errors import ConfigError, SourceError
+from icetide.sources.base import ExecutorSourceError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+EARLIEST, LATEST = "earliest", "latest"
+DEFAULT_GROUP_ID = "icetide"
+# Settings icetide owns: offsets are never committed, ends are detected by EOF events, and a read
+# below the log start is reported (then skipped explicitly) rather than silently reset.
+FORCED_CONSUMER_SETTINGS = {
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    "enable.partition.eof": "true",
+    "auto.offset.reset": "error",
+}
+RECORD_DDL = "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY"
+RECORD_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+    ]
+)
+RANGE_DDL = "topic STRING, partition INT, start BIGINT, end BIGINT"
+POSITION_COLUMNS = ["topic", "partition", "offset"]  # for decode's source_position: "ads/0@1234"
+
+# librdkafka error codes (confluent_kafka.KafkaError), copied so this module imports without it.
+_PARTITION_EOF = -191
+_AUTO_OFFSET_RESET = -140
+_OFFSET_OUT_OF_RANGE = 1
+_UNKNOWN_TOPIC_OR_PART = 3
+
+_CONFIG_KEYS = (
+    "bootstrap_servers",
+    "topic",
+    "starting_offsets",
+    "consumer",
+    "read_timeout_seconds",
+    "metadata_timeout_seconds",
+    "probe_timeout_seconds",
+)
+
+
+def _kafka() -> Any:
+    try:
+        import confluent_kafka
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigError("Kafka support not installed: pip install 'icetide[kafka]'") from exc
+    return confluent_kafka
+
+
+def parse_starting_offsets(value: str, *, key: str = "starting_offsets") -> str | int:
+    """`earliest`, `latest`, or the epoch milliseconds of an ISO-8601 timestamp / epoch-millis string.
+
+    A timestamp without a zone is UTC. Raises ConfigError naming `key` for anything else.
+    """
+    text = str(value).strip()
+    if text.lower() in (EARLIEST, LATEST):
+        return text.lower()
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(
+            f"{key}: {value!r} is not 'earliest', 'latest', an ISO-8601 timestamp or epoch milliseconds"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class KafkaSourceConfig:
+    """Where to read and how long to wait; validated on construction.
+
+    `consumer` holds extra librdkafka settings passed through unchanged (security.protocol, sasl.*,
+    ssl.*, client.id, fetch sizes...), except the few icetide owns (FORCED_CONSUMER_SETTINGS).
+    `starting_offsets` applies only to a new pipeline (no position yet).
+    """
+
+    bootstrap_servers: str
+    topic: str
+    starting_offsets: str = EARLIEST
+    consumer: Mapping[str, str] = field(default_factory=dict)
+    read_timeout_seconds: float = 60.0  # a range read making no progress this long fails
+    metadata_timeout_seconds: float = 10.0  # each metadata / watermark request on the driver
+    probe_timeout_seconds: float = 5.0  # fetching to the true end of the partitions a batch drains
+
+    def __post_init__(self) -> None:
+        _check_fields(
+            {name: getattr(self, name) for name in _CONFIG_KEYS},
+            "source.kafka",
+        )
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, prefix: str = "source.kafka") -> KafkaSourceConfig:
+        """Build from a config block (e.g. YAML `source.kafka`); errors name the offending key.
+
+        Unknown keys are errors. `consumer` values may be strings, numbers or booleans; they are
+        passed to librdkafka as strings.
+        """
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"{prefix}: must be a mapping")
+        for name in d:
+            if name not in _CONFIG_KEYS:
+                raise ConfigError(f"{prefix}.{name}: unknown key; expected one of {', '.join(_CONFIG_KEYS)}")
+        consumer = d.get("consumer") or {}
+        if not isinstance(consumer, Mapping):
+            raise ConfigError(f"{prefix}.consumer: must be a mapping of librdkafka settings")
+        settings: dict[str, str] = {}
+        for name, value in consumer.items():
+            if isinstance(value, bool):
+                settings[str(name)] = "true" if value else "false"
+            elif isinstance(value, str | int | float):
+                settings[str(name)] = str(value)
+            else:
+                raise ConfigError(f"{prefix}.consumer.{name}: must be a string, number or boolean")
+        values: dict[str, Any] = {
+            "bootstrap_servers": d.get("bootstrap_servers"),
+            "topic": d.get("topic"),
+            "starting_offsets": str(d.get("starting_offsets", EARLIEST)),
+            "consumer": settings,
+        }
+        for name in ("read_timeout_seconds", "metadata_timeout_seconds", "probe_timeout_seconds"):
+            values[name] = d.get(name, getattr(cls, name))
+        _check_fields(values, prefix)
+        return cls(**values)
+
+    def consumer_settings(self, **overrides: str) -> dict[str, str]:
+        """librdkafka settings for an assign-only consumer: user settings, then icetide's own."""
+        settings = {"bootstrap.servers": self.bootstrap_servers, "group.id": DEFAULT_GROUP_ID}
+        settings.update(self.consumer)
+        settings.update(overrides)
+        settings.update(FORCED_CONSUMER_SETTINGS)
+        return settings
+
+
+def _check_fields(values: Mapping[str, Any], prefix: str) -> None:
+    for name in ("bootstrap_servers", "topic"):
+        value = values.get(name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ConfigError(f"{prefix}.{name}: required")
+        if not isinstance(value, str):
+            raise ConfigError(f"{prefix}.{name}: must be a string, got {value!r}")
+    parse_starting_offsets(values["starting_offsets"], key=f"{prefix}.starting_offsets")
+    consumer = values["consumer"]
+    if not isinstance(consumer, Mapping):
+        raise ConfigError(f"{prefix}.consumer: must be a mapping of librdkafka settings")
+    for name, value in consumer.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise ConfigError(f"{prefix}.consumer.{name}: settings must be strings, got {value!r}")
+        if name in FORCED_CONSUMER_SETTINGS and value != FORCED_CONSUMER_SETTINGS[name]:
+            raise ConfigError(f"{prefix}.consumer.{name}: icetide requires {FORCED_CONSUMER_SETTINGS[name]!r}")
+    for name in ("read_timeout_seconds", "metadata_timeout_seconds", "probe_timeout_seconds"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"{prefix}.{name}: must be a positive number of seconds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Records `start` (inclusive) to `end` (exclusive) of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        """Offsets covered (records, unless compaction or transaction markers left gaps)."""
+        return max(0, self.end - self.start)
+
+
+def allocate(available: Mapping[int, int], budget: int, *, rotation: int = 0) -> dict[int, int]:
+    """Split `budget` records across partitions fairly (max-min fair, i.e. water-filling).
+
+    Every partition gets min(its backlog, an equal share), the unused share is spread again over
+    the partitions with backlog left. A remainder smaller than the number of such partitions goes
+    one record each, starting at index `rotation` (so a tiny budget does not always favour
+    partition 0). The result never exceeds a partition's backlog, and sums to min(budget, total).
+    """
+    result = {p: 0 for p in available}
+    remaining = {p: n for p, n in available.items() if n > 0}
+    left = max(0, budget)
+    while left > 0 and remaining:
+        share = left // len(remaining)
+        if share == 0:
+            order = sorted(remaining)
+            for i in range(left):
+                result[order[(rotation + i) % len(order)]] += 1
+            break
+        for p in sorted(remaining):
+            take = min(share, remaining[p])
+            result[p] += take
+            remaining[p] -= take
+            left -= take
+            if remaining[p] == 0:
+                del remaining[p]
+    return result
+
+
+def parse_position(position: Mapping[str, int] | None) -> dict[int, int] | None:
+    """A committed position ({"partition": next offset}) as ints; ConfigError if malformed."""
+    if position is None:
+        return None
+    if not isinstance(position, Mapping):
+        raise ConfigError(f"kafka position: expected a mapping of partition to offset, got {position!r}")
+    parsed: dict[int, int] = {}
+    for name, offset in position.items():
+        if not re.fullmatch(r"\d+", str(name)) or isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"kafka position: bad entry {name!r}: {offset!r}")
+        parsed[int(name)] = offset
+    return parsed
+
+
+class KafkaSource:
+    """Plans offset ranges on the driver and reads them on executors; never commits to Kafka."""
+
+    def __init__(self, config: KafkaSourceConfig) -> None:
+        self.config = config
+        self._start = parse_starting_offsets(config.starting_offsets)
+
+    # -- driver side -------------------------------------------------------------------------
+
+    def plan(self, position: Mapping[str, int] | None, max_records: int) -> tuple[list[OffsetRange], dict[str, int]]:
+        """The next batch's ranges and the position right after them.
+
+        `position` maps partition (as a string) to the next offset to read; None starts a new
+        pipeline at `starting_offsets`. A partition missing from a non-None position was added
+        after the pipeline started and is read from its earliest offset. The ranges hold at most
+        `max_records` offsets in total, shared max-min fairly across partitions, and end only at
+        offsets seen to exist (see the module docstring), so reading them yields exactly the
+        records between `position` and the returned position. Offsets deleted by retention before
+        being read are skipped with a warning. The returned position covers every current
+        partition (also those with nothing to read) plus any partition of `position` the topic no
+        longer reports; commit it with the batch, or keep it in memory for an empty first batch
+        (otherwise a `latest` or timestamp start is resolved again).
+        """
+        if max_records < 1:
+            raise ConfigError(f"max_records: must be at least 1, got {max_records}")
+        current = parse_position(position)
+        with self._driver_consumer() as consumer:
+            partitions = self._partitions(consumer)
+            marks = {p: self._watermarks(consumer, p) for p in partitions}
+            starts = self._starts(consumer, partitions, marks, current)
+            for p in partitions:
+                low = marks[p][0]
+                if starts[p] < low:
+                    log.warning(
+                        "%s/%d: offsets %d..%d were deleted by retention before being read; skipping to %d",
+                        self.config.topic,
+                        p,
+                        starts[p],
+                        low - 1,
+                        low,
+                    )
+                    starts[p] = low
+            ends = {p: max(marks[p][1], starts[p]) for p in partitions}
+            rotation = sum(starts.values())
+            shares = allocate({p: ends[p] - starts[p] for p in partitions}, max_records, rotation=rotation)
+            # Partitions this batch would drain: their end comes from a fetch, not from ListOffsets.
+            draining = {p: ends[p] for p in partitions if shares[p] == ends[p] - starts[p]}
+            if draining:
+                probed = self._fetch_ends(consumer, draining)
+                for p, end in probed.items():
+                    if end < starts[p]:
+                        log.warning(
+                            "%s/%d: position %d is beyond the end of the partition (%d); was the topic recreated?",
+                            self.config.topic,
+                            p,
+                            starts[p],
+                            end,
+                        )
+                    ends[p] = max(end, starts[p])
+                shares = allocate({p: ends[p] - starts[p] for p in partitions}, max_records, rotation=rotation)
+        ranges = [
+            OffsetRange(self.config.topic, p, starts[p], starts[p] + shares[p]) for p in partitions if shares[p] > 0
+        ]
+        new_position = {str(p): starts[p] + shares[p] for p in partitions}
+        for p, offset in (current or {}).items():
+            if p not in marks:
+                log.warning(
+                    "%s/%d: partition no longer reported by the broker; keeping its position", self.config.topic, p
+                )
+                new_position[str(p)] = offset
+        log.debug("planned %s -> %s", ranges, new_position)
+        return ranges, new_position
+
+    def lag(self, position: Mapping[str, int] | None) -> int:
+        """Records between `position` and the high watermarks the broker reports (for metrics).
+
+        None or a missing partition counts from the earliest offset. Uses ListOffsets only, so it
+        can under-report by what a lagging broker (Tansu) has not published in its watermark yet.
+        """
+        current = parse_position(position) or {}
+        with self._driver_consumer() as consumer:
+            total = 0
+            for p in self._partitions(consumer):
+                low, high = self._watermarks(consumer, p)
+                total += max(0, high - max(current.get(p, low), low))
+        return total
+
+    def partitions(self) -> list[int]:
+        """The topic's partition numbers, as the broker's metadata reports them now."""
+        with self._driver_consumer() as consumer:
+            return self._partitions(consumer)
+
+    def _driver_consumer(self) -> _ClosingConsumer:
+        settings = self.config.consumer_settings(**{"fetch.wait.max.ms": "50"})
+        try:
+            return _ClosingConsumer(_kafka().Consumer(settings))
+        except Exception as exc:
+            raise SourceError(f"kafka {self.config.bootstrap_servers}: cannot create a consumer: {exc}") from exc
+
+    def _partitions(self, consumer: Any) -> list[int]:
+        topic = self.config.topic
+        try:
+            metadata = consumer.list_topics(topic, timeout=self.config.metadata_timeout_seconds)
+        except Exception as exc:
+            raise SourceError(f"kafka {self.config.bootstrap_servers}: no metadata for topic {topic!r}: {exc}") from exc
+        info = metadata.topics.get(topic)
+        if info is None or (info.error is not None and info.error.code() == _UNKNOWN_TOPIC_OR_PART):
+            raise SourceError(f"kafka topic {topic!r} does not exist on {self.config.bootstrap_servers}")
+        if info.error is not None:
+            raise SourceError(f"kafka topic {topic!r}: {info.error}")
+        if not info.partitions:
+            raise SourceError(f"kafka topic {topic!r} has no partitions")
+        return sorted(info.partitions)
+
+    def _watermarks(self, consumer: Any, partition: int) -> tuple[int, int]:
+        tp = _kafka().TopicPartition(self.config.topic, partition)
+        try:
+            marks = consumer.get_watermark_offsets(tp, timeout=self.config.metadata_timeout_seconds, cached=False)
+        except Exception as exc:
+            raise SourceError(f"{self.config.topic}/{partition}: cannot list offsets: {exc}") from exc
+        if marks is None:
+            raise SourceError(f"{self.config.topic}/{partition}: listing offsets timed out")
+        low, high = marks
+        return int(low), int(high)
+
+    def _starts(
+        self,
+        consumer: Any,
+        partitions: list[int],
+        marks: Mapping[int, tuple[int, int]],
+        current: Mapping[int, int] | None,
+    ) -> dict[int, int]:
+        if current is not None:
+            starts = {}
+            for p in partitions:
+                if p in current:
+                    starts[p] = current[p]
+                else:
+                    log.info("%s/%d: new partition; reading it from its earliest offset", self.config.topic, p)
+                    starts[p] = marks[p][0]
+            return starts
+        if self._start == EARLIEST:
+            return {p: marks[p][0] for p in partitions}
+        if self._start == LATEST:
+            return self._fetch_ends(consumer, {p: marks[p][1] for p in partitions})
+        assert isinstance(self._start, int)
+        return self._offsets_for_time(consumer, partitions, self._start)
+
+    def _fetch_ends(self, consumer: Any, froms: Mapping[int, int]) -> dict[int, int]:
+        """Per partition, the end offset the broker's Fetch responses report, fetching from `froms`.
+
+        Records past `froms` are fetched and dropped; this is at most the tail a lagging
+        ListOffsets hides. Without an EOF within probe_timeout_seconds, the end is one past the
+        last offset seen (or `froms`).
+        """
+        kafka = _kafka()
+        topic = self.config.topic
+        seen = dict(froms)
+        ends: dict[int, int] = {}
+        consumer.assign([kafka.TopicPartition(topic, p, offset) for p, offset in froms.items()])
+        deadline = time.monotonic() + self.config.probe_timeout_seconds
+        try:
+            while len(ends) < len(froms):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                message = consumer.poll(min(left, 0.2))
+                if message is None:
+                    continue
+                p, error = message.partition(), message.error()
+                if p not in froms or p in ends:
+                    continue
+                if error is None:
+                    seen[p] = max(seen[p], message.offset() + 1)
+                elif error.code() == _PARTITION_EOF:
+                    ends[p] = max(message.offset(), seen[p]) if message.offset() >= froms[p] else message.offset()
+                elif error.code() in (_OFFSET_OUT_OF_RANGE, _AUTO_OFFSET_RESET):
+                    ends[p] = self._watermarks(consumer, p)[1]
+                elif not error.retriable() and error.code() != _UNKNOWN_TOPIC_OR_PART:
+                    raise SourceError(f"{topic}/{p}@{seen[p]}: {error.str()}")
+        finally:
+            consumer.unassign()
+        for p in froms:
+            if p not in ends:
+                log.debug("%s/%d: no end-of-partition event within the probe timeout; ending at %d", topic, p, seen[p])
+                ends[p] = seen[p]
+        return ends
+
+    def _offsets_for_time(self, consumer: Any, partitions: list[int], timestamp_ms: int) -> dict[int, int]:
+        """Per partition, the first offset whose record timestamp is >= `timestamp_ms` (else the end).
+
+        Asks the broker (ListOffsets by time), then checks its answer by reading from it and
+        scanning forward to the first record at or after the timestamp. Some brokers (Tansu 0.6)
+        answer the earliest offset for any timestamp; the scan keeps the result exact anyway.
+        """
+        kafka = _kafka()
+        topic = self.config.topic
+        try:
+            answers = consumer.offsets_for_times(
+                [kafka.TopicPartition(topic, p, timestamp_ms) for p in partitions],
+                timeout=self.config.metadata_timeout_seconds,
+            )
+        except Exception as exc:
+            raise SourceError(f"{topic}: cannot look up offsets for timestamp {timestamp_ms}: {exc}") from exc
+        froms: dict[int, int] = {}
+        past_end: list[int] = []
+        for tp in answers:
+            if tp.error is not None:
+                raise SourceError(f"{topic}/{tp.partition}: offsets for timestamp {timestamp_ms}: {tp.error}")
+            if tp.offset < 0:
+                past_end.append(tp.partition)
+            else:
+                froms[tp.partition] = tp.offset
+        starts = self._fetch_ends(consumer, {p: self._watermarks(consumer, p)[1] for p in past_end}) if past_end else {}
+        if froms:
+            starts.update(self._scan_to_time(consumer, froms, timestamp_ms))
+        return starts
+
+    def _scan_to_time(self, consumer: Any, froms: Mapping[int, int], timestamp_ms: int) -> dict[int, int]:
+        kafka = _kafka()
+        topic = self.config.topic
+        found: dict[int, int] = {}
+        paused: list[Any] = []
+        position = dict(froms)
+        consumer.assign([kafka.TopicPartition(topic, p, offset) for p, offset in froms.items()])
+        idle_deadline = time.monotonic() + self.config.read_timeout_seconds
+        try:
+            while len(found) < len(froms):
+                if time.monotonic() > idle_deadline:
+                    p = min(set(froms) - set(found))
+                    raise SourceError(
+                        f"{topic}/{p}@{position[p]}: no progress for {self.config.read_timeout_seconds}s "
+                        f"while looking for the first record at or after timestamp {timestamp_ms}"
+                    )
+                message = consumer.poll(0.2)
+                if message is None:
+                    continue
+                p, error = message.partition(), message.error()
+                if p not in froms or p in found:
+                    continue
+                idle_deadline = time.monotonic() + self.config.read_timeout_seconds
+                if error is None:
+                    position[p] = message.offset() + 1
+                    if message.timestamp()[1] >= timestamp_ms:
+                        found[p] = message.offset()
+                        paused.append(kafka.TopicPartition(topic, p))
+                        consumer.pause(paused[-1:])
+                elif error.code() == _PARTITION_EOF:
+                    found[p] = max(message.offset(), froms[p])
+                elif error.code() in (_OFFSET_OUT_OF_RANGE, _AUTO_OFFSET_RESET):
+                    found[p] = self._watermarks(consumer, p)[0]
+                elif not error.retriable():
+                    raise SourceError(f"{topic}/{p}@{position[p]}: {error.str()}")
+        finally:
+            if paused:  # librdkafka keeps a partition paused across assignments
+                consumer.resume(paused)
+            consumer.unassign()
+        for p, offset in found.items():
+            if offset > froms[p]:
+                log.info(
+                    "%s/%d: the broker answered offset %d for timestamp %d; scanning found %d",
+                    topic,
+                    p,
+                    froms[p],
+                    timestamp_ms,
+                    offset,
+                )
+        return found
+
+    # -- executor side -----------------------------------------------------------------------
+
+    def read(self, spark: SparkSession, ranges: Iterable[OffsetRange]) -> DataFrame:
+        """A lazy DataFrame of the records in `ranges`, one Spark partition per range.
+
+        Columns: topic string, partition int, offset bigint, timestamp timestamp (null when the
+        record has none), key binary, value binary; within a Spark partition in offset order.
+        Each task opens its own consumer, assigns the range's start and reads up to its end;
+        offsets deleted by retention are skipped (logged on the executor). A task that makes no
+        progress for read_timeout_seconds fails with a SourceError naming topic/partition@offset
+        (recover it on the driver with `icetide.sources.base.source_error_in`). Every action on the
+        DataFrame reads Kafka again: persist it if it is used more than once.
+        """
+        todo = [(r.topic, r.partition, r.start, r.end) for r in ranges if r.end > r.start]
+        if not todo:
+            return spark.createDataFrame([], RECORD_DDL)
+        frame = spark.createDataFrame(spark.sparkContext.parallelize(todo, len(todo)), RANGE_DDL)
+        task = functools.partial(
+            read_ranges_task,
+            self.config.consumer_settings(),
+            self.config.read_timeout_seconds,
+        )
+        return frame.mapInArrow(task, RECORD_DDL)
+
+
+class _ClosingConsumer:
+    """Closes a driver-side consumer on exit (it never joined a group, so closing commits nothing)."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+
+    def __enter__(self) -> Any:
+        return self.consumer
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.consumer.close()
+        except Exception:  # pragma: no cover - closing must not hide the real error
+            log.debug("closing the driver consumer failed", exc_info=True)
+
+
+class MessageLike(Protocol):
+    """The part of confluent_kafka.Message a range reader uses."""
+
+    def error(self) -> Any: ...
+    def offset(self) -> int: ...
+    def partition(self) -> int: ...
+    def timestamp(self) -> tuple[int, int]: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+
+
+class ConsumerLike(Protocol):
+    """The part of confluent_kafka.Consumer a range reader uses."""
+
+    def assign(self, partitions: list[Any]) -> None: ...
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Any]: ...
+    def get_watermark_offsets(self, partition: Any, timeout: float = ..., cached: bool = ...) -> Any: ...
+    def close(self) -> None: ...
+
+
+class RangeReader:
+    """Reads one offset range from an assigned consumer into Arrow record batches.
+
+    Guarantees: every record with start <= offset < end that the broker still holds is yielded
+    once, in offset order; nothing outside the range is. Offsets below the log start (deleted by
+    retention) are skipped with a warning. Ends at the last offset of the range, or at an EOF
+    event at or past the end (gaps left by compaction or transaction markers); raises
+    ExecutorSourceError after `read_timeout` seconds without progress.
+    """
+
+    def __init__(
+        self,
+        consumer: ConsumerLike,
+        offset_range: OffsetRange,
+        *,
+        read_timeout: float,
+        batch_rows: int = 10_000,
+        poll_timeout: float = 0.2,
+        topic_partition: Callable[[str, int, int], Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.consumer = consumer
+        self.range = offset_range
+        self.read_timeout = read_timeout
+        self.batch_rows = batch_rows
+        self.poll_timeout = poll_timeout
+        self._tp = topic_partition or (lambda t, p, o: _kafka().TopicPartition(t, p, o))
+        self._clock = clock
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Record batches of at most batch_rows rows, in RECORD_ARROW_SCHEMA."""
+        r = self.range
+        where = f"{r.topic}/{r.partition}"
+        next_offset = r.start
+        self.consumer.assign([self._tp(r.topic, r.partition, r.start)])
+        offsets: list[int] = []
+        stamps: list[int | None] = []
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        deadline = self._clock() + self.read_timeout
+        while next_offset < r.end:
+            if self._clock() > deadline:
+                raise ExecutorSourceError(
+                    f"{where}@{next_offset}: no records for {self.read_timeout:g}s while reading offsets "
+                    f"[{r.start}, {r.end}); is the broker reachable and the data still there?"
+                )
+            wanted = min(self.batch_rows - len(offsets), r.end - next_offset)
+            for message in self.consumer.consume(num_messages=max(1, wanted), timeout=self.poll_timeout):
+                error = message.error()
+                if error is not None:
+                    code = error.code()
+                    if code == _PARTITION_EOF:
+                        if message.offset() >= r.end:
+                            next_offset = r.end
+                            break
+                        continue
+                    if code in (_OFFSET_OUT_OF_RANGE, _AUTO_OFFSET_RESET):
+                        next_offset = self._skip_deleted(next_offset)
+                        deadline = self._clock() + self.read_timeout
+                        break
+                    if error.retriable():
+                        log.debug("%s@%d: retriable error %s", where, next_offset, error.str())
+                        continue
+                    raise ExecutorSourceError(f"{where}@{next_offset}: {error.str()}")
+                offset = message.offset()
+                if offset < next_offset:
+                    continue
+                if offset >= r.end:
+                    next_offset = r.end
+                    break
+                kind, stamp = message.timestamp()
+                offsets.append(offset)
+                stamps.append(stamp * 1000 if kind != 0 and stamp >= 0 else None)
+                keys.append(message.key())
+                values.append(message.value())
+                next_offset = offset + 1
+                deadline = self._clock() + self.read_timeout
+            if len(offsets) >= self.batch_rows:
+                yield self._batch(offsets, stamps, keys, values)
+                offsets, stamps, keys, values = [], [], [], []
+        if offsets:
+            yield self._batch(offsets, stamps, keys, values)
+
+    def _skip_deleted(self, next_offset: int) -> int:
+        r = self.range
+        try:
+            marks = self.consumer.get_watermark_offsets(
+                self._tp(r.topic, r.partition, -1), timeout=min(self.read_timeout, 10.0), cached=False
+            )
+        except Exception as exc:
+            raise ExecutorSourceError(f"{r.topic}/{r.partition}@{next_offset}: offset out of range: {exc}") from exc
+        low = int(marks[0]) if marks else -1
+        if low <= next_offset:
+            raise ExecutorSourceError(
+                f"{r.topic}/{r.partition}@{next_offset}: offset out of range (log start {low}); "
+                "was the topic truncated or recreated?"
+            )
+        log.warning(
+            "%s/%d: offsets %d..%d were deleted by retention before being read; skipping to %d",
+            r.topic,
+            r.partition,
+            next_offset,
+            min(low, r.end) - 1,
+            min(low, r.end),
+        )
+        if low < r.end:
+            self.consumer.assign([self._tp(r.topic, r.partition, low)])
+        return min(low, r.end)
+
+    def _batch(
+        self, offsets: list[int], stamps: list[int | None], keys: list[bytes | None], values: list[bytes | None]
+    ) -> pa.RecordBatch:
+        n = len(offsets)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array([self.range.topic] * n, pa.string()),
+                pa.array([self.range.partition] * n, pa.int32()),
+                pa.array(offsets, pa.int64()),
+                pa.array(stamps, pa.timestamp("us", tz="UTC")),
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+            ],
+            schema=RECORD_ARROW_SCHEMA,
+        )
+
+
+def read_ranges_task(
+    settings: Mapping[str, str], read_timeout: float, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: read every range (rows of RANGE_DDL) of this Spark partition, in order."""
+    kafka = _kafka()
+    for ranges in batches:
+        for row in ranges.to_pylist():
+            offset_range = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
+            try:
+                consumer = kafka.Consumer(dict(settings))
+            except Exception as exc:
+                raise ExecutorSourceError(
+                    f"{offset_range.topic}/{offset_range.partition}@{offset_range.start}: cannot create a consumer: {exc}"
+                ) from exc
+            try:
+                reader = RangeReader(
+                    consumer, offset_range, read_timeout=read_timeout, topic_partition=kafka.TopicPartition
+                )
+                yield from reader.batches()
+            finally:
+                consumer.close()

@@ -1,0 +1,284 @@
+"""The upsert sink against the reference model: random batches, replays, races, schema drift."""
+
+from __future__ import annotations
+
+import random
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import icetide
+from icetide.errors import ConfigError, SchemaError
+from tests.model import ReferenceModel, table_rows
+
+SCHEMA = "id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING, seq BIGINT"
+DDL = "id long, ts timestamp, v string, seq long, _op string"
+COLUMNS = ["id", "ts", "v", "seq"]
+KEY = ["id", "ts"]
+T0 = datetime(2026, 1, 1, 10, tzinfo=UTC)
+
+
+def make_table(spark: Any, name: str, partition_by: list[str] | None = None, **kw: Any) -> None:
+    icetide.create_table(
+        spark,
+        name,
+        schema=SCHEMA,
+        key=KEY,
+        partition_by=partition_by if partition_by is not None else ["hours(ts)"],
+        **kw,
+    )
+
+
+def naive(ts: datetime) -> datetime:
+    """Spark hands timestamps back as naive datetimes in the session zone (UTC)."""
+    return ts.replace(tzinfo=None)
+
+
+def random_batch(rng: random.Random, keys: int, size: int) -> list[dict[str, Any]]:
+    rows = []
+    for _ in range(size):
+        late = rng.random() < 0.2
+        hour = rng.choice([0, 1, 2]) if not late else rng.choice([-5, -12, -23])
+        rows.append(
+            {
+                "id": rng.randrange(keys),
+                "ts": naive(T0 + timedelta(hours=hour)),
+                "v": rng.choice([None, "a", "b", "c", f"v{rng.randrange(1000)}"]),
+                "seq": rng.choice([None, *range(5)]) if rng.random() < 0.1 else rng.randrange(5),
+                "_op": rng.choice(["INSERT", "UPSERT", "UPSERT", "DELETE", None, "upsert"]),
+            }
+        )
+    return rows
+
+
+def to_df(spark: Any, rows: list[dict[str, Any]]) -> Any:
+    return spark.createDataFrame([tuple(r.get(c) for c in [*COLUMNS, "_op"]) for r in rows], DDL)
+
+
+def check(spark: Any, table: str, model: ReferenceModel) -> None:
+    assert table_rows(spark, table, COLUMNS, KEY) == model.rows
+
+
+@pytest.mark.parametrize("distribution", ["dynamic", "key", "partition", "none"])
+def test_random_batches_match_the_model(spark: Any, table_name: str, distribution: str) -> None:
+    make_table(spark, table_name, partition_by=["hours(ts)", "bucket(4, id)"])
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="prop", order_by="seq", distribution=distribution)
+    model = ReferenceModel(KEY, COLUMNS, "seq")
+    rng = random.Random(hash(distribution) & 0xFFFF)
+    batches = 8 if distribution == "dynamic" else 4
+    history = []
+    for batch_id in range(1, batches + 1):
+        rows = random_batch(rng, keys=25, size=rng.randrange(1, 60))
+        history.append(rows)
+        result = sink.write(to_df(spark, rows), batch_id=batch_id, source_position={"n": batch_id})
+        assert result.committed
+        model.apply(batch_id, rows)
+        check(spark, table_name, model)
+        if batch_id % 3 == 0:  # replaying any committed batch changes nothing
+            old = rng.randrange(1, batch_id + 1)
+            replay = sink.write(to_df(spark, history[old - 1]), batch_id=old)
+            assert not replay.committed
+            check(spark, table_name, model)
+    state = sink.last_committed()
+    assert state is not None and state.batch_id == batches and state.source_position == {"n": batches}
+
+
+def test_delete_of_absent_key_and_repeated_insert(spark: Any, table_name: str) -> None:
+    make_table(spark, table_name)
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="p", order_by="seq")
+    model = ReferenceModel(KEY, COLUMNS, "seq")
+    ts = naive(T0)
+    batches = [
+        [
+            {"id": 1, "ts": ts, "v": "x", "seq": 1, "_op": "INSERT"},
+            {"id": 9, "ts": ts, "v": None, "seq": 1, "_op": "DELETE"},
+        ],
+        [{"id": 1, "ts": ts, "v": "x", "seq": 1, "_op": "INSERT"}],  # repeated INSERT: still one row
+        [
+            {"id": 1, "ts": ts, "v": None, "seq": 2, "_op": "DELETE"},
+            {"id": 1, "ts": ts, "v": "y", "seq": 3, "_op": "INSERT"},
+        ],
+    ]
+    for i, rows in enumerate(batches, start=1):
+        sink.write(to_df(spark, rows), batch_id=i)
+        model.apply(i, rows)
+        check(spark, table_name, model)
+    assert model.rows == {(1, ts): (1, ts, "y", 3)}
+
+
+def test_changelog_mode_writes_no_delete_for_new_keys(spark: Any, table_name: str) -> None:
+    make_table(spark, table_name)
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="cl", order_by="seq", changelog=True)
+    rows = [{"id": i, "ts": naive(T0), "v": "n", "seq": 1, "_op": "INSERT"} for i in range(10)]
+    result = sink.write(to_df(spark, rows), batch_id=1)
+    assert result.rows_written == 10 and result.delete_rows == 0 and result.delete_files == 0
+    rows2 = [{"id": 3, "ts": naive(T0), "v": "u", "seq": 2, "_op": "UPSERT"}]
+    result = sink.write(to_df(spark, rows2), batch_id=2)
+    assert result.delete_rows == 1
+    model = ReferenceModel(KEY, COLUMNS, "seq")
+    model.apply(1, rows)
+    model.apply(2, rows2)
+    check(spark, table_name, model)
+
+
+def test_files_roll_at_target_size_and_carry_pipeline_and_batch(spark: Any, table_name: str) -> None:
+    make_table(spark, table_name, partition_by=[])
+    sink = icetide.UpsertSink(
+        spark, table_name, pipeline_id="roll", target_file_size=16 * 1024, distribution="partition"
+    )
+    df = spark.range(60_000).selectExpr("id", "timestamp'2026-01-01 10:00:00' AS ts", "uuid() AS v", "id AS seq")
+    result = sink.write(df, batch_id=7)
+    assert result.data_files > 3  # one task, rolled many times
+    paths = [r[0] for r in spark.sql(f"SELECT file_path FROM {table_name}.files WHERE content = 0").collect()]
+    assert len(paths) == result.data_files
+    assert all("icetide-roll-b000000000007-" in p for p in paths)
+    sizes = [r[0] for r in spark.sql(f"SELECT file_size_in_bytes FROM {table_name}.files").collect()]
+    assert max(sizes) < 16 * 1024 * 4
+    assert spark.table(table_name).count() == 60_000
+
+
+def test_another_writer_commits_between_write_and_commit(spark: Any, table_name: str) -> None:
+    make_table(spark, table_name)
+    mine = icetide.UpsertSink(spark, table_name, pipeline_id="mine", order_by="seq")
+    other = icetide.UpsertSink(spark, table_name, pipeline_id="other", order_by="seq")
+    model = ReferenceModel(KEY, COLUMNS, "seq")
+    first = [{"id": i, "ts": naive(T0), "v": "base", "seq": 0, "_op": None} for i in range(6)]
+    mine.write(to_df(spark, first), batch_id=1)
+    model.apply(1, first)
+    theirs = [{"id": i, "ts": naive(T0), "v": "theirs", "seq": 0, "_op": None} for i in (1, 2, 10)]
+    ours = [{"id": i, "ts": naive(T0), "v": "ours", "seq": 0, "_op": None} for i in (2, 3)]
+    original = mine.committer.commit
+
+    def commit_after_other_writer(*args: Any, **kw: Any) -> Any:
+        other.write(to_df(spark, theirs), batch_id=1)  # lands after our files are written
+        return original(*args, **kw)
+
+    mine.committer.commit = commit_after_other_writer  # type: ignore[method-assign]
+    assert mine.write(to_df(spark, ours), batch_id=2).committed
+    expected = dict(model.rows)
+    for r in theirs + ours:  # ours committed last, so it wins on key 2
+        expected[(r["id"], r["ts"])] = (r["id"], r["ts"], r["v"], r["seq"])
+    assert table_rows(spark, table_name, COLUMNS, KEY) == expected
+
+
+def test_concurrent_writers_of_one_pipeline_land_each_batch_once(spark: Any, table_name: str) -> None:
+    """Two sinks with the same pipeline id (a zombie and its replacement) race on every batch."""
+    make_table(spark, table_name)
+    sinks = [icetide.UpsertSink(spark, table_name, pipeline_id="zombie", order_by="seq") for _ in range(2)]
+    batches = {
+        b: [{"id": b * 100 + i, "ts": naive(T0), "v": f"b{b}", "seq": 0, "_op": "INSERT"} for i in range(5)]
+        for b in range(1, 5)
+    }
+    outcomes: list[tuple[int, bool]] = []
+    errors: list[BaseException] = []
+
+    def run(sink: icetide.UpsertSink) -> None:
+        try:
+            for b, rows in batches.items():
+                outcomes.append((b, sink.write(to_df(spark, rows), batch_id=b).committed))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in sinks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    model = ReferenceModel(KEY, COLUMNS, "seq")
+    for b, rows in batches.items():
+        model.apply(b, rows)
+    check(spark, table_name, model)
+    snapshots = spark.sql(f"SELECT summary['icetide.batch-id'] AS b FROM {table_name}.snapshots").collect()
+    committed = [int(r["b"]) for r in snapshots]
+    assert sorted(committed) == [1, 2, 3, 4]  # every batch committed, none twice
+    assert sorted(b for b, landed in outcomes if landed) == [1, 2, 3, 4]
+
+
+def test_schema_drift(spark: Any, table_name: str) -> None:
+    make_table(spark, table_name)
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="drift")
+    # A batch may omit nullable columns and use narrower types.
+    df = spark.createDataFrame([(1, naive(T0))], "id int, ts timestamp")
+    assert sink.write(df, batch_id=1).committed
+    assert table_rows(spark, table_name, COLUMNS, KEY) == {(1, naive(T0)): (1, naive(T0), None, None)}
+    bad = spark.createDataFrame([(2, naive(T0), "x")], "id long, ts timestamp, extra string")
+    with pytest.raises(SchemaError, match="'extra'"):
+        sink.write(bad, batch_id=2)
+    bad = spark.createDataFrame([("two", naive(T0))], "id string, ts timestamp")
+    with pytest.raises(SchemaError, match="'id' is string"):
+        sink.write(bad, batch_id=2)
+    bad = spark.createDataFrame([(3, "x")], "id long, v string")
+    with pytest.raises(SchemaError, match="NOT NULL column 'ts'"):
+        sink.write(bad, batch_id=2)
+    nulls = spark.createDataFrame([(None, naive(T0))], "id long, ts timestamp")
+    with pytest.raises(SchemaError, match="'id' is NOT NULL"):
+        sink.write(nulls, batch_id=2)
+    assert sink.last_committed().batch_id == 1  # type: ignore[union-attr]
+    leftovers = spark.sql(f"SELECT count(*) FROM {table_name}.files").first()[0]
+    assert leftovers == 2  # batch 1's data and delete file; nothing of the failed batches
+
+
+def test_unknown_op_fails_the_batch_with_its_value(spark: Any, table_name: str) -> None:
+    make_table(spark, table_name)
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="ops")
+    df = spark.createDataFrame([(1, naive(T0), "x", 1, "MERGE")], DDL)
+    with pytest.raises(SchemaError, match="'MERGE'"):
+        sink.write(df, batch_id=1)
+    assert sink.last_committed() is None
+
+
+def test_create_table_is_idempotent_and_refuses_a_different_definition(spark: Any, table_name: str) -> None:
+    make_table(spark, table_name)
+    make_table(spark, table_name)  # same definition: a no-op
+    with pytest.raises(SchemaError, match="different definition"):
+        make_table(spark, table_name, partition_by=["days(ts)"])
+    with pytest.raises(ConfigError, match="'v'.*not part of the key"):
+        icetide.create_table(spark, table_name + "_x", schema=SCHEMA, key=KEY, partition_by=["v"])
+    props = icetide.create_table(spark, table_name, schema=SCHEMA, key=KEY, partition_by=["hours(ts)"]).properties()
+    assert props.get("format-version") == "2" or spark.sql(f"SHOW TBLPROPERTIES {table_name}").count() > 0
+    assert props.get("write.delete.mode") == "merge-on-read"
+
+
+@pytest.mark.parametrize(
+    "partition_by",
+    [["days(ts)"], ["months(ts)"], ["years(ts)"], ["bucket(3, id)"], ["truncate(10, id)"], ["id"], []],
+)
+def test_every_transform_round_trips(spark: Any, table_name: str, partition_by: list[str]) -> None:
+    make_table(spark, table_name, partition_by=partition_by)
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="t", order_by="seq")
+    model = ReferenceModel(KEY, COLUMNS, "seq")
+    rows = [{"id": i, "ts": naive(T0 + timedelta(days=40 * i)), "v": str(i), "seq": 0, "_op": None} for i in range(12)]
+    sink.write(to_df(spark, rows), batch_id=1)
+    model.apply(1, rows)
+    deletes = [{**rows[i], "_op": "DELETE", "seq": 1} for i in (0, 5, 11)]
+    sink.write(to_df(spark, deletes), batch_id=2)
+    model.apply(2, deletes)
+    check(spark, table_name, model)
+    # Spark's partition pruning agrees with the values icetide wrote.
+    hit = spark.table(table_name).where(f"id = 7 AND ts = timestamp'{naive(T0 + timedelta(days=280))}'").count()
+    assert hit == 1
+
+
+def test_string_partition_values_with_slashes(spark: Any, table_name: str) -> None:
+    icetide.create_table(
+        spark, table_name, schema="k STRING NOT NULL, v INT", key=["k"], partition_by=["k", "truncate(2, k)"]
+    )
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="s")
+    keys = ["a/b", "a=b", "x y", "%2F", "ü"]
+    sink.write(spark.createDataFrame([(k, i) for i, k in enumerate(keys)], "k string, v int"), batch_id=1)
+    got = {r["k"]: r["v"] for r in spark.table(table_name).collect()}
+    assert got == {k: i for i, k in enumerate(keys)}
+    assert spark.table(table_name).where("k = 'a/b'").count() == 1
+
+
+def test_bad_sink_config_names_the_key(spark: Any, table_name: str) -> None:
+    make_table(spark, table_name)
+    with pytest.raises(ConfigError, match="distribution"):
+        icetide.UpsertSink(spark, table_name, pipeline_id="x", distribution="random")
+    with pytest.raises(ConfigError, match="order_by"):
+        icetide.UpsertSink(spark, table_name, pipeline_id="x", order_by="nope")
+    with pytest.raises(ConfigError, match="pipeline_id"):
+        icetide.UpsertSink(spark, table_name, pipeline_id="")
