@@ -235,7 +235,7 @@ def test_create_table_is_idempotent_and_refuses_a_different_definition(spark: An
     make_table(spark, table_name)  # same definition: a no-op
     with pytest.raises(SchemaError, match="different definition"):
         make_table(spark, table_name, partition_by=["days(ts)"])
-    with pytest.raises(ConfigError, match="'v'.*not part of the key"):
+    with pytest.raises(ConfigError, match=r"'v'.*not part of the key"):
         icetide.create_table(spark, table_name + "_x", schema=SCHEMA, key=KEY, partition_by=["v"])
     props = icetide.create_table(spark, table_name, schema=SCHEMA, key=KEY, partition_by=["hours(ts)"]).properties()
     assert props.get("format-version") == "2" or spark.sql(f"SHOW TBLPROPERTIES {table_name}").count() > 0

@@ -42,7 +42,7 @@ def test_iceberg_spellings_round_trip() -> None:
 
 
 def test_partition_source_must_be_in_key() -> None:
-    with pytest.raises(ConfigError, match="'ts'.*not part of the key"):
+    with pytest.raises(ConfigError, match=r"'ts'.*not part of the key"):
         TableSpec.of("id BIGINT NOT NULL, ts TIMESTAMP NOT NULL", ["id"], ["hours(ts)"])
     spec = TableSpec.of("id BIGINT NOT NULL, ts TIMESTAMP NOT NULL", ["id", "ts"], ["hours(ts)", "bucket(4, id)"])
     assert [str(p) for p in spec.partition_by] == ["hours(ts)", "bucket(4, id)"]

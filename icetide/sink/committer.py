@@ -85,6 +85,7 @@ class WrittenFile:
     partition: tuple[str | None, ...]
     record_count: int
     file_size: int
+    writer: str = ""  # host:pid of the executor process that wrote it
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class BatchResult:
     commit_seconds: float
     files_per_partition: dict[str, int]
     skipped_reason: str = ""
+    writers: tuple[str, ...] = ()  # host:pid of the processes that wrote the files
 
 
 def _compatible(source: DataType, target: DataType) -> bool:
@@ -195,6 +196,7 @@ class UpsertSink:
             commit_seconds=commit_seconds,
             files_per_partition=per_partition,
             skipped_reason=outcome.reason,
+            writers=tuple(sorted({f.writer for f in files})),
         )
         log.debug("batch %s: %s", batch_id, result)
         return result
@@ -318,7 +320,9 @@ class UpsertSink:
             if cached:
                 prepared.unpersist()
         return [
-            WrittenFile(r["content"], r["path"], tuple(r["partition"]), int(r["record_count"]), int(r["file_size"]))
+            WrittenFile(
+                r["content"], r["path"], tuple(r["partition"]), int(r["record_count"]), int(r["file_size"]), r["writer"]
+            )
             for r in rows
         ]
 

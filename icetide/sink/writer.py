@@ -6,7 +6,9 @@ yields one small metadata row per file it wrote, which is all the driver ever se
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ import pyarrow.parquet as pq
 from icetide.sink.changelog import BadOperationError, collapse
 
 EXECUTOR_ERROR_MARKER = "[icetide] "
+WRITER_ID = f"{socket.gethostname()}:{os.getpid()}"  # which process wrote a file, for debugging
 DATA, EQUALITY_DELETES = "data", "equality_deletes"
 
 WRITTEN_FILE_SCHEMA = pa.schema(
@@ -30,9 +33,12 @@ WRITTEN_FILE_SCHEMA = pa.schema(
         pa.field("partition", pa.list_(pa.string())),
         pa.field("record_count", pa.int64()),
         pa.field("file_size", pa.int64()),
+        pa.field("writer", pa.string()),
     ]
 )
-WRITTEN_FILE_DDL = "content string, path string, partition array<string>, record_count long, file_size long"
+WRITTEN_FILE_DDL = (
+    "content string, path string, partition array<string>, record_count long, file_size long, writer string"
+)
 
 
 class WriteError(RuntimeError):
@@ -214,6 +220,7 @@ def write_task(batches: Iterator[pa.RecordBatch], config: WriterConfig, task_tag
                 out["partition"].append(texts)
                 out["record_count"].append(records)
                 out["file_size"].append(size)
+                out["writer"].append(WRITER_ID)
     return pa.RecordBatch.from_pydict(out, schema=WRITTEN_FILE_SCHEMA)
 
 
