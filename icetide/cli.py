@@ -8,7 +8,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from icetide.errors import IcetideError
+from icetide.errors import IcetideError, one_line
 
 log = logging.getLogger("icetide.cli")
 
@@ -137,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("icetide: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a Java or library error: one line here, the trace with -v
+        log.debug("failed", exc_info=True)
+        hint = "" if args.verbose else " (run with -v for details)"
+        print(f"icetide: error: {one_line(exc)}{hint}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

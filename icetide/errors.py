@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class IcetideError(Exception):
     """Root of every error icetide raises on purpose; its message is one line for the user."""
@@ -48,3 +50,18 @@ class CommitStateUnknownError(IcetideError):
 
 class SourceError(TransientError):
     """A source could not be read."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The most telling single line of an exception, even one wrapped by py4j or a Python worker.
+
+    Java and worker errors arrive as pages of stack trace; the line a user needs is usually the
+    deepest `SomethingException: message` (the root cause), so that is the one returned.
+    """
+    if isinstance(exc, IcetideError):
+        return str(exc)
+    text = str(exc).strip()
+    causes = re.findall(r"^\s*(?:Caused by: )?((?:[\w.$]+(?:Error|Exception)): .+)$", text, flags=re.MULTILINE)
+    if causes:
+        return causes[-1].strip()
+    return text.splitlines()[0] if text else type(exc).__name__

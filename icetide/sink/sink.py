@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import ConfigError, IcetideError, SchemaError
+from icetide.errors import ConfigError, IcetideError, SchemaError, one_line
 from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.committer import CommitOutcome, Committer, PipelineState, WrittenFile
 from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute
@@ -85,15 +85,6 @@ def _executor_message(exc: BaseException) -> str | None:
     """The user-facing message a writer task raised, dug out of Spark's exception text."""
     match = re.search(re.escape(EXECUTOR_ERROR_MARKER) + r"([^\n]+)", str(exc))
     return match.group(1).strip() if match else None
-
-
-def one_line(exc: BaseException) -> str:
-    """The most telling single line of a (possibly Java- or worker-wrapped) exception."""
-    text = str(exc).strip()
-    errors = re.findall(r"^\s*((?:[\w.]+(?:Error|Exception)): .+)$", text, flags=re.MULTILINE)
-    if errors:
-        return errors[-1].strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class UpsertSink:
