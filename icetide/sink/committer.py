@@ -20,15 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError
-from icetide.table.iceberg import (
-    java_exception_class,
-    java_int_array,
-    java_message,
-    jvm,
-    key_field_ids,
-    load_table,
-    partition_data,
-)
+from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -86,6 +78,7 @@ class WrittenFile:
     record_count: int
     file_size: int
     writer: str = ""  # host:pid of the executor process that wrote it
+    metadata_json: str = ""  # Iceberg content-file JSON, metrics included, computed by the writer
 
 
 @dataclass(frozen=True)
@@ -148,39 +141,18 @@ class Committer:
         )
 
     def _content_files(self, files: Sequence[WrittenFile]) -> tuple[list[Any], list[Any]]:
+        """DataFiles and DeleteFiles from the writers' JSON: two JVM calls a file, no footer reads."""
         j = jvm(self.spark)
-        table = self.table
-        spec = table.spec()
-        metrics_config = j.org.apache.iceberg.MetricsConfig.forTable(table)
-        parquet_util = j.org.apache.iceberg.parquet.ParquetUtil
-        equality_ids = java_int_array(self.spark, key_field_ids(table))
-        io = table.io()
-        data, deletes = [], []
-        partitions: dict[tuple[str | None, ...], Any] = {}
-        for f in files:
-            if f.partition not in partitions:
-                partitions[f.partition] = partition_data(self.spark, spec, list(f.partition))
-            metrics = parquet_util.fileMetrics(io.newInputFile(f.path), metrics_config)
-            if f.content == "data":
-                builder = j.org.apache.iceberg.DataFiles.builder(spec)
-                builder.withPartitionValues(list(f.partition))
-                data.append(
-                    builder.withPath(f.path)
-                    .withFormat("PARQUET")
-                    .withFileSizeInBytes(f.file_size)
-                    .withMetrics(metrics)
-                    .build()
-                )
-            else:
-                builder = j.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec).ofEqualityDeletes(equality_ids)
-                builder.withPartition(partitions[f.partition])
-                deletes.append(
-                    builder.withPath(f.path)
-                    .withFormat("PARQUET")
-                    .withFileSizeInBytes(f.file_size)
-                    .withMetrics(metrics)
-                    .build()
-                )
+        specs = self.table.specs()
+        parser = j.org.apache.iceberg.ContentFileParser
+        nodes = j.org.apache.iceberg.util.JsonUtil.mapper().readTree(
+            "[" + ",".join(f.metadata_json for f in files) + "]"
+        )
+        data: list[Any] = []
+        deletes: list[Any] = []
+        for i, f in enumerate(files):
+            content_file = parser.fromJson(nodes.get(i), specs)
+            (data if f.content == "data" else deletes).append(content_file)
         return data, deletes
 
     def commit(self, batch_id: int, files: Sequence[WrittenFile], source_position: Any = None) -> CommitOutcome:

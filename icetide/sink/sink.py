@@ -20,7 +20,14 @@ from icetide.sink.writer import (
     filesystem_for,
     writer_function,
 )
-from icetide.table.iceberg import arrow_schema, data_location, key_columns, partition_fields, table_property
+from icetide.table.iceberg import (
+    arrow_schema,
+    data_location,
+    key_columns,
+    key_field_ids,
+    partition_fields,
+    table_property,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,7 +71,9 @@ def _compatible(source: DataType, target: DataType) -> bool:
         return integral.index(type(source)) <= integral.index(type(target))
     if isinstance(source, T.FloatType) and isinstance(target, T.DoubleType):
         return True
-    if isinstance(source, integral) and isinstance(target, T.DecimalType | T.DoubleType):
+    if isinstance(source, (*integral, T.DecimalType)) and isinstance(target, T.DoubleType):
+        return True
+    if isinstance(source, integral) and isinstance(target, T.DecimalType):
         return True
     if isinstance(source, T.DecimalType) and isinstance(target, T.DecimalType):
         return source.scale <= target.scale and source.precision - source.scale <= target.precision - target.scale
@@ -237,6 +246,9 @@ class UpsertSink:
             partition_columns=tuple(pcols),
             partition_names=tuple(pf.name for pf in fields),
             partition_types=tuple(pf.result_type for pf in fields),
+            partition_field_ids=tuple(pf.field_id for pf in fields),
+            spec_id=int(jtable.spec().specId()),
+            equality_ids=tuple(key_field_ids(jtable)),
             data_location=data_location(jtable),
             pipeline_id=self.pipeline_id,
             batch_id=batch_id,
@@ -312,7 +324,13 @@ class UpsertSink:
                 prepared.unpersist()
         return [
             WrittenFile(
-                r["content"], r["path"], tuple(r["partition"]), int(r["record_count"]), int(r["file_size"]), r["writer"]
+                r["content"],
+                r["path"],
+                tuple(r["partition"]),
+                int(r["record_count"]),
+                int(r["file_size"]),
+                r["writer"],
+                r["metadata_json"],
             )
             for r in rows
         ]

@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from icetide.sink.changelog import BadOperationError, collapse
+from icetide.sink.metrics import FileStats, content_file_json, partition_json_value
 
 EXECUTOR_ERROR_MARKER = "[icetide] "
 WRITER_ID = f"{socket.gethostname()}:{os.getpid()}"  # which process wrote a file, for debugging
@@ -34,10 +35,12 @@ WRITTEN_FILE_SCHEMA = pa.schema(
         pa.field("record_count", pa.int64()),
         pa.field("file_size", pa.int64()),
         pa.field("writer", pa.string()),
+        pa.field("metadata_json", pa.string()),
     ]
 )
 WRITTEN_FILE_DDL = (
-    "content string, path string, partition array<string>, record_count long, file_size long, writer string"
+    "content string, path string, partition array<string>, record_count long, file_size long, writer string, "
+    "metadata_json string"
 )
 
 
@@ -57,6 +60,9 @@ class WriterConfig:
     partition_columns: tuple[str, ...]  # batch columns holding partition values, spec order
     partition_names: tuple[str, ...]  # the spec's field names, for folder names
     partition_types: tuple[str, ...]  # Iceberg result types of the partition fields
+    partition_field_ids: tuple[int, ...]
+    spec_id: int
+    equality_ids: tuple[int, ...]  # field ids of the key columns
     data_location: str
     pipeline_id: str
     batch_id: int
@@ -117,7 +123,7 @@ class RollingFileWriter:
         self.base_path = base.rstrip("/")
         self.folder = folder
         self.name_prefix = name_prefix
-        self.written: list[tuple[str, int, int]] = []  # (uri, records, bytes)
+        self.written: list[tuple[str, int, FileStats]] = []  # (uri, bytes, statistics)
         self._sequence = 0
 
     def _open(self) -> tuple[str, pa.NativeFile, pq.ParquetWriter]:
@@ -141,23 +147,22 @@ class RollingFileWriter:
         if table.num_rows == 0:
             return
         bytes_per_row = max(1, table.nbytes // table.num_rows)
-        chunk = int(
-            min(1_000_000, max(1024, min(self.config.row_group_bytes, self.config.target_file_size) // bytes_per_row))
-        )
+        group_bytes = min(self.config.row_group_bytes, self.config.target_file_size)
+        chunk = int(min(1_000_000, max(1024, group_bytes // bytes_per_row)))
         uri, sink, writer = self._open()
-        records = 0
+        stats = FileStats(self.schema)
         for start in range(0, table.num_rows, chunk):
-            if records and sink.tell() >= self.config.target_file_size:
+            if stats.records and sink.tell() >= self.config.target_file_size:
                 writer.close()
-                self.written.append((uri, records, sink.tell()))
+                self.written.append((uri, sink.tell(), stats))
                 sink.close()
                 uri, sink, writer = self._open()
-                records = 0
+                stats = FileStats(self.schema)
             part = table.slice(start, chunk)
             writer.write_table(part, row_group_size=part.num_rows)
-            records += part.num_rows
+            stats.add(part)
         writer.close()
-        self.written.append((uri, records, sink.tell()))
+        self.written.append((uri, sink.tell(), stats))
         sink.close()
 
 
@@ -209,18 +214,35 @@ def write_task(batches: Iterator[pa.RecordBatch], config: WriterConfig, task_tag
         ),
     ]
     for content, rows, schema, kind_tag in kinds:
+        iceberg_content = "DATA" if content == DATA else "EQUALITY_DELETES"
+        equality_ids = None if content == DATA else list(config.equality_ids)
         for values, group in _groups(rows, config.partition_columns):
             texts = [partition_value_text(v, t) for v, t in zip(values, config.partition_types, strict=True)]
+            partition = {
+                fid: partition_json_value(v, t)
+                for fid, v, t in zip(config.partition_field_ids, values, config.partition_types, strict=True)
+            }
             folder = partition_folder(config.partition_names, texts)
             writer = RollingFileWriter(config, schema, folder, f"{prefix}-{kind_tag}")
             writer.write(_conform(group, schema))
-            for uri, records, size in writer.written:
+            for uri, size, stats in writer.written:
                 out["content"].append(content)
                 out["path"].append(uri)
                 out["partition"].append(texts)
-                out["record_count"].append(records)
+                out["record_count"].append(stats.records)
                 out["file_size"].append(size)
                 out["writer"].append(WRITER_ID)
+                out["metadata_json"].append(
+                    content_file_json(
+                        content=iceberg_content,
+                        path=uri,
+                        spec_id=config.spec_id,
+                        partition=partition,
+                        file_size=size,
+                        stats=stats,
+                        equality_ids=equality_ids,
+                    )
+                )
     return pa.RecordBatch.from_pydict(out, schema=WRITTEN_FILE_SCHEMA)
 
 

@@ -35,7 +35,7 @@ import os
 import posixpath
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -164,10 +164,10 @@ def parse_position(position: Mapping[str, Any] | None) -> tuple[int, dict[str, i
     try:
         newest = int(position["max_mtime_ms"])
         files = {str(name): int(mtime) for name, mtime in dict(position["files"]).items()}
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(
             f"file position: expected {{'max_mtime_ms': int, 'files': {{name: mtime_ms}}}}, got {position!r}"
-        )
+        ) from exc
     return newest, files
 
 
@@ -287,7 +287,7 @@ class FileSource:
         return frame.withColumn("_icetide_uri", uri).withColumn(SOURCE_FILE_COLUMN, decoded).drop("_icetide_uri")
 
 
-def read_json_lines_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def read_json_lines_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: the lines of every file (rows of "path STRING") in this Spark partition."""
     for batch in batches:
         for path in batch.column("path").to_pylist():

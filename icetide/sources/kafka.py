@@ -711,7 +711,7 @@ class RangeReader:
 
 
 def read_ranges_task(
-    settings: Mapping[str, str], read_timeout: float, batches: Iterator[pa.RecordBatch]
+    settings: Mapping[str, str], read_timeout: float, batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: read every range (rows of RANGE_DDL) of this Spark partition, in order."""
     kafka = _kafka()
@@ -721,9 +721,8 @@ def read_ranges_task(
             try:
                 consumer = kafka.Consumer(dict(settings))
             except Exception as exc:
-                raise ExecutorSourceError(
-                    f"{offset_range.topic}/{offset_range.partition}@{offset_range.start}: cannot create a consumer: {exc}"
-                ) from exc
+                where = f"{offset_range.topic}/{offset_range.partition}@{offset_range.start}"
+                raise ExecutorSourceError(f"{where}: cannot create a consumer: {exc}") from exc
             try:
                 reader = RangeReader(
                     consumer, offset_range, read_timeout=read_timeout, topic_partition=kafka.TopicPartition

@@ -108,6 +108,7 @@ class PartitionField:
     name: str
     transform: PartitionTransform | None  # None: a void (dropped) field, always null
     result_type: str
+    field_id: int
 
 
 def partition_fields(jtable: JavaObject) -> list[PartitionField]:
@@ -124,7 +125,7 @@ def spec_fields(spec: JavaObject, schema: JavaObject) -> list[PartitionField]:
         result_type = result_types[i].type().typeId().toString().lower()
         result_type = "int" if result_type == "integer" else result_type
         if transform == "void":
-            fields.append(PartitionField(pf.name(), None, result_type))
+            fields.append(PartitionField(pf.name(), None, result_type, pf.fieldId()))
             continue
         column = schema.findColumnName(pf.sourceId())
         if result_type not in PARTITION_TYPES:
@@ -132,7 +133,8 @@ def spec_fields(spec: JavaObject, schema: JavaObject) -> list[PartitionField]:
                 f"partition field {pf.name()!r} ({transform} of {column!r}) has type {result_type}, "
                 "which icetide cannot write; partition timestamps with hours/days/months/years instead"
             )
-        fields.append(PartitionField(pf.name(), PartitionTransform.from_iceberg(transform, column), result_type))
+        transform_spec = PartitionTransform.from_iceberg(transform, column)
+        fields.append(PartitionField(pf.name(), transform_spec, result_type, pf.fieldId()))
     return fields
 
 

@@ -1,0 +1,63 @@
+"""Shared bits of the benchmarks: a session, timing, a table printer, and recording results."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "benchmarks.md"
+
+
+def bench_session(warehouse: str, memory: str = "8g") -> Any:
+    """A local Spark session sized for benchmarks on this machine."""
+    import icetide
+
+    return icetide.spark_session(
+        warehouse=warehouse,
+        master="local[*]",
+        conf={"spark.driver.memory": memory, "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2))},
+    )
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Run fn once; (seconds, result)."""
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+def median(values: Sequence[float]) -> float:
+    """Median of a non-empty list."""
+    return statistics.median(values)
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table, which also reads well in a terminal."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"]
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    """One line naming the machine a result was measured on."""
+    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+
+
+def record(title: str, body: str) -> None:
+    """Append a dated section to docs/benchmarks.md."""
+    RESULTS.parent.mkdir(exist_ok=True)
+    if not RESULTS.exists():
+        RESULTS.write_text("# Benchmarks\n\nResults recorded by the scripts in bench/, newest last.\n")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    with RESULTS.open("a") as f:
+        f.write(f"\n## {title} ({stamp}; {machine()})\n\n{body}\n")

@@ -1,0 +1,147 @@
+"""Benchmark: UpsertSink.write against Spark MERGE INTO (merge-on-read), and INSERT throughput
+against Spark's native Iceberg append. Not part of the test suite.
+
+    .venv/bin/python bench/upsert.py [--sizes 1000000,10000000] [--batches 3] [--record]
+
+For each table size, two identical tables are loaded; then the same batches of 20,000 keys
+(20% updates of existing keys) go to one through the sink and to the other through MERGE INTO.
+Reported: the median batch latency of each (after one warm-up batch), and their ratio.
+Then one INSERT-only DataFrame of 2M rows is written through the sink and by
+`df.writeTo(table).append()`, alternating, and the median throughputs compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import bench_session, median, record, render_table, timed  # noqa: E402
+
+SCHEMA = "id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, user_id BIGINT, amount DOUBLE, status STRING, note STRING"
+HOURS = 48
+
+
+def rows_sql(source: str, salt: int) -> str:
+    """Rows for the ids of `source` (a range or a subquery with an `id` column); ts derives from
+    id, so a key's partition never changes and an update hits the same key."""
+    return (
+        f"SELECT id, timestamp_seconds(1767225600 + (id % {HOURS}) * 3600 + (id % 3600)) AS ts, "
+        f"id % 100000 AS user_id, CAST((id * {salt + 1}) % 1000 / 10.0 AS DOUBLE) AS amount, "
+        f"element_at(array('new','paid','shipped','done'), CAST(id % 4 AS INT) + 1) AS status, "
+        f"concat('note-', CAST(id * {salt + 7} % 100000 AS STRING)) AS note "
+        f"FROM {source}"
+    )
+
+
+def id_range(start: int, count: int) -> str:
+    return f"range({start}, {start + count})"
+
+
+def batch_df(spark: Any, size: int, batch: int, keys: int = 20_000, update_share: float = 0.2) -> Any:
+    """`keys` rows: `update_share` of them existing ids spread over the table, the rest new ids."""
+    updates = int(keys * update_share)
+    stride = max(1, size // updates)
+    existing = spark.sql(rows_sql(f"(SELECT id * {stride} + {batch} AS id FROM range(0, {updates}))", 100 + batch))
+    new = spark.sql(rows_sql(id_range(size + batch * keys, keys - updates), batch))
+    return existing.unionByName(new).cache()
+
+
+def load(spark: Any, table: str, size: int) -> None:
+    import icetide
+
+    icetide.create_table(spark, table, schema=SCHEMA, key=["id", "ts"], partition_by=["hours(ts)"])
+    spark.sql(rows_sql(id_range(0, size), 0)).writeTo(table).append()
+
+
+def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str) -> str:
+    import icetide
+
+    spark = bench_session(warehouse)
+    rows = []
+    for size in sizes:
+        sink_table, merge_table = f"lake.bench.sink_{size}", f"lake.bench.merge_{size}"
+        for t in (sink_table, merge_table):
+            load(spark, t, size)
+        sink = icetide.UpsertSink(spark, sink_table, pipeline_id="bench")
+        sink_times, merge_times = [], []
+        for b in range(batches + 1):  # batch 0 warms up
+            df = batch_df(spark, size, b)
+            df.count()
+            s, _ = timed(lambda df=df, b=b: sink.write(df, batch_id=b + 1))
+            df.createOrReplaceTempView("_src")
+            m, _ = timed(
+                lambda: spark.sql(
+                    f"MERGE INTO {merge_table} t USING _src s ON t.id = s.id AND t.ts = s.ts "
+                    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+                ).collect()
+            )
+            df.unpersist()
+            if b:
+                sink_times.append(s)
+                merge_times.append(m)
+            print(f"size {size:,} batch {b}: sink {s:.2f}s, MERGE {m:.2f}s", flush=True)
+        a = spark.table(sink_table).exceptAll(spark.table(merge_table)).count()
+        z = spark.table(merge_table).exceptAll(spark.table(sink_table)).count()
+        assert a == z == 0, f"sink and MERGE tables differ at {size}: {a} / {z} rows"
+        ms, mm = median(sink_times), median(merge_times)
+        rows.append((f"{size:,}", f"{ms:.2f}", f"{mm:.2f}", f"{mm / ms:.1f}x", " ".join(f"{t:.2f}" for t in sink_times),
+                     " ".join(f"{t:.2f}" for t in merge_times)))
+    upsert_table = render_table(
+        ["table rows", "sink median s", "MERGE median s", "MERGE/sink", "sink batches s", "MERGE batches s"], rows
+    )
+
+    src = spark.sql(rows_sql(id_range(10**9, insert_rows), 3)).cache()
+    src.count()
+    ins_rows = []
+    native_table, sink_table = "lake.bench.native_insert", "lake.bench.sink_insert"
+    for t in (native_table, sink_table):
+        icetide.create_table(spark, t, schema=SCHEMA, key=["id", "ts"], partition_by=["hours(ts)"])
+    times: dict[str, list[float]] = {"native append": [], "sink changelog INSERT": [], "sink INSERT (+deletes)": []}
+    sink_cl = icetide.UpsertSink(spark, sink_table, pipeline_id="ins-cl", changelog=True)
+    sink_up = icetide.UpsertSink(spark, sink_table, pipeline_id="ins-up")
+    for i in range(3):
+        t, _ = timed(lambda: src.writeTo(native_table).append())
+        times["native append"].append(t)
+        t, _ = timed(lambda i=i: sink_cl.write(src, batch_id=i))
+        times["sink changelog INSERT"].append(t)
+        t, _ = timed(lambda i=i: sink_up.write(src, batch_id=i))
+        times["sink INSERT (+deletes)"].append(t)
+        print(f"insert round {i}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), flush=True)
+    native = median(times["native append"])
+    for name, values in times.items():
+        med = median(values)
+        ins_rows.append((name, f"{med:.2f}", f"{insert_rows / med:,.0f}", f"{native / med:.2f}x"))
+    insert_table = render_table(["writer", "median s", "rows/s", "vs native"], ins_rows)
+    spark.stop()
+    return (
+        f"Upsert batches of 20,000 keys (20% updates), medians of {batches} batches after a warm-up:\n\n"
+        f"{upsert_table}\n\nINSERT-only batch of {insert_rows:,} rows, medians of 3 alternating rounds:\n\n"
+        f"{insert_table}\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000000,10000000")
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--insert-rows", type=int, default=2_000_000)
+    parser.add_argument("--record", action="store_true", help="append the results to docs/benchmarks.md")
+    args = parser.parse_args()
+    warehouse = tempfile.mkdtemp(prefix="icetide-bench-")
+    try:
+        body = run([int(s) for s in args.sizes.split(",")], args.batches, args.insert_rows, warehouse)
+    finally:
+        shutil.rmtree(warehouse, ignore_errors=True)
+    print(body)
+    if args.record:
+        record("bench/upsert.py: UpsertSink vs MERGE INTO, and INSERT vs native append", body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Decoders: raw records (JSON, Debezium change events) into a table's columns, bad records apart.
+
+Example::
+
+    good, bad = decode_json(
+        df, "value", table_schema, key=["ad_id"], op_mode="upsert", position_cols=["topic", "partition", "offset"]
+    )
+"""
+
+from __future__ import annotations
+
+from icetide.decode.debezium import SOURCE_TS_COLUMN, decode_debezium
+from icetide.decode.json import BAD_COLUMNS, BAD_DDL, EpochUnit, OpMode, decode_json, source_position
+
+__all__ = [
+    "BAD_COLUMNS",
+    "BAD_DDL",
+    "SOURCE_TS_COLUMN",
+    "EpochUnit",
+    "OpMode",
+    "decode_debezium",
+    "decode_json",
+    "source_position",
+]

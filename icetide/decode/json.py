@@ -1,0 +1,303 @@
+"""Decode JSON records into a table's columns, in the JVM; records that do not fit go to `bad`.
+
+Both decoders share one plan: parse every payload with Spark's `from_json` into a struct whose
+fields are all STRING (Spark keeps a field's raw JSON text: numbers as written, objects and arrays
+as JSON), then convert each field to its table type with `try_cast` and friends. A field present
+but not convertible, a missing key, a missing NOT NULL column or an unknown op makes the record
+bad, with an error naming the problem and the column. No Python runs per row.
+
+Conversions (raw JSON text -> table type):
+- numbers and booleans: Spark's `try_cast` from the text ("12" and 12 both fit INT; 12.5 does not;
+  DECIMAL rounds to its scale; out-of-range values are errors);
+- TIMESTAMP: ISO-8601 text (a zone or offset, else the session time zone), or an integer epoch in
+  `epoch_unit` (default milliseconds); TIMESTAMP_NTZ the same, the epoch read as UTC wall time;
+- DATE: ISO date text, or an integer count of days since 1970-01-01 (Debezium's io.debezium.time.Date);
+- BINARY: base64 text; STRING: the raw text of any JSON value;
+- STRUCT, ARRAY, MAP: parsed from the field's JSON with Spark's JSON reader.
+JSON fields are matched to columns by exact name; other fields are ignored. A null payload (a Kafka
+tombstone) is skipped, neither good nor bad. Text after the first JSON object is ignored.
+
+The good and bad frames derive from one projection of `df`: persist `df` (or the source it reads)
+before acting on both, or the source is read twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+
+from icetide.errors import ConfigError
+from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType, StructType
+
+log = logging.getLogger(__name__)
+
+OpMode = Literal["upsert", "append"]
+EpochUnit = Literal["s", "ms", "us"]
+BAD_DDL = "payload STRING, error STRING, source_position STRING"
+BAD_COLUMNS = ("payload", "error", "source_position")
+CORRUPT_FIELD = "_icetide_corrupt"
+RAW_MESSAGE_CHARS = 60  # how much of a bad value an error message quotes
+
+# Internal column names of the decode plan; prefixed so they cannot clash with table columns.
+PAYLOAD = "_icetide_payload"
+POSITION = "_icetide_position"
+PARSED = "_icetide_parsed"
+PRE_ERROR = "_icetide_pre_error"
+ERROR = "_icetide_error"
+_EPOCH_DIGITS = {"s": 12, "ms": 15, "us": 18}  # up to about the year 33658, far from overflowing
+_EPOCH_PER_SECOND = {"s": 1, "ms": 1000, "us": 1_000_000}
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _raw(i: int) -> str:
+    return f"_icetide_r{i}"
+
+
+def _typed(i: int) -> str:
+    return f"_icetide_t{i}"
+
+
+def type_name(dtype: DataType) -> str:
+    """How error messages name a type: INT, BIGINT, DECIMAL(10,2), TIMESTAMP, array<int>..."""
+    name = dtype.simpleString()
+    return name if "<" in name else name.upper()
+
+
+def source_position(position_cols: Sequence[str]) -> Column:
+    """A record's source position as text: "topic/partition@offset" for three columns
+    (Kafka), "file:line" for two (files), the value itself for one, ":"-joined otherwise."""
+    from pyspark.sql import functions as F
+
+    parts = [F.coalesce(F.col(c).cast("string"), F.lit("?")) for c in position_cols]
+    if not parts:
+        return F.lit(None).cast("string")
+    if len(parts) == 3:
+        return F.concat(parts[0], F.lit("/"), parts[1], F.lit("@"), parts[2])
+    return F.concat_ws(":", *parts)
+
+
+def payload_text(df: DataFrame, value_col: str) -> Column:
+    """The payload as a string column (Kafka's binary values are read as UTF-8)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if value_col not in df.columns:
+        raise ConfigError(f"decode: value column {value_col!r} is not in the input ({', '.join(df.columns)})")
+    column = F.col(value_col)
+    dtype = df.schema[value_col].dataType
+    if isinstance(dtype, T.BinaryType):
+        return column.cast("string")
+    if not isinstance(dtype, T.StringType):
+        raise ConfigError(f"decode: value column {value_col!r} is {dtype.simpleString()}, not string or binary")
+    return column
+
+
+def check_arguments(
+    df: DataFrame,
+    table_schema: StructType,
+    key: Sequence[str],
+    op_mode: str,
+    position_cols: Sequence[str],
+    extra_cols: Sequence[str],
+    epoch_unit: str,
+) -> None:
+    """ConfigError naming the argument that cannot work with `df` and the table."""
+    names = [f.name for f in table_schema.fields]
+    if op_mode not in get_args(OpMode):
+        raise ConfigError(f"decode: op_mode {op_mode!r} is not one of {', '.join(get_args(OpMode))}")
+    if epoch_unit not in _EPOCH_DIGITS:
+        raise ConfigError(f"decode: epoch_unit {epoch_unit!r} is not one of {', '.join(_EPOCH_DIGITS)}")
+    if OP_COLUMN in names:
+        raise ConfigError(f"decode: the table has a column named {OP_COLUMN}, which is the op column of a change")
+    for k in key:
+        if k not in names:
+            raise ConfigError(f"decode: key column {k!r} is not a table column")
+    for c in [*position_cols, *extra_cols]:
+        if c not in df.columns:
+            raise ConfigError(f"decode: column {c!r} is not in the input ({', '.join(df.columns)})")
+    for c in extra_cols:
+        if c in names or c == OP_COLUMN:
+            raise ConfigError(f"decode: extra column {c!r} clashes with a table column or {OP_COLUMN}")
+
+
+def convert(raw: str, dtype: DataType, epoch_unit: str) -> Column:
+    """SQL conversion of the raw JSON text in column `raw` to `dtype`; null where it does not fit."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    r = _quote(raw)
+    integral = f"{r} RLIKE '^-?[0-9]{{1,{_EPOCH_DIGITS[epoch_unit]}}}$'"
+    if isinstance(dtype, T.StringType):
+        return F.col(raw)
+    if isinstance(dtype, T.TimestampType):
+        epoch = {"s": "timestamp_seconds", "ms": "timestamp_millis", "us": "timestamp_micros"}[epoch_unit]
+        return F.expr(f"CASE WHEN {integral} THEN {epoch}(CAST({r} AS BIGINT)) ELSE try_cast({r} AS TIMESTAMP) END")
+    if isinstance(dtype, T.TimestampNTZType):
+        per_day = 86_400 * _EPOCH_PER_SECOND[epoch_unit]
+        per_second = _EPOCH_PER_SECOND[epoch_unit]
+        epoch = (
+            f"TIMESTAMP_NTZ'1970-01-01 00:00:00' + make_dt_interval("
+            f"CAST(floor(CAST({r} AS BIGINT) / {per_day}) AS INT), 0, 0, "
+            f"CAST(pmod(CAST({r} AS BIGINT), {per_day}) AS DECIMAL(20, 0)) / {per_second})"
+        )
+        return F.expr(f"CASE WHEN {integral} THEN {epoch} ELSE try_cast({r} AS TIMESTAMP_NTZ) END")
+    if isinstance(dtype, T.DateType):
+        days = f"{r} RLIKE '^-?[0-9]{{1,7}}$'"
+        return F.expr(
+            f"CASE WHEN {days} THEN date_add(DATE'1970-01-01', CAST({r} AS INT)) ELSE try_cast({r} AS DATE) END"
+        )
+    if isinstance(dtype, T.BinaryType):
+        return F.expr(f"try_to_binary({r}, 'base64')")
+    if isinstance(dtype, T.StructType | T.ArrayType | T.MapType):
+        return F.from_json(F.col(raw), cast(Any, dtype), {"mode": "PERMISSIVE"})
+    return F.expr(f"try_cast({r} AS {dtype.simpleString()})")
+
+
+def _type_error(name: str, raw: str, dtype: DataType) -> Column:
+    from pyspark.sql import functions as F
+
+    shown = type_name(dtype)
+    article = "an" if shown[:1].upper() in "AEIOU" else "a"
+    value = F.col(raw)
+    quoted = F.when(
+        F.length(value) > RAW_MESSAGE_CHARS, F.concat(F.substring(value, 1, RAW_MESSAGE_CHARS), F.lit("..."))
+    )
+    return F.concat(
+        F.lit(f"column {name}: '"),
+        quoted.otherwise(value),
+        F.lit(f"' is not {article} {shown}"),
+    )
+
+
+def malformed_error(payload: Column, corrupt: Column) -> Column:
+    """The error of a payload from_json could not read as a JSON object, else null."""
+    from pyspark.sql import functions as F
+
+    text = F.trim(payload)
+    return (
+        F.when(text == "", F.lit("malformed JSON: empty payload"))
+        .when(corrupt.isNotNull() & ~text.startswith("{"), F.lit("malformed JSON: not an object"))
+        .when(corrupt.isNotNull(), F.lit("malformed JSON"))
+    )
+
+
+def finish(
+    rows: DataFrame,
+    table_schema: StructType,
+    key: Sequence[str],
+    extra_cols: Sequence[str],
+    epoch_unit: str,
+) -> tuple[DataFrame, DataFrame]:
+    """Convert and check the raw columns of `rows`, and split them into good and bad.
+
+    `rows` has PAYLOAD, POSITION, OP_COLUMN, PRE_ERROR (null unless the record is already known
+    to be bad), `extra_cols`, and `_raw(i)` (the raw text of table column i) for every column.
+    """
+    from pyspark.sql import functions as F
+
+    fields = list(table_schema.fields)
+    typed = rows.select(
+        PAYLOAD,
+        POSITION,
+        OP_COLUMN,
+        PRE_ERROR,
+        *extra_cols,
+        *[F.col(_raw(i)) for i in range(len(fields))],
+        *[convert(_raw(i), f.dataType, epoch_unit).alias(_typed(i)) for i, f in enumerate(fields)],
+    )
+    keys = set(key)
+    not_delete = F.col(OP_COLUMN) != F.lit(DELETE)
+    checks: list[Column] = [F.col(PRE_ERROR)]
+    for i, f in enumerate(fields):
+        raw, value = F.col(_raw(i)), F.col(_typed(i))
+        if f.name in keys:
+            checks.append(
+                F.when(raw.isNull(), F.lit(f"key column {f.name} is missing or null")).when(
+                    value.isNull(), _type_error(f.name, _raw(i), f.dataType)
+                )
+            )
+    for i, f in enumerate(fields):
+        if f.name in keys:
+            continue
+        raw, value = F.col(_raw(i)), F.col(_typed(i))
+        check = F.when(not_delete & raw.isNotNull() & value.isNull(), _type_error(f.name, _raw(i), f.dataType))
+        if not f.nullable:
+            check = check.when(not_delete & raw.isNull(), F.lit(f"column {f.name} is missing or null (NOT NULL)"))
+        checks.append(check)
+    checked = typed.withColumn(ERROR, F.coalesce(*checks))
+    good = checked.where(F.col(ERROR).isNull()).select(
+        *[F.col(_typed(i)).alias(f.name) for i, f in enumerate(fields)],
+        OP_COLUMN,
+        *extra_cols,
+    )
+    bad = checked.where(F.col(ERROR).isNotNull()).select(
+        F.col(PAYLOAD).alias("payload"),
+        F.col(ERROR).alias("error"),
+        F.col(POSITION).alias("source_position"),
+    )
+    return good, bad
+
+
+def decode_json(
+    df: DataFrame,
+    value_col: str,
+    table_schema: StructType,
+    key: Sequence[str],
+    op_mode: OpMode,
+    position_cols: Sequence[str],
+    *,
+    epoch_unit: EpochUnit = "ms",
+    extra_cols: Sequence[str] = (),
+) -> tuple[DataFrame, DataFrame]:
+    """Decode JSON objects in `df[value_col]` (string or binary) into `table_schema`'s columns.
+
+    Returns (good, bad). good: exactly the table's columns, converted as the module docstring
+    says, then `_op` and `extra_cols` (carried unchanged, e.g. "offset" for ordering). `_op` is
+    the record's own `_op` field when present (INSERT, UPSERT or DELETE, any case), else UPSERT in
+    "upsert" mode and INSERT in "append" mode. A DELETE needs only its key columns. bad: `payload`
+    (the raw text), `error` (one line naming the problem and the column) and `source_position`
+    (from `position_cols`, see `source_position`). Every non-null payload lands in exactly one of
+    the two, in input order within a Spark partition; null payloads are skipped.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    check_arguments(df, table_schema, key, op_mode, position_cols, extra_cols, epoch_unit)
+    payload = payload_text(df, value_col)
+    fields = list(table_schema.fields)
+    parse_schema = T.StructType(
+        [T.StructField(f.name, T.StringType()) for f in fields]
+        + [T.StructField(OP_COLUMN, T.StringType()), T.StructField(CORRUPT_FIELD, T.StringType())]
+    )
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_FIELD}
+    staged = df.where(payload.isNotNull()).select(
+        payload.alias(PAYLOAD),
+        source_position(position_cols).alias(POSITION),
+        *extra_cols,
+        F.from_json(payload, parse_schema, options).alias(PARSED),
+    )
+    parsed = F.col(PARSED)
+    raw_op = parsed[OP_COLUMN]
+    op = F.upper(F.trim(raw_op))
+    default_op = INSERT if op_mode == "append" else UPSERT
+    pre_error = F.coalesce(
+        malformed_error(F.col(PAYLOAD), parsed[CORRUPT_FIELD]),
+        F.when(raw_op.isNotNull() & ~op.isin(*OPS), F.concat(F.lit("unknown op '"), raw_op, F.lit("'"))),
+    )
+    rows = staged.select(
+        PAYLOAD,
+        POSITION,
+        *extra_cols,
+        F.when(raw_op.isNull(), F.lit(default_op)).otherwise(op).alias(OP_COLUMN),
+        pre_error.alias(PRE_ERROR),
+        *[parsed[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
+    )
+    return finish(rows, table_schema, key, extra_cols, epoch_unit)
