@@ -27,6 +27,8 @@ from icetide.errors import (
 )
 
 if TYPE_CHECKING:
+    from icetide.config import PipelineConfig, load_config
+    from icetide.pipeline.runner import Runner, run
     from icetide.sink.committer import PipelineState
     from icetide.sink.sink import BatchResult, UpsertSink
     from icetide.spark.session import spark_session
@@ -41,6 +43,10 @@ _LAZY = {
     "PipelineState": "icetide.sink.committer",
     "spark_session": "icetide.spark.session",
     "create_table": "icetide.table.catalog",
+    "run": "icetide.pipeline.runner",
+    "Runner": "icetide.pipeline.runner",
+    "load_config": "icetide.config",
+    "PipelineConfig": "icetide.config",
 }
 
 
@@ -57,11 +63,15 @@ __all__ = [
     "CommitStateUnknownError",
     "ConfigError",
     "IcetideError",
+    "PipelineConfig",
     "PipelineState",
+    "Runner",
     "SchemaError",
     "SourceError",
     "UpsertSink",
     "__version__",
     "create_table",
+    "load_config",
+    "run",
     "spark_session",
 ]

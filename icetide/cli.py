@@ -1,4 +1,4 @@
-"""The icetide command line: demo (more commands arrive with the runner and maintenance)."""
+"""The icetide command line: demo, run."""
 
 from __future__ import annotations
 
@@ -99,6 +99,48 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a pipeline file: one JSON metrics line per batch on stdout, a status line in a terminal."""
+    from rich.console import Console
+
+    from icetide.config import load_config
+    from icetide.pipeline.runner import BatchMetrics, Runner
+
+    config = load_config(args.pipeline)  # bad config fails here, before Spark starts
+    console = Console(stderr=True)
+    interactive = console.is_terminal
+    with console.status(f"starting pipeline {config.pipeline} ...") if interactive else _nothing():
+        runner = Runner(config)
+    totals = {"batches": 0, "rows": 0, "bad": 0}
+
+    def on_batch(m: BatchMetrics) -> None:
+        print(m.to_json(), flush=True)
+        totals["batches"] += 1
+        totals["rows"] += m.rows_written
+        totals["bad"] += m.bad_records
+        if interactive:
+            console.print(
+                f"[bold]{config.pipeline}[/bold] batch {m.batch_id}: {m.records_in:,} in, {m.rows_written:,} rows, "
+                f"{m.bad_records} bad, {m.data_files}+{m.delete_files} files, write {m.write_seconds:.2f}s, "
+                f"commit {m.commit_seconds:.2f}s, lag {m.source_lag:,} | total {totals['rows']:,} rows"
+            )
+
+    summary = runner.run(once=args.once, on_batch=on_batch)
+    if summary.abandoned_files_removed:
+        console.print(f"removed {summary.abandoned_files_removed} file(s) of batches that never committed")
+    how = "stopped by signal" if summary.stopped_by_signal else "done"
+    console.print(f"{how}: {totals['batches']} batch(es), {totals['rows']:,} rows, {totals['bad']} bad record(s)")
+    return 0
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def statistics_mean(values: list[int]) -> float:
     """Mean of a list, 0 for an empty one."""
     return sum(values) / len(values) if values else 0.0
@@ -121,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--partitions", type=int, default=12, help="partitions to list (default: 12)")
     demo.set_defaults(func=cmd_demo)
+    run = sub.add_parser("run", help="run a pipeline file until stopped (SIGINT/SIGTERM stop it cleanly)")
+    run.add_argument("pipeline", help="pipeline YAML file")
+    run.add_argument("--once", action="store_true", help="process what is available, then exit")
+    run.set_defaults(func=cmd_run)
     return parser
 
 

@@ -278,7 +278,8 @@ def test_bad_sink_config_names_the_key(spark: Any, table_name: str) -> None:
     make_table(spark, table_name)
     with pytest.raises(ConfigError, match="distribution"):
         icetide.UpsertSink(spark, table_name, pipeline_id="x", distribution="random")
-    with pytest.raises(ConfigError, match="order_by"):
-        icetide.UpsertSink(spark, table_name, pipeline_id="x", order_by="nope")
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="x", order_by="nope")
+    with pytest.raises(SchemaError, match="order_by column 'nope'"):
+        sink.write(spark.createDataFrame([(1, naive(T0))], "id long, ts timestamp"), batch_id=1)
     with pytest.raises(ConfigError, match="pipeline_id"):
         icetide.UpsertSink(spark, table_name, pipeline_id="")

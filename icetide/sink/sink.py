@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, IcetideError, SchemaError, one_line
+from icetide.faults import crash_point
 from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.committer import CommitOutcome, Committer, PipelineState, WrittenFile
 from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute
@@ -153,9 +155,7 @@ class UpsertSink:
             raise ConfigError(
                 f"table {self.table_name} has no primary key (identifier fields); create it with key=[...]"
             )
-        columns = [f.name() for f in jtable.schema().columns()]
-        if self.order_by and self.order_by not in columns:
-            raise ConfigError(f"order_by: column {self.order_by!r} is not in {self.table_name} {columns}")
+        self.columns = [f.name() for f in jtable.schema().columns()]
 
     def last_committed(self) -> PipelineState | None:
         """This pipeline's last committed batch and source position, from the table."""
@@ -175,6 +175,7 @@ class UpsertSink:
         config, prepared = self._prepare(df, batch_id)
         files = self._write_files(prepared, config)
         write_seconds = time.monotonic() - started
+        crash_point("after_write", batch_id)
         commit_started = time.monotonic()
         outcome: CommitOutcome = self.committer.commit(batch_id, files, source_position)
         commit_seconds = time.monotonic() - commit_started
@@ -208,8 +209,13 @@ class UpsertSink:
         jtable = self.committer.table
         table_fields = {f.name: f for f in self.spark.table(self.table_name).schema.fields}
         batch_types = {f.name: f.dataType for f in df.schema.fields}
+        extra_order = self.order_by if self.order_by and self.order_by not in table_fields else None
+        if extra_order and extra_order not in batch_types:
+            raise SchemaError(
+                f"batch {batch_id}: order_by column {extra_order!r} is neither in the batch nor in {self.table_name}"
+            )
         for name in batch_types:
-            if name != OP_COLUMN and name not in table_fields:
+            if name not in (OP_COLUMN, extra_order) and name not in table_fields:
                 raise SchemaError(f"batch {batch_id}: column {name!r} is not in table {self.table_name}")
         columns = []
         for name, field in table_fields.items():
@@ -228,6 +234,8 @@ class UpsertSink:
                 columns.append(F.col(f"`{name}`"))
         op = F.col(OP_COLUMN).cast("string") if OP_COLUMN in batch_types else F.lit(UPSERT)
         # Arrival order is fixed before any shuffle: partition index, then position in it.
+        if extra_order:  # orders changes of one key (e.g. a CDC source timestamp), never written
+            columns.append(F.col(f"`{extra_order}`"))
         prepared = df.select(*columns, op.alias(OP_COLUMN), F.monotonically_increasing_id().alias(ARRIVAL_COLUMN))
         fields = partition_fields(jtable)
         pcols = []
@@ -337,17 +345,45 @@ class UpsertSink:
 
     def _remove_batch_files(self, config: WriterConfig) -> None:
         """After a failed write job, delete what its tasks wrote (found by the batch's file prefix)."""
-        import pyarrow.fs as pafs
+        removed = remove_files(
+            config.data_location, lambda name: name.startswith(file_prefix(self.pipeline_id, config.batch_id))
+        )
+        if removed:
+            log.info("deleted %d file(s) of failed batch %s", removed, config.batch_id)
 
-        fs, base = filesystem_for(config.data_location)
-        prefix = file_prefix(config.pipeline_id, config.batch_id)
-        try:
-            infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-        except OSError:
-            log.debug("could not list %s", base, exc_info=True)
-            return
-        doomed = [i.path for i in infos if i.type == pafs.FileType.File and i.base_name.startswith(prefix)]
-        for path in doomed:
-            fs.delete_file(path)
-        if doomed:
-            log.info("deleted %d file(s) of failed batch %s", len(doomed), config.batch_id)
+    def remove_abandoned_files(self) -> int:
+        """Delete files this pipeline wrote for batches after its last commit (a crashed run's).
+
+        Call it when the pipeline (re)starts and before it writes: it assumes no other process
+        is writing for the same pipeline id, since files of a batch still in flight look the same.
+        """
+        state = self.committer.last_committed()
+        last = state.batch_id if state is not None else -1
+        pattern = re.compile(re.escape(file_prefix(self.pipeline_id, 0)[: -len("b000000000000-")]) + r"b(\d{12})-")
+
+        def abandoned(name: str) -> bool:
+            match = pattern.match(name)
+            return bool(match) and int(match.group(1)) > last  # type: ignore[union-attr]
+
+        removed = remove_files(data_location(self.committer.table), abandoned)
+        if removed:
+            log.info(
+                "deleted %d file(s) of uncommitted batches after %s of pipeline %s", removed, last, self.pipeline_id
+            )
+        return removed
+
+
+def remove_files(location: str, doomed: Callable[[str], bool]) -> int:
+    """Delete the files under `location` whose names `doomed` picks; returns how many."""
+    import pyarrow.fs as pafs
+
+    fs, base = filesystem_for(location)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except OSError:
+        log.debug("could not list %s", base, exc_info=True)
+        return 0
+    paths = [i.path for i in infos if i.type == pafs.FileType.File and doomed(i.base_name)]
+    for path in paths:
+        fs.delete_file(path)
+    return len(paths)

@@ -1,0 +1,246 @@
+"""Typed pipeline configuration, loaded from YAML and validated once, at load.
+
+Every error names the offending key (`trigger.interval: ...`). Source blocks are validated by
+their source modules, which know their own settings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from icetide.errors import ConfigError
+
+Mode = Literal["upsert", "append"]
+Format = Literal["json", "debezium"]
+DISTRIBUTIONS = ("none", "key", "partition", "dynamic")
+
+TOP_LEVEL_KEYS = {
+    "pipeline",
+    "warehouse",
+    "catalog",
+    "source",
+    "format",
+    "table",
+    "mode",
+    "order_by",
+    "trigger",
+    "dead_letter",
+    "max_bad_fraction",
+    "distribution",
+    "write_parallelism",
+    "changelog",
+    "spark",
+}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any, key: str) -> float:
+    """'5s', '500ms', '2m', '1h' or a number of seconds -> seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ConfigError(f"{key}: {value!r} is not a duration like 5s, 500ms, 2m")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds < 0:
+        raise ConfigError(f"{key}: must not be negative")
+    return seconds
+
+
+def _require(d: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in d or d[key] in (None, ""):
+        raise ConfigError(f"{where}{key}: required")
+    return d[key]
+
+
+def _unknown(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    extra = sorted(set(d) - allowed)
+    if extra:
+        raise ConfigError(f"{where}{extra[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """The target table's definition."""
+
+    name: str
+    schema: str
+    key: tuple[str, ...]
+    partition_by: tuple[str, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    target_file_size: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TableConfig:
+        if not isinstance(d, Mapping):
+            raise ConfigError("table: expected a mapping with name, schema, key")
+        _unknown(d, {"name", "schema", "key", "partition_by", "properties", "target_file_size"}, "table.")
+        key = _require(d, "key", "table.")
+        if isinstance(key, str) or not all(isinstance(k, str) for k in key):
+            raise ConfigError("table.key: expected a list of column names")
+        partition_by = d.get("partition_by") or []
+        if isinstance(partition_by, str):
+            raise ConfigError("table.partition_by: expected a list, e.g. ['hours(event_time)']")
+        name = str(_require(d, "name", "table."))
+        if len(name.split(".")) < 3:
+            raise ConfigError(f"table.name: {name!r} must be <catalog>.<namespace>.<table>")
+        size = d.get("target_file_size")
+        return cls(
+            name=name,
+            schema=str(_require(d, "schema", "table.")),
+            key=tuple(key),
+            partition_by=tuple(str(p) for p in partition_by),
+            properties={str(k): str(v) for k, v in (d.get("properties") or {}).items()},
+            target_file_size=parse_size(size, "table.target_file_size") if size is not None else None,
+        )
+
+
+def parse_size(value: Any, key: str) -> int:
+    """'128MB', '1GB', '64kb' or a number of bytes -> bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", str(value), flags=re.IGNORECASE)
+    if not match:
+        raise ConfigError(f"{key}: {value!r} is not a size like 128MB")
+    unit = (match.group(2) or "b").lower().rstrip("b").rstrip("i")
+    factor = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}[unit]
+    return int(float(match.group(1)) * factor)
+
+
+@dataclass(frozen=True)
+class TriggerConfig:
+    """How often batches run and how big they get."""
+
+    interval: float = 5.0
+    max_records: int = 100_000
+    max_files: int = 100
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TriggerConfig:
+        if d is None:
+            return cls()
+        if not isinstance(d, Mapping):
+            raise ConfigError("trigger: expected a mapping, e.g. {interval: 5s, max_records: 100000}")
+        _unknown(d, {"interval", "max_records", "max_files"}, "trigger.")
+        out = cls(
+            interval=parse_duration(d.get("interval", 5.0), "trigger.interval"),
+            max_records=int(d.get("max_records", 100_000)),
+            max_files=int(d.get("max_files", 100)),
+        )
+        if out.max_records < 1:
+            raise ConfigError("trigger.max_records: must be at least 1")
+        if out.max_files < 1:
+            raise ConfigError("trigger.max_files: must be at least 1")
+        return out
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """A whole pipeline: source -> decode -> sink, with its table and dead-letter table."""
+
+    pipeline: str
+    source: dict[str, Any]
+    table: TableConfig
+    warehouse: str | None = "warehouse"
+    catalog_options: dict[str, str] | None = None
+    format: Format = "json"
+    mode: Mode = "upsert"
+    order_by: str | None = None
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    dead_letter: str | None = None
+    max_bad_fraction: float = 1.0
+    distribution: str = "dynamic"
+    write_parallelism: int | None = None
+    changelog: bool = False
+    spark: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def source_kind(self) -> str:
+        """'kafka' or 'files'."""
+        return next(iter(self.source))
+
+    @property
+    def catalog(self) -> str:
+        """The Spark catalog the table lives in."""
+        return self.table.name.split(".")[0]
+
+    @classmethod
+    def from_dict(cls, d: Any) -> PipelineConfig:
+        """Validate a parsed YAML document; raises ConfigError naming the first bad key."""
+        if not isinstance(d, Mapping):
+            raise ConfigError("pipeline file: expected a mapping at the top level")
+        _unknown(d, TOP_LEVEL_KEYS, "")
+        pipeline = str(_require(d, "pipeline", ""))
+        if not re.match(r"^[A-Za-z0-9_.-]+$", pipeline):
+            raise ConfigError(f"pipeline: {pipeline!r} may hold only letters, digits, '_', '.' and '-'")
+        source = _require(d, "source", "")
+        if not isinstance(source, Mapping) or len(source) != 1 or next(iter(source)) not in ("kafka", "files"):
+            raise ConfigError("source: expected exactly one of 'kafka' or 'files'")
+        kind = next(iter(source))
+        if not isinstance(source[kind], Mapping):
+            raise ConfigError(f"source.{kind}: expected a mapping of settings")
+        fmt = d.get("format", "json")
+        if fmt not in ("json", "debezium"):
+            raise ConfigError(f"format: {fmt!r} is not one of json, debezium")
+        mode = d.get("mode", "upsert")
+        if mode not in ("upsert", "append"):
+            raise ConfigError(f"mode: {mode!r} is not one of upsert, append")
+        distribution = d.get("distribution", "dynamic")
+        if distribution not in DISTRIBUTIONS:
+            raise ConfigError(f"distribution: {distribution!r} is not one of {', '.join(DISTRIBUTIONS)}")
+        fraction = d.get("max_bad_fraction", 1.0)
+        if not isinstance(fraction, int | float) or not 0 <= float(fraction) <= 1:
+            raise ConfigError("max_bad_fraction: expected a number between 0 and 1")
+        catalog = d.get("catalog")
+        if catalog is not None and not isinstance(catalog, Mapping):
+            raise ConfigError("catalog: expected a mapping of Spark catalog options, e.g. {type: rest, uri: ...}")
+        parallelism = d.get("write_parallelism")
+        if parallelism is not None and (not isinstance(parallelism, int) or parallelism < 1):
+            raise ConfigError("write_parallelism: expected a positive integer")
+        table = TableConfig.from_dict(_require(d, "table", ""))
+        order_by = d.get("order_by")
+        config = cls(
+            pipeline=pipeline,
+            source={kind: dict(source[kind])},
+            table=table,
+            warehouse=d.get("warehouse", None if catalog else "warehouse"),
+            catalog_options={str(k): str(v) for k, v in catalog.items()} if catalog else None,
+            format=fmt,
+            mode=mode,
+            order_by=str(order_by) if order_by else None,
+            trigger=TriggerConfig.from_dict(d.get("trigger")),
+            dead_letter=str(d["dead_letter"]) if d.get("dead_letter") else None,
+            max_bad_fraction=float(fraction),
+            distribution=distribution,
+            write_parallelism=parallelism,
+            changelog=bool(d.get("changelog", False)),
+            spark={str(k): str(v) for k, v in (d.get("spark") or {}).items()},
+        )
+        if config.dead_letter and len(config.dead_letter.split(".")) < 3:
+            raise ConfigError(f"dead_letter: {config.dead_letter!r} must be <catalog>.<namespace>.<table>")
+        return config
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Read and validate a pipeline YAML file."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read pipeline file {p}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    try:
+        return PipelineConfig.from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from exc

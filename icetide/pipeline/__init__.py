@@ -1,0 +1,1 @@
+"""The micro-batch runner: source -> decode -> dead-letter + upsert sink, exactly once."""

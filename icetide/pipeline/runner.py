@@ -1,0 +1,256 @@
+"""The micro-batch runner: plan, read, decode, dead-letter, upsert; the table is the checkpoint.
+
+Each batch: read the pipeline's last committed batch and source position from the table, plan
+the next batch from that position, read it on the executors, decode it (bad records to the
+dead-letter table, committed first), and commit the good rows with the position reached. A
+restart anywhere resumes exactly where the last commit ended; the files of a batch that never
+committed are deleted when the runner starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from icetide.config import PipelineConfig
+from icetide.errors import IcetideError, SourceError
+from icetide.faults import crash_point
+from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
+from icetide.pipeline.dead_letter import DeadLetterTable
+from icetide.sink.sink import UpsertSink
+from icetide.sources.base import source_error_in
+from icetide.table.catalog import create_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+class TooManyBadRecordsError(IcetideError):
+    """A batch's share of bad records exceeded max_bad_fraction; nothing of it was committed."""
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """One batch of a run, as printed in its JSON metrics line."""
+
+    pipeline: str
+    batch_id: int
+    committed: bool
+    records_in: int
+    rows_written: int
+    delete_rows: int
+    bad_records: int
+    data_files: int
+    delete_files: int
+    bytes_written: int
+    read_decode_seconds: float
+    write_seconds: float
+    commit_seconds: float
+    source_lag: int
+    finished_at: str
+
+    def to_json(self) -> str:
+        """One line of JSON."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass
+class RunSummary:
+    """What a run did."""
+
+    batches: list[BatchMetrics] = field(default_factory=list)
+    abandoned_files_removed: int = 0
+    stopped_by_signal: bool = False
+
+    @property
+    def rows_written(self) -> int:
+        """Rows written by all the run's batches."""
+        return sum(b.rows_written for b in self.batches)
+
+
+class Runner:
+    """Runs one pipeline config against its table until stopped (or once through the backlog)."""
+
+    def __init__(self, config: PipelineConfig, spark: SparkSession | None = None) -> None:
+        self.config = config
+        if spark is None:
+            from icetide.spark.session import spark_session
+
+            spark = spark_session(
+                warehouse=config.warehouse,
+                catalog=config.catalog,
+                catalog_options=config.catalog_options,
+                conf=config.spark,
+            )
+        self.spark = spark
+        t = config.table
+        create_table(
+            spark,
+            t.name,
+            schema=t.schema,
+            key=list(t.key),
+            partition_by=list(t.partition_by),
+            properties=t.properties,
+            target_file_size=t.target_file_size,
+        )
+        self.schema = spark.table(t.name).schema
+        self.sink = UpsertSink(
+            spark,
+            t.name,
+            pipeline_id=config.pipeline,
+            order_by=config.order_by,
+            changelog=config.changelog or config.mode == "append",
+            distribution=config.distribution,
+            write_parallelism=config.write_parallelism,
+            target_file_size=t.target_file_size,
+        )
+        self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None
+        self.source = SourceAdapter(config)
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Ask the run to stop after the batch in flight (which commits or is abandoned cleanly)."""
+        self._stop.set()
+
+    def _next(self) -> tuple[int, dict[str, Any] | None, PlannedBatch]:
+        """The next batch id, the position it starts from, and its plan (replayed if recorded)."""
+        state = self.sink.last_committed()
+        batch_id = state.batch_id + 1 if state is not None else 1
+        position = state.source_position if state is not None else None
+        recorded = self.dead_letter.recorded_plan(batch_id) if self.dead_letter else None
+        if recorded is not None:
+            log.info("batch %s: replaying the plan committed with its dead letters", batch_id)
+            return batch_id, position, self.source.replay(recorded)
+        return batch_id, position, self.source.plan(position)
+
+    def run_batch(self) -> BatchMetrics | None:
+        """Run one batch; None when the source had nothing new."""
+        batch_id, _position, plan = self._next()
+        if not plan.items:
+            return None
+        started = time.monotonic()
+        from pyspark import StorageLevel
+
+        raw = self.source.read(self.spark, plan, self.schema).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            good, bad, order_by = self.source.decode(raw, self.schema, list(self.sink.key))
+            if order_by != self.sink.order_by:
+                self.sink.order_by = order_by
+            records_in = raw.count()
+            bad_count = bad.count()
+            read_seconds = time.monotonic() - started
+            if records_in and bad_count / records_in > self.config.max_bad_fraction:
+                raise TooManyBadRecordsError(
+                    f"batch {batch_id}: {bad_count} of {records_in} records are bad, more than max_bad_fraction "
+                    f"{self.config.max_bad_fraction}; first error: {bad.first()['error']}"  # type: ignore[index]
+                )
+            if bad_count and self.dead_letter is not None:
+                self.dead_letter.write(bad, batch_id=batch_id, plan=plan.to_json())
+                crash_point("after_dead_letter", batch_id)
+            elif bad_count:
+                log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
+            result = self.sink.write(good, batch_id=batch_id, source_position=plan.position)
+        except IcetideError:
+            raise
+        except Exception as exc:
+            source_error = source_error_in(exc)
+            if source_error is not None:
+                raise source_error from exc
+            raise
+        finally:
+            raw.unpersist()
+        crash_point("after_commit", batch_id)
+        return BatchMetrics(
+            pipeline=self.config.pipeline,
+            batch_id=batch_id,
+            committed=result.committed,
+            records_in=records_in,
+            rows_written=result.rows_written,
+            delete_rows=result.delete_rows,
+            bad_records=bad_count,
+            data_files=result.data_files,
+            delete_files=result.delete_files,
+            bytes_written=result.bytes_written,
+            read_decode_seconds=round(read_seconds, 3),
+            write_seconds=round(result.write_seconds, 3),
+            commit_seconds=round(result.commit_seconds, 3),
+            source_lag=self._lag(plan.position),
+            finished_at=datetime.now(UTC).isoformat(),
+        )
+
+    def _lag(self, position: dict[str, Any]) -> int:
+        try:
+            return self.source.lag(position)
+        except (SourceError, OSError):
+            log.debug("could not measure source lag", exc_info=True)
+            return -1
+
+    def run(
+        self,
+        *,
+        once: bool = False,
+        on_batch: Callable[[BatchMetrics], None] | None = None,
+        handle_signals: bool = True,
+    ) -> RunSummary:
+        """Run batches every trigger interval until stopped; with `once`, until the source is drained.
+
+        SIGINT/SIGTERM stop the run after the batch in flight; a second signal aborts at once.
+        """
+        summary = RunSummary()
+        summary.abandoned_files_removed = self.sink.remove_abandoned_files()
+        if self.dead_letter is not None:
+            summary.abandoned_files_removed += self.dead_letter.remove_abandoned_files()
+        previous = self._install_signals() if handle_signals else {}
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                metrics = self.run_batch()
+                if metrics is not None:
+                    summary.batches.append(metrics)
+                    log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
+                    if on_batch is not None:
+                        on_batch(metrics)
+                if metrics is None and once:
+                    break
+                if once or (metrics is not None and metrics.source_lag > 0):
+                    continue  # backlog: next batch right away
+                self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
+            summary.stopped_by_signal = self._stop.is_set() and not once
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return summary
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self._stop.is_set():
+                raise KeyboardInterrupt
+            log.warning("signal %s: stopping after the batch in flight", signal.Signals(signum).name)
+            self._stop.set()
+
+        previous: dict[int, Any] = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, handler)
+        return previous
+
+
+def run(config: PipelineConfig | str, *, once: bool = False, spark: SparkSession | None = None) -> RunSummary:
+    """Run a pipeline (a PipelineConfig or the path of its YAML file)."""
+    from icetide.config import load_config
+
+    cfg = load_config(config) if isinstance(config, str) else config
+    return Runner(cfg, spark).run(once=once)
