@@ -59,7 +59,7 @@ def main() -> None:
                 "writer_pids": pids,
                 "driver_pid": os.getpid(),
                 "under_worker": all(worker_pid in ancestors(p) for p in pids),
-                "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size(),  # noqa: SLF001
+                "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size(),
             }
         )
     )

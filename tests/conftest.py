@@ -33,3 +33,6 @@ def spark(warehouse: str) -> Iterator[object]:
 def table_name() -> str:
     """A fresh table name in the embedded catalog, unique within the test process."""
     return f"lake.test.t{os.getpid()}_{next(_counter)}"
+
+
+from tests.kafka_broker import kafka_broker  # noqa: E402, F401

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from icetide.decode.json import (
+    BARRIER,
     CORRUPT_FIELD,
     PARSED,
     PAYLOAD,
@@ -94,6 +95,7 @@ def decode_debezium(
         source_position(position_cols).alias(POSITION),
         *extra_cols,
         F.from_json(payload, parse_schema, options).alias(PARSED),
+        F.spark_partition_id().alias(BARRIER),
     )
     parsed = F.col(PARSED)
     wrapped = parsed["payload"].isNotNull()
@@ -109,7 +111,8 @@ def decode_debezium(
         & F.array_contains(F.json_object_keys(F.col(PAYLOAD)), "payload")
     )
     # One column per envelope part first, so the expressions below read them instead of re-deriving them.
-    envelope_cols = staged.where(~tombstone).select(
+    # BARRIER keeps this filter above the parse (see icetide.decode.json.finish): parse once.
+    envelope_cols = staged.where(~tombstone & (F.col(BARRIER) >= 0)).select(
         PAYLOAD,
         POSITION,
         *extra_cols,

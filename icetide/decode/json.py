@@ -49,6 +49,7 @@ POSITION = "_icetide_position"
 PARSED = "_icetide_parsed"
 PRE_ERROR = "_icetide_pre_error"
 ERROR = "_icetide_error"
+BARRIER = "_icetide_barrier"
 _EPOCH_DIGITS = {"s": 12, "ms": 15, "us": 18}  # up to about the year 33658, far from overflowing
 _EPOCH_PER_SECOND = {"s": 1, "ms": 1000, "us": 1_000_000}
 
@@ -212,6 +213,7 @@ def finish(
         *extra_cols,
         *[F.col(_raw(i)) for i in range(len(fields))],
         *[convert(_raw(i), f.dataType, epoch_unit).alias(_typed(i)) for i, f in enumerate(fields)],
+        F.spark_partition_id().alias(BARRIER),
     )
     keys = set(key)
     not_delete = F.col(OP_COLUMN) != F.lit(DELETE)
@@ -233,12 +235,17 @@ def finish(
             check = check.when(not_delete & raw.isNull(), F.lit(f"column {f.name} is missing or null (NOT NULL)"))
         checks.append(check)
     checked = typed.withColumn(ERROR, F.coalesce(*checks))
-    good = checked.where(F.col(ERROR).isNull()).select(
+    # Spark pushes a filter below the projections it reads, inlining their expressions: every
+    # from_json field and conversion would run once per reference. BARRIER is nondeterministic, so
+    # the filter stops above the projection that converts (and, below it, the one that parses once).
+    good_rows = F.col(ERROR).isNull() & (F.col(BARRIER) >= 0)
+    bad_rows = F.col(ERROR).isNotNull() & (F.col(BARRIER) >= 0)
+    good = checked.where(good_rows).select(
         *[F.col(_typed(i)).alias(f.name) for i, f in enumerate(fields)],
         OP_COLUMN,
         *extra_cols,
     )
-    bad = checked.where(F.col(ERROR).isNotNull()).select(
+    bad = checked.where(bad_rows).select(
         F.col(PAYLOAD).alias("payload"),
         F.col(ERROR).alias("error"),
         F.col(POSITION).alias("source_position"),

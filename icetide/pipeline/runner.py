@@ -117,6 +117,7 @@ class Runner:
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None
         self.source = SourceAdapter(config)
         self._stop = threading.Event()
+        self._first_position: dict[str, Any] | None = None
 
     def stop(self) -> None:
         """Ask the run to stop after the batch in flight (which commits or is abandoned cleanly)."""
@@ -126,7 +127,9 @@ class Runner:
         """The next batch id, the position it starts from, and its plan (replayed if recorded)."""
         state = self.sink.last_committed()
         batch_id = state.batch_id + 1 if state is not None else 1
-        position = state.source_position if state is not None else None
+        # Before the first commit, an empty plan's position is kept in memory: a `latest` or
+        # timestamp start resolved again later would skip what arrived in between.
+        position = state.source_position if state is not None else self._first_position
         recorded = self.dead_letter.recorded_plan(batch_id) if self.dead_letter else None
         if recorded is not None:
             log.info("batch %s: replaying the plan committed with its dead letters", batch_id)
@@ -135,8 +138,10 @@ class Runner:
 
     def run_batch(self) -> BatchMetrics | None:
         """Run one batch; None when the source had nothing new."""
-        batch_id, _position, plan = self._next()
+        batch_id, position, plan = self._next()
         if not plan.items:
+            if batch_id == 1:
+                self._first_position = plan.position
             return None
         started = time.monotonic()
         from pyspark import StorageLevel

@@ -202,7 +202,8 @@ class FileSource:
             if self.config.glob and not fnmatch.fnmatchcase(posixpath.basename(name), self.config.glob):
                 continue
             mtime_ms = int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0
-            path = f"{self._scheme}://{info.path}" if self._scheme and self._scheme != "file" else info.path
+            remote = self._scheme and self._scheme != "file"
+            path = self.config.path.rstrip("/") + "/" + name if remote else info.path
             found.append(LandedFile(name, path, mtime_ms, int(info.size or 0)))
         found.sort(key=lambda f: (f.mtime_ms, f.name))
         return found

@@ -302,7 +302,7 @@ class KafkaSource:
             # Partitions this batch would drain: their end comes from a fetch, not from ListOffsets.
             draining = {p: ends[p] for p in partitions if shares[p] == ends[p] - starts[p]}
             if draining:
-                probed = self._fetch_ends(consumer, draining)
+                probed = self._fetch_ends(consumer, draining, {p: starts[p] + max_records for p in draining})
                 for p, end in probed.items():
                     if end < starts[p]:
                         log.warning(
@@ -402,17 +402,22 @@ class KafkaSource:
         assert isinstance(self._start, int)
         return self._offsets_for_time(consumer, partitions, self._start)
 
-    def _fetch_ends(self, consumer: Any, froms: Mapping[int, int]) -> dict[int, int]:
+    def _fetch_ends(
+        self, consumer: Any, froms: Mapping[int, int], enough: Mapping[int, int] | None = None
+    ) -> dict[int, int]:
         """Per partition, the end offset the broker's Fetch responses report, fetching from `froms`.
 
-        Records past `froms` are fetched and dropped; this is at most the tail a lagging
-        ListOffsets hides. Without an EOF within probe_timeout_seconds, the end is one past the
-        last offset seen (or `froms`).
+        Records past `froms` are fetched and dropped: at most the tail a lagging ListOffsets hides,
+        and never past `enough[p]` (a partition busy enough to reach it needs no exact end, which
+        bounds the work against a topic that never goes quiet). Without an EOF within
+        probe_timeout_seconds, the end is one past the last offset seen (or `froms`). Every offset
+        below a returned end was seen to exist or lies below the broker's own high watermark.
         """
         kafka = _kafka()
         topic = self.config.topic
         seen = dict(froms)
         ends: dict[int, int] = {}
+        paused: list[Any] = []
         consumer.assign([kafka.TopicPartition(topic, p, offset) for p, offset in froms.items()])
         deadline = time.monotonic() + self.config.probe_timeout_seconds
         try:
@@ -428,6 +433,10 @@ class KafkaSource:
                     continue
                 if error is None:
                     seen[p] = max(seen[p], message.offset() + 1)
+                    if enough is not None and p in enough and seen[p] >= enough[p]:
+                        ends[p] = seen[p]
+                        paused.append(kafka.TopicPartition(topic, p))
+                        consumer.pause(paused[-1:])
                 elif error.code() == _PARTITION_EOF:
                     ends[p] = max(message.offset(), seen[p]) if message.offset() >= froms[p] else message.offset()
                 elif error.code() in (_OFFSET_OUT_OF_RANGE, _AUTO_OFFSET_RESET):
@@ -435,6 +444,8 @@ class KafkaSource:
                 elif not error.retriable() and error.code() != _UNKNOWN_TOPIC_OR_PART:
                     raise SourceError(f"{topic}/{p}@{seen[p]}: {error.str()}")
         finally:
+            if paused:  # librdkafka keeps a partition paused across assignments
+                consumer.resume(paused)
             consumer.unassign()
         for p in froms:
             if p not in ends:
