@@ -58,6 +58,8 @@ def collapse(
         return Collapsed(table, table.select(key))
     ops = normalize_ops(table[OP_COLUMN])
     table = table.set_column(table.schema.get_field_index(OP_COLUMN), OP_COLUMN, ops)
+    if table.select(key).group_by(key, use_threads=False).aggregate([]).num_rows == table.num_rows:
+        return _split(table, had_change=None, changelog=changelog)  # no key repeats: nothing to collapse
     sort_keys = [(order_by, "ascending")] if order_by else []
     sort_keys.append((ARRIVAL_COLUMN, "ascending"))
     order = pc.sort_indices(table, sort_keys=sort_keys, null_placement="at_start")
@@ -67,12 +69,16 @@ def collapse(
     helper = table.select(key).append_column("_pos", position).append_column("_ni", not_insert)
     groups = helper.group_by(key, use_threads=False).aggregate([("_pos", "max"), ("_ni", "any")])
     last = groups["_pos_max"]
-    survivors = table.take(last)
-    had_change = groups["_ni_any"]
+    return _split(table.take(last), had_change=groups["_ni_any"], changelog=changelog)
+
+
+def _split(survivors: pa.Table, *, had_change: pa.ChunkedArray | None, changelog: bool) -> Collapsed:
+    """Rows to insert and keys to delete, from one surviving change per key."""
     op = survivors[OP_COLUMN]
     is_row = pc.not_equal(op, DELETE)
-    if changelog:
-        needs_delete = pc.or_(pc.not_equal(op, INSERT), had_change)
-    else:
-        needs_delete = pa.array(np.ones(survivors.num_rows, dtype=bool))
+    if not changelog:
+        return Collapsed(rows=survivors.filter(is_row), deletes=survivors)
+    needs_delete = pc.not_equal(op, INSERT)
+    if had_change is not None:
+        needs_delete = pc.or_(needs_delete, had_change)
     return Collapsed(rows=survivors.filter(is_row), deletes=survivors.filter(needs_delete))

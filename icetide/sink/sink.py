@@ -173,7 +173,7 @@ class UpsertSink:
             log.info("batch %s of %s already committed (last %s): skipped", batch_id, self.pipeline_id, state.batch_id)
             return BatchResult(batch_id, False, None, 0, 0, 0, 0, 0, 0.0, 0.0, {}, "already committed")
         config, prepared = self._prepare(df, batch_id)
-        files = self._write_files(prepared, config)
+        files = self._write_files(prepared, config, source_cached=df.is_cached)
         write_seconds = time.monotonic() - started
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
@@ -293,12 +293,14 @@ class UpsertSink:
             *self.key, *[F.col(f"_last.`{c}`").alias(c) for c in others if c != OP_COLUMN], fixed_op.alias(OP_COLUMN)
         ).select(*df.columns)
 
-    def _write_files(self, prepared: DataFrame, config: WriterConfig) -> list[WrittenFile]:
+    def _write_files(self, prepared: DataFrame, config: WriterConfig, *, source_cached: bool) -> list[WrittenFile]:
         from pyspark import StorageLevel
 
         parallelism = self.write_parallelism or self.spark.sparkContext.defaultParallelism
-        cached = self.distribution == "dynamic"
-        if cached:  # the statistics pass and the write read the batch once from the source
+        # The statistics pass and the write must not read the source twice: persist the batch,
+        # unless the caller already did (the runner persists what it read).
+        cached = self.distribution == "dynamic" and not source_cached
+        if cached:
             prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             if self.distribution == "none":
