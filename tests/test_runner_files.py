@@ -191,3 +191,28 @@ def test_kill_9_and_restart_lands_everything_once(spark: Any, tmp_path: Path, cr
     for name in (table, dead_letter):
         referenced, present = referenced_and_present(other, name, warehouse)
         assert present <= referenced, f"abandoned files left in {name}: {sorted(present - referenced)[:3]}"
+
+
+def test_sigterm_stops_cleanly_after_the_batch_in_flight(tmp_path: Path) -> None:
+    import yaml
+
+    land_files(tmp_path / "landing", 3, seed=5)
+    doc = pipeline_doc("sigterm", tmp_path / "landing", str(tmp_path / "warehouse"))
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "icetide.cli", "run", str(config_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())  # the first batch's metrics line
+    assert first["batch_id"] == 1 and first["committed"]
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert "stopped by signal" in err
+    committed = [json.loads(line)["batch_id"] for line in out.splitlines() if line.startswith("{")]
+    assert committed == list(range(2, 2 + len(committed)))  # whatever else ran, ran whole

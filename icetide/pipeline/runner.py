@@ -123,8 +123,8 @@ class Runner:
         """Ask the run to stop after the batch in flight (which commits or is abandoned cleanly)."""
         self._stop.set()
 
-    def _next(self) -> tuple[int, dict[str, Any] | None, PlannedBatch]:
-        """The next batch id, the position it starts from, and its plan (replayed if recorded)."""
+    def _next(self) -> tuple[int, PlannedBatch]:
+        """The next batch id and its plan (replayed if its dead letters recorded it)."""
         state = self.sink.last_committed()
         batch_id = state.batch_id + 1 if state is not None else 1
         # Before the first commit, an empty plan's position is kept in memory: a `latest` or
@@ -133,12 +133,12 @@ class Runner:
         recorded = self.dead_letter.recorded_plan(batch_id) if self.dead_letter else None
         if recorded is not None:
             log.info("batch %s: replaying the plan committed with its dead letters", batch_id)
-            return batch_id, position, self.source.replay(recorded)
-        return batch_id, position, self.source.plan(position)
+            return batch_id, self.source.replay(recorded)
+        return batch_id, self.source.plan(position)
 
     def run_batch(self) -> BatchMetrics | None:
         """Run one batch; None when the source had nothing new."""
-        batch_id, position, plan = self._next()
+        batch_id, plan = self._next()
         if not plan.items:
             if batch_id == 1:
                 self._first_position = plan.position

@@ -1,0 +1,178 @@
+"""The runner over a real Kafka-protocol broker (Tansu): JSON and Debezium, exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from icetide.config import PipelineConfig
+from icetide.pipeline.runner import Runner
+from tests.kafka_broker import create_topic, produce
+from tests.model import ReferenceModel, table_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+COLUMNS = ["event_id", "event_time", "ad_id", "clicks"]
+KEY = ["event_id", "event_time"]
+SCHEMA = "event_id STRING NOT NULL, event_time TIMESTAMP NOT NULL, ad_id STRING, clicks INT"
+
+
+def doc(name: str, bootstrap: str, topic: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "pipeline": name,
+        "source": {"kafka": {"bootstrap_servers": bootstrap, "topic": topic, "starting_offsets": "earliest"}},
+        "table": {"name": f"lake.kafka.{name}", "schema": SCHEMA, "key": KEY, "partition_by": ["hours(event_time)"]},
+        "trigger": {"interval": "1s", "max_records": 70},
+        "dead_letter": f"lake.kafka.{name}_dead_letter",
+        **extra,
+    }
+
+
+def events(start: int, count: int, *, bad_every: int = 0) -> list[tuple[int, bytes, bytes, None]]:
+    out = []
+    for i in range(start, start + count):
+        if bad_every and i % bad_every == 0:
+            payload = b'{"event_id": "e' + str(i).encode() + b'", "event_time": "not a time"}'
+        else:
+            payload = json.dumps(
+                {
+                    "event_id": f"e{i % 40}",
+                    "event_time": f"2026-01-01T0{i % 3}:00:00",
+                    "ad_id": f"ad{i % 7}",
+                    "clicks": i,
+                }
+            ).encode()
+        out.append((i % 3, f"k{i % 40}".encode(), payload, None))
+    return out
+
+
+def model_of(records: list[tuple[int, bytes, bytes, None]]) -> dict[Any, Any]:
+    """Last write per key in offset order within each Kafka partition (keys never span partitions)."""
+    model = ReferenceModel(KEY, COLUMNS, None)
+    rows = []
+    for _, _, payload, _ in records:
+        r = json.loads(payload)
+        if r["event_time"] == "not a time":
+            continue
+        rows.append({**r, "event_time": datetime.fromisoformat(r["event_time"])})
+    model.apply(1, rows)
+    return model.rows
+
+
+def test_json_from_kafka_exactly_once_with_dead_letters(spark: Any, kafka_broker: str) -> None:
+    topic = create_topic(kafka_broker, partitions=3)
+    first = events(0, 120, bad_every=17)
+    produce(kafka_broker, topic, first)
+    config = PipelineConfig.from_dict(doc("json_once", kafka_broker, topic))
+    summary = Runner(config, spark).run(once=True, handle_signals=False)
+    assert len(summary.batches) >= 2  # max_records 70 splits the backlog
+    assert sum(b.records_in for b in summary.batches) == 120
+    assert table_rows(spark, config.table.name, COLUMNS, KEY) == model_of(first)
+    dead = spark.table(config.dead_letter).collect()
+    assert sorted(r["source_position"] for r in dead) == sorted(
+        f"{topic}/{i % 3}@{i // 3}" for i in range(120) if i % 17 == 0
+    )
+    second = events(120, 60)
+    produce(kafka_broker, topic, second)
+    summary = Runner(config, spark).run(once=True, handle_signals=False)
+    assert sum(b.records_in for b in summary.batches) == 60
+    assert table_rows(spark, config.table.name, COLUMNS, KEY) == model_of(first + second)
+    assert spark.table(config.dead_letter).count() == len(dead)
+
+
+def test_position_survives_compaction_other_writers_and_expiry(spark: Any, kafka_broker: str) -> None:
+    topic = create_topic(kafka_broker, partitions=2)
+    records = [
+        (
+            i % 2,
+            None,
+            json.dumps({"event_id": f"u{i}", "event_time": "2026-01-01T01:00:00", "clicks": i}).encode(),
+            None,
+        )
+        for i in range(100)
+    ]
+    produce(kafka_broker, topic, records[:50])
+    config = PipelineConfig.from_dict(doc("expiry", kafka_broker, topic, mode="append"))
+    Runner(config, spark).run(once=True, handle_signals=False)
+    table = config.table.name
+    # Another writer's commit, a compaction, then expiry of every snapshot but the newest.
+    spark.sql(f"INSERT INTO {table} VALUES ('other', timestamp'2026-01-01 05:00:00', 'x', 1)")
+    spark.sql(
+        f"CALL lake.system.rewrite_data_files(table => '{table.split('.', 1)[1]}', "
+        "options => map('min-input-files', '1'))"
+    ).collect()
+    spark.sql(
+        f"CALL lake.system.expire_snapshots(table => '{table.split('.', 1)[1]}', "
+        "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)"
+    ).collect()
+    assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == 1
+    produce(kafka_broker, topic, records[50:])
+    Runner(config, spark).run(once=True, handle_signals=False)
+    ids = [r["event_id"] for r in spark.table(table).collect()]
+    assert sorted(ids) == sorted([f"u{i}" for i in range(100)] + ["other"])  # nothing lost, nothing twice
+
+
+def test_debezium_changes_apply_in_source_order(spark: Any, kafka_broker: str) -> None:
+    topic = create_topic(kafka_broker, partitions=1)
+
+    def change(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, ts: int) -> bytes:
+        return json.dumps(
+            {"payload": {"op": op, "before": before, "after": after, "ts_ms": ts + 5, "source": {"ts_ms": ts}}}
+        ).encode()
+
+    row = {"event_id": "a", "event_time": "2026-01-01T01:00:00Z", "ad_id": "ad1", "clicks": 1}
+    records = [
+        (0, b"a", change("c", None, row, 1000), None),
+        (0, b"b", change("r", None, {**row, "event_id": "b"}, 1000), None),
+        (0, b"a", change("u", row, {**row, "clicks": 3}, 3000), None),
+        (0, b"a", change("u", row, {**row, "clicks": 2}, 2000), None),  # late: older source time loses
+        (0, b"b", change("d", {**row, "event_id": "b"}, None, 4000), None),
+        (0, b"b", None, None),  # tombstone: skipped
+        (0, b"z", b'{"payload": {"op": "x"}}', None),
+    ]
+    produce(kafka_broker, topic, records)
+    config = PipelineConfig.from_dict(doc("cdc", kafka_broker, topic, format="debezium"))
+    summary = Runner(config, spark).run(once=True, handle_signals=False)
+    assert sum(b.bad_records for b in summary.batches) == 1
+    got = table_rows(spark, config.table.name, COLUMNS, KEY)
+    assert got == {("a", datetime(2026, 1, 1, 1)): ("a", datetime(2026, 1, 1, 1), "ad1", 3)}
+
+
+def test_kill_9_after_write_then_restart(spark: Any, kafka_broker: str, tmp_path: Path) -> None:
+    topic = create_topic(kafka_broker, partitions=3)
+    records = events(0, 200, bad_every=23)
+    produce(kafka_broker, topic, records)
+    warehouse = tmp_path / "warehouse"
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc("kcrash", kafka_broker, topic, warehouse=str(warehouse))))
+    command = [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"]
+    crashed = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ICETIDE_CRASH_AT": "after_write", "ICETIDE_CRASH_BATCH": "2"},
+    )
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    other = spark.newSession()
+    other.conf.set("spark.sql.catalog.kcheck", "org.apache.iceberg.spark.SparkCatalog")
+    other.conf.set("spark.sql.catalog.kcheck.type", "hadoop")
+    other.conf.set("spark.sql.catalog.kcheck.warehouse", str(warehouse))
+    assert table_rows(other, "kcheck.kafka.kcrash", COLUMNS, KEY) == model_of(records)
+    dead = [r["source_position"] for r in other.table("kcheck.kafka.kcrash_dead_letter").collect()]
+    assert len(dead) == len(set(dead)) == sum(1 for i in range(200) if i % 23 == 0)
+    referenced = {
+        r[0].replace("file:", "") for r in other.sql("SELECT file_path FROM kcheck.kafka.kcrash.all_files").collect()
+    }
+    present = {str(p) for p in (warehouse / "kafka" / "kcrash" / "data").rglob("*.parquet")}
+    assert present <= referenced  # the crashed batch's files were deleted on restart
