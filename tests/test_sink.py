@@ -283,3 +283,40 @@ def test_bad_sink_config_names_the_key(spark: Any, table_name: str) -> None:
         sink.write(spark.createDataFrame([(1, naive(T0))], "id long, ts timestamp"), batch_id=1)
     with pytest.raises(ConfigError, match="pipeline_id"):
         icetide.UpsertSink(spark, table_name, pipeline_id="")
+
+
+def _throw(spark: Any, java_class: str, message: str) -> None:
+    """Make the JVM throw `java_class` the way a catalog would during a commit."""
+    jvm = spark._jvm
+    exc = (
+        jvm.org.apache.iceberg.exceptions.CommitStateUnknownException(jvm.java.lang.RuntimeException(message))
+        if java_class.endswith("CommitStateUnknownException")
+        else jvm.java.lang.IllegalStateException(message)
+    )
+    jvm.org.apache.iceberg.util.ExceptionUtil.castAndThrow(exc, exc.getClass())
+
+
+def _batch_files(warehouse: str, table: str, batch_id: int) -> list[str]:
+    from pathlib import Path
+
+    folder = Path(warehouse).joinpath(*table.split(".")[1:])
+    return [str(p) for p in folder.rglob(f"icetide-fail-b{batch_id:012d}-*.parquet")]
+
+
+def test_definite_commit_failure_deletes_files_and_unknown_state_keeps_them(
+    spark: Any, table_name: str, warehouse: str
+) -> None:
+    make_table(spark, table_name)
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="fail")
+    rows = [{"id": 1, "ts": naive(T0), "v": "x", "seq": 1, "_op": None}]
+    sink.committer._attempt = lambda *a, **k: _throw(spark, "java.lang.IllegalStateException", "catalog refused")  # type: ignore[method-assign]
+    with pytest.raises(icetide.CommitFailedError, match="catalog refused"):
+        sink.write(to_df(spark, rows), batch_id=1)
+    assert _batch_files(warehouse, table_name, 1) == []  # definitely not committed: files deleted
+    sink.committer._attempt = lambda *a, **k: _throw(  # type: ignore[method-assign]
+        spark, "org.apache.iceberg.exceptions.CommitStateUnknownException", "socket closed"
+    )
+    with pytest.raises(icetide.CommitStateUnknownError, match="state unknown"):
+        sink.write(to_df(spark, rows), batch_id=2)
+    assert len(_batch_files(warehouse, table_name, 2)) == 2  # may have landed: nothing deleted
+    assert sink.last_committed() is None

@@ -1,0 +1,106 @@
+"""Pipeline config: validated once, at load, every error naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icetide.config import PipelineConfig, load_config, parse_duration, parse_size
+from icetide.errors import ConfigError
+
+GOOD: dict[str, Any] = {
+    "pipeline": "ads",
+    "warehouse": "warehouse",
+    "source": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": "ads", "starting_offsets": "earliest"}},
+    "format": "json",
+    "table": {
+        "name": "lake.ads.events",
+        "schema": "ad_id STRING NOT NULL, event_time TIMESTAMP NOT NULL, clicks INT",
+        "key": ["ad_id", "event_time"],
+        "partition_by": ["hours(event_time)"],
+    },
+    "mode": "upsert",
+    "order_by": "event_time",
+    "trigger": {"interval": "5s", "max_records": 100000},
+    "dead_letter": "lake.ads.events_dead_letter",
+}
+
+
+def with_(path: str, value: Any) -> dict[str, Any]:
+    import copy
+
+    doc = copy.deepcopy(GOOD)
+    *parents, last = path.split(".")
+    node = doc
+    for p in parents:
+        node = node[p]
+    if value is ...:
+        del node[last]
+    else:
+        node[last] = value
+    return doc
+
+
+def test_the_issue_example_loads(tmp_path: Path) -> None:
+    import yaml
+
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    config = load_config(path)
+    assert config.pipeline == "ads" and config.source_kind == "kafka"
+    assert config.trigger.interval == 5.0 and config.trigger.max_records == 100_000
+    assert config.table.key == ("ad_id", "event_time") and config.distribution == "dynamic"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("pipeline", ..., "pipeline: required"),
+        ("pipeline", "a b", "pipeline: 'a b'"),
+        ("source", {"mq": {}}, "source: expected exactly one of"),
+        ("format", "xml", "format: 'xml'"),
+        ("mode", "merge", "mode: 'merge'"),
+        ("table.key", ..., "table.key: required"),
+        ("table.key", "ad_id", "table.key: expected a list"),
+        ("table.name", "events", "table.name: 'events'"),
+        ("table.colour", "red", "table.colour: unknown key"),
+        ("trigger.interval", "soon", "trigger.interval: 'soon'"),
+        ("trigger.max_records", 0, "trigger.max_records: must be at least 1"),
+        ("distribution", "random", "distribution: 'random'"),
+        ("max_bad_fraction", 2, "max_bad_fraction"),
+        ("dead_letter", "dl", "dead_letter: 'dl'"),
+        ("sourec", {}, "sourec: unknown key"),
+    ],
+)
+def test_bad_config_names_the_key(path: str, value: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        PipelineConfig.from_dict(with_(path, value))
+    assert message in str(err.value)
+
+
+def test_load_names_the_file_and_yaml_errors(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("pipeline: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="cannot read pipeline file"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_source_settings_are_checked_by_the_source() -> None:
+    from icetide.sources.kafka import KafkaSourceConfig
+
+    with pytest.raises(ConfigError, match=r"source\.kafka\.topic"):
+        KafkaSourceConfig.from_dict({"bootstrap_servers": "x"})
+
+
+def test_durations_and_sizes() -> None:
+    assert parse_duration("500ms", "k") == 0.5
+    assert parse_duration("2m", "k") == 120
+    assert parse_duration(3, "k") == 3
+    assert parse_size("128MB", "k") == 128 * 1024 * 1024
+    assert parse_size("64kb", "k") == 64 * 1024
+    with pytest.raises(ConfigError, match="k: 'big'"):
+        parse_size("big", "k")
