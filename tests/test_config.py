@@ -104,3 +104,9 @@ def test_durations_and_sizes() -> None:
     assert parse_size("64kb", "k") == 64 * 1024
     with pytest.raises(ConfigError, match="k: 'big'"):
         parse_size("big", "k")
+
+
+@pytest.mark.parametrize("name", ["ads-kafka.yaml", "landing-files.yaml"])
+def test_example_pipelines_load(name: str) -> None:
+    config = load_config(Path(__file__).resolve().parent.parent / "examples" / name)
+    assert config.dead_letter and config.table.key
