@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -61,3 +64,26 @@ def record(title: str, body: str) -> None:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     with RESULTS.open("a") as f:
         f.write(f"\n## {title} ({stamp}; {machine()})\n\n{body}\n")
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser showing the benchmark's docstring, with --record."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--record", action="store_true", help="append the results to docs/benchmarks.md")
+    return p
+
+
+def in_temp_warehouse(fn: Callable[[str], Any]) -> Any:
+    """Run fn(warehouse) in a fresh temporary warehouse folder, removed afterwards."""
+    warehouse = tempfile.mkdtemp(prefix="icetide-bench-")
+    try:
+        return fn(warehouse)
+    finally:
+        shutil.rmtree(warehouse, ignore_errors=True)
+
+
+def report(title: str, body: str, *, save: bool) -> None:
+    """Print the results; with `save`, append them to docs/benchmarks.md."""
+    print(body)
+    if save:
+        record(title, body)

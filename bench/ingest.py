@@ -15,14 +15,11 @@ for each row, the time from production to the commit that made it visible.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
 import random
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_session, median, record, render_table, timed
+from bench.common import bench_session, in_temp_warehouse, median, parser, render_table, report, timed
 
 SCHEMA = (
     "event_id STRING NOT NULL, event_time TIMESTAMP NOT NULL, ad_id BIGINT, campaign_id BIGINT, country STRING, "
@@ -197,19 +194,12 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--freshness-seconds", type=int, default=30)
-    parser.add_argument("--record", action="store_true", help="append the results to docs/benchmarks.md")
-    args = parser.parse_args()
-    warehouse = tempfile.mkdtemp(prefix="icetide-bench-")
-    try:
-        body = run(args.events, args.freshness_seconds, warehouse, Path(warehouse) / "tansu.log")
-    finally:
-        shutil.rmtree(warehouse, ignore_errors=True)
-    print(body)
-    if args.record:
-        record("bench/ingest.py: Kafka to Iceberg append", body)
+    p = parser(__doc__)
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--freshness-seconds", type=int, default=30)
+    args = p.parse_args()
+    body = in_temp_warehouse(lambda wh: run(args.events, args.freshness_seconds, wh, Path(wh) / "tansu.log"))
+    report("bench/ingest.py: Kafka to Iceberg append", body, save=args.record)
 
 
 if __name__ == "__main__":

@@ -13,16 +13,13 @@ A PNG chart goes to docs/small_files.png.
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, bench_session, median, record, render_table
+from bench.common import ROOT, bench_session, in_temp_warehouse, median, parser, render_table, report
 
 MODES = ["key", "partition", "dynamic", "none"]
 AGES = [0, 1, 2, 6, 12, 23]
@@ -142,21 +139,15 @@ def chart(per_age: dict[str, dict[int, float]], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hours", type=int, default=24)
-    parser.add_argument("--batches-per-hour", type=int, default=2)
-    parser.add_argument("--events", type=int, default=20_000)
-    parser.add_argument("--record", action="store_true", help="append results to docs/benchmarks.md, write the PNG")
-    args = parser.parse_args()
-    warehouse = tempfile.mkdtemp(prefix="icetide-bench-")
-    try:
-        body, per_age = run(args.hours, args.batches_per_hour, args.events, warehouse)
-    finally:
-        shutil.rmtree(warehouse, ignore_errors=True)
-    print(body)
+    p = parser(__doc__)
+    p.add_argument("--hours", type=int, default=24)
+    p.add_argument("--batches-per-hour", type=int, default=2)
+    p.add_argument("--events", type=int, default=20_000)
+    args = p.parse_args()
+    body, per_age = in_temp_warehouse(lambda wh: run(args.hours, args.batches_per_hour, args.events, wh))
     if args.record:
         chart(per_age, ROOT / "docs" / "small_files.png")
-        record("bench/small_files.py: files per partition-hour by distribution", body)
+    report("bench/small_files.py: files per partition-hour by distribution", body, save=args.record)
 
 
 if __name__ == "__main__":

@@ -12,16 +12,13 @@ Then one INSERT-only DataFrame of 2M rows is written through the sink and by
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_session, median, record, render_table, timed
+from bench.common import bench_session, in_temp_warehouse, median, parser, render_table, report, timed
 
 SCHEMA = "id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, user_id BIGINT, amount DOUBLE, status STRING, note STRING"
 HOURS = 48
@@ -135,20 +132,14 @@ def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str) -> str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1000000,10000000")
-    parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--insert-rows", type=int, default=2_000_000)
-    parser.add_argument("--record", action="store_true", help="append the results to docs/benchmarks.md")
-    args = parser.parse_args()
-    warehouse = tempfile.mkdtemp(prefix="icetide-bench-")
-    try:
-        body = run([int(s) for s in args.sizes.split(",")], args.batches, args.insert_rows, warehouse)
-    finally:
-        shutil.rmtree(warehouse, ignore_errors=True)
-    print(body)
-    if args.record:
-        record("bench/upsert.py: UpsertSink vs MERGE INTO, and INSERT vs native append", body)
+    p = parser(__doc__)
+    p.add_argument("--sizes", default="1000000,10000000")
+    p.add_argument("--batches", type=int, default=3)
+    p.add_argument("--insert-rows", type=int, default=2_000_000)
+    args = p.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    body = in_temp_warehouse(lambda wh: run(sizes, args.batches, args.insert_rows, wh))
+    report("bench/upsert.py: UpsertSink vs MERGE INTO, and INSERT vs native append", body, save=args.record)
 
 
 if __name__ == "__main__":
