@@ -45,6 +45,11 @@ class SourceAdapter:
             if self.files.config.format != "json" and config.format == "debezium":
                 raise ConfigError("format: debezium needs json files (source.files.format: json)")
 
+    @property
+    def batch_limit(self) -> int:
+        """The most a plan takes: max_records for Kafka, max_files for landing files."""
+        return self.config.trigger.max_records if self.kind == "kafka" else self.config.trigger.max_files
+
     def plan(self, position: dict[str, Any] | None) -> PlannedBatch:
         """The next batch from `position` (None: a new pipeline)."""
         if self.kind == "kafka":

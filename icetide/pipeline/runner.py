@@ -118,6 +118,7 @@ class Runner:
         self.source = SourceAdapter(config)
         self._stop = threading.Event()
         self._first_position: dict[str, Any] | None = None
+        self._last_plan_full = False
 
     def stop(self) -> None:
         """Ask the run to stop after the batch in flight (which commits or is abandoned cleanly)."""
@@ -139,6 +140,7 @@ class Runner:
     def run_batch(self) -> BatchMetrics | None:
         """Run one batch; None when the source had nothing new."""
         batch_id, plan = self._next()
+        self._last_plan_full = plan.records_planned >= self.source.batch_limit
         if not plan.items:
             if batch_id == 1:
                 self._first_position = plan.position
@@ -209,6 +211,10 @@ class Runner:
     ) -> RunSummary:
         """Run batches every trigger interval until stopped; with `once`, until the source is drained.
 
+        `once` stops after the first batch smaller than its limit (max_records or max_files): the
+        source held no more than that when the batch was planned, so what was available when the
+        run started has been processed even if producers keep writing.
+
         SIGINT/SIGTERM stop the run after the batch in flight; a second signal aborts at once.
         """
         summary = RunSummary()
@@ -225,8 +231,8 @@ class Runner:
                     log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
                     if on_batch is not None:
                         on_batch(metrics)
-                if metrics is None and once:
-                    break
+                if once and (metrics is None or not self._last_plan_full):
+                    break  # a batch smaller than the limit drained what was there when it was planned
                 if once or (metrics is not None and metrics.source_lag > 0):
                     continue  # backlog: next batch right away
                 self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
