@@ -15,10 +15,10 @@ from icetide.sources.kafka import (
     KafkaSource,
     KafkaSourceConfig,
     OffsetRange,
-    RangeReader,
     allocate,
     parse_starting_offsets,
 )
+from icetide.sources.kafka_reader import RangeReader
 from tests.kafka_broker import create_topic, produce
 
 T0 = 1_700_000_000_000  # a fixed epoch-millis base for record timestamps

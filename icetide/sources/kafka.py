@@ -24,15 +24,21 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, SourceError
-from icetide.sources.base import ExecutorSourceError
+from icetide.sources.kafka_reader import (
+    _AUTO_OFFSET_RESET,
+    _OFFSET_OUT_OF_RANGE,
+    _PARTITION_EOF,
+    _UNKNOWN_TOPIC_OR_PART,
+    OffsetRange,
+    _kafka,
+    read_ranges_task,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,24 +56,9 @@ FORCED_CONSUMER_SETTINGS = {
     "auto.offset.reset": "error",
 }
 RECORD_DDL = "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY"
-RECORD_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-    ]
-)
 RANGE_DDL = "topic STRING, partition INT, start BIGINT, end BIGINT"
 POSITION_COLUMNS = ["topic", "partition", "offset"]  # for decode's source_position: "ads/0@1234"
 
-# librdkafka error codes (confluent_kafka.KafkaError), copied so this module imports without it.
-_PARTITION_EOF = -191
-_AUTO_OFFSET_RESET = -140
-_OFFSET_OUT_OF_RANGE = 1
-_UNKNOWN_TOPIC_OR_PART = 3
 
 _CONFIG_KEYS = (
     "bootstrap_servers",
@@ -78,14 +69,6 @@ _CONFIG_KEYS = (
     "metadata_timeout_seconds",
     "probe_timeout_seconds",
 )
-
-
-def _kafka() -> Any:
-    try:
-        import confluent_kafka
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigError("Kafka support not installed: pip install 'icetide[kafka]'") from exc
-    return confluent_kafka
 
 
 def parse_starting_offsets(value: str, *, key: str = "starting_offsets") -> str | int:
@@ -195,21 +178,6 @@ def _check_fields(values: Mapping[str, Any], prefix: str) -> None:
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ConfigError(f"{prefix}.{name}: must be a positive number of seconds, got {value!r}")
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """Records `start` (inclusive) to `end` (exclusive) of one topic partition."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def count(self) -> int:
-        """Offsets covered (records, unless compaction or transaction markers left gaps)."""
-        return max(0, self.end - self.start)
 
 
 def allocate(available: Mapping[int, int], budget: int, *, rotation: int = 0) -> dict[int, int]:
@@ -573,171 +541,3 @@ class _ClosingConsumer:
             self.consumer.close()
         except Exception:  # pragma: no cover - closing must not hide the real error
             log.debug("closing the driver consumer failed", exc_info=True)
-
-
-class MessageLike(Protocol):
-    """The part of confluent_kafka.Message a range reader uses."""
-
-    def error(self) -> Any: ...
-    def offset(self) -> int: ...
-    def partition(self) -> int: ...
-    def timestamp(self) -> tuple[int, int]: ...
-    def key(self) -> bytes | None: ...
-    def value(self) -> bytes | None: ...
-
-
-class ConsumerLike(Protocol):
-    """The part of confluent_kafka.Consumer a range reader uses."""
-
-    def assign(self, partitions: list[Any]) -> None: ...
-    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Any]: ...
-    def get_watermark_offsets(self, partition: Any, timeout: float = ..., cached: bool = ...) -> Any: ...
-    def close(self) -> None: ...
-
-
-class RangeReader:
-    """Reads one offset range from an assigned consumer into Arrow record batches.
-
-    Guarantees: every record with start <= offset < end that the broker still holds is yielded
-    once, in offset order; nothing outside the range is. Offsets below the log start (deleted by
-    retention) are skipped with a warning. Ends at the last offset of the range, or at an EOF
-    event at or past the end (gaps left by compaction or transaction markers); raises
-    ExecutorSourceError after `read_timeout` seconds without progress.
-    """
-
-    def __init__(
-        self,
-        consumer: ConsumerLike,
-        offset_range: OffsetRange,
-        *,
-        read_timeout: float,
-        batch_rows: int = 10_000,
-        poll_timeout: float = 0.2,
-        topic_partition: Callable[[str, int, int], Any] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.consumer = consumer
-        self.range = offset_range
-        self.read_timeout = read_timeout
-        self.batch_rows = batch_rows
-        self.poll_timeout = poll_timeout
-        self._tp = topic_partition or (lambda t, p, o: _kafka().TopicPartition(t, p, o))
-        self._clock = clock
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """Record batches of at most batch_rows rows, in RECORD_ARROW_SCHEMA."""
-        r = self.range
-        where = f"{r.topic}/{r.partition}"
-        next_offset = r.start
-        self.consumer.assign([self._tp(r.topic, r.partition, r.start)])
-        offsets: list[int] = []
-        stamps: list[int | None] = []
-        keys: list[bytes | None] = []
-        values: list[bytes | None] = []
-        deadline = self._clock() + self.read_timeout
-        while next_offset < r.end:
-            if self._clock() > deadline:
-                raise ExecutorSourceError(
-                    f"{where}@{next_offset}: no records for {self.read_timeout:g}s while reading offsets "
-                    f"[{r.start}, {r.end}); is the broker reachable and the data still there?"
-                )
-            wanted = min(self.batch_rows - len(offsets), r.end - next_offset)
-            for message in self.consumer.consume(num_messages=max(1, wanted), timeout=self.poll_timeout):
-                error = message.error()
-                if error is not None:
-                    code = error.code()
-                    if code == _PARTITION_EOF:
-                        if message.offset() >= r.end:
-                            next_offset = r.end
-                            break
-                        continue
-                    if code in (_OFFSET_OUT_OF_RANGE, _AUTO_OFFSET_RESET):
-                        next_offset = self._skip_deleted(next_offset)
-                        deadline = self._clock() + self.read_timeout
-                        break
-                    if error.retriable():
-                        log.debug("%s@%d: retriable error %s", where, next_offset, error.str())
-                        continue
-                    raise ExecutorSourceError(f"{where}@{next_offset}: {error.str()}")
-                offset = message.offset()
-                if offset < next_offset:
-                    continue
-                if offset >= r.end:
-                    next_offset = r.end
-                    break
-                kind, stamp = message.timestamp()
-                offsets.append(offset)
-                stamps.append(stamp * 1000 if kind != 0 and stamp >= 0 else None)
-                keys.append(message.key())
-                values.append(message.value())
-                next_offset = offset + 1
-                deadline = self._clock() + self.read_timeout
-            if len(offsets) >= self.batch_rows:
-                yield self._batch(offsets, stamps, keys, values)
-                offsets, stamps, keys, values = [], [], [], []
-        if offsets:
-            yield self._batch(offsets, stamps, keys, values)
-
-    def _skip_deleted(self, next_offset: int) -> int:
-        r = self.range
-        try:
-            marks = self.consumer.get_watermark_offsets(
-                self._tp(r.topic, r.partition, -1), timeout=min(self.read_timeout, 10.0), cached=False
-            )
-        except Exception as exc:
-            raise ExecutorSourceError(f"{r.topic}/{r.partition}@{next_offset}: offset out of range: {exc}") from exc
-        low = int(marks[0]) if marks else -1
-        if low <= next_offset:
-            raise ExecutorSourceError(
-                f"{r.topic}/{r.partition}@{next_offset}: offset out of range (log start {low}); "
-                "was the topic truncated or recreated?"
-            )
-        log.warning(
-            "%s/%d: offsets %d..%d were deleted by retention before being read; skipping to %d",
-            r.topic,
-            r.partition,
-            next_offset,
-            min(low, r.end) - 1,
-            min(low, r.end),
-        )
-        if low < r.end:
-            self.consumer.assign([self._tp(r.topic, r.partition, low)])
-        return min(low, r.end)
-
-    def _batch(
-        self, offsets: list[int], stamps: list[int | None], keys: list[bytes | None], values: list[bytes | None]
-    ) -> pa.RecordBatch:
-        n = len(offsets)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array([self.range.topic] * n, pa.string()),
-                pa.array([self.range.partition] * n, pa.int32()),
-                pa.array(offsets, pa.int64()),
-                pa.array(stamps, pa.timestamp("us", tz="UTC")),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-            ],
-            schema=RECORD_ARROW_SCHEMA,
-        )
-
-
-def read_ranges_task(
-    settings: Mapping[str, str], read_timeout: float, batches: Iterable[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: read every range (rows of RANGE_DDL) of this Spark partition, in order."""
-    kafka = _kafka()
-    for ranges in batches:
-        for row in ranges.to_pylist():
-            offset_range = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
-            try:
-                consumer = kafka.Consumer(dict(settings))
-            except Exception as exc:
-                where = f"{offset_range.topic}/{offset_range.partition}@{offset_range.start}"
-                raise ExecutorSourceError(f"{where}: cannot create a consumer: {exc}") from exc
-            try:
-                reader = RangeReader(
-                    consumer, offset_range, read_timeout=read_timeout, topic_partition=kafka.TopicPartition
-                )
-                yield from reader.batches()
-            finally:
-                consumer.close()
