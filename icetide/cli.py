@@ -68,9 +68,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"equality-delete files {report.delete_files}"
     )
     console.print(
-        f"  per batch (median): write {report.median('write_seconds'):.2f}s, "
-        f"commit {report.median('commit_seconds'):.2f}s, "
-        f"{statistics_mean([b.data_files for b in report.batches]):.1f} data files"
+        f"  per batch: write median {report.median('write_seconds'):.2f}s "
+        f"(max {max(b.write_seconds for b in report.batches):.2f}s), "
+        f"commit median {report.median('commit_seconds'):.2f}s "
+        f"(max {max(b.commit_seconds for b in report.batches):.2f}s), "
+        f"{statistics_mean([b.data_files for b in report.batches]):.1f} data files on average"
     )
     files = Table(title=f"files per partition (distribution={args.distribution})")
     for column in ("hour", "records in files", "data files", "delete files", "avg data file"):
