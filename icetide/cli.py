@@ -1,8 +1,9 @@
-"""The icetide command line: demo, run."""
+"""The icetide command line: demo, run, status."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -135,6 +136,57 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print a table's health (text or --json), optionally an HTML chart of files over time."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from icetide.maintenance.health import files_over_time_html, table_health
+    from icetide.spark.session import spark_session
+
+    spark = spark_session(warehouse=args.warehouse, catalog=args.table.split(".")[0])
+    health = table_health(spark, args.table)
+    if args.chart:
+        with open(args.chart, "w") as f:
+            f.write(files_over_time_html(spark, args.table))
+    if args.json:
+        print(health.to_json())
+        return 0
+    console = Console()
+    console.print(
+        f"[bold]{health.table}[/bold]: {health.data_files} data files, {health.delete_files} delete files, "
+        f"{health.equality_delete_rows:,} equality-delete rows waiting, {health.snapshots} snapshots "
+        f"({health.oldest_snapshot} .. {health.newest_snapshot}), target file size "
+        f"{health.target_file_size // (1024 * 1024)} MiB"
+    )
+    parts = Table(title="files per partition")
+    for column in ("partition", "records", "data files", "small", "avg size", "eq-delete files", "eq-delete rows"):
+        parts.add_column(column, justify="right")
+    for p in health.partitions[: args.partitions]:
+        parts.add_row(
+            p.partition,
+            f"{p.records:,}",
+            str(p.data_files),
+            str(p.small_files),
+            f"{p.avg_data_file_bytes / 1024:.0f} KiB",
+            str(p.equality_delete_files),
+            f"{p.equality_delete_rows:,}",
+        )
+    if len(health.partitions) > args.partitions:
+        parts.caption = f"newest {args.partitions} of {len(health.partitions)} partitions"
+    console.print(parts)
+    pipes = Table(title="pipelines")
+    for column in ("pipeline", "last batch", "source position", "committed at"):
+        pipes.add_column(column)
+    for st in health.pipelines:
+        pipes.add_row(st.pipeline_id, str(st.batch_id), json.dumps(st.source_position)[:60], st.committed_at)
+    console.print(pipes)
+    console.print("next maintenance: " + ("; ".join(health.suggestions) if health.suggestions else "nothing due"))
+    if args.chart:
+        console.print(f"chart written to {args.chart}")
+    return 0
+
+
 class _nothing:
     def __enter__(self) -> None:
         return None
@@ -169,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("pipeline", help="pipeline YAML file")
     run.add_argument("--once", action="store_true", help="process what is available, then exit")
     run.set_defaults(func=cmd_run)
+    status = sub.add_parser("status", help="a table's health: files per partition, deletes, snapshots, pipelines")
+    status.add_argument("table", help="catalog.namespace.table, e.g. lake.demo.ad_events")
+    status.add_argument("--warehouse", default="warehouse", help="warehouse folder (default: ./warehouse)")
+    status.add_argument("--json", action="store_true", help="print the report as JSON")
+    status.add_argument("--chart", metavar="FILE.html", help="also write an HTML chart of files per partition")
+    status.add_argument("--partitions", type=int, default=20, help="partitions to list (default: 20)")
+    status.set_defaults(func=cmd_status)
     return parser
 
 

@@ -56,6 +56,7 @@ def decode_debezium(
     *,
     epoch_unit: EpochUnit = "ms",
     extra_cols: Sequence[str] = (),
+    keep: list[DataFrame] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Decode Debezium change events in `df[value_col]` (string or binary) into the table's columns.
 
@@ -146,4 +147,4 @@ def decode_debezium(
         ),
         *[row[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
     )
-    return finish(rows, table_schema, key, [SOURCE_TS_COLUMN, *extra_cols], epoch_unit)
+    return finish(rows, table_schema, key, [SOURCE_TS_COLUMN, *extra_cols], epoch_unit, keep)

@@ -196,8 +196,12 @@ def finish(
     key: Sequence[str],
     extra_cols: Sequence[str],
     epoch_unit: str,
+    keep: list[DataFrame] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Convert and check the raw columns of `rows`, and split them into good and bad.
+
+    With `keep` (a list), the checked records are persisted and appended to it: good and bad
+    then read one cache, the source is read and parsed once, and the caller unpersists it.
 
     `rows` has PAYLOAD, POSITION, OP_COLUMN, PRE_ERROR (null unless the record is already known
     to be bad), `extra_cols`, and `_raw(i)` (the raw text of table column i) for every column.
@@ -235,6 +239,21 @@ def finish(
             check = check.when(not_delete & raw.isNull(), F.lit(f"column {f.name} is missing or null (NOT NULL)"))
         checks.append(check)
     checked = typed.withColumn(ERROR, F.coalesce(*checks))
+    if keep is not None:
+        from pyspark import StorageLevel
+
+        # Cache only what good and bad read: typed values, and the payload of bad records only.
+        error = F.col(ERROR)
+        checked = checked.select(
+            F.when(error.isNotNull(), F.col(PAYLOAD)).alias(PAYLOAD),
+            POSITION,
+            OP_COLUMN,
+            *extra_cols,
+            *[F.col(_typed(i)) for i in range(len(fields))],
+            ERROR,
+            BARRIER,
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        keep.append(checked)
     # Spark pushes a filter below the projections it reads, inlining their expressions: every
     # from_json field and conversion would run once per reference. BARRIER is nondeterministic, so
     # the filter stops above the projection that converts (and, below it, the one that parses once).
@@ -263,6 +282,7 @@ def decode_json(
     *,
     epoch_unit: EpochUnit = "ms",
     extra_cols: Sequence[str] = (),
+    keep: list[DataFrame] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Decode JSON objects in `df[value_col]` (string or binary) into `table_schema`'s columns.
 
@@ -307,4 +327,4 @@ def decode_json(
         pre_error.alias(PRE_ERROR),
         *[parsed[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
     )
-    return finish(rows, table_schema, key, extra_cols, epoch_unit)
+    return finish(rows, table_schema, key, extra_cols, epoch_unit, keep)

@@ -77,8 +77,15 @@ class SourceAdapter:
             return self.kafka.read(spark, [OffsetRange(**r) for r in batch.items])
         return self.files.read(spark, list(batch.items), schema=schema)
 
-    def decode(self, raw: DataFrame, schema: StructType, key: list[str]) -> tuple[DataFrame, DataFrame, str | None]:
-        """(good rows with `_op`, bad records, the column that orders changes of one key)."""
+    def decode(
+        self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]
+    ) -> tuple[DataFrame, DataFrame, str | None]:
+        """(good rows with `_op`, bad records, the column that orders changes of one key).
+
+        The decoded records are persisted once and appended to `keep`, for the caller to unpersist:
+        counting good and bad and writing the good ones then read the source and parse it once.
+        """
+        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         op_mode = self.config.mode
@@ -93,15 +100,17 @@ class SourceAdapter:
 
             op = F.lit(INSERT if op_mode == "append" else UPSERT)
             good = raw.select(*[F.col(f"`{f.name}`") for f in schema.fields], op.alias(OP_COLUMN))
+            good = good.persist(StorageLevel.MEMORY_AND_DISK)
+            keep.append(good)
             return good, raw.sparkSession.createDataFrame([], BAD_DDL), self.config.order_by
         if self.config.format == "debezium":
             from icetide.decode.debezium import SOURCE_TS_COLUMN, decode_debezium
 
-            good, bad = decode_debezium(raw, value_col, schema, key, op_mode, position_cols)
+            good, bad = decode_debezium(raw, value_col, schema, key, op_mode, position_cols, keep=keep)
             return good, bad, self.config.order_by or SOURCE_TS_COLUMN
         from icetide.decode.json import decode_json
 
         # Without order_by, arrival order decides: a Kafka range is read in offset order, a file
         # in line order, and the sink keeps that order through monotonically_increasing_id.
-        good, bad = decode_json(raw, value_col, schema, key, op_mode, position_cols)
+        good, bad = decode_json(raw, value_col, schema, key, op_mode, position_cols, keep=keep)
         return good, bad, self.config.order_by

@@ -28,6 +28,7 @@ from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import source_error_in
 from icetide.table.catalog import create_table
+from icetide.table.iceberg import spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -103,7 +104,6 @@ class Runner:
             properties=t.properties,
             target_file_size=t.target_file_size,
         )
-        self.schema = spark.table(t.name).schema
         self.sink = UpsertSink(
             spark,
             t.name,
@@ -114,6 +114,7 @@ class Runner:
             write_parallelism=config.write_parallelism,
             target_file_size=t.target_file_size,
         )
+        self.schema = spark_schema(spark, self.sink.committer.table)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None
         self.source = SourceAdapter(config)
         self._stop = threading.Event()
@@ -146,15 +147,13 @@ class Runner:
                 self._first_position = plan.position
             return None
         started = time.monotonic()
-        from pyspark import StorageLevel
-
-        raw = self.source.read(self.spark, plan, self.schema).persist(StorageLevel.MEMORY_AND_DISK)
+        raw = self.source.read(self.spark, plan, self.schema)
+        kept: list[Any] = []
         try:
-            good, bad, order_by = self.source.decode(raw, self.schema, list(self.sink.key))
-            if order_by != self.sink.order_by:
-                self.sink.order_by = order_by
-            records_in = raw.count()
-            bad_count = bad.count()
+            good, bad, order_by = self.source.decode(raw, self.schema, list(self.sink.key), kept)
+            self.sink.order_by = order_by
+            bad_count = bad.count()  # materializes the decoded cache: the source is read once
+            records_in = good.count() + bad_count
             read_seconds = time.monotonic() - started
             if records_in and bad_count / records_in > self.config.max_bad_fraction:
                 raise TooManyBadRecordsError(
@@ -166,7 +165,7 @@ class Runner:
                 crash_point("after_dead_letter", batch_id)
             elif bad_count:
                 log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
-            result = self.sink.write(good, batch_id=batch_id, source_position=plan.position)
+            result = self.sink.write(good, batch_id=batch_id, source_position=plan.position, input_cached=True)
         except IcetideError:
             raise
         except Exception as exc:
@@ -175,7 +174,8 @@ class Runner:
                 raise source_error from exc
             raise
         finally:
-            raw.unpersist()
+            for frame in kept:
+                frame.unpersist()
         crash_point("after_commit", batch_id)
         return BatchMetrics(
             pipeline=self.config.pipeline,

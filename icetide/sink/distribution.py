@@ -57,14 +57,20 @@ def slots_for_partition(estimated_bytes: int, target_file_size: int, parallelism
 def plan_slots(stats: Sequence[PartitionStats], *, target_file_size: int, parallelism: int) -> SlotPlan:
     """Give each partition its slots and pack the slots onto tasks, largest partitions first.
 
-    A slot always goes to the least-loaded task not already holding a slot of the same
-    partition, so a hot partition spreads over distinct tasks and small ones fill the gaps.
+    Tasks = the hottest partition's slots or the batch's bytes over the target size, whichever
+    is more, capped by the parallelism. A slot always goes to the least-loaded task not already
+    holding a slot of the same partition, so a hot partition spreads over distinct tasks and
+    small ones share tasks: a long-tail partition costs one file, and a small batch few tasks.
     """
     if parallelism < 1:
         raise ValueError("parallelism must be at least 1")
     ordered = sorted(stats, key=lambda s: s.estimated_bytes, reverse=True)
     wanted = {s.values: slots_for_partition(s.estimated_bytes, target_file_size, parallelism) for s in ordered}
-    tasks = max(1, min(parallelism, sum(wanted.values())))
+    # Enough tasks for the hottest partition's slots and for the batch's bytes at one target file
+    # each; small partitions then share tasks instead of each starting its own.
+    total_bytes = sum(s.estimated_bytes for s in stats)
+    by_bytes = math.ceil(total_bytes / max(1, target_file_size))
+    tasks = max(1, min(parallelism, max(max(wanted.values(), default=1), by_bytes)))
     loads: list[tuple[float, int]] = [(0.0, t) for t in range(tasks)]
     heapq.heapify(loads)
     slots: dict[tuple[object, ...], list[int]] = {}

@@ -28,6 +28,7 @@ from icetide.table.iceberg import (
     key_columns,
     key_field_ids,
     partition_fields,
+    spark_schema,
     table_property,
 )
 
@@ -165,15 +166,22 @@ class UpsertSink:
         """`foreachBatch` entry point: Spark's batch id is the commit's batch id."""
         self.write(df, batch_id=batch_id)
 
-    def write(self, df: DataFrame, *, batch_id: int, source_position: Any = None) -> BatchResult:
-        """Write and commit one batch, exactly once: a batch id at or below the last one is a no-op."""
+    def write(
+        self, df: DataFrame, *, batch_id: int, source_position: Any = None, input_cached: bool | None = None
+    ) -> BatchResult:
+        """Write and commit one batch, exactly once: a batch id at or below the last one is a no-op.
+
+        `input_cached` says the batch reads from a persisted DataFrame (default: `df.is_cached`);
+        then the dynamic distribution's two passes read that cache instead of persisting again.
+        """
         started = time.monotonic()
         state = self.committer.last_committed()
         if state is not None and batch_id <= state.batch_id:
             log.info("batch %s of %s already committed (last %s): skipped", batch_id, self.pipeline_id, state.batch_id)
             return BatchResult(batch_id, False, None, 0, 0, 0, 0, 0, 0.0, 0.0, {}, "already committed")
         config, prepared = self._prepare(df, batch_id)
-        files = self._write_files(prepared, config, source_cached=df.is_cached)
+        cached = df.is_cached if input_cached is None else input_cached
+        files = self._write_files(prepared, config, source_cached=cached)
         write_seconds = time.monotonic() - started
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
@@ -207,7 +215,7 @@ class UpsertSink:
         from pyspark.sql import functions as F
 
         jtable = self.committer.table
-        table_fields = {f.name: f for f in self.spark.table(self.table_name).schema.fields}
+        table_fields = {f.name: f for f in spark_schema(self.spark, jtable).fields}
         batch_types = {f.name: f.dataType for f in df.schema.fields}
         extra_order = self.order_by if self.order_by and self.order_by not in table_fields else None
         if extra_order and extra_order not in batch_types:

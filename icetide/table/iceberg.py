@@ -51,6 +51,18 @@ def iceberg_catalog(spark: SparkSession, catalog: str) -> JavaObject:
     return spark_catalog.icebergCatalog()
 
 
+def spark_schema(spark: SparkSession, jtable: JavaObject) -> Any:
+    """The table's current schema as a PySpark StructType, from the (refreshed) Java table.
+
+    Reading it from the Java table rather than `spark.table(...)` avoids Spark's table cache,
+    which can hold an older schema after another process evolved the table.
+    """
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    jstruct = jvm(spark).org.apache.iceberg.spark.SparkSchemaUtil.convert(jtable.schema())
+    return _parse_datatype_json_string(jstruct.json())
+
+
 def arrow_type(jtype: JavaObject) -> pa.DataType:
     """The Arrow type icetide writes for an Iceberg type, nested fields carrying their ids."""
     type_id = jtype.typeId().toString()

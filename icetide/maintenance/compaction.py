@@ -1,0 +1,504 @@
+"""Compaction beside the stream, in separable steps: plan at a snapshot, rewrite, commit.
+
+    job = compaction(spark, "lake.db.events", min_input_files=2, target_file_size="128MB")
+    job.rewrite()   # writes the new files, commits nothing
+    job.commit()    # validated from the planned snapshot; raises on a conflict, naming it
+
+The rewrite uses Iceberg's own Spark machinery, as Iceberg's rewrite_data_files does: the
+group's FileScanTasks (planned at the snapshot, with the delete files that applied then) are
+staged in `ScanTaskSetManager`, read back with `scan-task-set-id` (the reader applies the
+deletes), and written with `rewritten-file-scan-task-set-id`, which stages the new files in
+`FileRewriteCoordinator` instead of committing them. The commit is a `RewriteFiles` validated
+from the planned snapshot. With `use_starting_sequence_number` (the default) the new files get
+the planned snapshot's sequence number, so equality deletes the stream commits meanwhile still
+apply to them and the stream never has to lose to compaction (seed 001).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, ConfigError, one_line
+from icetide.maintenance.deletes import LiveDataFile, removable_deletes
+from icetide.maintenance.inventory import SnapshotChanges, SnapshotGoneError, TableFiles, java_iter
+from icetide.maintenance.planning import (
+    DEFAULT_TARGET_FILE_SIZE,
+    CompactionOptions,
+    DeleteRef,
+    GroupPlan,
+    PartitionKey,
+    SkipKind,
+    SkippedGroup,
+    plan_groups,
+)
+from icetide.maintenance.results import CompactionResult, GroupResult, StagedGroup
+from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table, table_property
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+SUMMARY_OPERATION = "icetide.maintenance"
+SUMMARY_PLANNED_SNAPSHOT = "icetide.compaction.planned-snapshot-id"
+SUMMARY_COMMIT_ID = "icetide.compaction.commit-id"
+
+_CONFLICTS = (
+    "org.apache.iceberg.exceptions.ValidationException",
+    "org.apache.iceberg.exceptions.CommitFailedException",
+)
+_UNKNOWN = ("org.apache.iceberg.exceptions.CommitStateUnknownException",)
+_FILE_START = re.compile(r"Generic(?:Data|Delete)File\{")
+_FILE_PATH = re.compile(r"file_path=([^,}]+)")
+
+
+class CompactionConflictError(CommitConflictError):
+    """A compaction commit was rejected because of a concurrent change to its files.
+
+    The message names Iceberg's conflict (e.g. "found new delete for replaced data file").
+    Nothing of the conflicting groups was committed and their new files were deleted; planning
+    again is safe. `result` holds what the job did commit (partial progress) and skipped.
+    """
+
+    def __init__(self, message: str, *, result: CompactionResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def _short(message: str) -> str:
+    """Iceberg prints whole DataFile objects (nested braces and all) in messages; keep their paths."""
+    out = []
+    rest = message
+    while (start := _FILE_START.search(rest)) is not None:
+        depth, end = 0, len(rest)
+        for i in range(start.end() - 1, len(rest)):
+            depth += {"{": 1, "}": -1}.get(rest[i], 0)
+            if depth == 0:
+                end = i + 1
+                break
+        path = _FILE_PATH.search(rest, start.end(), end)
+        out.append(rest[: start.start()] + (path.group(1) if path else "a file"))
+        rest = rest[end:]
+    return "".join(out) + rest
+
+
+class CompactionJob:
+    """One compaction of one table, planned at construction; then `rewrite()` and `commit()`.
+
+    Not thread-safe: one job belongs to one thread. Several jobs (and the stream) may run
+    concurrently against one table; Iceberg's validation decides which commits conflict.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        table_name: str,
+        options: CompactionOptions,
+        *,
+        only_partitions: frozenset[PartitionKey] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.table_name = table_name
+        self.options = options
+        self.table = load_table(spark, table_name)
+        self.table.refresh()
+        snapshot = self.table.currentSnapshot()
+        self.planned_snapshot_id: int | None = int(snapshot.snapshotId()) if snapshot is not None else None
+        self.planned_sequence_number: int | None = int(snapshot.sequenceNumber()) if snapshot is not None else None
+        self._files = TableFiles(spark, table_name, self.table)
+        self._listing: list[LiveDataFile] = []  # every live data file of the planned snapshot
+        self._outputs: dict[int, list[Any]] = {}  # group index -> staged Java DataFiles
+        self._staged: dict[int, StagedGroup] = {}
+        self._finished: set[int] = set()  # groups committed, skipped or aborted
+        self._committed: list[GroupResult] = []
+        self._skipped: list[SkippedGroup] = []
+        self._snapshot_ids: list[int] = []
+        self._conflicted: set[PartitionKey] = set()
+        self._rewritten = False
+        self.plan: GroupPlan = self._plan(only_partitions)
+        self._skipped.extend(self.plan.skipped)
+        log.info(
+            "compaction of %s planned at snapshot %s: %d group(s) of %d file(s), %d left alone",
+            table_name,
+            self.planned_snapshot_id,
+            len(self.plan.groups),
+            sum(len(g.files) for g in self.plan.groups),
+            len(self.plan.skipped),
+        )
+
+    # planning
+
+    def _plan(self, only_partitions: frozenset[PartitionKey] | None) -> GroupPlan:
+        if self.planned_snapshot_id is None:
+            return GroupPlan((), ())
+        predicate = self.options.partition_filter
+        files = self._files.scan(self.planned_snapshot_id, predicate=predicate)
+        if predicate is None:
+            listing = files
+        else:  # delete scoping needs every live file of a partition, not only the filter's
+            listing = (
+                self._files.scan(self.planned_snapshot_id, keep_tasks=False) if self.options.remove_deletes else []
+            )
+        self._listing = [LiveDataFile(f.path, f.sequence_number, f.partition) for f in listing]
+        plan = plan_groups(files, self.options, only_partitions=only_partitions)
+        self._files.keep_only(
+            (f.path for g in plan.groups for f in g.files), (d.path for g in plan.groups for d in g.delete_files)
+        )
+        return plan
+
+    # rewriting
+
+    def rewrite(self) -> tuple[StagedGroup, ...]:
+        """Write every planned group's rows, deletes applied, into new files; commit nothing.
+
+        The new files are invisible to readers until `commit()`; `abort()` deletes them. A group
+        whose read or write fails is skipped with the reason (its partial output is removed by
+        Spark's write abort) and the other groups go on.
+        """
+        if self._rewritten:
+            raise ConfigError("rewrite: this compaction job was already rewritten; plan a new one")
+        for index in range(len(self.plan.groups)):
+            if index not in self._staged and index not in self._finished:
+                self._rewrite_group(index)
+        self._rewritten = True
+        return tuple(self._staged[i] for i in sorted(self._staged))
+
+    def _rewrite_group(self, index: int) -> StagedGroup | None:
+        group = self.plan.groups[index]
+        j = jvm(self.spark)
+        set_id = f"icetide-compaction-{uuid.uuid4()}"
+        tasks = j.java.util.ArrayList()
+        for f in group.files:
+            tasks.add(self._files.tasks[f.path])
+        task_sets = j.org.apache.iceberg.spark.ScanTaskSetManager.get()
+        coordinator = j.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        task_sets.stageTasks(self.table, set_id, tasks)
+        try:
+            rows = (
+                self.spark.read.format("iceberg")
+                .option("scan-task-set-id", set_id)
+                .option("split-size", str(group.split_size))
+                .option("file-open-cost", "0")
+                .load(self.table_name)
+            )
+            (
+                rows.write.format("iceberg")
+                .option("rewritten-file-scan-task-set-id", set_id)
+                .option("target-file-size-bytes", str(group.write_max_file_size))
+                .option("distribution-mode", "none")
+                .option("fanout-enabled", "true")  # an old spec's group may span new-spec partitions
+                .mode("append")
+                .save(self.table_name)
+            )
+            outputs = list(java_iter(coordinator.fetchNewFiles(self.table, set_id)))
+        except Exception as exc:
+            log.warning("compaction of %s: rewriting group %s failed: %s", self.table_name, group.label, one_line(exc))
+            log.debug("rewrite failed", exc_info=True)
+            self._skip(index, "rewrite_failed", f"rewrite failed: {one_line(exc)}")
+            return None
+        finally:
+            task_sets.removeTasks(self.table, set_id)
+            coordinator.clearRewrite(self.table, set_id)
+        self._outputs[index] = outputs
+        staged = StagedGroup(
+            group=group,
+            output_paths=tuple(str(f.location()) for f in outputs),
+            output_bytes=sum(int(f.fileSizeInBytes()) for f in outputs),
+            output_records=sum(int(f.recordCount()) for f in outputs),
+        )
+        self._staged[index] = staged
+        log.debug("compaction of %s: group %s staged %d file(s)", self.table_name, group.label, len(outputs))
+        return staged
+
+    # committing
+
+    def commit(self) -> CompactionResult:
+        """Commit the rewritten groups, validated from the planned snapshot.
+
+        Atomic (one snapshot for all groups) unless `partial_progress`, which commits each group
+        on its own. Guarantees: no row is lost or doubled; a group whose input files were all
+        replaced meanwhile commits nothing and says so ("already_rewritten"); a conflicting
+        commit lands nothing, deletes its new files and raises CompactionConflictError naming
+        Iceberg's conflict, after the other groups of a partial-progress job were committed.
+        CommitStateUnknownError (nothing deleted) and CommitFailedError pass through.
+        """
+        if not self._rewritten:
+            raise ConfigError("commit: call rewrite() before commit()")
+        self._commit_pending()
+        result = self.result()
+        if result.conflicts:
+            reasons = "; ".join(f"group {c.partition}: {c.reason}" for c in result.conflicts)
+            raise CompactionConflictError(
+                f"compaction of {self.table_name} planned at snapshot {self.planned_snapshot_id} conflicts: {reasons}; "
+                "nothing of the conflicting group(s) was committed and their new files were deleted",
+                result=result,
+            )
+        return result
+
+    def run(self) -> CompactionResult:
+        """Rewrite and commit, re-planning conflicting groups; never raises on a conflict.
+
+        With `partial_progress`, each group is committed as soon as it is rewritten. Groups that
+        conflict are planned again from the current snapshot (only their partitions) up to
+        `max_conflict_retries` times, then reported in `skipped` with Iceberg's reason.
+        """
+        if self.options.partial_progress:
+            for index in range(len(self.plan.groups)):
+                if index in self._finished:
+                    continue
+                if index in self._staged or self._rewrite_group(index) is not None:
+                    self._commit_groups([index])
+            self._rewritten = True
+        else:
+            if not self._rewritten:
+                self.rewrite()
+            self._commit_pending()
+        result = self.result()
+        attempts = 0
+        while result.conflicts and attempts < self.options.max_conflict_retries:
+            attempts += 1
+            log.info(
+                "compaction of %s: re-planning %d conflicting group(s) (retry %d)",
+                self.table_name,
+                len(result.conflicts),
+                attempts,
+            )
+            retry = CompactionJob(
+                self.spark,
+                self.table_name,
+                self.options,
+                only_partitions=frozenset(self._conflicted),
+            )
+            retry_result = retry._run_once()
+            self._conflicted = retry._conflicted
+            result = result.then(retry_result)
+        return result
+
+    def _run_once(self) -> CompactionResult:
+        self.rewrite()
+        self._commit_pending()
+        return self.result()
+
+    def abort(self) -> int:
+        """Delete the new files of every group not committed; returns how many were deleted."""
+        deleted = 0
+        for index in sorted(self._staged):
+            if index not in self._finished:
+                deleted += self._delete_outputs(index)
+                self._skip(index, "deferred", "aborted before commit")
+        self._rewritten = True
+        return deleted
+
+    def result(self) -> CompactionResult:
+        """What this job has committed and skipped so far."""
+        return CompactionResult(
+            table=self.table_name,
+            planned_snapshot_id=self.planned_snapshot_id,
+            data_sequence_number=self.planned_sequence_number if self.options.use_starting_sequence_number else None,
+            committed=tuple(self._committed),
+            skipped=tuple(self._skipped),
+            snapshot_ids=tuple(self._snapshot_ids),
+        )
+
+    def _commit_pending(self) -> None:
+        pending = [i for i in sorted(self._staged) if i not in self._finished]
+        if not pending:
+            return
+        if self.options.partial_progress:
+            for index in pending:
+                self._commit_groups([index])
+        else:
+            self._commit_groups(pending)
+
+    def _commit_groups(self, indices: list[int]) -> None:
+        if self.planned_snapshot_id is None:  # an empty table has no groups
+            return
+        self.table.refresh()
+        try:
+            changes = self._files.changes_since(self.planned_snapshot_id, with_deletes=self.options.remove_deletes)
+        except SnapshotGoneError as exc:
+            for index in indices:  # nothing can be validated against a snapshot that is gone
+                self._conflict(index, f"the planned {exc}")
+            return
+        ready = []
+        conflicted = False
+        for index in indices:
+            paths = [f.path for f in self._staged[index].group.files]
+            gone = [p for p in paths if p in changes.removed_data]
+            by = sorted({changes.removed_data[p] for p in gone})
+            if gone and len(gone) == len(paths):
+                self._delete_outputs(index)
+                self._skip(
+                    index,
+                    "already_rewritten",
+                    f"its {len(paths)} input file(s) were already replaced by snapshot(s) {by}: nothing committed, "
+                    "its new files were deleted",
+                )
+            elif gone:
+                conflicted = True
+                self._conflict(
+                    index,
+                    f"Cannot commit, missing data files: {len(gone)} of its {len(paths)} input file(s) were "
+                    f"removed by snapshot(s) {by}, e.g. {gone[0]}",
+                )
+            else:
+                ready.append(index)
+        if not ready:
+            return
+        if conflicted:
+            for index in ready:  # an atomic commit lands every group or none
+                self._conflict(index, "not committed: another group of this atomic compaction conflicted")
+            return
+        self._commit_ready(ready, changes)
+
+    def _commit_ready(self, ready: list[int], changes: SnapshotChanges) -> None:
+        groups = [self._staged[i].group for i in ready]
+        replaced = frozenset(f.path for g in groups for f in g.files)
+        doomed = self._removable(groups, replaced, changes) if self.options.remove_deletes else []
+        commit_id = str(uuid.uuid4())
+        rewrite = self.table.newRewrite().validateFromSnapshot(self.planned_snapshot_id)
+        if self.options.use_starting_sequence_number:
+            rewrite.dataSequenceNumber(self.planned_sequence_number)
+        for index in ready:
+            for f in self._staged[index].group.files:
+                rewrite.deleteFile(self._files.tasks[f.path].file())
+            for new_file in self._outputs[index]:
+                rewrite.addFile(new_file)
+        for d in doomed:
+            rewrite.deleteFile(self._files.delete_files[d.path])
+        rewrite.set(SUMMARY_OPERATION, "compaction")
+        rewrite.set(SUMMARY_PLANNED_SNAPSHOT, str(self.planned_snapshot_id))
+        rewrite.set(SUMMARY_COMMIT_ID, commit_id)
+        try:
+            rewrite.commit()
+        except Exception as exc:
+            self._commit_failed(ready, exc)
+            return
+        found = self._files.find_snapshot(SUMMARY_COMMIT_ID, commit_id)
+        snapshot_id = found if found is not None else -1
+        self._snapshot_ids.append(snapshot_id)
+        doomed_by_group = self._attribute(ready, doomed)
+        for index, group in zip(ready, groups, strict=True):
+            staged = self._staged[index]
+            removed = doomed_by_group.get(index, [])
+            self._committed.append(
+                GroupResult(
+                    partition=group.label,
+                    snapshot_id=snapshot_id,
+                    files_rewritten=len(group.files),
+                    bytes_rewritten=group.input_bytes,
+                    records_read=group.input_records,
+                    files_added=len(staged.output_paths),
+                    bytes_added=staged.output_bytes,
+                    records_written=staged.output_records,
+                    delete_files_removed=len(removed),
+                    delete_records_removed=sum(d.record_count for d in removed),
+                )
+            )
+            self._finished.add(index)
+        log.info(
+            "compaction of %s committed snapshot %s: %d group(s), %d file(s) -> %d, %d delete file(s) dropped",
+            self.table_name,
+            snapshot_id,
+            len(ready),
+            len(replaced),
+            sum(len(self._staged[i].output_paths) for i in ready),
+            len(doomed),
+        )
+
+    def _attribute(self, ready: list[int], doomed: list[DeleteRef]) -> dict[int, list[DeleteRef]]:
+        """Each dropped delete file counted once, for the first group it applied to."""
+        out: dict[int, list[DeleteRef]] = {}
+        left = {d.path: d for d in doomed}
+        for index in ready:
+            for d in self._staged[index].group.delete_files:
+                if d.path in left:
+                    out.setdefault(index, []).append(left.pop(d.path))
+        return out
+
+    def _commit_failed(self, ready: list[int], exc: Exception) -> None:
+        kind = java_exception_class(exc)
+        if kind in _UNKNOWN or not kind:
+            log.debug("compaction commit state unknown", exc_info=True)
+            raise CommitStateUnknownError(
+                f"compaction commit of {self.table_name}: state unknown ({java_message(exc)}); its new files were "
+                "kept; check the table's snapshots before deleting them"
+            ) from exc
+        if kind in _CONFLICTS:
+            reason = _short(java_message(exc))
+            log.info("compaction of %s conflicts: %s", self.table_name, reason)
+            for index in ready:
+                self._conflict(index, reason)
+            return
+        for index in ready:
+            self._delete_outputs(index)
+            self._finished.add(index)
+        log.debug("compaction commit failed", exc_info=True)
+        raise CommitFailedError(
+            f"compaction commit of {self.table_name} failed: {java_message(exc)}; its new files were deleted"
+        ) from exc
+
+    def _removable(self, groups: list[Any], replaced: frozenset[str], changes: SnapshotChanges) -> list[DeleteRef]:
+        """Delete files of these groups that no data file left live after the commit needs."""
+        candidates = {d.path: d for g in groups for d in g.delete_files if d.path not in changes.removed_deletes}
+        if not candidates:
+            return []
+        live = [f for f in self._listing if f.path not in changes.removed_data] + changes.added_data
+        return removable_deletes(candidates.values(), live, replaced)
+
+    # bookkeeping
+
+    def _skip(self, index: int, kind: SkipKind, reason: str) -> None:
+        group = self.plan.groups[index]
+        self._skipped.append(SkippedGroup(group.label, len(group.files), group.input_bytes, kind, reason))
+        self._finished.add(index)
+
+    def _conflict(self, index: int, reason: str) -> None:
+        self._delete_outputs(index)
+        self._conflicted.add(self.plan.groups[index].partition)
+        self._skip(index, "conflict", reason)
+
+    def _delete_outputs(self, index: int) -> int:
+        outputs = self._outputs.pop(index, [])
+        io = self.table.io()
+        for f in outputs:
+            try:
+                io.deleteFile(f.location())
+            except Exception:
+                log.debug("could not delete %s", f.location(), exc_info=True)
+        return len(outputs)
+
+
+def compaction(spark: SparkSession, table: str, **options: Any) -> CompactionJob:
+    """Plan a compaction of `table` at its current snapshot; nothing is written yet.
+
+    Options (all keyword, validated at once, a ConfigError names the bad one):
+    `target_file_size` (bytes or "128MB"; default the table's write.target-file-size-bytes),
+    `min_input_files` (5), `min_file_size` / `max_file_size` (75% / 180% of the target),
+    `delete_file_threshold` (a file with at least this many delete files applying is rewritten
+    even alone; default off), `partition_filter` (SQL predicate), `partial_progress` (False),
+    `max_groups` / `max_bytes` (bounds on one run), `max_group_bytes` (100GB),
+    `use_starting_sequence_number` (True), `remove_deletes` (True: drop delete files that
+    applied only to rewritten files, in the same commit), `max_conflict_retries` (1, for run()).
+
+    Example::
+
+        job = compaction(spark, "lake.db.events", min_input_files=2, target_file_size="128MB")
+        job.rewrite()
+        result = job.commit()
+    """
+    jtable = load_table(spark, table)
+    default_target = int(table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE)))
+    return CompactionJob(spark, table, CompactionOptions.from_kwargs(options, default_target=default_target))
+
+
+def compact(spark: SparkSession, table: str, **options: Any) -> CompactionResult:
+    """Plan, rewrite and commit in one call (`compaction(...).run()`); never raises on a conflict.
+
+    Conflicting groups are re-planned and retried, then reported in `result.skipped`. Safe to
+    run in a loop beside the stream: the stream's commits never fail because of it.
+    """
+    return compaction(spark, table, **options).run()

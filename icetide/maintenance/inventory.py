@@ -1,0 +1,194 @@
+"""A table's files as plain values, read through Iceberg's Java API on the driver.
+
+`TableFiles` turns a snapshot's FileScanTasks into `DataFileRef`/`DeleteRef` values for the
+planner and keeps the Java objects a later commit needs (the tasks to rewrite, the delete files
+to drop). `changes_since` tells what later snapshots did to the files of an earlier one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from icetide.errors import ConfigError, TransientError, one_line
+from icetide.maintenance.deletes import LiveDataFile
+from icetide.maintenance.planning import DataFileRef, DeleteRef, PartitionKey
+from icetide.table.iceberg import jvm, key_columns
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_WALK_LIMIT = 10_000
+
+
+class SnapshotGoneError(TransientError):
+    """A snapshot a job started from is no longer an ancestor of the current one (rollback, expiry)."""
+
+
+@dataclass
+class SnapshotChanges:
+    """What the snapshots after a given one did to data and delete files."""
+
+    snapshots: list[int] = field(default_factory=list)
+    removed_data: dict[str, int] = field(default_factory=dict)  # path -> snapshot that removed it
+    removed_deletes: set[str] = field(default_factory=set)
+    added_data: list[LiveDataFile] = field(default_factory=list)
+
+
+def java_iter(iterable: Any) -> Iterator[Any]:
+    """Iterate a Java Iterable through py4j."""
+    iterator = iterable.iterator()
+    while iterator.hasNext():
+        yield iterator.next()
+
+
+class TableFiles:
+    """Reads one table's files as plain values; remembers the Java objects behind them."""
+
+    def __init__(self, spark: SparkSession, table_name: str, jtable: Any) -> None:
+        self.spark = spark
+        self.table_name = table_name
+        self.table = jtable
+        self.tasks: dict[str, Any] = {}  # data file path -> FileScanTask
+        self.delete_files: dict[str, Any] = {}  # delete file path -> Java DeleteFile
+        self._delete_refs: dict[str, DeleteRef] = {}
+        self._specs: dict[int, Any] = {}
+
+    def scan(self, snapshot_id: int, *, predicate: str | None = None, keep_tasks: bool = True) -> list[DataFileRef]:
+        """Every live data file of the snapshot (those that may match `predicate`, a SQL filter).
+
+        Rows are never filtered (residuals are ignored): a task covers its whole file. The key
+        columns' bounds are kept on the files, so a commit replacing them can be validated
+        against later deletes precisely.
+        """
+        scan = self.table.newScan().useSnapshot(snapshot_id).ignoreResiduals()
+        key = key_columns(self.table)
+        if key:
+            names = jvm(self.spark).java.util.ArrayList()
+            for name in key:
+                names.add(name)
+            scan = scan.includeColumnStats(names)
+        if predicate is not None:
+            scan = scan.filter(self.iceberg_filter(predicate))
+        refs = []
+        tasks = scan.planFiles()
+        try:
+            for task in java_iter(tasks):
+                data_file = task.file()
+                path = str(data_file.location())
+                sequence = data_file.dataSequenceNumber()
+                refs.append(
+                    DataFileRef(
+                        path=path,
+                        size=int(data_file.fileSizeInBytes()),
+                        record_count=int(data_file.recordCount()),
+                        sequence_number=int(sequence) if sequence is not None else 0,
+                        partition=self.partition_key(data_file),
+                        deletes=tuple(self._delete_ref(d) for d in task.deletes()),
+                    )
+                )
+                if keep_tasks:
+                    self.tasks[path] = task
+        finally:
+            tasks.close()
+        return refs
+
+    def keep_only(self, data_paths: Iterable[str], delete_paths: Iterable[str]) -> None:
+        """Forget the Java objects of every other file (they pin JVM memory through py4j)."""
+        data, deletes = set(data_paths), set(delete_paths)
+        self.tasks = {p: t for p, t in self.tasks.items() if p in data}
+        self.delete_files = {p: d for p, d in self.delete_files.items() if p in deletes}
+
+    def iceberg_filter(self, predicate: str) -> Any:
+        """An Iceberg expression for a Spark SQL predicate on the table's columns."""
+        package = jvm(self.spark).org.apache.spark.sql.execution.datasources
+        module = getattr(getattr(package, "SparkExpressionConverter$"), "MODULE$")
+        try:
+            expression = module.collectResolvedSparkExpression(self.spark._jsparkSession, self.table_name, predicate)
+            return module.convertToIcebergExpression(expression)
+        except Exception as exc:
+            log.debug("partition_filter %r", predicate, exc_info=True)
+            raise ConfigError(f"partition_filter: {predicate!r} is not a usable filter: {one_line(exc)}") from exc
+
+    def partition_key(self, content_file: Any) -> PartitionKey:
+        """(spec id, partition path) of a data or delete file."""
+        spec_id = int(content_file.specId())
+        spec = self._spec(spec_id)
+        return (spec_id, "" if spec.isUnpartitioned() else str(spec.partitionToPath(content_file.partition())))
+
+    def _spec(self, spec_id: int) -> Any:
+        if spec_id not in self._specs:
+            self._specs[spec_id] = self.table.specs().get(spec_id)
+        return self._specs[spec_id]
+
+    def _delete_ref(self, delete_file: Any) -> DeleteRef:
+        path = str(delete_file.location())
+        known = self._delete_refs.get(path)
+        if known is not None:
+            return known
+        equality = delete_file.content().toString() == "EQUALITY_DELETES"
+        unpartitioned = self._spec(int(delete_file.specId())).isUnpartitioned()
+        ref = DeleteRef(
+            path=path,
+            kind="equality" if equality else "position",
+            sequence_number=int(delete_file.dataSequenceNumber()),
+            scope=None if equality and unpartitioned else self.partition_key(delete_file),
+            record_count=int(delete_file.recordCount()),
+            size=int(delete_file.fileSizeInBytes()),
+        )
+        self._delete_refs[path] = ref
+        self.delete_files[path] = delete_file
+        return ref
+
+    def changes_since(self, snapshot_id: int, *, with_deletes: bool) -> SnapshotChanges:
+        """What every snapshot after `snapshot_id` (up to the current one) did to the files.
+
+        Removed data files always; removed delete files and added data files (with their data
+        sequence numbers) only `with_deletes`. Raises SnapshotGoneError if `snapshot_id` is not
+        an ancestor of the current snapshot. Call `table.refresh()` first.
+        """
+        chain = []
+        snapshot = self.table.currentSnapshot()
+        while snapshot is not None and int(snapshot.snapshotId()) != snapshot_id:
+            chain.append(snapshot)
+            if len(chain) > SNAPSHOT_WALK_LIMIT:
+                snapshot = None
+                break
+            parent = snapshot.parentId()
+            snapshot = self.table.snapshot(parent) if parent is not None else None
+        if snapshot is None:
+            raise SnapshotGoneError(
+                f"snapshot {snapshot_id} is no longer an ancestor of the current one (rolled back or expired)"
+            )
+        changes = SnapshotChanges()
+        io = self.table.io()
+        for s in reversed(chain):
+            sid = int(s.snapshotId())
+            changes.snapshots.append(sid)
+            for f in java_iter(s.removedDataFiles(io)):
+                changes.removed_data[str(f.location())] = sid
+            if not with_deletes:
+                continue
+            for f in java_iter(s.removedDeleteFiles(io)):
+                changes.removed_deletes.add(str(f.location()))
+            for f in java_iter(s.addedDataFiles(io)):
+                sequence = f.dataSequenceNumber()
+                seq = int(sequence) if sequence is not None else 0  # unknown: treat as the oldest
+                changes.added_data.append(LiveDataFile(str(f.location()), seq, self.partition_key(f)))
+        return changes
+
+    def find_snapshot(self, summary_key: str, value: str) -> int | None:
+        """The newest snapshot whose summary has `summary_key` = `value`, or None."""
+        snapshot = self.table.currentSnapshot()
+        for _ in range(SNAPSHOT_WALK_LIMIT):
+            if snapshot is None:
+                break
+            if snapshot.summary().get(summary_key) == value:
+                return int(snapshot.snapshotId())
+            parent = snapshot.parentId()
+            snapshot = self.table.snapshot(parent) if parent is not None else None
+        return None

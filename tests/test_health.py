@@ -1,0 +1,81 @@
+"""The health report: numbers agree with the table's files, suggestions follow the thresholds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import icetide
+from icetide.maintenance.health import HealthThresholds, files_over_time_html, table_health
+from icetide.sources.generator import AD_EVENTS_KEY, AD_EVENTS_PARTITION_BY, AD_EVENTS_SCHEMA, AdEventsConfig, ad_events
+
+
+def test_health_counts_files_deletes_and_pipelines(spark: Any, table_name: str) -> None:
+    icetide.create_table(
+        spark, table_name, schema=AD_EVENTS_SCHEMA, key=AD_EVENTS_KEY, partition_by=AD_EVENTS_PARTITION_BY
+    )
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="health", order_by="updated_at")
+    config = AdEventsConfig(events_per_batch=800)
+    for b in range(4):
+        sink.write(ad_events(spark, b, config), batch_id=b, source_position={"batch": b})
+    health = table_health(spark, table_name, HealthThresholds(max_small_files=2, max_delete_files=2))
+    files = spark.sql(f"SELECT content, count(*) AS n, sum(record_count) AS r FROM {table_name}.files GROUP BY 1")
+    by = {int(r["content"]): (int(r["n"]), int(r["r"])) for r in files.collect()}
+    assert health.data_files == by[0][0]
+    assert health.delete_files == by[2][0]
+    assert health.equality_delete_rows == by[2][1]
+    assert health.snapshots == 4
+    assert [(p.pipeline_id, p.batch_id, p.source_position) for p in health.pipelines] == [("health", 3, {"batch": 3})]
+    busiest = max(health.partitions, key=lambda p: p.data_files)
+    assert busiest.data_files == 4 and busiest.small_files == 4  # one small file per batch
+    assert any(s.startswith(f"compact {busiest.partition}") for s in health.suggestions)
+    assert any(s.startswith("fold deletes") for s in health.suggestions)
+    doc = json.loads(health.to_json())
+    assert doc["data_files"] == by[0][0] and doc["pipelines"][0]["batch_id"] == 3
+    page = files_over_time_html(spark, table_name)
+    assert page.count("<polyline") >= 1 and table_name in page
+
+
+def test_cli_status_prints_text_json_and_chart(tmp_path: Path) -> None:
+    warehouse = tmp_path / "warehouse"
+    demo = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "icetide.cli",
+            "demo",
+            "--batches",
+            "2",
+            "--events",
+            "300",
+            "--warehouse",
+            str(warehouse),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    chart = tmp_path / "files.html"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "icetide.cli",
+            "status",
+            "lake.demo.ad_events",
+            "--warehouse",
+            str(warehouse),
+            "--chart",
+            str(chart),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "files per partition" in done.stdout and "demo" in done.stdout and "next maintenance" in done.stdout
+    assert "<svg" in chart.read_text()
