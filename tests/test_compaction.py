@@ -405,7 +405,7 @@ class _FailingCommits:
         return Rewrite(self._jtable.newRewrite())
 
 
-def test_unknown_commit_state_keeps_new_files_and_definite_failure_deletes_them(spark: Any, table_name: str) -> None:
+def test_unknown_commit_state_keeps_new_files_failure_and_abort_delete_them(spark: Any, table_name: str) -> None:
     t = Table(spark, table_name)
     t.append(A_ROWS)
     t.append(B_ROWS)
@@ -420,6 +420,13 @@ def test_unknown_commit_state_keeps_new_files_and_definite_failure_deletes_them(
         if kept:
             for p in staged[0].output_paths:
                 os.remove(p)
+    job = plan(t, use_start=True)  # abort(): a rewritten job that will never commit cleans up
+    staged = job.rewrite()
+    assert job.abort() == len(staged[0].output_paths) > 0
+    assert not any(os.path.exists(p) for p in staged[0].output_paths)
+    result = job.commit()
+    assert result.groups == 0 and [s.kind for s in result.skipped] == ["aborted"]
+    t.check()
 
 
 # ---------------------------------------------------------------- random race with the stream

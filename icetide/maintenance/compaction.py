@@ -288,7 +288,7 @@ class CompactionJob:
         for index in sorted(self._staged):
             if index not in self._finished:
                 deleted += self._delete_outputs(index)
-                self._skip(index, "deferred", "aborted before commit")
+                self._skip(index, "aborted", "aborted before commit: its new files were deleted")
         self._rewritten = True
         return deleted
 

@@ -94,7 +94,7 @@ class FileGroup:
         return partition_label(self.partition)
 
 
-SkipKind = Literal["small", "deferred", "already_rewritten", "conflict", "rewrite_failed"]
+SkipKind = Literal["small", "deferred", "already_rewritten", "conflict", "rewrite_failed", "aborted"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,8 @@ class SkippedGroup:
 
     `kind`: "small" (not worth rewriting yet), "deferred" (over the run's bounds),
     "already_rewritten" (another commit replaced all its files), "conflict" (its commit was
-    rejected; `reason` names Iceberg's conflict), "rewrite_failed" (reading or writing failed).
+    rejected; `reason` names Iceberg's conflict), "rewrite_failed" (reading or writing failed),
+    "aborted" (`abort()` deleted its new files before a commit).
     """
 
     partition: str
