@@ -28,6 +28,12 @@ from icetide.errors import (
 
 if TYPE_CHECKING:
     from icetide.config import PipelineConfig, load_config
+    from icetide.maintenance.actions import rewrite_manifests
+    from icetide.maintenance.compaction import compact, compaction
+    from icetide.maintenance.expire import expire_snapshots
+    from icetide.maintenance.health import table_health
+    from icetide.maintenance.maintain import MaintenancePolicy, maintain
+    from icetide.maintenance.orphans import remove_orphan_files
     from icetide.pipeline.runner import Runner, run
     from icetide.sink.committer import PipelineState
     from icetide.sink.sink import BatchResult, UpsertSink
@@ -46,6 +52,14 @@ _LAZY = {
     "run": "icetide.pipeline.runner",
     "Runner": "icetide.pipeline.runner",
     "load_config": "icetide.config",
+    "compaction": "icetide.maintenance.compaction",
+    "compact": "icetide.maintenance.compaction",
+    "maintain": "icetide.maintenance.maintain",
+    "MaintenancePolicy": "icetide.maintenance.maintain",
+    "expire_snapshots": "icetide.maintenance.expire",
+    "remove_orphan_files": "icetide.maintenance.orphans",
+    "rewrite_manifests": "icetide.maintenance.actions",
+    "table_health": "icetide.maintenance.health",
     "PipelineConfig": "icetide.config",
 }
 
@@ -63,6 +77,7 @@ __all__ = [
     "CommitStateUnknownError",
     "ConfigError",
     "IcetideError",
+    "MaintenancePolicy",
     "PipelineConfig",
     "PipelineState",
     "Runner",
@@ -70,8 +85,15 @@ __all__ = [
     "SourceError",
     "UpsertSink",
     "__version__",
+    "compact",
+    "compaction",
     "create_table",
+    "expire_snapshots",
     "load_config",
+    "maintain",
+    "remove_orphan_files",
+    "rewrite_manifests",
     "run",
     "spark_session",
+    "table_health",
 ]

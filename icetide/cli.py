@@ -1,4 +1,4 @@
-"""The icetide command line: demo, run, status."""
+"""The icetide command line: demo, run, status, maintain."""
 
 from __future__ import annotations
 
@@ -187,6 +187,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_maintain(args: argparse.Namespace) -> int:
+    """One maintenance run, or one every --every interval until interrupted."""
+    from rich.console import Console
+
+    from icetide.config import parse_duration
+    from icetide.maintenance.maintain import maintain
+    from icetide.spark.session import spark_session
+
+    every = parse_duration(args.every, "--every") if args.every else None
+    console = Console(stderr=True)
+    spark = spark_session(warehouse=args.warehouse, catalog=args.table.split(".")[0])
+    while True:
+        with console.status(f"maintaining {args.table} ..."):
+            report = maintain(spark, args.table)
+        for line in report.lines():
+            console.print(f"{args.table}: {line}")
+        console.print(f"{args.table}: done in {report.seconds:.1f}s")
+        if every is None:
+            return 0
+        time.sleep(every)
+
+
 class _nothing:
     def __enter__(self) -> None:
         return None
@@ -228,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--chart", metavar="FILE.html", help="also write an HTML chart of files per partition")
     status.add_argument("--partitions", type=int, default=20, help="partitions to list (default: 20)")
     status.set_defaults(func=cmd_status)
+    maintain = sub.add_parser("maintain", help="compact, fold deletes, rewrite manifests, expire snapshots as due")
+    maintain.add_argument("table", help="catalog.namespace.table")
+    maintain.add_argument("--warehouse", default="warehouse", help="warehouse folder (default: ./warehouse)")
+    maintain.add_argument("--every", metavar="DURATION", help="run again every DURATION (e.g. 5m) until stopped")
+    maintain.set_defaults(func=cmd_maintain)
     return parser
 
 
