@@ -19,6 +19,7 @@ Format = Literal["json", "debezium"]
 DISTRIBUTIONS = ("none", "key", "partition", "dynamic")
 
 TOP_LEVEL_KEYS = {
+    "maintenance",
     "pipeline",
     "warehouse",
     "catalog",
@@ -158,6 +159,7 @@ class PipelineConfig:
     distribution: str = "dynamic"
     write_parallelism: int | None = None
     changelog: bool = False
+    maintain_every_batches: int | None = None  # run icetide.maintain between batches, every N
     spark: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -204,6 +206,13 @@ class PipelineConfig:
         if parallelism is not None and (not isinstance(parallelism, int) or parallelism < 1):
             raise ConfigError("write_parallelism: expected a positive integer")
         table = TableConfig.from_dict(_require(d, "table", ""))
+        maintenance = d.get("maintenance") or {}
+        if not isinstance(maintenance, Mapping):
+            raise ConfigError("maintenance: expected a mapping, e.g. {every_batches: 20}")
+        _unknown(maintenance, {"every_batches"}, "maintenance.")
+        every = maintenance.get("every_batches")
+        if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+            raise ConfigError("maintenance.every_batches: expected a positive integer")
         order_by = d.get("order_by")
         config = cls(
             pipeline=pipeline,
@@ -221,6 +230,7 @@ class PipelineConfig:
             write_parallelism=parallelism,
             changelog=bool(d.get("changelog", False)),
             spark={str(k): str(v) for k, v in (d.get("spark") or {}).items()},
+            maintain_every_batches=every,
         )
         if config.dead_letter and len(config.dead_letter.split(".")) < 3:
             raise ConfigError(f"dead_letter: {config.dead_letter!r} must be <catalog>.<namespace>.<table>")

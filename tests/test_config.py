@@ -110,3 +110,9 @@ def test_durations_and_sizes() -> None:
 def test_example_pipelines_load(name: str) -> None:
     config = load_config(Path(__file__).resolve().parent.parent / "examples" / name)
     assert config.dead_letter and config.table.key
+
+
+def test_maintenance_block() -> None:
+    assert PipelineConfig.from_dict({**GOOD, "maintenance": {"every_batches": 5}}).maintain_every_batches == 5
+    with pytest.raises(ConfigError, match=r"maintenance\.every_batches"):
+        PipelineConfig.from_dict({**GOOD, "maintenance": {"every_batches": 0}})

@@ -216,3 +216,16 @@ def test_sigterm_stops_cleanly_after_the_batch_in_flight(tmp_path: Path) -> None
     assert "stopped by signal" in err
     committed = [json.loads(line)["batch_id"] for line in out.splitlines() if line.startswith("{")]
     assert committed == list(range(2, 2 + len(committed)))  # whatever else ran, ran whole
+
+
+def test_maintenance_between_batches_keeps_the_table_right(spark: Any, tmp_path: Path) -> None:
+    lines, _ = land_files(tmp_path / "landing", 6, seed=9)
+    doc = pipeline_doc("maintained", tmp_path / "landing")
+    doc["maintenance"] = {"every_batches": 2}
+    doc["trigger"] = {"interval": "1s", "max_files": 1}
+    runner = Runner(PipelineConfig.from_dict(doc), spark)
+    summary = runner.run(once=True, handle_signals=False)
+    assert len(summary.batches) == 6
+    assert len(runner.maintenance_runs) == 3  # after batches 2, 4 and 6
+    assert table_rows(spark, runner.config.table.name, COLUMNS, KEY) == expected(lines)
+    assert runner.sink.last_committed().batch_id == 6  # type: ignore[union-attr]

@@ -120,6 +120,7 @@ class Runner:
         self._stop = threading.Event()
         self._first_position: dict[str, Any] | None = None
         self._last_plan_full = False
+        self.maintenance_runs: list[Any] = []
 
     def stop(self) -> None:
         """Ask the run to stop after the batch in flight (which commits or is abandoned cleanly)."""
@@ -228,6 +229,7 @@ class Runner:
                 metrics = self.run_batch()
                 if metrics is not None:
                     summary.batches.append(metrics)
+                    self._maybe_maintain(metrics.batch_id)
                     log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
                     if on_batch is not None:
                         on_batch(metrics)
@@ -241,6 +243,23 @@ class Runner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return summary
+
+    def _maybe_maintain(self, batch_id: int) -> None:
+        """Between batches, every `maintenance.every_batches`: one policy-driven maintenance run.
+
+        It runs in the pipeline's own Spark application and never fails the pipeline: its
+        commits are validated against the stream's, and an error is logged, not raised.
+        """
+        every = self.config.maintain_every_batches
+        if not every or batch_id % every:
+            return
+        from icetide.maintenance.maintain import maintain
+
+        try:
+            report = maintain(self.spark, self.config.table.name)
+            self.maintenance_runs.append(report)
+        except Exception:
+            log.warning("maintenance of %s failed; the pipeline goes on", self.config.table.name, exc_info=True)
 
     def _install_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
