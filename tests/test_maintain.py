@@ -68,3 +68,18 @@ def test_cli_maintain_runs_once(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "lake.demo.ad_events: done in" in done.stderr
+
+
+def test_time_budget_stops_compaction_after_the_worst_group(spark: Any, table_name: str) -> None:
+    icetide.create_table(
+        spark, table_name, schema=AD_EVENTS_SCHEMA, key=AD_EVENTS_KEY, partition_by=AD_EVENTS_PARTITION_BY
+    )
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="budget", order_by="updated_at")
+    for b in range(4):
+        sink.write(ad_events(spark, b, AdEventsConfig(events_per_batch=600)), batch_id=b)
+    before = sorted(tuple(r) for r in spark.table(table_name).select(*COLUMNS).collect())
+    policy = MaintenancePolicy(thresholds=HealthThresholds(max_small_files=1), time_budget_seconds=0)
+    report = maintain(spark, table_name, policy)
+    assert report.compaction is not None and report.compaction.groups == 1
+    assert any(s.kind == "deferred" for s in report.compaction.skipped)  # the rest waits for the next run
+    assert sorted(tuple(r) for r in spark.table(table_name).select(*COLUMNS).collect()) == before

@@ -34,6 +34,32 @@ class MaintenancePolicy:
     delete_file_threshold: int = 1  # a data file with this many delete files applying is rewritten
     max_manifests: int = 50  # rewrite manifests above this count
     retain_snapshots: int = 10  # snapshots kept by expiry
+    time_budget_seconds: float | None = None  # compaction stops taking new groups past this
+
+
+def _compact_within(
+    spark: SparkSession, table: str, policy: MaintenancePolicy, deadline: float | None
+) -> CompactionResult:
+    """Compaction, worst groups first (most deletes, most files); with a deadline, one group at a
+    time until the deadline passes or no group is left."""
+    options = {"min_input_files": policy.min_input_files, "delete_file_threshold": policy.delete_file_threshold}
+    if deadline is None:
+        return compact(spark, table, **options)
+    results = []
+    while True:
+        result = compact(spark, table, max_groups=1, **options)
+        results.append(result)
+        if not result.committed or time.monotonic() >= deadline:
+            break
+    return CompactionResult(
+        table=table,
+        planned_snapshot_id=results[0].planned_snapshot_id,
+        data_sequence_number=results[0].data_sequence_number,
+        committed=tuple(g for r in results for g in r.committed),
+        skipped=results[-1].skipped,
+        snapshot_ids=tuple(i for r in results for i in r.snapshot_ids),
+        retries=sum(r.retries for r in results),
+    )
 
 
 @dataclass(frozen=True)
@@ -74,10 +100,9 @@ def maintain(spark: SparkSession, table: str, policy: MaintenancePolicy | None =
     health = table_health(spark, table, p.thresholds)
     due = tuple(health.suggestions)
     compaction = None
+    deadline = started + p.time_budget_seconds if p.time_budget_seconds is not None else None
     if any(s.startswith(("compact", "fold deletes")) for s in due):
-        compaction = compact(
-            spark, table, min_input_files=p.min_input_files, delete_file_threshold=p.delete_file_threshold
-        )
+        compaction = _compact_within(spark, table, p, deadline)
     dangling = remove_dangling_deletes(spark, table) if health.delete_files else 0
     manifests_count = spark.sql(f"SELECT count(*) FROM {table}.manifests").first()[0]  # type: ignore[index]
     manifests = rewrite_manifests(spark, table) if manifests_count > p.max_manifests else None
