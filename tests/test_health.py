@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import icetide
 from icetide.maintenance.health import HealthThresholds, files_over_time_html, table_health
 from icetide.sources.generator import AD_EVENTS_KEY, AD_EVENTS_PARTITION_BY, AD_EVENTS_SCHEMA, AdEventsConfig, ad_events
+from tests.commands import demo_warehouse, run_cli
 
 
 def test_health_counts_files_deletes_and_pipelines(spark: Any, table_name: str) -> None:
@@ -41,41 +40,9 @@ def test_health_counts_files_deletes_and_pipelines(spark: Any, table_name: str) 
 
 def test_cli_status_prints_text_json_and_chart(tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
-    demo = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "icetide.cli",
-            "demo",
-            "--batches",
-            "2",
-            "--events",
-            "300",
-            "--warehouse",
-            str(warehouse),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert demo.returncode == 0, demo.stderr[-2000:]
+    demo_warehouse(warehouse, batches=2, events=300)
     chart = tmp_path / "files.html"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "icetide.cli",
-            "status",
-            "lake.demo.ad_events",
-            "--warehouse",
-            str(warehouse),
-            "--chart",
-            str(chart),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cli("status", "lake.demo.ad_events", "--warehouse", str(warehouse), "--chart", str(chart))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "files per partition" in done.stdout and "demo" in done.stdout and "next maintenance" in done.stdout
     assert "<svg" in chart.read_text()

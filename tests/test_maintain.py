@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +9,7 @@ import icetide
 from icetide.maintenance.health import HealthThresholds
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
 from icetide.sources.generator import AD_EVENTS_KEY, AD_EVENTS_PARTITION_BY, AD_EVENTS_SCHEMA, AdEventsConfig, ad_events
+from tests.commands import demo_warehouse, run_cli
 
 COLUMNS = ["impression_id", "event_time", "ad_id", "clicks", "updated_at"]
 
@@ -42,30 +41,8 @@ def test_maintain_compacts_folds_deletes_and_expires_without_changing_rows(spark
 
 def test_cli_maintain_runs_once(tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
-    demo = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "icetide.cli",
-            "demo",
-            "--batches",
-            "3",
-            "--events",
-            "400",
-            "--warehouse",
-            str(warehouse),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert demo.returncode == 0, demo.stderr[-2000:]
-    done = subprocess.run(
-        [sys.executable, "-m", "icetide.cli", "maintain", "lake.demo.ad_events", "--warehouse", str(warehouse)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    demo_warehouse(warehouse, batches=3, events=400)
+    done = run_cli("maintain", "lake.demo.ad_events", "--warehouse", str(warehouse))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "lake.demo.ad_events: done in" in done.stderr
 

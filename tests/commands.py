@@ -1,0 +1,28 @@
+"""Running the `icetide` command line from tests, as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m icetide.cli ARGS` in the repository root; output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "icetide.cli", *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def demo_warehouse(warehouse: Path, batches: int = 2, events: int = 300) -> None:
+    """Fill `warehouse` with the demo table lake.demo.ad_events."""
+    done = run_cli("demo", "--batches", str(batches), "--events", str(events), "--warehouse", str(warehouse))
+    assert done.returncode == 0, done.stderr[-2000:]
