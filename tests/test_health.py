@@ -6,20 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import icetide
 from icetide.maintenance.health import HealthThresholds, files_over_time_html, table_health
-from icetide.sources.generator import AD_EVENTS_KEY, AD_EVENTS_PARTITION_BY, AD_EVENTS_SCHEMA, AdEventsConfig, ad_events
+from tests.ad_events import stream_ad_events
 from tests.commands import demo_warehouse, run_cli
 
 
 def test_health_counts_files_deletes_and_pipelines(spark: Any, table_name: str) -> None:
-    icetide.create_table(
-        spark, table_name, schema=AD_EVENTS_SCHEMA, key=AD_EVENTS_KEY, partition_by=AD_EVENTS_PARTITION_BY
-    )
-    sink = icetide.UpsertSink(spark, table_name, pipeline_id="health", order_by="updated_at")
-    config = AdEventsConfig(events_per_batch=800)
-    for b in range(4):
-        sink.write(ad_events(spark, b, config), batch_id=b, source_position={"batch": b})
+    stream_ad_events(spark, table_name, pipeline_id="health", batches=4, events=800)
     health = table_health(spark, table_name, HealthThresholds(max_small_files=2, max_delete_files=2))
     files = spark.sql(f"SELECT content, count(*) AS n, sum(record_count) AS r FROM {table_name}.files GROUP BY 1")
     by = {int(r["content"]): (int(r["n"]), int(r["r"])) for r in files.collect()}

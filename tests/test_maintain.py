@@ -5,23 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import icetide
 from icetide.maintenance.health import HealthThresholds
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
-from icetide.sources.generator import AD_EVENTS_KEY, AD_EVENTS_PARTITION_BY, AD_EVENTS_SCHEMA, AdEventsConfig, ad_events
+from icetide.sources.generator import AdEventsConfig, ad_events
+from tests.ad_events import stream_ad_events
 from tests.commands import demo_warehouse, run_cli
 
 COLUMNS = ["impression_id", "event_time", "ad_id", "clicks", "updated_at"]
 
 
 def test_maintain_compacts_folds_deletes_and_expires_without_changing_rows(spark: Any, table_name: str) -> None:
-    icetide.create_table(
-        spark, table_name, schema=AD_EVENTS_SCHEMA, key=AD_EVENTS_KEY, partition_by=AD_EVENTS_PARTITION_BY
-    )
-    sink = icetide.UpsertSink(spark, table_name, pipeline_id="m", order_by="updated_at")
-    config = AdEventsConfig(events_per_batch=600)
-    for b in range(6):
-        sink.write(ad_events(spark, b, config), batch_id=b, source_position={"b": b})
+    sink = stream_ad_events(spark, table_name, pipeline_id="m", batches=6, events=600)
     before = sorted(tuple(r) for r in spark.table(table_name).select(*COLUMNS).collect())
     files_before = spark.sql(f"SELECT count(*) FROM {table_name}.files").first()[0]
     policy = MaintenancePolicy(
@@ -34,8 +28,10 @@ def test_maintain_compacts_folds_deletes_and_expires_without_changing_rows(spark
     assert after == before
     files_after = spark.sql(f"SELECT count(*) FROM {table_name}.files").first()[0]
     assert files_after < files_before
-    assert sink.last_committed().source_position == {"b": 5}  # type: ignore[union-attr]
-    sink.write(ad_events(spark, 6, config), batch_id=6)  # the stream goes on after maintenance
+    assert sink.last_committed().source_position == {"batch": 5}  # type: ignore[union-attr]
+    sink.write(
+        ad_events(spark, 6, AdEventsConfig(events_per_batch=600)), batch_id=6
+    )  # the stream goes on after maintenance
     assert sink.last_committed().batch_id == 6  # type: ignore[union-attr]
 
 
@@ -48,12 +44,7 @@ def test_cli_maintain_runs_once(tmp_path: Path) -> None:
 
 
 def test_time_budget_stops_compaction_after_the_worst_group(spark: Any, table_name: str) -> None:
-    icetide.create_table(
-        spark, table_name, schema=AD_EVENTS_SCHEMA, key=AD_EVENTS_KEY, partition_by=AD_EVENTS_PARTITION_BY
-    )
-    sink = icetide.UpsertSink(spark, table_name, pipeline_id="budget", order_by="updated_at")
-    for b in range(4):
-        sink.write(ad_events(spark, b, AdEventsConfig(events_per_batch=600)), batch_id=b)
+    stream_ad_events(spark, table_name, pipeline_id="budget", batches=4, events=600)
     before = sorted(tuple(r) for r in spark.table(table_name).select(*COLUMNS).collect())
     policy = MaintenancePolicy(thresholds=HealthThresholds(max_small_files=1), time_budget_seconds=0)
     report = maintain(spark, table_name, policy)
