@@ -1,0 +1,1 @@
+"""The stateful changelog stage: keyed state in Spark's state store turns events into changes."""
