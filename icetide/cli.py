@@ -113,7 +113,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     interactive = console.is_terminal
     with console.status(f"starting pipeline {config.pipeline} ...") if interactive else _nothing():
-        runner = Runner(config)
+        if config.stateful is not None:
+            from icetide.pipeline.two_stage import TwoStageRunner
+
+            runner: Runner | TwoStageRunner = TwoStageRunner(config)
+        else:
+            runner = Runner(config)
     totals = {"batches": 0, "rows": 0, "bad": 0}
 
     def on_batch(m: BatchMetrics) -> None:

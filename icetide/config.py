@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from icetide.errors import ConfigError
+from icetide.stateful.settings import StatefulSettings
 
 Mode = Literal["upsert", "append"]
 Format = Literal["json", "debezium"]
@@ -35,13 +36,17 @@ TOP_LEVEL_KEYS = {
     "write_parallelism",
     "changelog",
     "spark",
+    "merge",
+    "enrich",
+    "state",
+    "raw",
 }
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(value: Any, key: str) -> float:
-    """'5s', '500ms', '2m', '1h' or a number of seconds -> seconds."""
+    """'5s', '500ms', '2m', '1h', '30d' or a number of seconds -> seconds."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
@@ -161,6 +166,8 @@ class PipelineConfig:
     changelog: bool = False
     maintain_every_batches: int | None = None  # run icetide.maintain between batches, every N
     spark: dict[str, str] = field(default_factory=dict)
+    stateful: StatefulSettings | None = None  # merge engine / enrichment: a two-stage pipeline
+    capture_source: bool = False  # stage 1 of two: keep each record's position and op as columns
 
     @property
     def source_kind(self) -> str:
@@ -231,7 +238,17 @@ class PipelineConfig:
             changelog=bool(d.get("changelog", False)),
             spark={str(k): str(v) for k, v in (d.get("spark") or {}).items()},
             maintain_every_batches=every,
+            stateful=StatefulSettings.from_dict(
+                d,
+                table=table.name,
+                pipeline=pipeline,
+                warehouse=d.get("warehouse", None if catalog else "warehouse"),
+                order_by=str(order_by) if order_by else None,
+                duration=parse_duration,
+            ),
         )
+        if config.stateful is not None and mode != "upsert":
+            raise ConfigError("mode: a stateful pipeline (merge or enrich) merges changes; use mode: upsert")
         if config.dead_letter and len(config.dead_letter.split(".")) < 3:
             raise ConfigError(f"dead_letter: {config.dead_letter!r} must be <catalog>.<namespace>.<table>")
         return config

@@ -9,6 +9,10 @@ from icetide.config import PipelineConfig
 from icetide.errors import ConfigError
 from icetide.sink.changelog import INSERT, OP_COLUMN, UPSERT
 
+EVENT_OP_COLUMN = "_event_op"  # a raw table's record op (the raw table itself is append-only)
+SOURCE_POSITION_COLUMN = "_source_position"
+CAPTURE_COLUMNS = (EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN)
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -80,6 +84,49 @@ class SourceAdapter:
     def decode(
         self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]
     ) -> tuple[DataFrame, DataFrame, str | None]:
+        if self.config.capture_source:
+            return self._decode_captured(raw, schema, key, keep)
+        return self._decode(raw, schema, key, keep)
+
+    def _decode_captured(
+        self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]
+    ) -> tuple[DataFrame, DataFrame, str | None]:
+        """Stage 1 of a two-stage pipeline: the events plus their source position and op as columns."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        from icetide.decode.json import source_position
+
+        event_schema = StructType([f for f in schema.fields if f.name not in CAPTURE_COLUMNS])
+        event_key = [k for k in key if k not in CAPTURE_COLUMNS]
+        positions = self.position_columns()
+        good, bad, order_by = self._decode(raw, event_schema, event_key, keep, extra_cols=positions)
+        captured = good.select(
+            *[F.col(f"`{f.name}`") for f in event_schema.fields],
+            F.col(OP_COLUMN).alias(EVENT_OP_COLUMN),
+            source_position(positions).alias(SOURCE_POSITION_COLUMN),
+            F.lit(INSERT).alias(OP_COLUMN),
+        )
+        return captured, bad, order_by
+
+    def position_columns(self) -> list[str]:
+        """The columns of a raw record that say where it came from."""
+        if self.kind == "kafka":
+            return ["topic", "partition", "offset"]
+        if self.files.config.format != "json":
+            raise ConfigError("a stateful pipeline (merge or enrich) reads json or debezium records")
+        from icetide.sources.files import POSITION_COLUMNS
+
+        return list(POSITION_COLUMNS)
+
+    def _decode(
+        self,
+        raw: DataFrame,
+        schema: StructType,
+        key: list[str],
+        keep: list[DataFrame],
+        extra_cols: list[str] | None = None,
+    ) -> tuple[DataFrame, DataFrame, str | None]:
         """(good rows with `_op`, bad records, the column that orders changes of one key).
 
         The decoded records are persisted once and appended to `keep`, for the caller to unpersist:
@@ -106,11 +153,15 @@ class SourceAdapter:
         if self.config.format == "debezium":
             from icetide.decode.debezium import SOURCE_TS_COLUMN, decode_debezium
 
-            good, bad = decode_debezium(raw, value_col, schema, key, op_mode, position_cols, keep=keep)
+            good, bad = decode_debezium(
+                raw, value_col, schema, key, op_mode, position_cols, keep=keep, extra_cols=extra_cols or ()
+            )
             return good, bad, self.config.order_by or SOURCE_TS_COLUMN
         from icetide.decode.json import decode_json
 
         # Without order_by, arrival order decides: a Kafka range is read in offset order, a file
         # in line order, and the sink keeps that order through monotonically_increasing_id.
-        good, bad = decode_json(raw, value_col, schema, key, op_mode, position_cols, keep=keep)
+        good, bad = decode_json(
+            raw, value_col, schema, key, op_mode, position_cols, keep=keep, extra_cols=extra_cols or ()
+        )
         return good, bad, self.config.order_by

@@ -279,8 +279,13 @@ class Runner:
 
 
 def run(config: PipelineConfig | str, *, once: bool = False, spark: SparkSession | None = None) -> RunSummary:
-    """Run a pipeline (a PipelineConfig or the path of its YAML file)."""
+    """Run a pipeline (a PipelineConfig or the path of its YAML file); one with a merge engine or
+    enrichment runs as two stages (icetide.pipeline.two_stage)."""
     from icetide.config import load_config
 
     cfg = load_config(config) if isinstance(config, str) else config
+    if cfg.stateful is not None:
+        from icetide.pipeline.two_stage import TwoStageRunner
+
+        return TwoStageRunner(cfg, spark).run(once=once)
     return Runner(cfg, spark).run(once=once)

@@ -37,6 +37,12 @@ COMMIT_NUM_RETRIES, COMMIT_NUM_RETRIES_DEFAULT = "commit.retry.num-retries", 4
 COMMIT_MIN_WAIT_MS, COMMIT_MIN_WAIT_MS_DEFAULT = "commit.retry.min-wait-ms", 100
 COMMIT_MAX_WAIT_MS, COMMIT_MAX_WAIT_MS_DEFAULT = "commit.retry.max-wait-ms", 60_000
 COMMIT_TOTAL_TIMEOUT_MS, COMMIT_TOTAL_TIMEOUT_MS_DEFAULT = "commit.retry.total-timeout-ms", 1_800_000
+# icetide's own retry loop, when a table turns Iceberg's internal retries off (commit.retry.num-retries
+# = 0): then a batch of data files only commits as an `append` snapshot, which Iceberg's streaming
+# source reads (a RowDelta is an `overwrite`). Iceberg would re-apply an append blindly on retry, so
+# only with its retries off can an append not land twice; icetide's loop re-checks the batch first.
+ICETIDE_NUM_RETRIES = "icetide.commit.retry.num-retries"
+APPEND_TABLE_PROPERTIES = {COMMIT_NUM_RETRIES: "0", ICETIDE_NUM_RETRIES: str(COMMIT_NUM_RETRIES_DEFAULT)}
 
 _CONFLICTS = (
     "org.apache.iceberg.exceptions.CommitFailedException",
@@ -134,7 +140,7 @@ class Committer:
             return int(value) if value is not None else default
 
         return (
-            num(COMMIT_NUM_RETRIES, COMMIT_NUM_RETRIES_DEFAULT),
+            num(ICETIDE_NUM_RETRIES, num(COMMIT_NUM_RETRIES, COMMIT_NUM_RETRIES_DEFAULT)),
             num(COMMIT_MIN_WAIT_MS, COMMIT_MIN_WAIT_MS_DEFAULT) / 1000,
             num(COMMIT_MAX_WAIT_MS, COMMIT_MAX_WAIT_MS_DEFAULT) / 1000,
             num(COMMIT_TOTAL_TIMEOUT_MS, COMMIT_TOTAL_TIMEOUT_MS_DEFAULT) / 1000,
@@ -208,6 +214,11 @@ class Committer:
         table = self.table
         current = table.currentSnapshot()
         txn = table.newTransaction()
+        if not deletes and table.properties().get(COMMIT_NUM_RETRIES) == "0":
+            delta = txn.newAppend()
+            for f in data:
+                delta.appendFile(f)
+            return self._finish(txn, delta, batch_id, source_position)
         delta = txn.newRowDelta()
         # Any data or deletes another writer adds while this commit is in flight (inside Iceberg's
         # own retries too) fail validation, so the batch check above runs again on fresh metadata.
@@ -221,6 +232,11 @@ class Committer:
             delta.addRows(f)
         for f in deletes:
             delta.addDeletes(f)
+        return self._finish(txn, delta, batch_id, source_position)
+
+    def _finish(self, txn: Any, delta: Any, batch_id: int, source_position: Any) -> int:
+        """Summary and pipeline-state property, committed as one transaction; the new snapshot id."""
+        table = self.table
         position_text = json.dumps(source_position, sort_keys=True)
         delta.set(SUMMARY_PIPELINE, self.pipeline_id)
         delta.set(SUMMARY_BATCH, str(batch_id))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, SchemaError
+from icetide.faults import crash_point
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.sink import BatchResult, UpsertSink
 from icetide.stateful.enrich import Enrichment
@@ -37,6 +38,8 @@ from icetide.stateful.merge import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -106,6 +109,7 @@ class ChangelogStage:
         self.table_types = table_types
         self.values: list[str] = []
         self.last_result: BatchResult | None = None
+        self.on_result: Callable[[int, BatchResult], None] | None = None  # after each committed batch
         self.check_new_keys = (
             self.options.check_new_keys or self.options.ttl_seconds is not None or self._unknown_rows()
         )
@@ -179,7 +183,10 @@ class ChangelogStage:
             result = self.sink.write(out, batch_id=batch_id, input_cached=cached)
         finally:
             rows.unpersist()
+        crash_point("state_after_commit", batch_id)  # the table is ahead of Spark's checkpoint
         self.last_result = result
+        if self.on_result is not None:
+            self.on_result(batch_id, result)
         return result
 
     def _emit_batch(self, updates: DataFrame, batch_id: int) -> None:

@@ -1,0 +1,202 @@
+"""A two-stage pipeline, for a merge engine or dimension enrichment, in one Spark application.
+
+Stage 1 is the ordinary runner in append mode: the source lands, exactly once, in a raw table
+(the table is its checkpoint), one row per good record with its source position and op. Stage 2
+streams the raw table (`readStream.format("iceberg")`) through the stateful changelog stage into
+the pipeline's table; Spark's checkpoint holds its offsets and keyed state, and the sink commits
+each Spark batch id once. Either stage can die at any moment and restart exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from icetide.config import PipelineConfig, TableConfig
+from icetide.errors import ConfigError
+from icetide.pipeline.adapter import EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN
+from icetide.pipeline.runner import Runner, RunSummary
+from icetide.sink.changelog import OP_COLUMN
+from icetide.sink.committer import APPEND_TABLE_PROPERTIES
+from icetide.stateful.settings import StatefulSettings
+from icetide.stateful.stage import ChangelogStage, StageOptions
+from icetide.table.catalog import create_table
+from icetide.table.iceberg import load_table, spark_schema
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
+
+    from icetide.pipeline.runner import BatchMetrics
+    from icetide.sink.sink import BatchResult
+
+log = logging.getLogger(__name__)
+
+
+def raw_table_config(config: PipelineConfig, settings: StatefulSettings, target: StructType) -> TableConfig:
+    """The raw table: the events' columns (the target's, less enrichment outputs; only the key
+    required), the record's op and source position; keyed by position and event time, by day."""
+    order_by = config.order_by or ""
+    enriched = {c for e in settings.enrich for c in e.outputs}
+    key = set(config.table.key)
+    if order_by not in target.fieldNames():
+        raise ConfigError(f"order_by: {order_by} is not a column of {config.table.name}")
+    columns = []
+    for f in target.fields:
+        if f.name in enriched:
+            continue
+        required = f.name in key or f.name == order_by
+        columns.append(f"{f.name} {f.dataType.simpleString()}{' NOT NULL' if required else ''}")
+    columns += [f"{EVENT_OP_COLUMN} string", f"{SOURCE_POSITION_COLUMN} string NOT NULL"]
+    return TableConfig(
+        name=settings.raw_table,
+        schema=", ".join(columns),
+        key=(SOURCE_POSITION_COLUMN, order_by),
+        partition_by=(f"days({order_by})",),
+        properties=dict(APPEND_TABLE_PROPERTIES),
+    )
+
+
+@dataclass
+class StageTwoProgress:
+    """What stage 2 committed in this run."""
+
+    batches: int = 0
+    rows_written: int = 0
+    delete_rows: int = 0
+
+
+class TwoStageRunner:
+    """Stage 1 (source -> raw table) in the calling thread, stage 2 (raw -> table) as a streaming query."""
+
+    def __init__(self, config: PipelineConfig, spark: SparkSession | None = None) -> None:
+        if config.stateful is None:
+            raise ConfigError("merge or enrich: a two-stage pipeline needs one of them")
+        self.config, self.settings = config, config.stateful
+        if spark is None:
+            from icetide.spark.session import spark_session
+
+            spark = spark_session(
+                warehouse=config.warehouse,
+                catalog=config.catalog,
+                catalog_options=config.catalog_options,
+                conf=config.spark,
+            )
+        self.spark = spark
+        t = config.table
+        create_table(
+            spark, t.name, schema=t.schema, key=list(t.key), partition_by=list(t.partition_by),
+            properties=t.properties, target_file_size=t.target_file_size,
+        )  # fmt: skip
+        raw = raw_table_config(config, self.settings, spark_schema(spark, load_table(spark, t.name)))
+        raw_config = replace(config, table=raw, mode="append", capture_source=True, stateful=None)
+        self.ingest = Runner(raw_config, spark)
+        s = self.settings
+        options = StageOptions(
+            merge=s.merge,
+            watermark_seconds=s.watermark_seconds,
+            ttl_seconds=s.ttl_seconds,
+            dedup_by=s.dedup_by,
+            enrich=s.enrich,
+        )
+        self.stage = ChangelogStage(
+            spark, t.name, pipeline_id=config.pipeline, order_by=config.order_by or "", options=options,
+            distribution=config.distribution, target_file_size=t.target_file_size,
+        )  # fmt: skip
+        self.progress = StageTwoProgress()
+        self._last_retention = 0.0
+
+    def events(self) -> DataFrame:
+        """The raw table as a stream of events (its deletes, from retention, are skipped)."""
+        from pyspark.sql import functions as F
+
+        raw = (
+            self.spark.readStream.format("iceberg")
+            .option("streaming-skip-delete-snapshots", "true")
+            .option("streaming-skip-overwrite-snapshots", "true")
+            .load(self.settings.raw_table)
+        )
+        return raw.select(
+            *[F.col(f"`{c}`") for c in raw.columns if c not in (EVENT_OP_COLUMN,)],
+            F.col(EVENT_OP_COLUMN).alias(OP_COLUMN),
+        )
+
+    def _start_stage_two(self, *, available_now: bool) -> StreamingQuery:
+        self.stage.sink.remove_abandoned_files()
+        self.stage.on_result = self._stage_two_committed
+        return self.stage.start(
+            self.events(),
+            checkpoint=self.settings.checkpoint,
+            interval_seconds=None if available_now else self.config.trigger.interval,
+            available_now=available_now,
+            query_name=f"icetide-{self.config.pipeline}",
+        )
+
+    def _stage_two_committed(self, batch_id: int, result: BatchResult) -> None:
+        if not result.committed:
+            return
+        self.progress.batches += 1
+        self.progress.rows_written += result.rows_written
+        self.progress.delete_rows += result.delete_rows
+        log.info("stage 2 batch %s: %s rows, %s delete rows", batch_id, result.rows_written, result.delete_rows)
+
+    def apply_retention(self) -> None:
+        """Drop raw days older than `raw.retention` (whole partitions: a metadata-only delete)."""
+        seconds = self.settings.raw_retention_seconds
+        if seconds is None or time.monotonic() - self._last_retention < 3600:
+            return
+        self._last_retention = time.monotonic()
+        cutoff = (datetime.now(UTC) - timedelta(seconds=seconds)).replace(hour=0, minute=0, second=0, microsecond=0)
+        order_by = self.config.order_by
+        stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
+        self.spark.sql(f"DELETE FROM {self.settings.raw_table} WHERE {order_by} < TIMESTAMP '{stamp}'")
+        log.info("raw retention: dropped days of %s before %s", self.settings.raw_table, stamp)
+
+    def run(
+        self,
+        *,
+        once: bool = False,
+        on_batch: Callable[[BatchMetrics], None] | None = None,
+        handle_signals: bool = True,
+    ) -> RunSummary:
+        """Run both stages until stopped; with `once`, drain the source into the raw table, then
+        the raw table into the target, and return."""
+        self.apply_retention()
+        if once:
+            summary = self.ingest.run(once=True, on_batch=on_batch, handle_signals=handle_signals)
+            query = self._start_stage_two(available_now=True)
+            query.awaitTermination()
+            return summary
+        query = self._start_stage_two(available_now=False)
+        stop_watch = threading.Event()
+
+        def watch() -> None:  # a failed stage 2 stops stage 1: the pipeline fails as one
+            while not stop_watch.wait(1.0):
+                if not query.isActive:
+                    self.ingest.stop()
+                    return
+
+        watcher = threading.Thread(target=watch, name="icetide-stage2-watch", daemon=True)
+        watcher.start()
+
+        def each(metrics: BatchMetrics) -> None:
+            self.apply_retention()
+            if on_batch is not None:
+                on_batch(metrics)
+
+        try:
+            summary = self.ingest.run(once=False, on_batch=each, handle_signals=handle_signals)
+        finally:
+            stop_watch.set()
+            if query.isActive:
+                query.stop()
+        if query.exception() is not None:
+            query.awaitTermination()  # raises the stage's error
+        return summary

@@ -1,0 +1,160 @@
+"""A pipeline with a merge engine: source -> raw table -> stateful stage -> table, exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icetide.config import PipelineConfig
+from icetide.pipeline.two_stage import TwoStageRunner
+from icetide.stateful.merge import MergeSpec
+from tests.merge_model import merge_events
+from tests.model import table_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = ["ad_id", "hour"]
+VALUES = ["clicks", "last_click", "country", "event_time"]
+MERGE = {"engine": "aggregate", "columns": {"clicks": "sum", "last_click": "max", "country": "first"}}
+
+
+def pipeline_doc(name: str, landing: Path, warehouse: Path) -> dict[str, Any]:
+    return {
+        "pipeline": name,
+        "warehouse": str(warehouse),
+        "source": {"files": {"path": str(landing), "format": "json", "min_age_seconds": 0.001}},
+        "table": {
+            "name": f"lake.two.{name}",
+            "schema": "ad_id STRING NOT NULL, hour TIMESTAMP NOT NULL, clicks INT, last_click TIMESTAMP, "
+            "country STRING, event_time TIMESTAMP NOT NULL",
+            "key": KEY,
+            "partition_by": ["days(hour)"],
+        },
+        "order_by": "event_time",
+        "merge": MERGE,
+        "state": {"watermark": "1d"},
+        "trigger": {"interval": "1s", "max_files": 2},
+        "dead_letter": f"lake.two.{name}_dead_letter",
+    }
+
+
+def land(landing: Path, files: int, seed: int, first: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Click events (some repeated verbatim, some out of order, some bad); returns the good records."""
+    rng = random.Random(seed)
+    landing.mkdir(parents=True, exist_ok=True)
+    good, bad = [], 0
+    for n in range(first, first + files):
+        lines = []
+        for i in range(40):
+            second = rng.randrange(3600)
+            e = {
+                "ad_id": f"ad{rng.randrange(15)}",
+                "hour": "2026-01-01T01:00:00",
+                "event_time": f"2026-01-01T01:{second // 60:02d}:{second % 60:02d}.{n:03d}{i:03d}",
+                "clicks": rng.randrange(3),
+                "country": rng.choice(["JP", "US"]),
+            }
+            if e["clicks"]:
+                e["last_click"] = e["event_time"]
+            if rng.random() < 0.05:
+                lines.append('{"ad_id": "broken", ')
+                bad += 1
+                continue
+            lines.append(json.dumps(e))
+            good.append(e)
+            if rng.random() < 0.1:
+                lines.append(json.dumps(e))  # delivered twice: kept in the raw table, merged once
+                good.append(e)
+        tmp = landing / f".part-{n:03d}.json"
+        tmp.write_text("\n".join(lines) + "\n")
+        os.utime(tmp, (1_767_225_600 + n, 1_767_225_600 + n))
+        os.replace(tmp, landing / f"part-{n:03d}.json")
+    return good, bad
+
+
+def expected(events: list[dict[str, Any]]) -> dict[Any, Any]:
+    def ts(v: str | None) -> datetime | None:
+        return datetime.fromisoformat(v) if v else None
+
+    typed = [
+        {**e, "hour": ts(e["hour"]), "event_time": ts(e["event_time"]), "last_click": ts(e.get("last_click"))}
+        for e in events
+    ]
+    return merge_events(typed, KEY, "event_time", VALUES, MergeSpec.from_dict(MERGE))
+
+
+def test_two_stages_in_process_merge_every_event_once(spark: Any, tmp_path: Path) -> None:
+    doc = pipeline_doc("inproc", tmp_path / "landing", tmp_path / "warehouse")
+    doc["warehouse"] = None  # the test session's warehouse
+    doc["state"]["checkpoint"] = str(tmp_path / "chk")
+    events, bad = land(tmp_path / "landing", 3, seed=1)
+    runner = TwoStageRunner(PipelineConfig.from_dict(doc), spark)
+    runner.run(once=True, handle_signals=False)
+    table = "lake.two.inproc"
+    assert table_rows(spark, table, KEY + VALUES, KEY) == expected(events)
+    assert spark.table("lake.two.inproc_dead_letter").count() == bad
+    first_deletes = runner.progress.delete_rows
+    assert first_deletes == 0  # every key was new: INSERTs only
+    more, _ = land(tmp_path / "landing", 2, seed=2, first=3)
+    runner = TwoStageRunner(PipelineConfig.from_dict(doc), spark)
+    runner.run(once=True, handle_signals=False)
+    assert table_rows(spark, table, KEY + VALUES, KEY) == expected(events + more)
+    assert spark.table("lake.two.inproc_raw").count() == len(events + more)  # the replayable history
+
+
+def run_cli(config_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+
+@pytest.mark.parametrize(
+    "crash", [("after_write", "2"), ("after_commit", "2"), ("state_after_commit", "0"), ("random", "")]
+)
+def test_kill_9_in_either_stage_and_restart_lands_everything_once(
+    spark: Any, tmp_path: Path, crash: tuple[str, str]
+) -> None:
+    import yaml
+
+    point, batch = crash
+    warehouse = tmp_path / "warehouse"
+    events, bad = land(tmp_path / "landing", 5, seed=len(point))
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(pipeline_doc("crash", tmp_path / "landing", warehouse)))
+    if point == "random":
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(random.uniform(10, 30))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    else:
+        crashed = run_cli(config_path, {"ICETIDE_CRASH_AT": point, "ICETIDE_CRASH_BATCH": batch})
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    done = run_cli(config_path, {})
+    assert done.returncode == 0, done.stderr[-3000:]
+    other = spark.newSession()
+    other.conf.set("spark.sql.catalog.twocheck", "org.apache.iceberg.spark.SparkCatalog")
+    other.conf.set("spark.sql.catalog.twocheck.type", "hadoop")
+    other.conf.set("spark.sql.catalog.twocheck.warehouse", str(warehouse))
+    assert table_rows(other, "twocheck.two.crash", KEY + VALUES, KEY) == expected(events)
+    assert other.table("twocheck.two.crash_raw").count() == len(events)
+    dead = [r["source_position"] for r in other.table("twocheck.two.crash_dead_letter").collect()]
+    assert len(dead) == len(set(dead)) == bad
