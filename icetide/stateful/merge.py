@@ -26,9 +26,7 @@ if TYPE_CHECKING:
 ENGINES = ("last", "partial", "aggregate")
 FUNCTIONS = ("max", "min", "sum", "count", "first", "last", "last_non_null")
 BATCH_TIME = "_icetide_batch_time"  # current_timestamp() of the micro-batch an event arrived in
-ROW = "_icetide_row"
-LAST_OP = "_icetide_last_op"
-LAST_OP_AT = "_icetide_last_op_at"
+LATEST = "_icetide_latest"  # the latest event by order: its op, batch time (and row, engine `last`)
 FIRST_SEEN = "_icetide_first_seen"
 LAST_SEEN = "_icetide_last_seen"
 LAST_DELETE = "_icetide_last_delete"  # order of the key's latest DELETE event, if any
@@ -85,59 +83,58 @@ class MergeSpec:
                 raise ConfigError(f"merge.columns.{column}: not a value column of the events ({', '.join(columns)})")
 
 
-def _ordering(order: Column, when: Column | None = None) -> Column:
-    from pyspark.sql import functions as F
-
-    return order if when is None else F.when(when, order)
-
-
 def aggregations(spec: MergeSpec, values: list[str], order: Column, op: Column) -> list[Column]:
-    """The aggregate expressions of a key's state: merged values, when each changed, the last op,
-    and the first and last batch the key was seen in."""
-    from pyspark.sql import functions as F
+    """The aggregate expressions of a key's state: merged values with the batch each last changed
+    in, the latest event's op, and the first and last batch the key was seen in.
 
-    at = F.col(BATCH_TIME)
-    out = [
-        F.min(at).alias(FIRST_SEEN),
-        F.max(at).alias(LAST_SEEN),
-        F.max_by(op, order).alias(LAST_OP),
-        F.max_by(at, order).alias(LAST_OP_AT),
-        F.max(F.when(op == F.lit("DELETE"), order)).alias(LAST_DELETE),
-    ]
-    if spec.engine == "last":
-        if values:
-            out.append(F.max_by(F.struct(*[F.col(_q(v)) for v in values]), order).alias(ROW))
-        return out  # the row changed when the latest event changed: LAST_OP_AT
-    for v in values:
-        value, changed = column_merge(spec.function(v), F.col(_q(v)), order, at)
-        out += [value.alias(v), changed.alias(changed_at_name(v))]
-    return out
-
-
-def column_merge(function: str, c: Column, order: Column, at: Column) -> tuple[Column, Column]:
-    """(merged value, batch time of its last change) of one column under `function`.
-
-    Ties keep the earlier batch, so an equal value arriving later is not a change.
+    Each is a plain min/max/sum/count, most over a struct whose first field orders: one compact
+    buffer per column, cheaper in the state store than max_by/min_by pairs (docs/changelog.md).
     """
     from pyspark.sql import functions as F
 
+    at = F.col(BATCH_TIME)
+    latest = [order.alias("o"), op.alias("op"), at.alias("a")]
+    if spec.engine == "last":
+        latest += [F.col(_q(v)).alias(f"v{i}") for i, v in enumerate(values)]
+    out = [
+        F.min(at).alias(FIRST_SEEN),
+        F.max(at).alias(LAST_SEEN),
+        F.max(F.struct(*latest)).alias(LATEST),
+        F.max(F.when(op == F.lit("DELETE"), order)).alias(LAST_DELETE),
+    ]
+    if spec.engine != "last":
+        for v in values:
+            out += column_aggregates(spec.function(v), v, order, at)
+    return out
+
+
+def column_aggregates(function: str, name: str, order: Column, at: Column) -> list[Column]:
+    """The state of one column under `function`: aggregate `_icetide_m_<name>` (and, for sum and
+    count, `_icetide_at_<name>`). Ties keep the earlier batch: an equal value is no change."""
+    from pyspark.sql import functions as F
+
+    c = F.col(_q(name))
     present = c.isNotNull()
-    earliest_first = F.struct(c, -F.unix_micros(at))  # among equal values, the earliest batch wins
+    m = _merged_name(name)
     if function == "last":
-        return F.max_by(c, order), F.max_by(at, order)
+        return [F.max(F.struct(order.alias("o"), c.alias("v"), at.alias("a"))).alias(m)]
     if function == "last_non_null":
-        return F.max_by(c, _ordering(order, present)), F.max_by(at, _ordering(order, present))
+        return [F.max(F.when(present, F.struct(order.alias("o"), c.alias("v"), at.alias("a")))).alias(m)]
     if function == "first":
-        return F.min_by(c, order), F.min_by(at, order)
+        return [F.min(F.struct(order.alias("o"), c.alias("v"), at.alias("a"))).alias(m)]
     if function == "max":
-        return F.max(c), F.max_by(at, F.when(present, earliest_first))
+        return [F.max(F.when(present, F.struct(c.alias("v"), (-F.unix_micros(at)).alias("n")))).alias(m)]
     if function == "min":
-        return F.min(c), F.min_by(at, F.when(present, F.struct(c, F.unix_micros(at))))
+        return [F.min(F.when(present, F.struct(c.alias("v"), F.unix_micros(at).alias("n")))).alias(m)]
     if function == "sum":
-        return F.sum(c), F.max(F.when(present & (c != F.lit(0)), at))
+        return [F.sum(c).alias(m), F.max(F.when(present & (c != F.lit(0)), at)).alias(changed_at_name(name))]
     if function == "count":
-        return F.count(c), F.max(F.when(present, at))
+        return [F.count(c).alias(m), F.max(F.when(present, at)).alias(changed_at_name(name))]
     raise ConfigError(f"merge: unknown function {function!r}")
+
+
+def _merged_name(column: str) -> str:
+    return f"_icetide_m_{column}"
 
 
 def merged_columns(spec: MergeSpec, values: list[str]) -> list[Column]:
@@ -145,8 +142,32 @@ def merged_columns(spec: MergeSpec, values: list[str]) -> list[Column]:
     from pyspark.sql import functions as F
 
     if spec.engine == "last":
-        return [F.col(f"{ROW}.{_q(v)}").alias(v) for v in values]
-    return [F.col(_q(v)) for v in values]
+        return [F.col(f"{LATEST}.v{i}").alias(v) for i, v in enumerate(values)]
+    out = []
+    for v in values:
+        m = F.col(_merged_name(v))
+        out.append((m if spec.function(v) in ("sum", "count") else m["v"]).alias(v))
+    return out
+
+
+def last_op() -> tuple[Column, Column]:
+    """(the op of the key's latest event by order, the batch time it arrived in)."""
+    from pyspark.sql import functions as F
+
+    return F.col(f"{LATEST}.op"), F.col(f"{LATEST}.a")
+
+
+def _column_changed_at(function: str, name: str) -> Column:
+    from pyspark.sql import functions as F
+
+    m = F.col(_merged_name(name))
+    if function in ("sum", "count"):
+        return F.col(changed_at_name(name))
+    if function == "max":
+        return F.timestamp_micros(-m["n"])
+    if function == "min":
+        return F.timestamp_micros(m["n"])
+    return m["a"]
 
 
 def changed_at(spec: MergeSpec, values: list[str]) -> Column:
@@ -154,13 +175,10 @@ def changed_at(spec: MergeSpec, values: list[str]) -> Column:
     from pyspark.sql import functions as F
 
     if spec.engine == "last" or not values:
-        return F.col(LAST_OP_AT)
+        return last_op()[1]
     # A newer event whose fields merge to the same values (all null under `partial`, say) is no change.
-    return (
-        F.greatest(*[F.col(changed_at_name(v)) for v in values])
-        if len(values) > 1
-        else F.col(changed_at_name(values[0]))
-    )
+    changes = [_column_changed_at(spec.function(v), v) for v in values]
+    return F.greatest(*changes) if len(changes) > 1 else changes[0]
 
 
 def _q(name: str) -> str:

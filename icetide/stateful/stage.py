@@ -28,12 +28,11 @@ from icetide.stateful.merge import (
     BATCH_TIME,
     FIRST_SEEN,
     LAST_DELETE,
-    LAST_OP,
-    LAST_OP_AT,
     LAST_SEEN,
     MergeSpec,
     aggregations,
     changed_at,
+    last_op,
     merged_columns,
 )
 
@@ -49,6 +48,7 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 STATE_WINDOW = "_icetide_state_window"
 CHECK_NEW_KEYS_PROPERTY = "icetide.stateful.check-new-keys."
 EXISTS = "_icetide_exists"
+CONTENT_HASH, CONTENT_HASH2 = "_icetide_event_hash", "_icetide_event_hash2"
 # Columns of a raw table that are not event content: never part of the default dedup columns.
 POSITION_COLUMNS = ("_source_position",)
 
@@ -138,11 +138,19 @@ class ChangelogStage:
         order = F.col(f"`{self.order_by}`")
         if not isinstance(events.schema[self.order_by].dataType, T.TimestampType):
             raise SchemaError(f"order_by: {self.order_by} must be a TIMESTAMP column for the stateful stage")
-        content = [c for c in events.columns if c not in POSITION_COLUMNS]
-        dedup = list(o.dedup_by) if o.dedup_by else content
         op = F.col(OP_COLUMN) if OP_COLUMN in events.columns else F.lit(UPSERT)
+        if o.dedup_by:
+            dedup, hashed = list(o.dedup_by), events
+        else:
+            # The state holds an event's identity until the watermark passes it: two hashes of its
+            # content (96 bits) instead of the whole row keep that state small (docs/changelog.md).
+            content = [F.col(f"`{c}`") for c in events.columns if c not in POSITION_COLUMNS]
+            hashed = events.withColumn(CONTENT_HASH, F.xxhash64(*content)).withColumn(
+                CONTENT_HASH2, F.hash(*content)
+            )
+            dedup = [CONTENT_HASH, CONTENT_HASH2]
         staged = (
-            events.withWatermark(self.order_by, _interval(o.watermark_seconds))
+            hashed.withWatermark(self.order_by, _interval(o.watermark_seconds))
             .dropDuplicatesWithinWatermark(dedup)
             .withColumn(BATCH_TIME, F.current_timestamp())
         )
@@ -197,8 +205,9 @@ class ChangelogStage:
 
         now = F.col(LAST_SEEN)
         is_new = F.col(FIRST_SEEN) == now
-        deleted = F.col(LAST_OP) == F.lit(DELETE)
-        delete_now = deleted & (F.col(LAST_OP_AT) == now)
+        latest_op, latest_at = last_op()
+        deleted = latest_op == F.lit(DELETE)
+        delete_now = deleted & (latest_at == now)
         op = (
             F.when(delete_now & is_new, F.lit(DELETE if self.check_new_keys else None))
             .when(delete_now, F.lit(DELETE))
@@ -206,7 +215,7 @@ class ChangelogStage:
             .when(is_new, F.lit(INSERT))
             # A key deleted before, whose latest event is from now: written again even if its
             # merged values equal those before the delete (partial and aggregate keep them).
-            .when(F.col(LAST_DELETE).isNotNull() & (F.col(LAST_OP_AT) == now), F.lit(UPSERT))
+            .when(F.col(LAST_DELETE).isNotNull() & (latest_at == now), F.lit(UPSERT))
             .when(changed_at(self.options.merge, self.values) == now, F.lit(UPSERT))
         )
         return updates.select(
@@ -259,6 +268,8 @@ class ChangelogStage:
         """Start the streaming query (RocksDB state, update mode, the sink per batch)."""
         self._check_checkpoint(checkpoint)
         self.spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        # Commit each batch's state as a changelog, snapshots in the background (Spark 3.5).
+        self.spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         if self.check_new_keys:
             self._remember_check_new_keys()
         writer = (
