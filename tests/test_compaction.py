@@ -162,6 +162,9 @@ class Table:
         self.model.apply(self.model_batch, rows)
 
     def check(self) -> None:
+        # Spark reads the catalog's cached Table, which only sees commits made through it; the
+        # sink commits through its own instance once the cache entry expired (30 s idle).
+        load_table(self.spark, self.name).refresh()
         assert table_rows(self.spark, self.name, COLUMNS, KEY) == self.model.rows
 
     def snapshot(self) -> tuple[int, int]:
