@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from icetide.maintenance.health import HealthThresholds
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
 from icetide.sources.generator import AdEventsConfig, ad_events
 from tests.ad_events import stream_ad_events
 from tests.commands import demo_warehouse, run_cli
+from tests.test_compaction import Table, rows_of
 
 COLUMNS = ["impression_id", "event_time", "ad_id", "clicks", "updated_at"]
 
@@ -43,11 +46,30 @@ def test_cli_maintain_runs_once(tmp_path: Path) -> None:
     assert "lake.demo.ad_events: done in" in done.stderr
 
 
-def test_time_budget_stops_compaction_after_the_worst_group(spark: Any, table_name: str) -> None:
-    stream_ad_events(spark, table_name, pipeline_id="budget", batches=4, events=600)
-    before = sorted(tuple(r) for r in spark.table(table_name).select(*COLUMNS).collect())
-    policy = MaintenancePolicy(thresholds=HealthThresholds(max_small_files=1), time_budget_seconds=0)
+def _three_hours(t: Table) -> None:
+    """Hour 10 has the most small files, hour 12 the newest time, hour 11 was written last."""
+    for n in range(4):
+        t.append(rows_of([n], "ten", minutes=[n]))
+    for n in range(2):
+        t.append(rows_of([20 + n], "twelve", minutes=[120 + n]))
+    for n in range(2):
+        t.append(rows_of([10 + n], "eleven", minutes=[60 + n]))
+
+
+@pytest.mark.parametrize(("order", "first"), [("newest", "ts_hour=2026-01-01-11"), ("worst", "ts_hour=2026-01-01-10")])
+def test_time_budget_compacts_the_newest_partition_first(spark: Any, table_name: str, order: str, first: str) -> None:
+    t = Table(spark, table_name)
+    _three_hours(t)
+    policy = MaintenancePolicy(
+        thresholds=HealthThresholds(max_small_files=1),
+        time_budget_seconds=0,
+        group_order=order,  # type: ignore[arg-type]
+    )
     report = maintain(spark, table_name, policy)
-    assert report.compaction is not None and report.compaction.groups == 1
-    assert any(s.kind == "deferred" for s in report.compaction.skipped)  # the rest waits for the next run
-    assert sorted(tuple(r) for r in spark.table(table_name).select(*COLUMNS).collect()) == before
+    assert report.compaction is not None and [g.partition for g in report.compaction.committed] == [first]
+    deferred = [s for s in report.compaction.skipped if s.kind == "deferred"]
+    assert len(deferred) == 2 and "time budget" in deferred[0].reason  # the rest waits for the next run
+    t.check()
+    report = maintain(spark, table_name, MaintenancePolicy(thresholds=HealthThresholds(max_small_files=1)))
+    assert report.compaction is not None and report.compaction.groups == 2
+    t.check()
