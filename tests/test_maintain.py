@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from icetide.cli_progress import ProgressBars, ProgressLines, progress_view
 from icetide.maintenance.health import HealthThresholds
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
+from icetide.maintenance.progress import ProgressEvent
 from icetide.sources.generator import AdEventsConfig, ad_events
 from tests.ad_events import stream_ad_events
 from tests.commands import demo_warehouse, run_cli
@@ -41,9 +45,33 @@ def test_maintain_compacts_folds_deletes_and_expires_without_changing_rows(spark
 def test_cli_maintain_runs_once(tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
     demo_warehouse(warehouse, batches=3, events=400)
-    done = run_cli("maintain", "lake.demo.ad_events", "--warehouse", str(warehouse))
+    args = ("maintain", "lake.demo.ad_events", "--warehouse", str(warehouse), "--fold-deletes", "position")
+    done = run_cli(*args, "--orphans")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "lake.demo.ad_events: done in" in done.stderr
+    err = done.stderr
+    assert "lake.demo.ad_events: done in" in err
+    # Not a terminal: progress comes as plain lines, each step's first and last at least.
+    assert "lake.demo.ad_events: scan data files 1/" in err and "converted " in err
+    assert "lake.demo.ad_events: rewrite groups 1/" in err and "commit groups" in err
+    assert "lake.demo.ad_events: list files" in err and "removed 0 orphan file(s)" in err
+    quiet = run_cli(*args, "--no-progress")
+    assert quiet.returncode == 0 and "rewrite groups" not in quiet.stderr and "done in" in quiet.stderr
+
+
+def test_progress_views() -> None:
+    lines_out, bars_out = io.StringIO(), io.StringIO()
+    lines = ProgressLines(Console(file=lines_out, force_terminal=False, width=200))
+    for n in range(1, 101):
+        lines(ProgressEvent("lake.db.t", "scan data files", n, 100, f"file {n}"))
+    printed = lines_out.getvalue().splitlines()  # the first, then one a tenth
+    assert len(printed) == 11 and printed[-1] == "lake.db.t: scan data files 100/100 (file 100)"
+    assert isinstance(progress_view(Console(file=io.StringIO(), force_terminal=False)), ProgressLines)
+    console = Console(file=bars_out, force_terminal=True, width=200)
+    with progress_view(console) as bars:
+        assert isinstance(bars, ProgressBars)
+        for n in range(1, 4):
+            bars(ProgressEvent("lake.db.t", "rewrite groups", n, 3, "ts_hour=2026-01-01-10"))
+    assert "lake.db.t: rewrite groups" in bars_out.getvalue() and "3/3" in bars_out.getvalue()
 
 
 def _three_hours(t: Table) -> None:

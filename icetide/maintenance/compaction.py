@@ -340,7 +340,7 @@ class CompactionJob:
         try:
             self._commit_or_skip(indices)
         finally:
-            labels = ", ".join(self.plan.groups[i].label for i in indices)
+            labels = self.plan.groups[indices[0]].label if len(indices) == 1 else f"{len(indices)} groups at once"
             settled = sum(1 for i in range(len(self.plan.groups)) if i in self._finished)
             self._notify("commit groups", settled, labels)
 
