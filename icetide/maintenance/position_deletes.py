@@ -244,15 +244,21 @@ class EqualityDeleteConversion:
         files = self._files.scan(self.planned_snapshot_id)
         candidates: dict[str, DeleteRef] = {}
         newest: dict[str, int] = {}  # delete path -> newest sequence number of a file it applies to
+        disputed: set[str] = set()
         for f in files:
             for d in f.deletes:
                 if d.kind == "equality":
                     candidates.setdefault(d.path, d)
                     newest[d.path] = max(newest.get(d.path, 0), f.sequence_number, d.sequence_number)
+                    if not applies(d, f.sequence_number, f.partition):
+                        disputed.add(d.path)  # Iceberg's reader applies it where our rule would not
         # Newest partitions first, as compaction: the deletes of the partitions written last.
         ordered = sorted(candidates.values(), key=lambda d: (-newest[d.path], partition_label(d.scope or (0, ""))))
         chosen: list[DeleteRef] = []
         for d in ordered:
+            if d.path in disputed:
+                self.left.append(f"{d.path}: Iceberg applies it beyond its sequence and partition rule; left as is")
+                continue
             if max_delete_files is not None and len(chosen) >= max_delete_files:
                 self.left.append(f"{d.path}: deferred to a later run: max_delete_files={max_delete_files} reached")
                 continue
@@ -289,9 +295,7 @@ class EqualityDeleteConversion:
             raise ConfigError("write: this conversion was already written; plan a new one")
         chosen = {d.path: d for d in self.chosen}
         for n, f in enumerate(self.data_files, start=1):
-            applying = [
-                chosen[d.path] for d in f.deletes if d.path in chosen and applies(d, f.sequence_number, f.partition)
-            ]
+            applying = [chosen[d.path] for d in f.deletes if d.path in chosen]  # as Iceberg's reader applies them
             by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
             for d in applying:
                 by_ids.setdefault(self._equality_ids[d.path], []).append(self._keys[d.path])
