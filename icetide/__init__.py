@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from icetide.maintenance.health import table_health
     from icetide.maintenance.maintain import MaintenancePolicy, maintain
     from icetide.maintenance.orphans import remove_orphan_files
+    from icetide.maintenance.position_deletes import convert_equality_deletes
     from icetide.pipeline.runner import Runner, run
     from icetide.sink.committer import PipelineState
     from icetide.sink.sink import BatchResult, UpsertSink
@@ -58,6 +59,7 @@ _LAZY = {
     "MaintenancePolicy": "icetide.maintenance.maintain",
     "expire_snapshots": "icetide.maintenance.expire",
     "remove_orphan_files": "icetide.maintenance.orphans",
+    "convert_equality_deletes": "icetide.maintenance.position_deletes",
     "rewrite_manifests": "icetide.maintenance.actions",
     "table_health": "icetide.maintenance.health",
     "PipelineConfig": "icetide.config",
@@ -87,6 +89,7 @@ __all__ = [
     "__version__",
     "compact",
     "compaction",
+    "convert_equality_deletes",
     "create_table",
     "expire_snapshots",
     "load_config",

@@ -136,6 +136,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = runner.run(once=args.once, on_batch=on_batch)
     if summary.abandoned_files_removed:
         console.print(f"removed {summary.abandoned_files_removed} file(s) of batches that never committed")
+    for report in runner.maintenance_runs[-1:]:
+        console.print(
+            f"maintenance ran {len(runner.maintenance_runs)} time(s); last: {'; '.join(report.lines())}",
+            highlight=False,
+        )
     how = "stopped by signal" if summary.stopped_by_signal else "done"
     console.print(f"{how}: {totals['batches']} batch(es), {totals['rows']:,} rows, {totals['bad']} bad record(s)")
     return 0
@@ -193,21 +198,34 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
-    """One maintenance run, or one every --every interval until interrupted."""
+    """One maintenance run, or one every --every interval until interrupted; progress bars in a terminal."""
     from rich.console import Console
 
+    from icetide.cli_progress import progress_view
     from icetide.config import parse_duration
-    from icetide.maintenance.maintain import maintain
+    from icetide.maintenance.maintain import MaintenancePolicy, maintain
+    from icetide.maintenance.orphans import remove_orphan_files
     from icetide.spark.session import spark_session
 
     every = parse_duration(args.every, "--every") if args.every else None
+    budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
+    policy = MaintenancePolicy(fold_deletes=args.fold_deletes, time_budget_seconds=budget)
     console = Console(stderr=True)
-    spark = spark_session(warehouse=args.warehouse, catalog=args.table.split(".")[0])
+    with console.status("starting Spark ...") if console.is_terminal else _nothing():
+        spark = spark_session(warehouse=args.warehouse, catalog=args.table.split(".")[0])
     while True:
-        with console.status(f"maintaining {args.table} ..."):
-            report = maintain(spark, args.table)
+        with progress_view(console) as progress:
+            progress_callback = progress if args.progress else None
+            report = maintain(spark, args.table, policy, progress=progress_callback)
+            orphans = (
+                remove_orphan_files(spark, args.table, dry_run=False, progress=progress_callback)
+                if args.orphans
+                else None
+            )
         for line in report.lines():
-            console.print(f"{args.table}: {line}")
+            console.print(f"{args.table}: {line}", highlight=False, soft_wrap=True)
+        if orphans is not None:
+            console.print(f"{args.table}: removed {len(orphans.orphans)} orphan file(s)", highlight=False)
         console.print(f"{args.table}: done in {report.seconds:.1f}s")
         if every is None:
             return 0
@@ -259,6 +277,19 @@ def build_parser() -> argparse.ArgumentParser:
     maintain.add_argument("table", help="catalog.namespace.table")
     maintain.add_argument("--warehouse", default="warehouse", help="warehouse folder (default: ./warehouse)")
     maintain.add_argument("--every", metavar="DURATION", help="run again every DURATION (e.g. 5m) until stopped")
+    maintain.add_argument(
+        "--fold-deletes",
+        choices=["rewrite", "position"],
+        default="rewrite",
+        help="fold equality deletes by rewriting data files (default) or converting them to position deletes",
+    )
+    maintain.add_argument("--time-budget", metavar="DURATION", help="stop taking compaction groups after DURATION")
+    maintain.add_argument(
+        "--orphans", action="store_true", help="also delete orphan files older than 3 days (never a batch in flight)"
+    )
+    maintain.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bars or progress lines"
+    )
     maintain.set_defaults(func=cmd_maintain)
     return parser
 

@@ -146,6 +146,66 @@ class TriggerConfig:
         return out
 
 
+FOLD_DELETES = ("rewrite", "position")
+MAINTENANCE_KEYS = {"every_batches", "every", "time_budget", "fold_deletes"}
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """When maintenance runs beside a pipeline, in its Spark application, and how.
+
+    Exactly one schedule: `every_batches` runs it between batches, on the runner's thread (the
+    stream waits); `every` runs it on a background thread every so often while batches keep
+    committing. `time_budget` bounds each run's compaction; `fold_deletes` picks how equality
+    deletes are folded away (rewrite the files, or convert them to position deletes).
+    """
+
+    every_batches: int | None = None
+    every_seconds: float | None = None
+    time_budget_seconds: float | None = None
+    fold_deletes: Literal["rewrite", "position"] = "rewrite"
+
+    @property
+    def on_thread(self) -> bool:
+        """Does maintenance run on its own thread (rather than between batches)?"""
+        return self.every_seconds is not None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> MaintenanceConfig | None:
+        """None for an absent or empty block; ConfigError naming the key otherwise."""
+        if not d:
+            return None
+        if not isinstance(d, Mapping):
+            raise ConfigError("maintenance: expected a mapping, e.g. {every_batches: 20} or {every: 5m}")
+        _unknown(d, MAINTENANCE_KEYS, "maintenance.")
+        every_batches = d.get("every_batches")
+        if every_batches is not None and (
+            not isinstance(every_batches, int) or isinstance(every_batches, bool) or every_batches < 1
+        ):
+            raise ConfigError("maintenance.every_batches: expected a positive integer")
+        every = parse_duration(d["every"], "maintenance.every") if d.get("every") is not None else None
+        if every is not None and every <= 0:
+            raise ConfigError("maintenance.every: must be more than 0, e.g. 5m")
+        if every is not None and every_batches is not None:
+            raise ConfigError(
+                "maintenance.every: give either every_batches (between batches) or every (on a thread), not both"
+            )
+        if every is None and every_batches is None:
+            raise ConfigError(
+                "maintenance: give every_batches (between batches) or every (on a background thread), e.g. {every: 5m}"
+            )
+        budget = d.get("time_budget")
+        fold = d.get("fold_deletes", "rewrite")
+        if fold not in FOLD_DELETES:
+            raise ConfigError(f"maintenance.fold_deletes: {fold!r} is not one of {', '.join(FOLD_DELETES)}")
+        return cls(
+            every_batches=every_batches,
+            every_seconds=every,
+            time_budget_seconds=parse_duration(budget, "maintenance.time_budget") if budget is not None else None,
+            fold_deletes=fold,
+        )
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """A whole pipeline: source -> decode -> sink, with its table and dead-letter table."""
@@ -164,10 +224,21 @@ class PipelineConfig:
     distribution: str = "dynamic"
     write_parallelism: int | None = None
     changelog: bool = False
-    maintain_every_batches: int | None = None  # run icetide.maintain between batches, every N
+    maintenance: MaintenanceConfig | None = None  # icetide.maintain beside the pipeline; None: never
     spark: dict[str, str] = field(default_factory=dict)
     stateful: StatefulSettings | None = None  # merge engine / enrichment: a two-stage pipeline
     capture_source: bool = False  # stage 1 of two: keep each record's position and op as columns
+    maintain_table: str | None = None  # the table maintenance looks after, when not `table` (stage 1 of two)
+
+    @property
+    def maintained_table(self) -> str:
+        """The table the `maintenance` block looks after."""
+        return self.maintain_table or self.table.name
+
+    @property
+    def maintain_every_batches(self) -> int | None:
+        """Run maintenance between batches every N batches (None: not between batches)."""
+        return self.maintenance.every_batches if self.maintenance is not None else None
 
     @property
     def source_kind(self) -> str:
@@ -213,13 +284,7 @@ class PipelineConfig:
         if parallelism is not None and (not isinstance(parallelism, int) or parallelism < 1):
             raise ConfigError("write_parallelism: expected a positive integer")
         table = TableConfig.from_dict(_require(d, "table", ""))
-        maintenance = d.get("maintenance") or {}
-        if not isinstance(maintenance, Mapping):
-            raise ConfigError("maintenance: expected a mapping, e.g. {every_batches: 20}")
-        _unknown(maintenance, {"every_batches"}, "maintenance.")
-        every = maintenance.get("every_batches")
-        if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
-            raise ConfigError("maintenance.every_batches: expected a positive integer")
+        maintenance = MaintenanceConfig.from_dict(d.get("maintenance"))
         order_by = d.get("order_by")
         config = cls(
             pipeline=pipeline,
@@ -237,7 +302,7 @@ class PipelineConfig:
             write_parallelism=parallelism,
             changelog=bool(d.get("changelog", False)),
             spark={str(k): str(v) for k, v in (d.get("spark") or {}).items()},
-            maintain_every_batches=every,
+            maintenance=maintenance,
             stateful=StatefulSettings.from_dict(
                 d,
                 table=table.name,

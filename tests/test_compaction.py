@@ -53,7 +53,7 @@ def _options(**kw: Any) -> CompactionOptions:
 
 
 def test_plan_groups_per_partition_and_keeps_only_groups_worth_rewriting() -> None:
-    options = _options(min_input_files=3)
+    options = _options(min_input_files=3, group_order="worst")
     files = [
         *(_file(f"a{i}", MB, part="p=1") for i in range(3)),  # 3 small files: rewritten
         *(_file(f"b{i}", MB, part="p=2") for i in range(2)),  # 2 small files: left alone
@@ -68,7 +68,7 @@ def test_plan_groups_per_partition_and_keeps_only_groups_worth_rewriting() -> No
 
 
 def test_delete_threshold_rewrites_a_lone_file_and_orders_groups_by_deletes() -> None:
-    options = _options(min_input_files=5, delete_file_threshold=2)
+    options = _options(min_input_files=5, delete_file_threshold=2, group_order="worst")
     files = [
         _file("x", 100 * MB, part="p=1", deletes=2),  # right-sized but 2 deletes apply
         _file("y", MB, part="p=2", deletes=1),  # small, alone, too few deletes
@@ -77,6 +77,28 @@ def test_delete_threshold_rewrites_a_lone_file_and_orders_groups_by_deletes() ->
     plan = plan_groups(files, options)
     assert [g.partition[1] for g in plan.groups] == ["p=1", "p=3"]  # most deletes first
     assert [s.partition for s in plan.skipped] == ["p=2"]
+
+
+def test_groups_run_newest_partition_first_or_worst_first() -> None:
+    files = [
+        *(_file(f"old{i}", MB, part="h=2026-01-01-09", seq=1) for i in range(5)),  # most files, oldest
+        *(_file(f"new{i}", MB, part="h=2026-01-01-08", seq=4) for i in range(2)),  # late data: written last
+        *(_file(f"del{i}", MB, part="h=2026-01-01-10", seq=2, deletes=1) for i in range(2)),  # deletes at seq 3
+        *(_file(f"tie{i}", MB, part="h=2026-01-01-11", seq=3) for i in range(2)),  # same recency as h=10
+    ]
+    newest = plan_groups(files, _options(min_input_files=2))
+    assert [g.partition[1] for g in newest.groups] == [
+        "h=2026-01-01-08",  # highest sequence number
+        "h=2026-01-01-11",  # a tie at 3 goes to the newer hour
+        "h=2026-01-01-10",
+        "h=2026-01-01-09",
+    ]
+    worst = plan_groups(files, _options(min_input_files=2, group_order="worst"))
+    assert [g.partition[1] for g in worst.groups][:2] == ["h=2026-01-01-10", "h=2026-01-01-09"]
+    bounded = plan_groups(files, _options(min_input_files=2, max_groups=1))  # the bound keeps the newest
+    assert [g.partition[1] for g in bounded.groups] == ["h=2026-01-01-08"]
+    with pytest.raises(ConfigError, match="group_order"):
+        _options(group_order="oldest")
 
 
 def test_bounds_on_work_defer_groups() -> None:
@@ -162,6 +184,9 @@ class Table:
         self.model.apply(self.model_batch, rows)
 
     def check(self) -> None:
+        # Spark reads the catalog's cached Table, which only sees commits made through it; the
+        # sink commits through its own instance once the cache entry expired (30 s idle).
+        load_table(self.spark, self.name).refresh()
         assert table_rows(self.spark, self.name, COLUMNS, KEY) == self.model.rows
 
     def snapshot(self) -> tuple[int, int]:

@@ -116,3 +116,34 @@ def test_maintenance_block() -> None:
     assert PipelineConfig.from_dict({**GOOD, "maintenance": {"every_batches": 5}}).maintain_every_batches == 5
     with pytest.raises(ConfigError, match=r"maintenance\.every_batches"):
         PipelineConfig.from_dict({**GOOD, "maintenance": {"every_batches": 0}})
+
+
+def test_maintenance_on_a_thread() -> None:
+    config = PipelineConfig.from_dict(
+        {**GOOD, "maintenance": {"every": "5m", "time_budget": "90s", "fold_deletes": "position"}}
+    )
+    m = config.maintenance
+    assert m is not None and m.on_thread and m.every_seconds == 300 and m.time_budget_seconds == 90
+    assert m.fold_deletes == "position" and config.maintain_every_batches is None
+    assert PipelineConfig.from_dict(GOOD).maintenance is None
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"every": "5m", "every_batches": 3}, r"maintenance\.every: give either every_batches .* not both"),
+        ({"every": "0s"}, r"maintenance\.every: must be more than 0"),
+        ({"every": "soon"}, r"maintenance\.every: 'soon' is not a duration"),
+        ({"time_budget": "1m"}, r"maintenance: give every_batches .* or every"),
+        (
+            {"every": "1m", "fold_deletes": "merge"},
+            r"maintenance\.fold_deletes: 'merge' is not one of rewrite, position",
+        ),
+        ({"every": "1m", "time_budget": "x"}, r"maintenance\.time_budget"),
+        ({"every": "1m", "mode": "thread"}, r"maintenance\.mode: unknown key"),
+        ("often", r"maintenance: expected a mapping"),
+    ],
+)
+def test_maintenance_errors_name_the_key(block: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        PipelineConfig.from_dict({**GOOD, "maintenance": block})

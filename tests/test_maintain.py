@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
+import pytest
+from rich.console import Console
+
+from icetide.cli_progress import ProgressBars, ProgressLines, progress_view
 from icetide.maintenance.health import HealthThresholds
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
+from icetide.maintenance.progress import ProgressEvent
 from icetide.sources.generator import AdEventsConfig, ad_events
 from tests.ad_events import stream_ad_events
 from tests.commands import demo_warehouse, run_cli
+from tests.test_compaction import Table, rows_of
 
 COLUMNS = ["impression_id", "event_time", "ad_id", "clicks", "updated_at"]
 
@@ -38,16 +45,59 @@ def test_maintain_compacts_folds_deletes_and_expires_without_changing_rows(spark
 def test_cli_maintain_runs_once(tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
     demo_warehouse(warehouse, batches=3, events=400)
-    done = run_cli("maintain", "lake.demo.ad_events", "--warehouse", str(warehouse))
+    args = ("maintain", "lake.demo.ad_events", "--warehouse", str(warehouse), "--fold-deletes", "position")
+    done = run_cli(*args, "--orphans")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "lake.demo.ad_events: done in" in done.stderr
+    err = done.stderr
+    assert "lake.demo.ad_events: done in" in err
+    # Not a terminal: progress comes as plain lines, each step's first and last at least.
+    assert "lake.demo.ad_events: scan data files 1/" in err and "converted " in err
+    assert "lake.demo.ad_events: rewrite groups 1/" in err and "commit groups" in err
+    assert "lake.demo.ad_events: list files" in err and "removed 0 orphan file(s)" in err
+    quiet = run_cli(*args, "--no-progress")
+    assert quiet.returncode == 0 and "rewrite groups" not in quiet.stderr and "done in" in quiet.stderr
 
 
-def test_time_budget_stops_compaction_after_the_worst_group(spark: Any, table_name: str) -> None:
-    stream_ad_events(spark, table_name, pipeline_id="budget", batches=4, events=600)
-    before = sorted(tuple(r) for r in spark.table(table_name).select(*COLUMNS).collect())
-    policy = MaintenancePolicy(thresholds=HealthThresholds(max_small_files=1), time_budget_seconds=0)
+def test_progress_views() -> None:
+    lines_out, bars_out = io.StringIO(), io.StringIO()
+    lines = ProgressLines(Console(file=lines_out, force_terminal=False, width=200))
+    for n in range(1, 101):
+        lines(ProgressEvent("lake.db.t", "scan data files", n, 100, f"file {n}"))
+    printed = lines_out.getvalue().splitlines()  # the first, then one a tenth
+    assert len(printed) == 11 and printed[-1] == "lake.db.t: scan data files 100/100 (file 100)"
+    assert isinstance(progress_view(Console(file=io.StringIO(), force_terminal=False)), ProgressLines)
+    console = Console(file=bars_out, force_terminal=True, width=200)
+    with progress_view(console) as bars:
+        assert isinstance(bars, ProgressBars)
+        for n in range(1, 4):
+            bars(ProgressEvent("lake.db.t", "rewrite groups", n, 3, "ts_hour=2026-01-01-10"))
+    assert "lake.db.t: rewrite groups" in bars_out.getvalue() and "3/3" in bars_out.getvalue()
+
+
+def _three_hours(t: Table) -> None:
+    """Hour 10 has the most small files, hour 12 the newest time, hour 11 was written last."""
+    for n in range(4):
+        t.append(rows_of([n], "ten", minutes=[n]))
+    for n in range(2):
+        t.append(rows_of([20 + n], "twelve", minutes=[120 + n]))
+    for n in range(2):
+        t.append(rows_of([10 + n], "eleven", minutes=[60 + n]))
+
+
+@pytest.mark.parametrize(("order", "first"), [("newest", "ts_hour=2026-01-01-11"), ("worst", "ts_hour=2026-01-01-10")])
+def test_time_budget_compacts_the_newest_partition_first(spark: Any, table_name: str, order: str, first: str) -> None:
+    t = Table(spark, table_name)
+    _three_hours(t)
+    policy = MaintenancePolicy(
+        thresholds=HealthThresholds(max_small_files=1),
+        time_budget_seconds=0,
+        group_order=order,  # type: ignore[arg-type]
+    )
     report = maintain(spark, table_name, policy)
-    assert report.compaction is not None and report.compaction.groups == 1
-    assert any(s.kind == "deferred" for s in report.compaction.skipped)  # the rest waits for the next run
-    assert sorted(tuple(r) for r in spark.table(table_name).select(*COLUMNS).collect()) == before
+    assert report.compaction is not None and [g.partition for g in report.compaction.committed] == [first]
+    deferred = [s for s in report.compaction.skipped if s.kind == "deferred"]
+    assert len(deferred) == 2 and "time budget" in deferred[0].reason  # the rest waits for the next run
+    t.check()
+    report = maintain(spark, table_name, MaintenancePolicy(thresholds=HealthThresholds(max_small_files=1)))
+    assert report.compaction is not None and report.compaction.groups == 2
+    t.check()

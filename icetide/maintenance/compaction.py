@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, ConfigError, one_line
@@ -34,6 +35,7 @@ from icetide.maintenance.planning import (
     SkippedGroup,
     plan_groups,
 )
+from icetide.maintenance.progress import ProgressCallback, notify
 from icetide.maintenance.results import CompactionResult, GroupResult, StagedGroup
 from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table, table_property
 
@@ -99,8 +101,10 @@ class CompactionJob:
         options: CompactionOptions,
         *,
         only_partitions: frozenset[PartitionKey] | None = None,
+        progress: ProgressCallback | None = None,
     ) -> None:
         self.spark = spark
+        self.progress = progress
         self.table_name = table_name
         self.options = options
         self.table = load_table(spark, table_name)
@@ -166,6 +170,9 @@ class CompactionJob:
         self._rewritten = True
         return tuple(self._staged[i] for i in sorted(self._staged))
 
+    def _notify(self, step: str, done: int, detail: str = "") -> None:
+        notify(self.progress, self.table_name, step, done, len(self.plan.groups), detail)
+
     def _rewrite_group(self, index: int) -> StagedGroup | None:
         group = self.plan.groups[index]
         j = jvm(self.spark)
@@ -198,6 +205,7 @@ class CompactionJob:
             log.warning("compaction of %s: rewriting group %s failed: %s", self.table_name, group.label, one_line(exc))
             log.debug("rewrite failed", exc_info=True)
             self._skip(index, "rewrite_failed", f"rewrite failed: {one_line(exc)}")
+            self._notify("rewrite groups", index + 1, f"{group.label} failed")
             return None
         finally:
             task_sets.removeTasks(self.table, set_id)
@@ -210,6 +218,7 @@ class CompactionJob:
             output_records=sum(int(f.recordCount()) for f in outputs),
         )
         self._staged[index] = staged
+        self._notify("rewrite groups", index + 1, group.label)
         log.debug("compaction of %s: group %s staged %d file(s)", self.table_name, group.label, len(outputs))
         return staged
 
@@ -238,17 +247,24 @@ class CompactionJob:
             )
         return result
 
-    def run(self) -> CompactionResult:
+    def run(self, *, stop: Callable[[], bool] | None = None) -> CompactionResult:
         """Rewrite and commit, re-planning conflicting groups; never raises on a conflict.
 
         With `partial_progress`, each group is committed as soon as it is rewritten. Groups that
         conflict are planned again from the current snapshot (only their partitions) up to
         `max_conflict_retries` times, then reported in `skipped` with Iceberg's reason.
+        `stop` (partial progress only) is asked before every group but the first: once it
+        returns True, the groups left are reported as deferred and nothing else is started.
         """
         if self.options.partial_progress:
+            started = False
             for index in range(len(self.plan.groups)):
                 if index in self._finished:
                     continue
+                if started and stop is not None and stop():
+                    self._defer_rest("stopped (time budget spent or maintenance stopping)")
+                    break
+                started = True
                 if index in self._staged or self._rewrite_group(index) is not None:
                     self._commit_groups([index])
             self._rewritten = True
@@ -258,7 +274,7 @@ class CompactionJob:
             self._commit_pending()
         result = self.result()
         attempts = 0
-        while result.conflicts and attempts < self.options.max_conflict_retries:
+        while result.conflicts and attempts < self.options.max_conflict_retries and not (stop and stop()):
             attempts += 1
             log.info(
                 "compaction of %s: re-planning %d conflicting group(s) (retry %d)",
@@ -271,11 +287,18 @@ class CompactionJob:
                 self.table_name,
                 self.options,
                 only_partitions=frozenset(self._conflicted),
+                progress=self.progress,
             )
             retry_result = retry._run_once()
             self._conflicted = retry._conflicted
             result = result.then(retry_result)
         return result
+
+    def _defer_rest(self, why: str) -> None:
+        for index in range(len(self.plan.groups)):
+            if index not in self._finished:
+                self._delete_outputs(index)
+                self._skip(index, "deferred", f"deferred to a later run: {why}")
 
     def _run_once(self) -> CompactionResult:
         self.rewrite()
@@ -314,6 +337,14 @@ class CompactionJob:
             self._commit_groups(pending)
 
     def _commit_groups(self, indices: list[int]) -> None:
+        try:
+            self._commit_or_skip(indices)
+        finally:
+            labels = self.plan.groups[indices[0]].label if len(indices) == 1 else f"{len(indices)} groups at once"
+            settled = sum(1 for i in range(len(self.plan.groups)) if i in self._finished)
+            self._notify("commit groups", settled, labels)
+
+    def _commit_or_skip(self, indices: list[int]) -> None:
         if self.planned_snapshot_id is None:  # an empty table has no groups
             return
         self.table.refresh()
@@ -472,7 +503,9 @@ class CompactionJob:
         return len(outputs)
 
 
-def compaction(spark: SparkSession, table: str, **options: Any) -> CompactionJob:
+def compaction(
+    spark: SparkSession, table: str, *, progress: ProgressCallback | None = None, **options: Any
+) -> CompactionJob:
     """Plan a compaction of `table` at its current snapshot; nothing is written yet.
 
     Options (all keyword, validated at once, a ConfigError names the bad one):
@@ -482,7 +515,9 @@ def compaction(spark: SparkSession, table: str, **options: Any) -> CompactionJob
     even alone; default off), `partition_filter` (SQL predicate), `partial_progress` (False),
     `max_groups` / `max_bytes` (bounds on one run), `max_group_bytes` (100GB),
     `use_starting_sequence_number` (True), `remove_deletes` (True: drop delete files that
-    applied only to rewritten files, in the same commit), `max_conflict_retries` (1, for run()).
+    applied only to rewritten files, in the same commit), `max_conflict_retries` (1, for run()),
+    `group_order` ("newest": newest partitions first; "worst": most deletes and files first).
+    `progress` receives a ProgressEvent per group rewritten and per group committed.
 
     Example::
 
@@ -492,13 +527,22 @@ def compaction(spark: SparkSession, table: str, **options: Any) -> CompactionJob
     """
     jtable = load_table(spark, table)
     default_target = int(table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE)))
-    return CompactionJob(spark, table, CompactionOptions.from_kwargs(options, default_target=default_target))
+    return CompactionJob(
+        spark, table, CompactionOptions.from_kwargs(options, default_target=default_target), progress=progress
+    )
 
 
-def compact(spark: SparkSession, table: str, **options: Any) -> CompactionResult:
+def compact(
+    spark: SparkSession,
+    table: str,
+    *,
+    progress: ProgressCallback | None = None,
+    stop: Callable[[], bool] | None = None,
+    **options: Any,
+) -> CompactionResult:
     """Plan, rewrite and commit in one call (`compaction(...).run()`); never raises on a conflict.
 
     Conflicting groups are re-planned and retried, then reported in `result.skipped`. Safe to
     run in a loop beside the stream: the stream's commits never fail because of it.
     """
-    return compaction(spark, table, **options).run()
+    return compaction(spark, table, progress=progress, **options).run(stop=stop)

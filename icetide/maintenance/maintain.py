@@ -1,28 +1,38 @@
 """One policy-driven maintenance run: look at the table's health, do what its thresholds call for.
 
-Order: compaction (which also folds equality deletes into the rewritten files), dangling deletes,
-manifest rewrite, snapshot expiry. Every step is safe beside a running stream: compaction commits
-with the starting sequence number and skips a conflicting group instead of failing, and expiry
-never loses a pipeline's position.
+Order: equality deletes converted to position deletes (`fold_deletes="position"`), compaction
+(newest partitions first; with `fold_deletes="rewrite"` it also folds equality deletes into the
+rewritten files), dangling deletes, manifest rewrite, snapshot expiry. Every step is safe beside a
+running stream: compaction commits with the starting sequence number and skips a conflicting
+group instead of failing, a conversion that conflicts lands nothing, and expiry never loses a
+pipeline's position.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
+from icetide.errors import ConfigError
 from icetide.maintenance.actions import ManifestRewriteResult, remove_dangling_deletes, rewrite_manifests
 from icetide.maintenance.compaction import compact
 from icetide.maintenance.expire import ExpireResult, expire_snapshots
 from icetide.maintenance.health import HealthThresholds, table_health
+from icetide.maintenance.planning import GROUP_ORDERS, GroupOrder
+from icetide.maintenance.position_deletes import DeleteConversionResult, convert_equality_deletes
+from icetide.maintenance.progress import ProgressCallback
 from icetide.maintenance.results import CompactionResult
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+FoldDeletes = Literal["rewrite", "position"]
+FOLD_DELETES = ("rewrite", "position")
 
 
 @dataclass(frozen=True)
@@ -31,35 +41,45 @@ class MaintenancePolicy:
 
     thresholds: HealthThresholds = field(default_factory=HealthThresholds)
     min_input_files: int = 2  # a partition's small files are compacted from this many on
-    delete_file_threshold: int = 1  # a data file with this many delete files applying is rewritten
+    delete_file_threshold: int = 1  # fold_deletes=rewrite: a data file with this many delete files is rewritten
+    position_delete_file_threshold: int = 4  # fold_deletes=position: the same, once deletes are positions
     max_manifests: int = 50  # rewrite manifests above this count
     retain_snapshots: int = 10  # snapshots kept by expiry
     time_budget_seconds: float | None = None  # compaction stops taking new groups past this
+    fold_deletes: FoldDeletes = "rewrite"  # how equality deletes are folded away
+    group_order: GroupOrder = "newest"  # which compaction groups run first
+
+    def __post_init__(self) -> None:
+        if self.fold_deletes not in FOLD_DELETES:
+            raise ConfigError(f"fold_deletes: must be one of {', '.join(FOLD_DELETES)}, got {self.fold_deletes!r}")
+        if self.group_order not in GROUP_ORDERS:
+            raise ConfigError(f"group_order: must be one of {', '.join(GROUP_ORDERS)}, got {self.group_order!r}")
+        if self.time_budget_seconds is not None and self.time_budget_seconds < 0:
+            raise ConfigError("time_budget_seconds: must not be negative")
+
+    @property
+    def compaction_delete_threshold(self) -> int:
+        """The delete-file threshold compaction runs with under this policy's way of folding."""
+        return self.delete_file_threshold if self.fold_deletes == "rewrite" else self.position_delete_file_threshold
 
 
 def _compact_within(
-    spark: SparkSession, table: str, policy: MaintenancePolicy, deadline: float | None
+    spark: SparkSession,
+    table: str,
+    policy: MaintenancePolicy,
+    stopped: Callable[[], bool] | None,
+    progress: ProgressCallback | None,
 ) -> CompactionResult:
-    """Compaction, worst groups first (most deletes, most files); with a deadline, one group at a
-    time until the deadline passes or no group is left."""
-    options = {"min_input_files": policy.min_input_files, "delete_file_threshold": policy.delete_file_threshold}
-    if deadline is None:
-        return compact(spark, table, **options)
-    results = []
-    while True:
-        result = compact(spark, table, max_groups=1, **options)
-        results.append(result)
-        if not result.committed or time.monotonic() >= deadline:
-            break
-    return CompactionResult(
-        table=table,
-        planned_snapshot_id=results[0].planned_snapshot_id,
-        data_sequence_number=results[0].data_sequence_number,
-        committed=tuple(g for r in results for g in r.committed),
-        skipped=results[-1].skipped,
-        snapshot_ids=tuple(i for r in results for i in r.snapshot_ids),
-        retries=sum(r.retries for r in results),
-    )
+    """Compaction in the policy's group order; when it may be stopped (a time budget, a stop
+    request), group by group, committing each, until `stopped()` says so: the rest is deferred."""
+    options: dict[str, Any] = {
+        "min_input_files": policy.min_input_files,
+        "delete_file_threshold": policy.compaction_delete_threshold,
+        "group_order": policy.group_order,
+    }
+    if stopped is None:
+        return compact(spark, table, progress=progress, **options)
+    return compact(spark, table, progress=progress, stop=stopped, partial_progress=True, **options)
 
 
 @dataclass(frozen=True)
@@ -73,10 +93,22 @@ class MaintenanceReport:
     manifests: ManifestRewriteResult | None = None
     expiry: ExpireResult | None = None
     seconds: float = 0.0
+    conversion: DeleteConversionResult | None = None
+    stopped: bool = False  # a stop request cut the run short
 
     def lines(self) -> list[str]:
         """One line per thing done, for a terminal or a log."""
         out = []
+        if self.conversion is not None:
+            v = self.conversion
+            if v.conflict is not None:
+                out.append(f"converting equality deletes conflicted, nothing landed: {v.conflict}")
+            elif v.committed:
+                out.append(
+                    f"converted {v.equality_files_removed} equality-delete file(s) ({v.equality_rows_removed} rows) "
+                    f"into {v.position_files_added} position-delete file(s) ({v.positions_added} positions)"
+                    + (f", {len(v.left)} left" if v.left else "")
+                )
         if self.compaction is not None:
             c = self.compaction
             out.append(
@@ -90,25 +122,63 @@ class MaintenanceReport:
             out.append(f"rewrote {self.manifests.rewritten} manifests into {self.manifests.added}")
         if self.expiry is not None:
             out.append(f"expired {self.expiry.expired_snapshots} snapshot(s), {self.expiry.snapshots_left} left")
+        if self.stopped:
+            out.append("stopped early on request")
         return out or ["nothing due"]
 
 
-def maintain(spark: SparkSession, table: str, policy: MaintenancePolicy | None = None) -> MaintenanceReport:
-    """Run the maintenance the table's health calls for, once; returns what it did."""
+def maintain(
+    spark: SparkSession,
+    table: str,
+    policy: MaintenancePolicy | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> MaintenanceReport:
+    """Run the maintenance the table's health calls for, once; returns what it did.
+
+    `progress` receives ProgressEvents of the long steps (nothing is printed). `stop` is asked
+    between steps and between compaction groups: once it returns True, the run commits nothing
+    more and returns (what it committed stays committed; the rest waits for the next run).
+    """
     p = policy or MaintenancePolicy()
     started = time.monotonic()
+    deadline = started + p.time_budget_seconds if p.time_budget_seconds is not None else None
+
+    def requested() -> bool:
+        return stop is not None and stop()
+
+    def out_of_time() -> bool:
+        return requested() or (deadline is not None and time.monotonic() >= deadline)
+
     health = table_health(spark, table, p.thresholds)
     due = tuple(health.suggestions)
+    folding = any(s.startswith("fold deletes") for s in due)
+    conversion = None
+    if p.fold_deletes == "position" and folding and not requested():
+        conversion = convert_equality_deletes(spark, table, progress=progress)
     compaction = None
-    deadline = started + p.time_budget_seconds if p.time_budget_seconds is not None else None
-    if any(s.startswith(("compact", "fold deletes")) for s in due):
-        compaction = _compact_within(spark, table, p, deadline)
-    dangling = remove_dangling_deletes(spark, table) if health.delete_files else 0
-    manifests_count = spark.sql(f"SELECT count(*) FROM {table}.manifests").first()[0]  # type: ignore[index]
-    manifests = rewrite_manifests(spark, table) if manifests_count > p.max_manifests else None
+    if (folding or any(s.startswith("compact") for s in due)) and not requested():
+        stoppable = out_of_time if deadline is not None or stop is not None else None
+        compaction = _compact_within(spark, table, p, stoppable, progress)
+    dangling = remove_dangling_deletes(spark, table) if health.delete_files and not requested() else 0
+    manifests = None
+    if not requested():
+        manifests_count = spark.sql(f"SELECT count(*) FROM {table}.manifests").first()[0]  # type: ignore[index]
+        manifests = rewrite_manifests(spark, table) if manifests_count > p.max_manifests else None
     expiry = None
-    if any(s.startswith("expire") for s in due):
+    if any(s.startswith("expire") for s in due) and not requested():
         expiry = expire_snapshots(spark, table, retain_last=p.retain_snapshots)
-    report = MaintenanceReport(table, due, compaction, dangling, manifests, expiry, time.monotonic() - started)
+    report = MaintenanceReport(
+        table=table,
+        due=due,
+        compaction=compaction,
+        dangling_deletes_removed=dangling,
+        manifests=manifests,
+        expiry=expiry,
+        seconds=time.monotonic() - started,
+        conversion=conversion,
+        stopped=requested(),
+    )
     log.info("maintenance of %s: %s", table, "; ".join(report.lines()))
     return report

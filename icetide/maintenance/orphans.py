@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 
 from icetide.errors import ConfigError
 from icetide.maintenance.inventory import java_iter
+from icetide.maintenance.progress import ProgressCallback, notify
 from icetide.sink.committer import all_pipeline_states
 from icetide.sink.writer import file_prefix, filesystem_for
 from icetide.table.iceberg import jvm, load_table
@@ -79,14 +80,20 @@ class _CollectPaths:
 
 
 def remove_orphan_files(
-    spark: SparkSession, table: str, *, older_than: timedelta = DEFAULT_ORPHAN_AGE, dry_run: bool = True
+    spark: SparkSession,
+    table: str,
+    *,
+    older_than: timedelta = DEFAULT_ORPHAN_AGE,
+    dry_run: bool = True,
+    progress: ProgressCallback | None = None,
 ) -> OrphanResult:
     """Find, and unless `dry_run` delete, files under the table's location no snapshot references.
 
     Guarantees: never deletes a file younger than `older_than` (keep it above the longest batch
     or compaction), nor a file of a pipeline's batch after its last committed one, nor any file
     a snapshot or the table's metadata references (Iceberg's own reachability, metadata files
-    and version hint included). Dry run by default.
+    and version hint included). Dry run by default. `progress` hears of every thousandth file
+    listed ("list files", no total) and of each orphan deleted ("delete orphans").
     """
     if older_than < timedelta(0):
         raise ConfigError("older_than: must not be negative")
@@ -101,9 +108,13 @@ def remove_orphan_files(
     candidates: list[tuple[str, datetime]] = []
     kept: list[str] = []
     young = 0
+    listed = 0
     for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
         if info.type != pafs.FileType.File:
             continue
+        listed += 1
+        if listed % 1000 == 0:
+            notify(progress, table, "list files", listed, None)
         relative = info.path[len(base.rstrip("/")) :]
         if _hidden(relative):
             continue
@@ -114,6 +125,7 @@ def remove_orphan_files(
             kept.append(uri)
         else:
             candidates.append((uri, info.mtime.astimezone(UTC)))
+    notify(progress, table, "list files", listed, listed)
     orphans: list[str] = []
     if candidates:
         listing = spark.createDataFrame(candidates, "file_path string, last_modified timestamp")
@@ -130,8 +142,9 @@ def remove_orphan_files(
         orphans = sorted(str(p) for p in java_iter(result.orphanFileLocations()))
     if orphans and not dry_run:
         io = jtable.io()
-        for path in orphans:
+        for n, path in enumerate(orphans, start=1):
             io.deleteFile(path)
+            notify(progress, table, "delete orphans", n, len(orphans))
     log.info(
         "%s %d orphan file(s) of %s; kept %d of in-flight batches, %d younger than %s",
         "found" if dry_run else "deleted",

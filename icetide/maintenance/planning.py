@@ -6,6 +6,13 @@ The rules follow Iceberg's bin-pack rewrite (SizeBasedFileRewritePlanner): a fil
 candidate when it is too small, too big, or has too many delete files applying; candidates are
 bin-packed per partition into groups of at most `max_group_bytes`; a group is rewritten when
 it has enough files, enough bytes, a file to split, or a file with too many deletes.
+
+Groups run newest partition first (`group_order="newest"`, the default): the partition whose
+newest data or delete file has the highest sequence number, the one the stream is writing now,
+is what readers scan most and what piles up fastest; ties (one batch writes many partitions
+at one sequence number) go to the partition path, descending, which for Iceberg's time
+transforms (hours, days, months, years) is the newest time first; then the worst group.
+`group_order="worst"` takes the most delete files, then the most files, first.
 """
 
 from __future__ import annotations
@@ -94,6 +101,9 @@ class FileGroup:
         return partition_label(self.partition)
 
 
+GroupOrder = Literal["newest", "worst"]
+GROUP_ORDERS = ("newest", "worst")
+
 SkipKind = Literal["small", "deferred", "already_rewritten", "conflict", "rewrite_failed", "aborted"]
 
 
@@ -131,6 +141,7 @@ class CompactionOptions:
     use_starting_sequence_number: bool = True
     remove_deletes: bool = True  # drop delete files that only applied to rewritten files
     max_conflict_retries: int = 1  # re-plans of conflicting groups in run()
+    group_order: GroupOrder = "newest"  # which groups run first (and survive max_groups/max_bytes)
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any], *, default_target: int) -> CompactionOptions:
@@ -163,6 +174,8 @@ class CompactionOptions:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{key}: must be an integer of at least {low}, got {value!r}")
+        if values.get("group_order", "newest") not in GROUP_ORDERS:
+            raise ConfigError(f"group_order: must be one of {', '.join(GROUP_ORDERS)}, got {values['group_order']!r}")
         if values.get("partition_filter") is not None and not str(values["partition_filter"]).strip():
             raise ConfigError("partition_filter: must be a non-empty SQL predicate or None")
         options_ = cls(**values)
@@ -268,6 +281,31 @@ def _why_not(files: list[DataFileRef], options: CompactionOptions) -> str | None
     )
 
 
+def partition_recency(f: DataFileRef) -> int:
+    """How recently a data file's partition was written, as far as this file tells: the highest
+    sequence number of the file and of the delete files of its partition that apply to it."""
+    scoped = [d.sequence_number for d in f.deletes if d.scope == f.partition]
+    return max([f.sequence_number, *scoped])
+
+
+def _worst(g: FileGroup) -> tuple[int, int]:
+    return (-len(g.delete_files), -len(g.files))
+
+
+def order_groups(groups: list[FileGroup], newest: Mapping[PartitionKey, int], order: GroupOrder) -> list[FileGroup]:
+    """Groups in the order they should run (see the module docstring).
+
+    `newest` maps a partition to its highest data or delete sequence number.
+    """
+    if order == "worst":
+        return sorted(groups, key=lambda g: (*_worst(g), g.partition))
+    # Sorted from the least significant key up (Python's sort is stable): worst, path, recency.
+    out = sorted(groups, key=_worst)
+    out.sort(key=lambda g: (g.partition[1], g.partition[0]), reverse=True)
+    out.sort(key=lambda g: -newest.get(g.partition, 0))
+    return out
+
+
 @dataclass(frozen=True)
 class GroupPlan:
     """What planning chose: groups to rewrite, in order, and groups left alone with reasons."""
@@ -286,14 +324,16 @@ def plan_groups(
 
     Guarantees: every group holds files of one partition only; no file is in two groups; no
     group exceeds `max_group_bytes` (or `max_bytes`) unless it is a single file; groups come
-    ordered by most delete files, then most files, then partition, and the per-run bounds
-    `max_groups` / `max_bytes` cut that list, the rest being reported as deferred. The first
-    group always runs, so a single file bigger than `max_bytes` is not deferred forever.
+    in `options.group_order` (see the module docstring), and the per-run bounds `max_groups` /
+    `max_bytes` cut that list, the rest being reported as deferred. The first group always
+    runs, so a single file bigger than `max_bytes` is not deferred forever.
     """
     by_partition: dict[PartitionKey, list[DataFileRef]] = {}
+    newest: dict[PartitionKey, int] = {}
     for f in files:
         if only_partitions is not None and f.partition not in only_partitions:
             continue
+        newest[f.partition] = max(newest.get(f.partition, 0), partition_recency(f))
         if _is_candidate(f, options):
             by_partition.setdefault(f.partition, []).append(f)
     chosen: list[FileGroup] = []
@@ -314,7 +354,7 @@ def plan_groups(
                     write_max_file_size=options.write_max_file_size,
                 )
             )
-    chosen.sort(key=lambda g: (-len(g.delete_files), -len(g.files), g.partition))
+    chosen = order_groups(chosen, newest, options.group_order)
     kept: list[FileGroup] = []
     used = 0
     for group in chosen:

@@ -223,6 +223,7 @@ class Runner:
         if self.dead_letter is not None:
             summary.abandoned_files_removed += self.dead_letter.remove_abandoned_files()
         previous = self._install_signals() if handle_signals else {}
+        maintenance = self._start_maintenance_thread()
         try:
             while not self._stop.is_set():
                 started = time.monotonic()
@@ -240,6 +241,8 @@ class Runner:
                 self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
             summary.stopped_by_signal = self._stop.is_set() and not once
         finally:
+            if maintenance is not None:
+                maintenance.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return summary
@@ -251,15 +254,31 @@ class Runner:
         commits are validated against the stream's, and an error is logged, not raised.
         """
         every = self.config.maintain_every_batches
-        if not every or batch_id % every:
+        if not every or batch_id % every or self.config.maintenance is None:
             return
         from icetide.maintenance.maintain import maintain
+        from icetide.pipeline.maintenance_thread import maintenance_policy
 
         try:
-            report = maintain(self.spark, self.config.table.name)
+            report = maintain(self.spark, self.config.maintained_table, maintenance_policy(self.config.maintenance))
             self.maintenance_runs.append(report)
         except Exception:
-            log.warning("maintenance of %s failed; the pipeline goes on", self.config.table.name, exc_info=True)
+            log.warning("maintenance of %s failed; the pipeline goes on", self.config.maintained_table, exc_info=True)
+
+    def _start_maintenance_thread(self) -> Any:
+        """With `maintenance: {every: ...}`, maintenance on its own thread for this run; else None."""
+        settings = self.config.maintenance
+        if settings is None or settings.every_seconds is None:
+            return None
+        from icetide.pipeline.maintenance_thread import MaintenanceThread, maintenance_policy
+
+        return MaintenanceThread(
+            self.spark,
+            self.config.maintained_table,
+            maintenance_policy(settings),
+            settings.every_seconds,
+            reports=self.maintenance_runs,
+        ).start()
 
     def _install_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():

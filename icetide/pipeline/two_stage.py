@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig, TableConfig
 from icetide.errors import ConfigError
@@ -96,7 +96,9 @@ class TwoStageRunner:
             properties=t.properties, target_file_size=t.target_file_size,
         )  # fmt: skip
         raw = raw_table_config(config, self.settings, spark_schema(spark, load_table(spark, t.name)))
-        raw_config = replace(config, table=raw, mode="append", capture_source=True, stateful=None)
+        raw_config = replace(
+            config, table=raw, mode="append", capture_source=True, stateful=None, maintain_table=t.name
+        )
         self.ingest = Runner(raw_config, spark)
         s = self.settings
         options = StageOptions(
@@ -112,6 +114,11 @@ class TwoStageRunner:
         )  # fmt: skip
         self.progress = StageTwoProgress()
         self._last_retention = 0.0
+
+    @property
+    def maintenance_runs(self) -> list[Any]:
+        """Maintenance of the pipeline's table, run beside stage 1 (between its batches or on a thread)."""
+        return self.ingest.maintenance_runs
 
     def events(self) -> DataFrame:
         """The raw table as a stream of events (its deletes, from retention, are skipped)."""

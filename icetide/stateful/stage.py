@@ -145,9 +145,7 @@ class ChangelogStage:
             # The state holds an event's identity until the watermark passes it: two hashes of its
             # content (96 bits) instead of the whole row keep that state small (docs/changelog.md).
             content = [F.col(f"`{c}`") for c in events.columns if c not in POSITION_COLUMNS]
-            hashed = events.withColumn(CONTENT_HASH, F.xxhash64(*content)).withColumn(
-                CONTENT_HASH2, F.hash(*content)
-            )
+            hashed = events.withColumn(CONTENT_HASH, F.xxhash64(*content)).withColumn(CONTENT_HASH2, F.hash(*content))
             dedup = [CONTENT_HASH, CONTENT_HASH2]
         staged = (
             hashed.withWatermark(self.order_by, _interval(o.watermark_seconds))
