@@ -63,6 +63,11 @@ _LAZY = {
     "rewrite_manifests": "icetide.maintenance.actions",
     "table_health": "icetide.maintenance.health",
     "PipelineConfig": "icetide.config",
+    "ChangelogStage": "icetide.stateful.stage",
+    "StageOptions": "icetide.stateful.stage",
+    "MergeSpec": "icetide.stateful.merge",
+    "Enrichment": "icetide.stateful.enrich",
+    "TwoStageRunner": "icetide.pipeline.two_stage",
 }
 
 
@@ -74,17 +79,22 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BatchResult",
+    "ChangelogStage",
     "CommitConflictError",
     "CommitFailedError",
     "CommitStateUnknownError",
     "ConfigError",
+    "Enrichment",
     "IcetideError",
     "MaintenancePolicy",
+    "MergeSpec",
     "PipelineConfig",
     "PipelineState",
     "Runner",
     "SchemaError",
     "SourceError",
+    "StageOptions",
+    "TwoStageRunner",
     "UpsertSink",
     "__version__",
     "compact",

@@ -106,7 +106,7 @@ def test_durations_and_sizes() -> None:
         parse_size("big", "k")
 
 
-@pytest.mark.parametrize("name", ["ads-kafka.yaml", "landing-files.yaml"])
+@pytest.mark.parametrize("name", ["ads-kafka.yaml", "landing-files.yaml", "ads-stateful.yaml"])
 def test_example_pipelines_load(name: str) -> None:
     config = load_config(Path(__file__).resolve().parent.parent / "examples" / name)
     assert config.dead_letter and config.table.key
@@ -147,3 +147,27 @@ def test_maintenance_on_a_thread() -> None:
 def test_maintenance_errors_name_the_key(block: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         PipelineConfig.from_dict({**GOOD, "maintenance": block})
+
+
+def test_stateful_keys_load_and_fail_naming_the_key() -> None:
+    doc = {**GOOD, "order_by": "event_time", "merge": {"engine": "partial"}, "state": {"ttl": "30d"}}
+    settings = PipelineConfig.from_dict(doc).stateful
+    assert settings is not None and settings.merge.engine == "partial" and settings.ttl_seconds == 30 * 86400
+    assert settings.raw_table == GOOD["table"]["name"] + "_raw"
+    assert PipelineConfig.from_dict(GOOD).stateful is None
+    bad = [
+        ({"merge": "newest"}, r"merge\.engine: 'newest'"),
+        ({"merge": {"engine": "aggregate", "columns": {"clicks": "avg"}}}, r"merge\.columns\.clicks: 'avg'"),
+        ({"merge": {"engine": "last", "columns": {"clicks": "sum"}}}, r"merge\.columns: per-column"),
+        ({"merge": "last", "state": {"ttl": "soon"}}, r"state\.ttl: 'soon'"),
+        ({"merge": "last", "state": {"window": "1h"}}, r"state\.window: unknown key"),
+        ({"enrich": [{"table": "lake.d.c", True: ["id"], "columns": ["n"]}]}, r"enrich\[0\]\.on: YAML"),
+        ({"enrich": [{"table": "lake.d.c", "join": ["id"]}]}, r"enrich\[0\]\.columns"),
+        ({"raw": {"table": "lake.x.y"}}, r"raw: only used with merge or enrich"),
+        ({"merge": "last", "mode": "append"}, r"mode: a stateful pipeline"),
+    ]
+    for extra, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            PipelineConfig.from_dict({**GOOD, "order_by": "event_time", **extra})
+    with pytest.raises(ConfigError, match="order_by: a stateful pipeline"):
+        PipelineConfig.from_dict({**{k: v for k, v in GOOD.items() if k != "order_by"}, "merge": "last"})

@@ -30,17 +30,19 @@ class Enrichment:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Enrichment:
-        """`{table: lake.dim.campaigns, on: {campaign_id: id}, columns: [name, budget]}`; `on` may be a
+        """`{table: lake.dim.campaigns, join: {campaign_id: id}, columns: [name, budget]}`; `join` may be a
         list of columns named alike on both sides, `columns` a mapping of dim column -> new name."""
         if not isinstance(d, Mapping):
             raise ConfigError(f"{where}: expected a mapping with table, on, columns")
-        extra = sorted(set(d) - {"table", "on", "columns"})
+        if True in d:
+            raise ConfigError(f"{where}.on: YAML reads a bare `on` as true; name the join columns with `join:`")
+        extra = sorted(str(k) for k in set(d) - {"table", "join", "columns"})
         if extra:
-            raise ConfigError(f"{where}.{extra[0]}: unknown key (allowed: columns, on, table)")
+            raise ConfigError(f"{where}.{extra[0]}: unknown key (allowed: columns, join, table)")
         table = str(d.get("table") or "")
         if len(table.split(".")) < 3:
             raise ConfigError(f"{where}.table: {table!r} must be <catalog>.<namespace>.<table>")
-        on_raw, cols_raw = d.get("on"), d.get("columns")
+        on_raw, cols_raw = d.get("join"), d.get("columns")
         if isinstance(on_raw, str):
             on_raw = [on_raw]
         if isinstance(on_raw, Mapping):
@@ -48,7 +50,7 @@ class Enrichment:
         elif isinstance(on_raw, list) and on_raw:
             on = tuple((str(c), str(c)) for c in on_raw)
         else:
-            raise ConfigError(f"{where}.on: expected the join columns, e.g. {{campaign_id: id}}")
+            raise ConfigError(f"{where}.join: expected the join columns, e.g. {{campaign_id: id}}")
         if isinstance(cols_raw, Mapping):
             columns = tuple((str(k), str(v)) for k, v in cols_raw.items())
         elif isinstance(cols_raw, list) and cols_raw:

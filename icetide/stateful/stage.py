@@ -234,7 +234,17 @@ class ChangelogStage:
         ).first()
         if bounds is None or bounds["lo0"] is None:
             return rows
-        existing = self.spark.read.format("iceberg").load(self.table).select(*[F.col(f"`{k}`") for k in self.key])
+        jtable = self.sink.committer.table
+        jtable.refresh()  # the snapshot current now: a cached table object may lag other commits
+        snapshot = jtable.currentSnapshot()
+        if snapshot is None:
+            return rows
+        existing = (
+            self.spark.read.format("iceberg")
+            .option("snapshot-id", str(snapshot.snapshotId()))
+            .load(self.table)
+            .select(*[F.col(f"`{k}`") for k in self.key])
+        )
         for i, k in enumerate(self.key):  # file and partition pruning on the new keys' range
             existing = existing.where(F.col(f"`{k}`").between(bounds[f"lo{i}"], bounds[f"hi{i}"]))
         existing = existing.withColumn(EXISTS, F.lit(True)).dropDuplicates(self.key)
