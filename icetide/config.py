@@ -35,7 +35,9 @@ TOP_LEVEL_KEYS = {
     "write_parallelism",
     "changelog",
     "spark",
+    "fast_path",
 }
+FAST_PATH_MODES = ("auto", "off")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -161,6 +163,7 @@ class PipelineConfig:
     changelog: bool = False
     maintain_every_batches: int | None = None  # run icetide.maintain between batches, every N
     spark: dict[str, str] = field(default_factory=dict)
+    fast_path: str = "auto"  # auto: appends of Kafka JSON take the one-pass pyarrow path (docs/runner.md)
 
     @property
     def source_kind(self) -> str:
@@ -213,6 +216,11 @@ class PipelineConfig:
         every = maintenance.get("every_batches")
         if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
             raise ConfigError("maintenance.every_batches: expected a positive integer")
+        fast_path = d.get("fast_path", "auto")
+        if fast_path is False:  # YAML reads a bare `off` as false
+            fast_path = "off"
+        if fast_path not in FAST_PATH_MODES:
+            raise ConfigError(f"fast_path: {fast_path!r} is not one of {', '.join(FAST_PATH_MODES)}")
         order_by = d.get("order_by")
         config = cls(
             pipeline=pipeline,
@@ -231,6 +239,7 @@ class PipelineConfig:
             changelog=bool(d.get("changelog", False)),
             spark={str(k): str(v) for k, v in (d.get("spark") or {}).items()},
             maintain_every_batches=every,
+            fast_path=str(fast_path),
         )
         if config.dead_letter and len(config.dead_letter.split(".")) < 3:
             raise ConfigError(f"dead_letter: {config.dead_letter!r} must be <catalog>.<namespace>.<table>")
