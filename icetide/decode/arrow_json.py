@@ -47,7 +47,7 @@ _NUMBER_TEXT = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$|
 _TIMESTAMP_TEXT = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:?\d{2})?$"
 _ZONED_TEXT = r"(Z|[+-]\d{2}:?\d{2})$"
 _DATE_TEXT = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?$")
-_BLANK_LINE = re.compile(rb"(?:^|\n)[ \t\r]*(?:\n|$)")
+_BLANK_LINE = re.compile(rb"\n[ \t]*\n")  # starts at a newline: quick to scan
 _TRUE, _FALSE = {"t", "true", "y", "yes", "1"}, {"f", "false", "n", "no", "0"}
 _DECODER = json.JSONDecoder()
 
@@ -171,7 +171,9 @@ class ArrowJsonDecoder:
         joined = b"\n".join(values)
         # Exactly one JSON object per line: no payload spans lines, none is blank (pyarrow skips
         # blank lines), and the row count matches (two objects on one line would add a row).
-        if joined.count(b"\n") != len(values) - 1 or _BLANK_LINE.search(joined):
+        if joined.count(b"\n") != len(values) - 1 or b"\r" in joined or _BLANK_LINE.search(joined):
+            return None
+        if not values[0].strip() or not values[-1].strip():
             return None
         try:
             sample = json.loads(values[0])

@@ -141,7 +141,18 @@ class RangeReader:
                     f"[{r.start}, {r.end}); is the broker reachable and the data still there?"
                 )
             wanted = min(self.batch_rows - len(block), r.end - next_offset)
-            for message in self.consumer.consume(num_messages=max(1, wanted), timeout=self.poll_timeout):
+            messages = self.consumer.consume(num_messages=max(1, wanted), timeout=self.poll_timeout)
+            if (
+                messages
+                and messages[0].offset() >= next_offset
+                and messages[-1].offset() < r.end
+                and all(m.error() is None for m in messages)
+            ):  # the common case, checked in bulk: in order (one partition), in range, no events
+                block.extend(messages)
+                next_offset = messages[-1].offset() + 1
+                deadline = self._clock() + self.read_timeout
+                messages = []
+            for message in messages:
                 error = message.error()
                 if error is not None:
                     code = error.code()
