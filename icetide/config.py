@@ -40,7 +40,9 @@ TOP_LEVEL_KEYS = {
     "enrich",
     "state",
     "raw",
+    "fast_path",
 }
+FAST_PATH_MODES = ("auto", "off")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -240,6 +242,8 @@ class PipelineConfig:
         """Run maintenance between batches every N batches (None: not between batches)."""
         return self.maintenance.every_batches if self.maintenance is not None else None
 
+    fast_path: str = "auto"  # auto: appends of Kafka JSON take the one-pass pyarrow path (docs/runner.md)
+
     @property
     def source_kind(self) -> str:
         """'kafka' or 'files'."""
@@ -285,6 +289,11 @@ class PipelineConfig:
             raise ConfigError("write_parallelism: expected a positive integer")
         table = TableConfig.from_dict(_require(d, "table", ""))
         maintenance = MaintenanceConfig.from_dict(d.get("maintenance"))
+        fast_path = d.get("fast_path", "auto")
+        if fast_path is False:  # YAML reads a bare `off` as false
+            fast_path = "off"
+        if fast_path not in FAST_PATH_MODES:
+            raise ConfigError(f"fast_path: {fast_path!r} is not one of {', '.join(FAST_PATH_MODES)}")
         order_by = d.get("order_by")
         config = cls(
             pipeline=pipeline,
@@ -311,6 +320,7 @@ class PipelineConfig:
                 order_by=str(order_by) if order_by else None,
                 duration=parse_duration,
             ),
+            fast_path=str(fast_path),
         )
         if config.stateful is not None and mode != "upsert":
             raise ConfigError("mode: a stateful pipeline (merge or enrich) merges changes; use mode: upsert")

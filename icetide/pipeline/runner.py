@@ -25,6 +25,7 @@ from icetide.errors import IcetideError, SourceError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.dead_letter import DeadLetterTable
+from icetide.pipeline.fast_append import FastAppend, FastBatch
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import source_error_in
 from icetide.table.catalog import create_table
@@ -117,6 +118,12 @@ class Runner:
         self.schema = spark_schema(spark, self.sink.committer.table)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None
         self.source = SourceAdapter(config)
+        self.fast: FastAppend | None = None
+        not_fast = FastAppend.applies(config)
+        if not_fast is None:
+            self.fast = FastAppend(spark, config, self.sink, self.source.kafka)
+        else:
+            log.debug("append fast path not used: %s", not_fast)
         self._stop = threading.Event()
         self._first_position: dict[str, Any] | None = None
         self._last_plan_full = False
@@ -147,6 +154,10 @@ class Runner:
             if batch_id == 1:
                 self._first_position = plan.position
             return None
+        if self.fast is not None and self.fast.unavailable() is None:
+            metrics = self._run_fast(batch_id, plan)
+            if metrics is not None:
+                return metrics
         started = time.monotonic()
         raw = self.source.read(self.spark, plan, self.schema)
         kept: list[Any] = []
@@ -192,6 +203,55 @@ class Runner:
             read_decode_seconds=round(read_seconds, 3),
             write_seconds=round(result.write_seconds, 3),
             commit_seconds=round(result.commit_seconds, 3),
+            source_lag=self._lag(plan.position),
+            finished_at=datetime.now(UTC).isoformat(),
+        )
+
+    def _run_fast(self, batch_id: int, plan: PlannedBatch) -> BatchMetrics | None:
+        """The batch through the append fast path; None if it must run on the Spark path instead."""
+        from icetide.sources.kafka import OffsetRange
+
+        assert self.fast is not None
+        out: FastBatch = self.fast.write(batch_id, [OffsetRange(**r) for r in plan.items])
+        if out.changes:
+            log.info("batch %s: records carry _op changes; running it on the Spark path", batch_id)
+            self.fast.discard(batch_id)
+            return None
+        bad_count = len(out.bad)
+        if out.records_in and bad_count / out.records_in > self.config.max_bad_fraction:
+            self.fast.discard(batch_id)
+            raise TooManyBadRecordsError(
+                f"batch {batch_id}: {bad_count} of {out.records_in} records are bad, more than max_bad_fraction "
+                f"{self.config.max_bad_fraction}; first error: {out.bad[0].error}"
+            )
+        if bad_count and self.dead_letter is not None:
+            from icetide.decode.json import BAD_DDL
+
+            rows = [(b.payload, b.error, b.source_position) for b in out.bad]
+            self.dead_letter.write(self.spark.createDataFrame(rows, BAD_DDL), batch_id=batch_id, plan=plan.to_json())
+            crash_point("after_dead_letter", batch_id)
+        elif bad_count:
+            log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
+        crash_point("after_write", batch_id)
+        commit_started = time.monotonic()
+        outcome = self.sink.committer.commit(batch_id, out.files, plan.position)
+        commit_seconds = time.monotonic() - commit_started
+        crash_point("after_commit", batch_id)
+        data = [f for f in out.files if f.content == "data"]
+        return BatchMetrics(
+            pipeline=self.config.pipeline,
+            batch_id=batch_id,
+            committed=outcome.committed,
+            records_in=out.records_in,
+            rows_written=sum(f.record_count for f in data) if outcome.committed else 0,
+            delete_rows=0,
+            bad_records=bad_count,
+            data_files=len(data) if outcome.committed else 0,
+            delete_files=0,
+            bytes_written=sum(f.file_size for f in data) if outcome.committed else 0,
+            read_decode_seconds=round(out.read_decode_seconds, 3),
+            write_seconds=round(out.write_seconds, 3),
+            commit_seconds=round(commit_seconds, 3),
             source_lag=self._lag(plan.position),
             finished_at=datetime.now(UTC).isoformat(),
         )

@@ -252,14 +252,24 @@ class UpsertSink:
             expr = F.expr(pf.transform.spark_expression(self.catalog)) if pf.transform else F.lit(None)
             prepared = prepared.withColumn(name, expr)
             pcols.append(name)
+        config = self.writer_config(batch_id, tuple(pcols))
+        return config, prepared
+
+    def writer_config(self, batch_id: int, partition_columns: tuple[str, ...]) -> WriterConfig:
+        """What writer tasks need for `batch_id`, from the table's current metadata.
+
+        `partition_columns` name the batch columns holding the spec's partition values, in order.
+        """
+        jtable = self.committer.table
+        fields = partition_fields(jtable)
         target = self.target_file_size or int(
             table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE))
         )
         level = table_property(jtable, "write.parquet.compression-level", "")
-        config = WriterConfig(
+        return WriterConfig(
             table_schema=arrow_schema(jtable.schema()),
             key=tuple(self.key),
-            partition_columns=tuple(pcols),
+            partition_columns=partition_columns,
             partition_names=tuple(pf.name for pf in fields),
             partition_types=tuple(pf.result_type for pf in fields),
             partition_field_ids=tuple(pf.field_id for pf in fields),
@@ -277,7 +287,6 @@ class UpsertSink:
             compression=table_property(jtable, "write.parquet.compression-codec", "zstd").lower(),
             compression_level=int(level) if level else None,
         )
-        return config, prepared
 
     def _collapse_in_spark(self, df: DataFrame) -> DataFrame:
         """For distribution `none`: collapse duplicate keys with a Spark aggregation, keep its layout."""
@@ -355,11 +364,15 @@ class UpsertSink:
 
     def _remove_batch_files(self, config: WriterConfig) -> None:
         """After a failed write job, delete what its tasks wrote (found by the batch's file prefix)."""
-        removed = remove_files(
-            config.data_location, lambda name: name.startswith(file_prefix(self.pipeline_id, config.batch_id))
-        )
+        self.remove_batch_files(config.batch_id)
+
+    def remove_batch_files(self, batch_id: int) -> int:
+        """Delete the files this pipeline wrote for `batch_id` (an uncommitted batch's); returns how many."""
+        prefix = file_prefix(self.pipeline_id, batch_id)
+        removed = remove_files(data_location(self.committer.table), lambda name: name.startswith(prefix))
         if removed:
-            log.info("deleted %d file(s) of failed batch %s", removed, config.batch_id)
+            log.info("deleted %d file(s) of uncommitted batch %s", removed, batch_id)
+        return removed
 
     def remove_abandoned_files(self) -> int:
         """Delete files this pipeline wrote for batches after its last commit (a crashed run's).

@@ -220,46 +220,60 @@ def write_task(batches: Iterator[pa.RecordBatch], config: WriterConfig, task_tag
         raise WriteError(str(exc)) from exc
     prefix = file_prefix(config.pipeline_id, config.batch_id) + task_tag
     keep = [*config.table_schema.names, *config.partition_columns]
-    kinds = [
-        (DATA, collapsed.rows.select(keep), config.table_schema, "data-"),
-        (
-            EQUALITY_DELETES,
-            collapsed.deletes.select([*config.key, *config.partition_columns]),
-            config.key_schema(),
-            "eqdel-",
-        ),
-    ]
-    for content, rows, schema, kind_tag in kinds:
-        iceberg_content = "DATA" if content == DATA else "EQUALITY_DELETES"
-        equality_ids = None if content == DATA else list(config.equality_ids)
-        for values, group in _groups(rows, config.partition_columns):
-            texts = [partition_value_text(v, t) for v, t in zip(values, config.partition_types, strict=True)]
-            partition = {
-                fid: partition_json_value(v, t)
-                for fid, v, t in zip(config.partition_field_ids, values, config.partition_types, strict=True)
-            }
-            folder = partition_folder(config.partition_names, texts)
-            writer = RollingFileWriter(config, schema, folder, f"{prefix}-{kind_tag}")
-            writer.write(_conform(group, schema))
-            for uri, size, stats in writer.written:
-                out["content"].append(content)
-                out["path"].append(uri)
-                out["partition"].append(texts)
-                out["record_count"].append(stats.records)
-                out["file_size"].append(size)
-                out["writer"].append(WRITER_ID)
-                out["metadata_json"].append(
-                    content_file_json(
-                        content=iceberg_content,
-                        path=uri,
-                        spec_id=config.spec_id,
-                        partition=partition,
-                        file_size=size,
-                        stats=stats,
-                        equality_ids=equality_ids,
-                    )
-                )
+    _write_groups(out, config, DATA, collapsed.rows.select(keep), config.table_schema, f"{prefix}-data-")
+    deletes = collapsed.deletes.select([*config.key, *config.partition_columns])
+    _write_groups(out, config, EQUALITY_DELETES, deletes, config.key_schema(), f"{prefix}-eqdel-")
     return pa.RecordBatch.from_pydict(out, schema=WRITTEN_FILE_SCHEMA)
+
+
+def _write_groups(
+    out: dict[str, list[object]], config: WriterConfig, content: str, rows: pa.Table, schema: pa.Schema, prefix: str
+) -> None:
+    """Write `rows` one partition at a time, rolling files at the target size; record each file in `out`."""
+    iceberg_content = "DATA" if content == DATA else "EQUALITY_DELETES"
+    equality_ids = None if content == DATA else list(config.equality_ids)
+    for values, group in _groups(rows, config.partition_columns):
+        texts = [partition_value_text(v, t) for v, t in zip(values, config.partition_types, strict=True)]
+        partition = {
+            fid: partition_json_value(v, t)
+            for fid, v, t in zip(config.partition_field_ids, values, config.partition_types, strict=True)
+        }
+        folder = partition_folder(config.partition_names, texts)
+        writer = RollingFileWriter(config, schema, folder, prefix)
+        writer.write(_conform(group, schema))
+        for uri, size, stats in writer.written:
+            out["content"].append(content)
+            out["path"].append(uri)
+            out["partition"].append(texts)
+            out["record_count"].append(stats.records)
+            out["file_size"].append(size)
+            out["writer"].append(WRITER_ID)
+            out["metadata_json"].append(
+                content_file_json(
+                    content=iceberg_content,
+                    path=uri,
+                    spec_id=config.spec_id,
+                    partition=partition,
+                    file_size=size,
+                    stats=stats,
+                    equality_ids=equality_ids,
+                )
+            )
+
+
+def write_appends(table: pa.Table, config: WriterConfig, task_tag: str) -> list[dict[str, object]]:
+    """Write rows as data files only (no collapse, no deletes): an append's files, one dict each.
+
+    `table` holds the table's columns and `config.partition_columns`; the dicts have the fields
+    of WRITTEN_FILE_SCHEMA. Files are named like the sink's, so a crashed batch's are found again.
+    """
+    out: dict[str, list[object]] = {f.name: [] for f in WRITTEN_FILE_SCHEMA}
+    if table.num_rows:
+        prefix = file_prefix(config.pipeline_id, config.batch_id) + task_tag
+        keep = [*config.table_schema.names, *config.partition_columns]
+        _write_groups(out, config, DATA, table.select(keep), config.table_schema, f"{prefix}-data-")
+    names = list(out)
+    return [dict(zip(names, row, strict=True)) for row in zip(*out.values(), strict=True)]
 
 
 def writer_function(config: WriterConfig) -> object:

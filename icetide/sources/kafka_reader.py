@@ -112,14 +112,27 @@ class RangeReader:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Record batches of at most batch_rows rows, in RECORD_ARROW_SCHEMA."""
+        for messages in self.message_blocks():
+            stamps = []
+            for message in messages:
+                kind, stamp = message.timestamp()
+                stamps.append(stamp * 1000 if kind != 0 and stamp >= 0 else None)
+            yield self._batch(
+                [m.offset() for m in messages], stamps, [m.key() for m in messages], [m.value() for m in messages]
+            )
+
+    def value_blocks(self) -> Iterator[tuple[list[int], list[bytes | None]]]:
+        """(offsets, values) of at most batch_rows records at a time: what a decoder needs, no more."""
+        for messages in self.message_blocks():
+            yield [m.offset() for m in messages], [m.value() for m in messages]
+
+    def message_blocks(self) -> Iterator[list[Any]]:
+        """The range's messages, in offset order, in lists of at most batch_rows."""
         r = self.range
         where = f"{r.topic}/{r.partition}"
         next_offset = r.start
         self.consumer.assign([self._tp(r.topic, r.partition, r.start)])
-        offsets: list[int] = []
-        stamps: list[int | None] = []
-        keys: list[bytes | None] = []
-        values: list[bytes | None] = []
+        block: list[Any] = []
         deadline = self._clock() + self.read_timeout
         while next_offset < r.end:
             if self._clock() > deadline:
@@ -127,8 +140,19 @@ class RangeReader:
                     f"{where}@{next_offset}: no records for {self.read_timeout:g}s while reading offsets "
                     f"[{r.start}, {r.end}); is the broker reachable and the data still there?"
                 )
-            wanted = min(self.batch_rows - len(offsets), r.end - next_offset)
-            for message in self.consumer.consume(num_messages=max(1, wanted), timeout=self.poll_timeout):
+            wanted = min(self.batch_rows - len(block), r.end - next_offset)
+            messages = self.consumer.consume(num_messages=max(1, wanted), timeout=self.poll_timeout)
+            if (
+                messages
+                and messages[0].offset() >= next_offset
+                and messages[-1].offset() < r.end
+                and all(m.error() is None for m in messages)
+            ):  # the common case, checked in bulk: in order (one partition), in range, no events
+                block.extend(messages)
+                next_offset = messages[-1].offset() + 1
+                deadline = self._clock() + self.read_timeout
+                messages = []
+            for message in messages:
                 error = message.error()
                 if error is not None:
                     code = error.code()
@@ -151,18 +175,14 @@ class RangeReader:
                 if offset >= r.end:
                     next_offset = r.end
                     break
-                kind, stamp = message.timestamp()
-                offsets.append(offset)
-                stamps.append(stamp * 1000 if kind != 0 and stamp >= 0 else None)
-                keys.append(message.key())
-                values.append(message.value())
+                block.append(message)
                 next_offset = offset + 1
                 deadline = self._clock() + self.read_timeout
-            if len(offsets) >= self.batch_rows:
-                yield self._batch(offsets, stamps, keys, values)
-                offsets, stamps, keys, values = [], [], [], []
-        if offsets:
-            yield self._batch(offsets, stamps, keys, values)
+            if len(block) >= self.batch_rows:
+                yield block
+                block = []
+        if block:
+            yield block
 
     def _skip_deleted(self, next_offset: int) -> int:
         r = self.range

@@ -1,0 +1,264 @@
+"""The append fast path (pipeline/fast_append.py) against a real broker (Tansu) and real Iceberg tables.
+
+It must give the same typed table and the same dead letters as the Spark path, exactly once across
+kill -9, and step aside when it cannot (fast_path: off, _op changes, bucket partitions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from icetide.config import PipelineConfig
+from icetide.decode.arrow_json import ArrowJsonDecoder
+from icetide.errors import ConfigError
+from icetide.pipeline.fast_append import split_ranges
+from icetide.pipeline.runner import Runner, TooManyBadRecordsError
+from icetide.sink.transforms import arrow_partition_values
+from icetide.sources.kafka_reader import OffsetRange
+from icetide.table.spec import PartitionTransform
+from tests.kafka_broker import create_topic, produce
+from tests.model import ReferenceModel, table_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = (
+    "event_id STRING NOT NULL, event_time TIMESTAMP NOT NULL, ad_id BIGINT, clicks INT, price DOUBLE, "
+    "ok BOOLEAN, day DATE, label STRING"
+)
+COLUMNS = ["event_id", "event_time", "ad_id", "clicks", "price", "ok", "day", "label"]
+KEY = ["event_id", "event_time"]
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch milliseconds
+
+
+def doc(name: str, bootstrap: str, topic: str, **extra: Any) -> dict[str, Any]:
+    table = {"name": f"lake.fast.{name}", "schema": SCHEMA, "key": KEY, "partition_by": ["hours(event_time)"]}
+    table.update(extra.pop("table", {}))
+    return {
+        "pipeline": name,
+        "source": {"kafka": {"bootstrap_servers": bootstrap, "topic": topic}},
+        "table": table,
+        "mode": "append",
+        "trigger": {"interval": "1s", "max_records": 400},
+        "dead_letter": f"lake.fast.{name}_dead_letter",
+        **extra,
+    }
+
+
+def good_event(i: int) -> dict[str, Any]:
+    """Coercions both paths share: epoch millis or ISO text (zoned or not), numbers as text, booleans."""
+    shapes = [
+        {"event_time": T0 + i * 60_000, "ad_id": i, "clicks": i % 5, "price": 1.5, "ok": True, "day": 20454},
+        {"event_time": "2026-01-01T02:30:00Z", "ad_id": str(i), "clicks": "7", "price": 2, "ok": "yes"},
+        {"event_time": "2026-01-01 03:00:00", "ad_id": i, "day": "2026-01-02", "label": 42, "ok": False},
+        {"event_time": "2026-01-01T05:00:00+02:00", "clicks": None, "price": "3.25", "label": {"a": [1]}},
+        {"event_time": str(T0 + 7_200_000), "ad_id": -i, "extra": "ignored"},
+    ]
+    return {"event_id": f"e{i}", **shapes[i % len(shapes)]}
+
+
+BAD = [
+    b'{"event_id": "b", "event_time": "not a time"}',
+    b'{"event_id": "b", "event_time": 1767225600000, "clicks": "many"}',
+    b'{"event_id": "b", "event_time": 1767225600000, "clicks": 99999999999}',
+    b'{"event_time": 1767225600000}',
+    b'{"event_id": "b", "event_time": 1767225600000, "ok": "maybe"}',
+    b'{"event_id": "b", "event_time": ',
+    b"[1, 2]",
+    b"   ",
+    b'{"event_id": "b", "event_time": 1767225600000, "_op": "merge"}',
+]
+
+
+def records(count: int, *, bad_every: int = 0, partitions: int = 3) -> list[tuple[int, bytes, bytes | None, None]]:
+    out: list[tuple[int, bytes, bytes | None, None]] = []
+    for i in range(count):
+        if bad_every and i % bad_every == bad_every - 1:
+            value: bytes | None = BAD[(i // bad_every) % len(BAD)]
+        elif i % 97 == 96:
+            value = None  # a tombstone: skipped by both paths
+        else:
+            value = json.dumps(good_event(i)).encode()
+        out.append((i % partitions, f"k{i}".encode(), value, None))
+    return out
+
+
+def expected(recs: list[tuple[int, bytes, bytes | None, None]]) -> set[str]:
+    """The event ids the table must hold: every good record once (event ids are unique)."""
+    model = ReferenceModel(["event_id"], ["event_id"], None)
+    model.apply(1, [json.loads(v) for _, _, v, _ in recs if v is not None and v not in BAD])
+    return {k[0] for k in model.rows}
+
+
+def run_pipeline(spark: Any, config_doc: dict[str, Any]) -> Runner:
+    runner = Runner(PipelineConfig.from_dict(config_doc), spark)
+    runner.run(once=True, handle_signals=False)
+    return runner
+
+
+# -- pure logic -------------------------------------------------------------------------------
+
+
+def test_split_ranges_covers_every_offset_once() -> None:
+    ranges = [OffsetRange("t", 0, 10, 110), OffsetRange("t", 1, 0, 7), OffsetRange("t", 2, 5, 60)]
+    groups = split_ranges(ranges, 3)
+    assert len(groups) == 3
+    sizes = [sum(r.count for r in g) for g in groups]
+    assert max(sizes) - min(sizes) <= 2 and sum(sizes) == 162
+    covered = sorted((r.partition, o) for g in groups for r in g for o in range(r.start, r.end))
+    assert covered == sorted((r.partition, o) for r in ranges for o in range(r.start, r.end))
+    assert split_ranges(ranges, 1) == [ranges]
+
+
+def test_decoder_block_and_record_paths_agree() -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("ts", pa.timestamp("us", tz="UTC")),
+            pa.field("n", pa.int32()),
+            pa.field("d", pa.date32()),
+        ]
+    )
+    decoder = ArrowJsonDecoder(schema, ["id"])
+    values = [json.dumps({"id": f"a{i}", "ts": T0 + i, "n": i, "d": 3}).encode() for i in range(50)]
+    whole = decoder.decode(values, str)
+    assert not whole.bad and whole.rows.num_rows == 50
+    # One bad record sends its block record by record: the same rows, and the bad one isolated.
+    mixed = decoder.decode([*values, b'{"id": "x", "n": "2.5"}', None], str)
+    assert mixed.rows == whole.rows
+    assert [(b.error, b.source_position) for b in mixed.bad] == [("column n: '2.5' is not an INT", "50")]
+    assert decoder.record('{"id": "x", "ts": "2026-01-01T01:00:00+01:00", "d": "2026-01-02T09:00"}')[0] == [
+        "x",
+        datetime(2026, 1, 1, tzinfo=UTC),
+        None,
+        date(2026, 1, 2),
+    ]
+
+
+def test_fast_path_key_is_validated() -> None:
+    base = {"pipeline": "p", "source": {"kafka": {}}, "table": {"name": "a.b.c", "schema": "x INT", "key": ["x"]}}
+    assert PipelineConfig.from_dict(base).fast_path == "auto"
+    assert PipelineConfig.from_dict({**base, "fast_path": False}).fast_path == "off"
+    with pytest.raises(ConfigError, match="fast_path: 'fast'"):
+        PipelineConfig.from_dict({**base, "fast_path": "fast"})
+
+
+@pytest.mark.parametrize(
+    ("spec", "column", "values"),
+    [
+        ("hours(ts)", "ts", ["1969-12-31 23:30:00", "1970-01-01 00:00:00", "2026-03-04 05:06:07", None]),
+        ("days(ts)", "ts", ["1969-12-31 23:30:00", "2026-03-04 05:06:07", None]),
+        ("months(ts)", "ts", ["1969-12-31 23:30:00", "2026-03-04 05:06:07"]),
+        ("years(ts)", "ts", ["1969-12-31 23:30:00", "2026-03-04 05:06:07"]),
+        ("months(d)", "d", ["1969-12-31", "2026-03-04"]),
+        ("truncate(10, n)", "n", [-11, -10, 0, 9, 10, 25, None]),
+        ("truncate(2, s)", "s", ["héllo", "a", ""]),
+        ("identity(s)", "s", ["x", None]),
+    ],
+)
+def test_pyarrow_transforms_match_icebergs(spark: Any, spec: str, column: str, values: list[Any]) -> None:
+    types = {"ts": "TIMESTAMP", "d": "DATE", "n": "INT", "s": "STRING"}
+    transform = PartitionTransform.parse(spec)
+    df = spark.createDataFrame([(None if v is None else str(v),) for v in values], "raw STRING")
+    df = df.selectExpr(f"CAST(raw AS {types[column]}) AS `{column}`")
+    want = [r[0] for r in df.selectExpr(transform.spark_expression("lake")).collect()]
+    if column == "ts":
+        column_values = pa.array(
+            [None if v is None else datetime.fromisoformat(v).replace(tzinfo=UTC) for v in values],
+            pa.timestamp("us", tz="UTC"),
+        )
+    elif column == "d":
+        column_values = pa.array([date.fromisoformat(v) for v in values], pa.date32())
+    else:
+        column_values = pa.array(values, pa.int32() if column == "n" else pa.string())
+    assert arrow_partition_values(column_values, transform).to_pylist() == want
+
+
+# -- against the broker ---------------------------------------------------------------------------
+
+
+def test_fast_path_matches_the_spark_path(spark: Any, kafka_broker: str) -> None:
+    topic = create_topic(kafka_broker, partitions=3)
+    recs = records(900, bad_every=41)
+    produce(kafka_broker, topic, recs)
+    fast = run_pipeline(spark, doc("same_fast", kafka_broker, topic))
+    slow = run_pipeline(spark, doc("same_slow", kafka_broker, topic, fast_path="off"))
+    assert fast.fast is not None and fast.sink.last_plan is None  # the fast path ran, not the sink's
+    assert slow.fast is None and slow.sink.last_plan is not None
+    fast_rows = table_rows(spark, "lake.fast.same_fast", COLUMNS, KEY)
+    assert fast_rows == table_rows(spark, "lake.fast.same_slow", COLUMNS, KEY)
+    assert {k[0] for k in fast_rows} == expected(recs)
+    partitions = "SELECT partition.event_time_hour AS h, record_count FROM {}.partitions ORDER BY h"
+    assert (
+        spark.sql(partitions.format("lake.fast.same_fast")).collect()
+        == spark.sql(partitions.format("lake.fast.same_slow")).collect()
+    )
+    dead = "SELECT source_position, payload, error FROM {} ORDER BY source_position"
+    fast_dead = spark.sql(dead.format("lake.fast.same_fast_dead_letter")).collect()
+    assert fast_dead == spark.sql(dead.format("lake.fast.same_slow_dead_letter")).collect()
+    assert len(fast_dead) == sum(1 for _, _, v, _ in recs if v in BAD)
+
+
+def test_fast_path_steps_aside_for_changes_and_bucket(spark: Any, kafka_broker: str) -> None:
+    topic = create_topic(kafka_broker, partitions=1)
+    produce(kafka_broker, topic, records(30, partitions=1))
+    bucketed = run_pipeline(
+        spark,
+        doc("bucketed", kafka_broker, topic, table={"partition_by": ["bucket(4, event_id)"]}),
+    )
+    assert bucketed.fast is not None and bucketed.fast.unavailable() is not None
+    assert bucketed.sink.last_plan is not None
+    assert spark.table("lake.fast.bucketed").count() == 30
+    # A DELETE in an append pipeline needs the sink's equality deletes: the batch runs there.
+    produce(kafka_broker, topic, [(0, b"k", json.dumps({**good_event(0), "_op": "DELETE"}).encode(), None)])
+    changes = run_pipeline(spark, doc("changes", kafka_broker, topic))
+    assert changes.sink.last_plan is not None
+    assert "e0" not in {r[0] for r in spark.table("lake.fast.changes").select("event_id").collect()}
+    assert spark.table("lake.fast.changes").count() == 30 - 1
+
+
+def test_too_many_bad_records_leave_nothing(spark: Any, kafka_broker: str, warehouse: str) -> None:
+    topic = create_topic(kafka_broker, partitions=2)
+    produce(kafka_broker, topic, records(200, bad_every=3, partitions=2))
+    config = PipelineConfig.from_dict(doc("toobad", kafka_broker, topic, max_bad_fraction=0.1))
+    with pytest.raises(TooManyBadRecordsError, match="more than max_bad_fraction"):
+        Runner(config, spark).run(once=True, handle_signals=False)
+    assert not list((Path(warehouse) / "fast" / "toobad" / "data").rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("crash_at", ["after_write", "after_commit"])
+def test_fast_path_kill_9_then_restart(spark: Any, kafka_broker: str, tmp_path: Path, crash_at: str) -> None:
+    topic = create_topic(kafka_broker, partitions=3)
+    recs = records(1200, bad_every=29)
+    produce(kafka_broker, topic, recs)
+    warehouse = tmp_path / "warehouse"
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc("fcrash", kafka_broker, topic, warehouse=str(warehouse))))
+    command = [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"]
+    env = {**os.environ, "ICETIDE_CRASH_AT": crash_at, "ICETIDE_CRASH_BATCH": "2"}
+    crashed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    other = spark.newSession()
+    other.conf.set("spark.sql.catalog.fcheck", "org.apache.iceberg.spark.SparkCatalog")
+    other.conf.set("spark.sql.catalog.fcheck.type", "hadoop")
+    other.conf.set("spark.sql.catalog.fcheck.warehouse", str(warehouse))
+    ids = [r[0] for r in other.table("fcheck.fast.fcrash").select("event_id").collect()]
+    assert len(ids) == len(set(ids)) and set(ids) == expected(recs)  # every good record once
+    dead = [r["source_position"] for r in other.table("fcheck.fast.fcrash_dead_letter").collect()]
+    assert len(dead) == len(set(dead)) == sum(1 for _, _, v, _ in recs if v in BAD)
+    referenced = {
+        r[0].replace("file:", "") for r in other.sql("SELECT file_path FROM fcheck.fast.fcrash.all_files").collect()
+    }
+    present = {str(p) for p in (warehouse / "fast" / "fcrash" / "data").rglob("*.parquet")}
+    assert present and present <= referenced  # the crashed batch's files were deleted on restart
