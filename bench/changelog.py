@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,43 +81,54 @@ def run(batches: int, events: int, warehouse: str) -> str:
     blind_seconds = stateful_seconds = alone_seconds = 0.0
     updated_keys = 0
 
-    def micro_batch(query: Any) -> tuple[float, int]:
-        """Seconds and updated keys of the micro-batches that read rows."""
-        query.awaitTermination()
-        progress = [p for p in query.recentProgress if p["numInputRows"]]
-        seconds = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
-        return seconds, sum(int(p["stateOperators"][0]["numRowsUpdated"]) for p in progress)
+    def processed(query: Any, batches_with_rows: int) -> tuple[float, int]:
+        """Wait for the running query's next micro-batch with rows; (seconds, keys updated) of it."""
+        while True:
+            progress = [p for p in query.recentProgress if p["numInputRows"]]
+            if len(progress) >= batches_with_rows:
+                p = progress[-1]
+                return p["durationMs"]["triggerExecution"] / 1000, int(p["stateOperators"][0]["numRowsUpdated"])
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            time.sleep(0.2)
 
+    # Two long-running queries, as in production (state stays loaded between micro-batches), each
+    # over its own copy of the raw events so that each batch is measured with the other idle:
+    # the stage into the table, and the same plan into Spark's noop sink (the stage alone).
+    spark.sql(f"CREATE TABLE {raw}_copy ({AD_EVENTS_SCHEMA.replace(' NOT NULL', '')}) USING iceberg")
+    query = stage.start(
+        spark.readStream.format("iceberg").load(raw), checkpoint=f"{warehouse}/chk", interval_seconds=0.5
+    )
+    alone_query = (
+        stage.changes(spark.readStream.format("iceberg").load(f"{raw}_copy"))
+        .writeStream.outputMode("update")
+        .format("noop")
+        .option("checkpointLocation", f"{warehouse}/chk-noop")
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     for b in range(batches):
         df = ad_events(spark, b, config).cache()
         df.count()
-        df.writeTo(raw).append()
         result = sink.write(df, batch_id=b)
         blind_seconds += result.write_seconds + result.commit_seconds
         totals["blind"][0] += result.rows_written
         totals["blind"][1] += result.delete_rows
-        df.unpersist()
-        # The stage picks up the new raw snapshot as one micro-batch, as a running stream would;
-        # the same plan into Spark's noop sink measures the stage alone (its state store).
-        query = stage.start(
-            spark.readStream.format("iceberg").load(raw), checkpoint=f"{warehouse}/chk", available_now=True
-        )
-        seconds, keys = micro_batch(query)
+        df.writeTo(raw).append()
+        seconds, keys = processed(query, b + 1)
         stateful_seconds += seconds
         updated_keys += keys
-        alone = stage.changes(spark.readStream.format("iceberg").load(raw)).writeStream.outputMode("update")
-        alone_query = (
-            alone.format("noop")
-            .option("checkpointLocation", f"{warehouse}/chk-noop")
-            .trigger(availableNow=True)
-            .start()
-        )
-        alone_seconds += micro_batch(alone_query)[0]
+        df.writeTo(f"{raw}_copy").append()
+        alone_seconds += processed(alone_query, b + 1)[0]
+        df.unpersist()
         print(
-            f"batch {b}: blind {result.rows_written} rows / {result.delete_rows} deletes; stateful so far "
-            f"{totals['stateful'][0]} rows / {totals['stateful'][1]} deletes",
+            f"batch {b}: blind {result.write_seconds + result.commit_seconds:.1f}s, {result.rows_written} rows / "
+            f"{result.delete_rows} deletes; stateful {seconds:.1f}s, so far {totals['stateful'][0]} rows / "
+            f"{totals['stateful'][1]} deletes",
             flush=True,
         )
+    query.stop()
+    alone_query.stop()
 
     assert spark.table(stateful).count() == spark.table(blind).count(), "the stateful table lost or gained keys"
 
