@@ -158,3 +158,45 @@ def test_kill_9_in_either_stage_and_restart_lands_everything_once(
     assert other.table("twocheck.two.crash_raw").count() == len(events)
     dead = [r["source_position"] for r in other.table("twocheck.two.crash_dead_letter").collect()]
     assert len(dead) == len(set(dead)) == bad
+
+
+def test_running_pipeline_merges_files_as_they_land_and_stops_on_sigterm(spark: Any, tmp_path: Path) -> None:
+    import yaml
+
+    warehouse = tmp_path / "warehouse"
+    events, _ = land(tmp_path / "landing", 2, seed=7)
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(pipeline_doc("live", tmp_path / "landing", warehouse)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "icetide.cli", "run", str(config_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    other = spark.newSession()
+    other.conf.set("spark.sql.catalog.livecheck", "org.apache.iceberg.spark.SparkCatalog")
+    other.conf.set("spark.sql.catalog.livecheck.type", "hadoop")
+    other.conf.set("spark.sql.catalog.livecheck.warehouse", str(warehouse))
+    other.conf.set("spark.sql.catalog.livecheck.cache-enabled", "false")
+
+    def wait_for(wanted: dict[Any, Any]) -> dict[Any, Any]:
+        deadline, rows = time.monotonic() + 240, {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                rows = table_rows(other, "livecheck.two.live", KEY + VALUES, KEY)
+            except Exception:  # the table or its first snapshot is not there yet
+                rows = {}
+            if rows == wanted:
+                break
+            time.sleep(2)
+        return rows
+
+    try:
+        assert wait_for(expected(events)) == expected(events)
+        more, _ = land(tmp_path / "landing", 2, seed=8, first=2)  # files landing while it runs
+        assert wait_for(expected(events + more)) == expected(events + more)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
