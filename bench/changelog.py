@@ -47,7 +47,7 @@ def files(spark: Any, table: str) -> tuple[int, int]:
     return counts.get(0, 0), counts.get(1, 0) + counts.get(2, 0)
 
 
-def run(batches: int, events: int, warehouse: str) -> str:
+def run(batches: int, events: int, warehouse: str, dedup: bool = True) -> str:
     import icetide
     from icetide.sources.generator import (
         AD_EVENTS_KEY,
@@ -70,7 +70,7 @@ def run(batches: int, events: int, warehouse: str) -> str:
         )
     sink = icetide.UpsertSink(spark, blind, pipeline_id="bench", order_by="updated_at")
     totals = {"blind": [0, 0], "stateful": [0, 0]}
-    options = StageOptions(merge=MergeSpec("aggregate", MERGE), watermark_seconds=2 * 86400)
+    options = StageOptions(merge=MergeSpec("aggregate", MERGE), watermark_seconds=2 * 86400, dedup=dedup)
     stage = ChangelogStage(spark, stateful, pipeline_id="bench", order_by="updated_at", options=options)
 
     def committed(batch_id: int, result: Any) -> None:
@@ -147,10 +147,11 @@ def run(batches: int, events: int, warehouse: str) -> str:
     table = render_table(["writer", "rows written", "delete rows", "data files", "delete files", "full scan s"], rows)
     fewer = 1 - totals["stateful"][1] / max(1, totals["blind"][1])
     return (
+        f"{'' if dedup else 'Without deduplication (state.dedup: false). '}"
         f"{batches} batches of {events:,} ad events (demo workload: new impressions, clicks/conversions updating "
         f"earlier ones), {cores} cores:\n\n{table}\n\n"
         f"- delete rows: stateful writes {fewer:.0%} fewer than blind upserts (target >= 40%)\n"
-        f"- stage alone (dedup + keyed state, noop sink, one micro-batch per batch): "
+        f"- stage alone ({'dedup + ' if dedup else ''}keyed state, noop sink, one micro-batch per batch): "
         f"{total_events / alone_seconds / cores:,.0f} events/s, "
         f"{updated_keys / alone_seconds / cores:,.0f} keys/s per core (target >= 50k events/s per core)\n"
         f"- stage + sink (op choice, write, commit): {total_events / stateful_seconds / cores:,.0f} events/s per core "
@@ -164,8 +165,9 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--batches", type=int, default=10)
     p.add_argument("--events", type=int, default=100_000)
+    p.add_argument("--no-dedup", action="store_true", help="the stage without deduplication (state.dedup: false)")
     args = p.parse_args()
-    body = in_temp_warehouse(lambda wh: run(args.batches, args.events, wh))
+    body = in_temp_warehouse(lambda wh: run(args.batches, args.events, wh, dedup=not args.no_dedup))
     report("bench/changelog.py: the stateful stage against blind upserts", body, save=args.record)
 
 

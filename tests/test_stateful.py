@@ -196,3 +196,11 @@ def test_enrichment_sees_the_dimension_latest_snapshot(spark, table_name, tmp_pa
     h.run()
     rows = h.table_rows()
     assert rows[("k1",)][3] == "uno" and rows[("k2",)][3] == "uno"
+
+
+def test_without_dedup_every_delivered_event_counts(spark, table_name, tmp_path):
+    h = Harness(spark, table_name, tmp_path, ENGINES["aggregate"], dedup=False)
+    event = {"id": "k", "ts": T0, "clicks": 2}
+    h.append([event, dict(event)])  # delivered twice: both summed
+    h.run()
+    assert h.table_rows()[("k",)][4] == 4

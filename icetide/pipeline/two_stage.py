@@ -106,6 +106,7 @@ class TwoStageRunner:
             watermark_seconds=s.watermark_seconds,
             ttl_seconds=s.ttl_seconds,
             dedup_by=s.dedup_by,
+            dedup=s.dedup,
             enrich=s.enrich,
         )
         self.stage = ChangelogStage(

@@ -15,7 +15,7 @@ from icetide.errors import ConfigError
 from icetide.stateful.enrich import Enrichment
 from icetide.stateful.merge import MergeSpec
 
-STATE_KEYS = {"checkpoint", "watermark", "ttl", "dedup_by"}
+STATE_KEYS = {"checkpoint", "watermark", "ttl", "dedup_by", "dedup"}
 RAW_KEYS = {"table", "retention"}
 
 
@@ -31,6 +31,7 @@ class StatefulSettings:
     watermark_seconds: float = 600.0
     ttl_seconds: float | None = None
     dedup_by: tuple[str, ...] | None = None
+    dedup: bool = True
 
     @classmethod
     def from_dict(
@@ -76,6 +77,7 @@ class StatefulSettings:
             watermark_seconds=duration(state.get("watermark", "10m"), "state.watermark"),
             ttl_seconds=duration(state["ttl"], "state.ttl") if state.get("ttl") else None,
             dedup_by=tuple(dedup) if dedup else None,
+            dedup=_flag(state.get("dedup", True), "state.dedup"),
         )
 
 
@@ -87,3 +89,9 @@ def _block(d: Mapping[str, Any], key: str, allowed: set[str]) -> Mapping[str, An
     if extra:
         raise ConfigError(f"{key}.{extra[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
     return block
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false")
+    return value

@@ -61,6 +61,7 @@ class StageOptions:
     watermark_seconds: float = 600.0  # how late an event may arrive; later ones are dropped by Spark
     ttl_seconds: float | None = None  # state lives per key per TTL window of event time
     dedup_by: tuple[str, ...] | None = None  # None: the event's whole content
+    dedup: bool = True  # False: the source never repeats an event (saves a state store)
     enrich: tuple[Enrichment, ...] = ()
     check_new_keys: bool = False  # verify a first-seen key against the table before an INSERT
 
@@ -139,19 +140,20 @@ class ChangelogStage:
         if not isinstance(events.schema[self.order_by].dataType, T.TimestampType):
             raise SchemaError(f"order_by: {self.order_by} must be a TIMESTAMP column for the stateful stage")
         op = F.col(OP_COLUMN) if OP_COLUMN in events.columns else F.lit(UPSERT)
-        if o.dedup_by:
-            dedup, hashed = list(o.dedup_by), events
+        watermarked = events.withWatermark(self.order_by, _interval(o.watermark_seconds))
+        if not o.dedup:
+            deduplicated = watermarked  # the source never repeats an event: one state store fewer
+        elif o.dedup_by:
+            deduplicated = watermarked.dropDuplicatesWithinWatermark(list(o.dedup_by))
         else:
             # The state holds an event's identity until the watermark passes it: two hashes of its
             # content (96 bits) instead of the whole row keep that state small (docs/changelog.md).
             content = [F.col(f"`{c}`") for c in events.columns if c not in POSITION_COLUMNS]
-            hashed = events.withColumn(CONTENT_HASH, F.xxhash64(*content)).withColumn(CONTENT_HASH2, F.hash(*content))
-            dedup = [CONTENT_HASH, CONTENT_HASH2]
-        staged = (
-            hashed.withWatermark(self.order_by, _interval(o.watermark_seconds))
-            .dropDuplicatesWithinWatermark(dedup)
-            .withColumn(BATCH_TIME, F.current_timestamp())
-        )
+            hashed = watermarked.withColumn(CONTENT_HASH, F.xxhash64(*content))
+            deduplicated = hashed.withColumn(CONTENT_HASH2, F.hash(*content)).dropDuplicatesWithinWatermark(
+                [CONTENT_HASH, CONTENT_HASH2]
+            )
+        staged = deduplicated.withColumn(BATCH_TIME, F.current_timestamp())
         groups: list[Column] = [F.col(f"`{k}`") for k in self.key]
         if o.ttl_seconds is not None:
             groups.append(F.window(order, _interval(o.ttl_seconds)).alias(STATE_WINDOW))
