@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,3 +27,15 @@ def demo_warehouse(warehouse: Path, batches: int = 2, events: int = 300) -> None
     """Fill `warehouse` with the demo table lake.demo.ad_events."""
     done = run_cli("demo", "--batches", str(batches), "--events", str(events), "--warehouse", str(warehouse))
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:
+    """A session of the test's Spark with `catalog` on another process's warehouse, uncached, to
+    read what a `icetide run` subprocess committed."""
+    other = spark.newSession()
+    prefix = f"spark.sql.catalog.{catalog}"
+    other.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
+    other.conf.set(f"{prefix}.type", "hadoop")
+    other.conf.set(f"{prefix}.warehouse", str(warehouse))
+    other.conf.set(f"{prefix}.cache-enabled", "false")
+    return other

@@ -27,6 +27,7 @@ from icetide.pipeline.runner import Runner, TooManyBadRecordsError
 from icetide.sink.transforms import arrow_partition_values
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.table.spec import PartitionTransform
+from tests.commands import warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows
 
@@ -249,10 +250,7 @@ def test_fast_path_kill_9_then_restart(spark: Any, kafka_broker: str, tmp_path: 
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    other = spark.newSession()
-    other.conf.set("spark.sql.catalog.fcheck", "org.apache.iceberg.spark.SparkCatalog")
-    other.conf.set("spark.sql.catalog.fcheck.type", "hadoop")
-    other.conf.set("spark.sql.catalog.fcheck.warehouse", str(warehouse))
+    other = warehouse_reader(spark, "fcheck", warehouse)
     ids = [r[0] for r in other.table("fcheck.fast.fcrash").select("event_id").collect()]
     assert len(ids) == len(set(ids)) and set(ids) == expected(recs)  # every good record once
     dead = [r["source_position"] for r in other.table("fcheck.fast.fcrash_dead_letter").collect()]

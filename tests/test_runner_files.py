@@ -17,6 +17,7 @@ import pytest
 
 from icetide.config import PipelineConfig
 from icetide.pipeline.runner import Runner
+from tests.commands import warehouse_reader
 from tests.model import ReferenceModel, table_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,10 +181,7 @@ def test_kill_9_and_restart_lands_everything_once(spark: Any, tmp_path: Path, cr
     metrics = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert all({"records_in", "rows_written", "bad_records", "source_lag"} <= set(m) for m in metrics)
     # Read the result with the test's own session, from the subprocess's warehouse.
-    other = spark.newSession()
-    other.conf.set("spark.sql.catalog.crashcheck", "org.apache.iceberg.spark.SparkCatalog")
-    other.conf.set("spark.sql.catalog.crashcheck.type", "hadoop")
-    other.conf.set("spark.sql.catalog.crashcheck.warehouse", str(warehouse))
+    other = warehouse_reader(spark, "crashcheck", warehouse)
     table, dead_letter = "crashcheck.runner.crash", "crashcheck.runner.crash_dead_letter"
     assert table_rows(other, table, COLUMNS, KEY) == expected(lines)
     dead = [r["source_position"] for r in other.table(dead_letter).collect()]

@@ -15,6 +15,7 @@ import yaml
 
 from icetide.config import PipelineConfig
 from icetide.pipeline.runner import Runner
+from tests.commands import warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows
 
@@ -164,10 +165,7 @@ def test_kill_9_after_write_then_restart(spark: Any, kafka_broker: str, tmp_path
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    other = spark.newSession()
-    other.conf.set("spark.sql.catalog.kcheck", "org.apache.iceberg.spark.SparkCatalog")
-    other.conf.set("spark.sql.catalog.kcheck.type", "hadoop")
-    other.conf.set("spark.sql.catalog.kcheck.warehouse", str(warehouse))
+    other = warehouse_reader(spark, "kcheck", warehouse)
     assert table_rows(other, "kcheck.kafka.kcrash", COLUMNS, KEY) == model_of(records)
     dead = [r["source_position"] for r in other.table("kcheck.kafka.kcrash_dead_letter").collect()]
     assert len(dead) == len(set(dead)) == sum(1 for i in range(200) if i % 23 == 0)

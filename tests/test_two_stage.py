@@ -18,6 +18,7 @@ import pytest
 from icetide.config import PipelineConfig
 from icetide.pipeline.two_stage import TwoStageRunner
 from icetide.stateful.merge import MergeSpec
+from tests.commands import run_cli, warehouse_reader
 from tests.merge_model import merge_events
 from tests.model import table_rows
 
@@ -111,17 +112,6 @@ def test_two_stages_in_process_merge_every_event_once(spark: Any, tmp_path: Path
     assert spark.table("lake.two.inproc_raw").count() == len(events + more)  # the replayable history
 
 
-def run_cli(config_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-
-
 @pytest.mark.parametrize(
     "crash", [("after_write", "2"), ("after_commit", "2"), ("state_after_commit", "0"), ("random", "")]
 )
@@ -146,14 +136,17 @@ def test_kill_9_in_either_stage_and_restart_lands_everything_once(
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     else:
-        crashed = run_cli(config_path, {"ICETIDE_CRASH_AT": point, "ICETIDE_CRASH_BATCH": batch})
+        crashed = run_cli(
+            "run",
+            str(config_path),
+            "--once",
+            env={"ICETIDE_CRASH_AT": point, "ICETIDE_CRASH_BATCH": batch},
+            timeout=400,
+        )
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-    done = run_cli(config_path, {})
+    done = run_cli("run", str(config_path), "--once", timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
-    other = spark.newSession()
-    other.conf.set("spark.sql.catalog.twocheck", "org.apache.iceberg.spark.SparkCatalog")
-    other.conf.set("spark.sql.catalog.twocheck.type", "hadoop")
-    other.conf.set("spark.sql.catalog.twocheck.warehouse", str(warehouse))
+    other = warehouse_reader(spark, "twocheck", warehouse)
     assert table_rows(other, "twocheck.two.crash", KEY + VALUES, KEY) == expected(events)
     assert other.table("twocheck.two.crash_raw").count() == len(events)
     dead = [r["source_position"] for r in other.table("twocheck.two.crash_dead_letter").collect()]
@@ -174,11 +167,7 @@ def test_running_pipeline_merges_files_as_they_land_and_stops_on_sigterm(spark: 
         stderr=subprocess.PIPE,
         text=True,
     )
-    other = spark.newSession()
-    other.conf.set("spark.sql.catalog.livecheck", "org.apache.iceberg.spark.SparkCatalog")
-    other.conf.set("spark.sql.catalog.livecheck.type", "hadoop")
-    other.conf.set("spark.sql.catalog.livecheck.warehouse", str(warehouse))
-    other.conf.set("spark.sql.catalog.livecheck.cache-enabled", "false")
+    other = warehouse_reader(spark, "livecheck", warehouse)
 
     def wait_for(wanted: dict[Any, Any]) -> dict[Any, Any]:
         deadline, rows = time.monotonic() + 240, {}

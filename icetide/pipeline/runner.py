@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from icetide.config import PipelineConfig
+from icetide.config import PipelineConfig, TableConfig
 from icetide.errors import IcetideError, SourceError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
@@ -80,31 +80,39 @@ class RunSummary:
         return sum(b.rows_written for b in self.batches)
 
 
+def pipeline_session(config: PipelineConfig) -> SparkSession:
+    """The Spark session a pipeline file asks for (warehouse or catalog block, extra Spark conf)."""
+    from icetide.spark.session import spark_session
+
+    return spark_session(
+        warehouse=config.warehouse,
+        catalog=config.catalog,
+        catalog_options=config.catalog_options,
+        conf=config.spark,
+    )
+
+
+def create_config_table(spark: SparkSession, t: TableConfig) -> Any:
+    """Create (or check) the table a pipeline file defines; returns the Java Table."""
+    return create_table(
+        spark,
+        t.name,
+        schema=t.schema,
+        key=list(t.key),
+        partition_by=list(t.partition_by),
+        properties=t.properties,
+        target_file_size=t.target_file_size,
+    )
+
+
 class Runner:
     """Runs one pipeline config against its table until stopped (or once through the backlog)."""
 
     def __init__(self, config: PipelineConfig, spark: SparkSession | None = None) -> None:
         self.config = config
-        if spark is None:
-            from icetide.spark.session import spark_session
-
-            spark = spark_session(
-                warehouse=config.warehouse,
-                catalog=config.catalog,
-                catalog_options=config.catalog_options,
-                conf=config.spark,
-            )
-        self.spark = spark
+        self.spark = spark = spark or pipeline_session(config)
         t = config.table
-        create_table(
-            spark,
-            t.name,
-            schema=t.schema,
-            key=list(t.key),
-            partition_by=list(t.partition_by),
-            properties=t.properties,
-            target_file_size=t.target_file_size,
-        )
+        create_config_table(spark, t)
         self.sink = UpsertSink(
             spark,
             t.name,

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 from icetide.config import PipelineConfig, TableConfig
 from icetide.errors import ConfigError
 from icetide.pipeline.adapter import EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN
-from icetide.pipeline.runner import Runner, RunSummary
+from icetide.pipeline.runner import Runner, RunSummary, create_config_table, pipeline_session
 from icetide.sink.changelog import OP_COLUMN
 from icetide.sink.committer import APPEND_TABLE_PROPERTIES
 from icetide.stateful.settings import StatefulSettings
 from icetide.stateful.stage import ChangelogStage, StageOptions
-from icetide.table.catalog import create_table
 from icetide.table.iceberg import load_table, spark_schema
 
 if TYPE_CHECKING:
@@ -80,21 +79,9 @@ class TwoStageRunner:
         if config.stateful is None:
             raise ConfigError("merge or enrich: a two-stage pipeline needs one of them")
         self.config, self.settings = config, config.stateful
-        if spark is None:
-            from icetide.spark.session import spark_session
-
-            spark = spark_session(
-                warehouse=config.warehouse,
-                catalog=config.catalog,
-                catalog_options=config.catalog_options,
-                conf=config.spark,
-            )
-        self.spark = spark
+        self.spark = spark = spark or pipeline_session(config)
         t = config.table
-        create_table(
-            spark, t.name, schema=t.schema, key=list(t.key), partition_by=list(t.partition_by),
-            properties=t.properties, target_file_size=t.target_file_size,
-        )  # fmt: skip
+        create_config_table(spark, t)
         raw = raw_table_config(config, self.settings, spark_schema(spark, load_table(spark, t.name)))
         raw_config = replace(
             config, table=raw, mode="append", capture_source=True, stateful=None, maintain_table=t.name
