@@ -108,14 +108,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from icetide.config import load_config
     from icetide.pipeline.runner import BatchMetrics, Runner
+    from icetide.pipeline.two_stage import TwoStageRunner
 
     config = load_config(args.pipeline)  # bad config fails here, before Spark starts
     console = Console(stderr=True)
     interactive = console.is_terminal
     with console.status(f"starting pipeline {config.pipeline} ...") if interactive else _nothing():
         if config.stateful is not None:
-            from icetide.pipeline.two_stage import TwoStageRunner
-
             runner: Runner | TwoStageRunner = TwoStageRunner(config)
         else:
             runner = Runner(config)
@@ -133,6 +132,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"commit {m.commit_seconds:.2f}s, lag {m.source_lag:,} | total {totals['rows']:,} rows"
             )
 
+    if isinstance(runner, TwoStageRunner):
+        runner.on_stage_two = lambda line: print(line, flush=True)
     summary = runner.run(once=args.once, on_batch=on_batch)
     if summary.abandoned_files_removed:
         console.print(f"removed {summary.abandoned_files_removed} file(s) of batches that never committed")

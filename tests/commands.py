@@ -39,3 +39,39 @@ def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:
     other.conf.set(f"{prefix}.warehouse", str(warehouse))
     other.conf.set(f"{prefix}.cache-enabled", "false")
     return other
+
+
+def crash_and_restart(
+    config_path: Path,
+    point: str,
+    *,
+    batch: str = "2",
+    kill_after: tuple[float, float] = (8, 16),
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """`icetide run CONFIG --once` killed with SIGKILL, then run again to the end; returns the second run.
+
+    `point` is a crash point (ICETIDE_CRASH_AT, in batch `batch`) or "random": a kill -9 at a
+    random moment `kill_after` seconds in.
+    """
+    import random
+    import signal
+    import time
+
+    run = ("run", str(config_path), "--once")
+    if point == "random":
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "icetide.cli", *run],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(random.uniform(*kill_after))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    else:
+        crashed = run_cli(*run, env={"ICETIDE_CRASH_AT": point, "ICETIDE_CRASH_BATCH": batch}, timeout=timeout)
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    done = run_cli(*run, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done

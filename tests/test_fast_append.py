@@ -7,10 +7,6 @@ kill -9, and step aside when it cannot (fast_path: off, _op changes, bucket part
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +23,7 @@ from icetide.pipeline.runner import Runner, TooManyBadRecordsError
 from icetide.sink.transforms import arrow_partition_values
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.table.spec import PartitionTransform
-from tests.commands import warehouse_reader
+from tests.commands import crash_and_restart, warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows
 
@@ -244,12 +240,7 @@ def test_fast_path_kill_9_then_restart(spark: Any, kafka_broker: str, tmp_path: 
     warehouse = tmp_path / "warehouse"
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc("fcrash", kafka_broker, topic, warehouse=str(warehouse))))
-    command = [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"]
-    env = {**os.environ, "ICETIDE_CRASH_AT": crash_at, "ICETIDE_CRASH_BATCH": "2"}
-    crashed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    crash_and_restart(config_path, crash_at)
     other = warehouse_reader(spark, "fcheck", warehouse)
     ids = [r[0] for r in other.table("fcheck.fast.fcrash").select("event_id").collect()]
     assert len(ids) == len(set(ids)) and set(ids) == expected(recs)  # every good record once

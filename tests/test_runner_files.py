@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 
 from icetide.config import PipelineConfig
 from icetide.pipeline.runner import Runner
-from tests.commands import warehouse_reader
+from tests.commands import crash_and_restart, warehouse_reader
 from tests.model import ReferenceModel, table_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,17 +142,6 @@ def test_too_many_bad_records_fail_the_pipeline(spark: Any, tmp_path: Path) -> N
     assert runner.sink.last_committed() is None
 
 
-def run_cli(config_path: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @pytest.mark.parametrize("crash_at", ["after_write", "after_dead_letter", "after_commit", "random"])
 def test_kill_9_and_restart_lands_everything_once(spark: Any, tmp_path: Path, crash_at: str) -> None:
     import yaml
@@ -163,21 +151,7 @@ def test_kill_9_and_restart_lands_everything_once(spark: Any, tmp_path: Path, cr
     doc = pipeline_doc("crash", tmp_path / "landing", str(warehouse))
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc))
-    if crash_at == "random":
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        time.sleep(random.uniform(8, 16))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    else:
-        crashed = run_cli(config_path, {"ICETIDE_CRASH_AT": crash_at, "ICETIDE_CRASH_BATCH": "2"})
-        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-    done = run_cli(config_path, {})
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = crash_and_restart(config_path, crash_at)
     metrics = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert all({"records_in", "rows_written", "bad_records", "source_lag"} <= set(m) for m in metrics)
     # Read the result with the test's own session, from the subprocess's warehouse.

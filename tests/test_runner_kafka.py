@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +11,7 @@ import yaml
 
 from icetide.config import PipelineConfig
 from icetide.pipeline.runner import Runner
-from tests.commands import warehouse_reader
+from tests.commands import crash_and_restart, warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows
 
@@ -153,18 +149,7 @@ def test_kill_9_after_write_then_restart(spark: Any, kafka_broker: str, tmp_path
     warehouse = tmp_path / "warehouse"
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc("kcrash", kafka_broker, topic, warehouse=str(warehouse))))
-    command = [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"]
-    crashed = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "ICETIDE_CRASH_AT": "after_write", "ICETIDE_CRASH_BATCH": "2"},
-    )
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    crash_and_restart(config_path, "after_write")
     other = warehouse_reader(spark, "kcheck", warehouse)
     assert table_rows(other, "kcheck.kafka.kcrash", COLUMNS, KEY) == model_of(records)
     dead = [r["source_position"] for r in other.table("kcheck.kafka.kcrash_dead_letter").collect()]

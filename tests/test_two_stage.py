@@ -18,7 +18,7 @@ import pytest
 from icetide.config import PipelineConfig
 from icetide.pipeline.two_stage import TwoStageRunner
 from icetide.stateful.merge import MergeSpec
-from tests.commands import run_cli, warehouse_reader
+from tests.commands import crash_and_restart, warehouse_reader
 from tests.merge_model import merge_events
 from tests.model import table_rows
 
@@ -125,27 +125,7 @@ def test_kill_9_in_either_stage_and_restart_lands_everything_once(
     events, bad = land(tmp_path / "landing", 5, seed=len(point))
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(pipeline_doc("crash", tmp_path / "landing", warehouse)))
-    if point == "random":
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "icetide.cli", "run", str(config_path), "--once"],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(random.uniform(10, 30))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    else:
-        crashed = run_cli(
-            "run",
-            str(config_path),
-            "--once",
-            env={"ICETIDE_CRASH_AT": point, "ICETIDE_CRASH_BATCH": batch},
-            timeout=400,
-        )
-        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-    done = run_cli("run", str(config_path), "--once", timeout=400)
-    assert done.returncode == 0, done.stderr[-3000:]
+    crash_and_restart(config_path, point, batch=batch, kill_after=(10, 30), timeout=400)
     other = warehouse_reader(spark, "twocheck", warehouse)
     assert table_rows(other, "twocheck.two.crash", KEY + VALUES, KEY) == expected(events)
     assert other.table("twocheck.two.crash_raw").count() == len(events)
@@ -187,5 +167,7 @@ def test_running_pipeline_merges_files_as_they_land_and_stops_on_sigterm(spark: 
         assert wait_for(expected(events + more)) == expected(events + more)
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
+        out, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr[-3000:]
+    stage_two = [json.loads(line) for line in out.splitlines() if '"stage": 2' in line]
+    assert stage_two and sum(m["rows_written"] for m in stage_two) >= len(expected(events + more))

@@ -9,6 +9,7 @@ each Spark batch id once. Either stage can die at any moment and restart exactly
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -101,6 +102,7 @@ class TwoStageRunner:
             distribution=config.distribution, target_file_size=t.target_file_size,
         )  # fmt: skip
         self.progress = StageTwoProgress()
+        self.on_stage_two: Callable[[str], None] | None = None  # one JSON line per committed stage-2 batch
         self._last_retention = 0.0
 
     @property
@@ -140,7 +142,24 @@ class TwoStageRunner:
         self.progress.batches += 1
         self.progress.rows_written += result.rows_written
         self.progress.delete_rows += result.delete_rows
-        log.info("stage 2 batch %s: %s rows, %s delete rows", batch_id, result.rows_written, result.delete_rows)
+        line = json.dumps(
+            {
+                "pipeline": self.config.pipeline,
+                "stage": 2,
+                "batch_id": batch_id,
+                "rows_written": result.rows_written,
+                "delete_rows": result.delete_rows,
+                "data_files": result.data_files,
+                "delete_files": result.delete_files,
+                "bytes_written": result.bytes_written,
+                "write_seconds": round(result.write_seconds, 3),
+                "commit_seconds": round(result.commit_seconds, 3),
+            },
+            sort_keys=True,
+        )
+        log.info("stage 2 batch committed: %s", line)
+        if self.on_stage_two is not None:
+            self.on_stage_two(line)
 
     def apply_retention(self) -> None:
         """Drop raw days older than `raw.retention` (whole partitions: a metadata-only delete)."""
