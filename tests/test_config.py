@@ -161,7 +161,7 @@ def test_stateful_keys_load_and_fail_naming_the_key() -> None:
         ({"merge": {"engine": "last", "columns": {"clicks": "sum"}}}, r"merge\.columns: per-column"),
         ({"merge": "last", "state": {"ttl": "soon"}}, r"state\.ttl: 'soon'"),
         ({"merge": "last", "state": {"window": "1h"}}, r"state\.window: unknown key"),
-        ({"merge": "last", "state": {"dedup": "yes"}}, r"state\.dedup: expected true or false"),
+        ({"merge": "last", "state": {"dedup": "yes"}}, r"state\.dedup: expected auto, true or false"),
         ({"enrich": [{"table": "lake.d.c", True: ["id"], "columns": ["n"]}]}, r"enrich\[0\]\.on: YAML"),
         ({"enrich": [{"table": "lake.d.c", "join": ["id"]}]}, r"enrich\[0\]\.columns"),
         ({"raw": {"table": "lake.x.y"}}, r"raw: only used with merge or enrich"),

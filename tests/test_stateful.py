@@ -204,3 +204,19 @@ def test_without_dedup_every_delivered_event_counts(spark, table_name, tmp_path)
     h.append([event, dict(event)])  # delivered twice: both summed
     h.run()
     assert h.table_rows()[("k",)][4] == 4
+
+
+@pytest.mark.parametrize("engine", ["last", "partial"])
+def test_a_repeated_event_writes_nothing_and_needs_no_dedup_state(spark, table_name, tmp_path, engine):
+    h = Harness(spark, table_name, tmp_path, ENGINES[engine])
+    assert not h.options.deduplicates()  # auto: nothing in these engines counts a repeat
+    event = {"id": "k", "ts": T0, "a": 1, "b": "x"}
+    h.append([event, dict(event)])
+    stage = h.run()
+    assert stage.last_result is not None and stage.last_result.rows_written == 1
+    stage.last_result = None
+    h.append([dict(event)])  # delivered again, a batch later
+    h.run(stage)
+    assert stage.last_result is None  # the earliest batch keeps the tie: no change, no write
+    assert h.table_rows() == h.expected()
+    assert StageOptions(merge=ENGINES["aggregate"]).deduplicates()  # sum counts repeats

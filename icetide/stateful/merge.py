@@ -30,11 +30,8 @@ LATEST = "_icetide_latest"  # the latest event by order: its op, batch time (and
 FIRST_SEEN = "_icetide_first_seen"
 LAST_SEEN = "_icetide_last_seen"
 LAST_DELETE = "_icetide_last_delete"  # order of the key's latest DELETE event, if any
-
-
-def changed_at_name(column: str) -> str:
-    """The aggregate holding the batch time in which `column`'s merged value last changed."""
-    return f"_icetide_at_{column}"
+COUNTED_AT = "_icetide_counted_at"  # the last batch with a non-zero input to any sum or count column
+COUNTING = ("sum", "count")  # functions that count a repeated event twice
 
 
 @dataclass(frozen=True)
@@ -76,6 +73,10 @@ class MergeSpec:
             return "last_non_null"
         return self.functions.get(column, "last_non_null")
 
+    def counts_duplicates(self) -> bool:
+        """Whether a repeated event changes the merge (sum, count); every other function ignores it."""
+        return self.engine == "aggregate" and any(f in COUNTING for f in self.functions.values())
+
     def check_columns(self, columns: list[str]) -> None:
         """Every column named in the spec must be a value column of the events."""
         for column in self.functions:
@@ -89,47 +90,75 @@ def aggregations(spec: MergeSpec, values: list[str], order: Column, op: Column) 
 
     Each is a plain min/max/sum/count, most over a struct whose first field orders: one compact
     buffer per column, cheaper in the state store than max_by/min_by pairs (docs/changelog.md).
+    A struct's last field is the batch time, negated where `max` picks: among equal events the
+    earliest batch wins, so an event delivered again changes nothing and is not written again.
     """
     from pyspark.sql import functions as F
 
     at = F.col(BATCH_TIME)
-    latest = [order.alias("o"), op.alias("op"), at.alias("a")]
+    latest = [order.alias("o"), op.alias("op")]
     if spec.engine == "last":
         latest += [F.col(_q(v)).alias(f"v{i}") for i, v in enumerate(values)]
     out = [
         F.min(at).alias(FIRST_SEEN),
         F.max(at).alias(LAST_SEEN),
-        F.max(F.struct(*latest)).alias(LATEST),
+        F.max(F.struct(*latest, _earliest_wins(at))).alias(LATEST),
         F.max(F.when(op == F.lit("DELETE"), order)).alias(LAST_DELETE),
     ]
     if spec.engine != "last":
         for v in values:
-            out += column_aggregates(spec.function(v), v, order, at)
+            out.append(column_aggregate(spec.function(v), v, order, at))
+        counted = [F.col(_q(v)) for v in values if spec.function(v) in COUNTING]
+        if counted:
+            out.append(F.max(F.when(_any_input(spec, values), at)).alias(COUNTED_AT))
     return out
 
 
-def column_aggregates(function: str, name: str, order: Column, at: Column) -> list[Column]:
-    """The state of one column under `function`: aggregate `_icetide_m_<name>` (and, for sum and
-    count, `_icetide_at_<name>`). Ties keep the earlier batch: an equal value is no change."""
+def _earliest_wins(at: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return (-F.unix_micros(at)).alias("n")
+
+
+def _any_input(spec: MergeSpec, values: list[str]) -> Column:
+    """An event that changes a sum (a non-zero value) or a count (any value) of the key."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    inputs = []
+    for v in values:
+        c = F.col(_q(v))
+        if spec.function(v) == "sum":
+            inputs.append(c.isNotNull() & (c != F.lit(0)))
+        elif spec.function(v) == "count":
+            inputs.append(c.isNotNull())
+    return reduce(lambda a, b: a | b, inputs)
+
+
+def column_aggregate(function: str, name: str, order: Column, at: Column) -> Column:
+    """The state of one column under `function`: the aggregate `_icetide_m_<name>`. Ties keep the
+    earlier batch: an equal value is no change. Sums and counts record their changes in
+    `_icetide_counted_at`, one aggregate for all of them."""
     from pyspark.sql import functions as F
 
     c = F.col(_q(name))
     present = c.isNotNull()
     m = _merged_name(name)
     if function == "last":
-        return [F.max(F.struct(order.alias("o"), c.alias("v"), at.alias("a"))).alias(m)]
+        return F.max(F.struct(order.alias("o"), c.alias("v"), _earliest_wins(at))).alias(m)
     if function == "last_non_null":
-        return [F.max(F.when(present, F.struct(order.alias("o"), c.alias("v"), at.alias("a")))).alias(m)]
+        return F.max(F.when(present, F.struct(order.alias("o"), c.alias("v"), _earliest_wins(at)))).alias(m)
     if function == "first":
-        return [F.min(F.struct(order.alias("o"), c.alias("v"), at.alias("a"))).alias(m)]
+        return F.min(F.struct(order.alias("o"), c.alias("v"), F.unix_micros(at).alias("n"))).alias(m)
     if function == "max":
-        return [F.max(F.when(present, F.struct(c.alias("v"), (-F.unix_micros(at)).alias("n")))).alias(m)]
+        return F.max(F.when(present, F.struct(c.alias("v"), _earliest_wins(at)))).alias(m)
     if function == "min":
-        return [F.min(F.when(present, F.struct(c.alias("v"), F.unix_micros(at).alias("n")))).alias(m)]
+        return F.min(F.when(present, F.struct(c.alias("v"), F.unix_micros(at).alias("n")))).alias(m)
     if function == "sum":
-        return [F.sum(c).alias(m), F.max(F.when(present & (c != F.lit(0)), at)).alias(changed_at_name(name))]
+        return F.sum(c).alias(m)
     if function == "count":
-        return [F.count(c).alias(m), F.max(F.when(present, at)).alias(changed_at_name(name))]
+        return F.count(c).alias(m)
     raise ConfigError(f"merge: unknown function {function!r}")
 
 
@@ -154,20 +183,14 @@ def last_op() -> tuple[Column, Column]:
     """(the op of the key's latest event by order, the batch time it arrived in)."""
     from pyspark.sql import functions as F
 
-    return F.col(f"{LATEST}.op"), F.col(f"{LATEST}.a")
+    return F.col(f"{LATEST}.op"), F.timestamp_micros(-F.col(f"{LATEST}.n"))
 
 
 def _column_changed_at(function: str, name: str) -> Column:
     from pyspark.sql import functions as F
 
-    m = F.col(_merged_name(name))
-    if function in ("sum", "count"):
-        return F.col(changed_at_name(name))
-    if function == "max":
-        return F.timestamp_micros(-m["n"])
-    if function == "min":
-        return F.timestamp_micros(m["n"])
-    return m["a"]
+    n = F.col(_merged_name(name))["n"]
+    return F.timestamp_micros(n if function in ("first", "min") else -n)
 
 
 def changed_at(spec: MergeSpec, values: list[str]) -> Column:
@@ -177,7 +200,9 @@ def changed_at(spec: MergeSpec, values: list[str]) -> Column:
     if spec.engine == "last" or not values:
         return last_op()[1]
     # A newer event whose fields merge to the same values (all null under `partial`, say) is no change.
-    changes = [_column_changed_at(spec.function(v), v) for v in values]
+    changes = [_column_changed_at(spec.function(v), v) for v in values if spec.function(v) not in COUNTING]
+    if any(spec.function(v) in COUNTING for v in values):
+        changes.append(F.col(COUNTED_AT))
     return F.greatest(*changes) if len(changes) > 1 else changes[0]
 
 

@@ -31,7 +31,7 @@ class StatefulSettings:
     watermark_seconds: float = 600.0
     ttl_seconds: float | None = None
     dedup_by: tuple[str, ...] | None = None
-    dedup: bool = True
+    dedup: bool | None = None  # None: auto (see StageOptions.deduplicates)
 
     @classmethod
     def from_dict(
@@ -77,7 +77,7 @@ class StatefulSettings:
             watermark_seconds=duration(state.get("watermark", "10m"), "state.watermark"),
             ttl_seconds=duration(state["ttl"], "state.ttl") if state.get("ttl") else None,
             dedup_by=tuple(dedup) if dedup else None,
-            dedup=_flag(state.get("dedup", True), "state.dedup"),
+            dedup=_dedup(state.get("dedup", "auto")),
         )
 
 
@@ -91,7 +91,9 @@ def _block(d: Mapping[str, Any], key: str, allowed: set[str]) -> Mapping[str, An
     return block
 
 
-def _flag(value: Any, key: str) -> bool:
+def _dedup(value: Any) -> bool | None:
+    if value == "auto":
+        return None
     if not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false")
+        raise ConfigError("state.dedup: expected auto, true or false")
     return value

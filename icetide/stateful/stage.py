@@ -61,9 +61,17 @@ class StageOptions:
     watermark_seconds: float = 600.0  # how late an event may arrive; later ones are dropped by Spark
     ttl_seconds: float | None = None  # state lives per key per TTL window of event time
     dedup_by: tuple[str, ...] | None = None  # None: the event's whole content
-    dedup: bool = True  # False: the source never repeats an event (saves a state store)
+    dedup: bool | None = None  # None (auto): only when the merge counts repeats (sum, count) or dedup_by is set
     enrich: tuple[Enrichment, ...] = ()
     check_new_keys: bool = False  # verify a first-seen key against the table before an INSERT
+
+    def deduplicates(self) -> bool:
+        """Whether the stage keeps a state store of seen events. Every merge function except sum and
+        count ignores an event delivered again (equal events keep the earliest batch), so by
+        default only a merge that counts pays for it."""
+        if self.dedup is not None:
+            return self.dedup
+        return bool(self.dedup_by) or self.merge.counts_duplicates()
 
 
 def _interval(seconds: float) -> str:
@@ -141,8 +149,8 @@ class ChangelogStage:
             raise SchemaError(f"order_by: {self.order_by} must be a TIMESTAMP column for the stateful stage")
         op = F.col(OP_COLUMN) if OP_COLUMN in events.columns else F.lit(UPSERT)
         watermarked = events.withWatermark(self.order_by, _interval(o.watermark_seconds))
-        if not o.dedup:
-            deduplicated = watermarked  # the source never repeats an event: one state store fewer
+        if not o.deduplicates():
+            deduplicated = watermarked  # repeats change nothing, or never happen: one state store fewer
         elif o.dedup_by:
             deduplicated = watermarked.dropDuplicatesWithinWatermark(list(o.dedup_by))
         else:
