@@ -9,7 +9,9 @@ appended, one snapshot per batch, to a raw Iceberg table. Then, in one run:
 - stateful: the raw table streams through the stateful stage (RocksDB state, `aggregate` engine:
   clicks, conversions and revenue summed, last_click_time and updated_at max, the impression's
   fields first) into a second table, one micro-batch per raw snapshot;
-- stage alone: the same stateful plan into Spark's `noop` sink, for the stage's own throughput.
+- stage alone: the same stateful plan into Spark's `noop` sink, for the stage's own throughput;
+- Spark's floor: a bare three-aggregate streaming `groupBy` of the key (sum, max, max_by; no
+  deduplication) into `noop`, the least any keyed state on Spark's RocksDB store costs here.
 Reported: rows and delete rows written, files, full-scan latency after the last batch (median of
 5), and events and keys per second per core.
 """
@@ -45,6 +47,26 @@ def files(spark: Any, table: str) -> tuple[int, int]:
         for r in spark.sql(f"SELECT content, count(*) AS n FROM {table}.files GROUP BY content").collect()
     }
     return counts.get(0, 0), counts.get(1, 0) + counts.get(2, 0)
+
+
+def to_noop(plan: Any, checkpoint: str) -> Any:
+    """A long-running update-mode query of `plan` into Spark's noop sink."""
+    return (
+        plan.writeStream.outputMode("update")
+        .format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+def bare_aggregation(events: Any) -> Any:
+    """The least keyed state there is: three plain aggregates per key, no deduplication."""
+    from pyspark.sql import functions as F
+
+    from icetide.sources.generator import AD_EVENTS_KEY
+
+    return events.groupBy(*AD_EVENTS_KEY).agg(F.sum("clicks"), F.max("updated_at"), F.max_by("country", "updated_at"))
 
 
 def run(batches: int, events: int, warehouse: str, dedup: bool = True) -> str:
@@ -95,18 +117,18 @@ def run(batches: int, events: int, warehouse: str, dedup: bool = True) -> str:
     # Two long-running queries, as in production (state stays loaded between micro-batches), each
     # over its own copy of the raw events so that each batch is measured with the other idle:
     # the stage into the table, and the same plan into Spark's noop sink (the stage alone).
-    spark.sql(f"CREATE TABLE {raw}_copy ({AD_EVENTS_SCHEMA.replace(' NOT NULL', '')}) USING iceberg")
+    for copy in ("copy", "bare"):
+        spark.sql(f"CREATE TABLE {raw}_{copy} ({AD_EVENTS_SCHEMA.replace(' NOT NULL', '')}) USING iceberg")
     query = stage.start(
         spark.readStream.format("iceberg").load(raw), checkpoint=f"{warehouse}/chk", interval_seconds=0.5
     )
-    alone_query = (
-        stage.changes(spark.readStream.format("iceberg").load(f"{raw}_copy"))
-        .writeStream.outputMode("update")
-        .format("noop")
-        .option("checkpointLocation", f"{warehouse}/chk-noop")
-        .trigger(processingTime="500 milliseconds")
-        .start()
+    alone_query = to_noop(
+        stage.changes(spark.readStream.format("iceberg").load(f"{raw}_copy")), f"{warehouse}/chk-noop"
     )
+    bare_query = to_noop(
+        bare_aggregation(spark.readStream.format("iceberg").load(f"{raw}_bare")), f"{warehouse}/chk-bare"
+    )
+    bare_seconds = 0.0
     for b in range(batches):
         df = ad_events(spark, b, config).cache()
         df.count()
@@ -120,6 +142,8 @@ def run(batches: int, events: int, warehouse: str, dedup: bool = True) -> str:
         updated_keys += keys
         df.writeTo(f"{raw}_copy").append()
         alone_seconds += processed(alone_query, b + 1)[0]
+        df.writeTo(f"{raw}_bare").append()
+        bare_seconds += processed(bare_query, b + 1)[0]
         df.unpersist()
         print(
             f"batch {b}: blind {result.write_seconds + result.commit_seconds:.1f}s, {result.rows_written} rows / "
@@ -127,8 +151,8 @@ def run(batches: int, events: int, warehouse: str, dedup: bool = True) -> str:
             f"{totals['stateful'][1]} deletes",
             flush=True,
         )
-    query.stop()
-    alone_query.stop()
+    for q in (query, alone_query, bare_query):
+        q.stop()
 
     assert spark.table(stateful).count() == spark.table(blind).count(), "the stateful table lost or gained keys"
 
@@ -154,6 +178,9 @@ def run(batches: int, events: int, warehouse: str, dedup: bool = True) -> str:
         f"- stage alone ({'dedup + ' if dedup else ''}keyed state, noop sink, one micro-batch per batch): "
         f"{total_events / alone_seconds / cores:,.0f} events/s, "
         f"{updated_keys / alone_seconds / cores:,.0f} keys/s per core (target >= 50k events/s per core)\n"
+        f"- Spark's floor (bare three-aggregate streaming groupBy, no dedup, noop sink, same micro-batches): "
+        f"{total_events / bare_seconds / cores:,.0f} events/s per core; the stage alone is "
+        f"{bare_seconds / alone_seconds:.2f}x of it\n"
         f"- stage + sink (op choice, write, commit): {total_events / stateful_seconds / cores:,.0f} events/s per core "
         f"({stateful_seconds:.1f}s); blind sink {total_events / blind_seconds / cores:,.0f} events/s per core "
         f"({blind_seconds:.1f}s)\n"

@@ -232,7 +232,7 @@ def test_too_many_bad_records_leave_nothing(spark: Any, kafka_broker: str, wareh
     assert not list((Path(warehouse) / "fast" / "toobad" / "data").rglob("*.parquet"))
 
 
-@pytest.mark.parametrize("crash_at", ["after_write", "after_commit"])
+@pytest.mark.parametrize("crash_at", ["after_write", "after_dead_letter", "after_commit", "random"])
 def test_fast_path_kill_9_then_restart(spark: Any, kafka_broker: str, tmp_path: Path, crash_at: str) -> None:
     topic = create_topic(kafka_broker, partitions=3)
     recs = records(1200, bad_every=29)
@@ -240,7 +240,7 @@ def test_fast_path_kill_9_then_restart(spark: Any, kafka_broker: str, tmp_path: 
     warehouse = tmp_path / "warehouse"
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc("fcrash", kafka_broker, topic, warehouse=str(warehouse))))
-    crash_and_restart(config_path, crash_at)
+    crash_and_restart(config_path, crash_at, kill_after=(4, 10))
     other = warehouse_reader(spark, "fcheck", warehouse)
     ids = [r[0] for r in other.table("fcheck.fast.fcrash").select("event_id").collect()]
     assert len(ids) == len(set(ids)) and set(ids) == expected(recs)  # every good record once
