@@ -12,6 +12,7 @@ import pytest
 from icetide.errors import ConfigError, SourceError
 from icetide.sources.base import source_error_in
 from icetide.sources.kafka import (
+    READER_DEFAULTS,
     KafkaSource,
     KafkaSourceConfig,
     OffsetRange,
@@ -52,6 +53,14 @@ def test_config_from_dict_names_the_bad_key() -> None:
     assert ok.consumer == {"client.id": "me", "fetch.min.bytes": "1", "check.crcs": "true"}
     settings = ok.consumer_settings()
     assert settings["enable.auto.commit"] == "false" and settings["client.id"] == "me"
+    assert "queued.min.messages" not in settings  # the driver's consumer keeps librdkafka's defaults
+    # Range readers fetch in bulk by default; the user's settings still win over those defaults.
+    reader = KafkaSourceConfig.from_dict(
+        {"bootstrap_servers": "b:9092", "topic": "ads", "consumer": {"max.partition.fetch.bytes": 4096}}
+    ).reader_settings()
+    assert reader["max.partition.fetch.bytes"] == "4096"
+    assert reader["fetch.max.bytes"] == READER_DEFAULTS["fetch.max.bytes"]
+    assert reader["enable.partition.eof"] == "true"
     cases = [
         ({"bootstrap_servers": "b:9092"}, "source.kafka.topic: required"),
         ({"topic": "ads"}, "source.kafka.bootstrap_servers: required"),

@@ -66,6 +66,11 @@ class SourceAdapter:
         """A batch planned before a crash, exactly as it was recorded."""
         return PlannedBatch(list(recorded["items"]), dict(recorded["position"]), int(recorded["records_planned"]))
 
+    def close(self) -> None:
+        """Release what the source holds between batches (the Kafka driver consumer)."""
+        if self.kind == "kafka":
+            self.kafka.close()
+
     def lag(self, position: dict[str, Any] | None) -> int:
         """Records (Kafka) or files (landing folder) not yet planned."""
         if self.kind == "kafka":

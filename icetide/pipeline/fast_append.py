@@ -17,10 +17,15 @@ then write nothing of it and the batch is run again on the Spark path).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import math
+import queue
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +52,7 @@ log = logging.getLogger(__name__)
 
 MIN_TASK_RECORDS = 25_000  # below this a second task costs more (consumer, worker) than it saves
 BLOCK_RECORDS = 50_000  # records decoded per pyarrow call
+QUEUED_BLOCKS = 2  # blocks read ahead of decoding, per task
 
 
 @dataclass(frozen=True)
@@ -62,15 +68,30 @@ class AppendTaskConfig:
 
 @dataclass
 class AppendTaskResult:
-    """What one task did: its files (WRITTEN_FILE_SCHEMA dicts), bad records and timings."""
+    """What one task did: its files (WRITTEN_FILE_SCHEMA dicts), bad records and timings.
+
+    Timings: `read_seconds` is the reader thread's CPU time (librdkafka consume, Message objects,
+    joining payloads), `wait_seconds` how long decoding waited for a block, `decode_seconds` the
+    decoding thread's CPU time, `write_seconds` the wall time of partitioning and writing, and
+    `cpu_seconds` the whole process's CPU time during the task (librdkafka's own threads too).
+    """
 
     files: list[dict[str, Any]] = field(default_factory=list)
     bad: list[BadRecord] = field(default_factory=list)
     records: int = 0
     changes: bool = False  # a record carries an `_op` other than INSERT: nothing was written
     read_seconds: float = 0.0
+    wait_seconds: float = 0.0
     decode_seconds: float = 0.0
     write_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    started_at: float = 0.0  # time.time() on the executor, for the debug log's task timeline
+    finished_at: float = 0.0
+
+    def timings(self) -> tuple[float, ...]:
+        """(read cpu, wait, decode cpu, write, task cpu) seconds, rounded for a log line."""
+        times = (self.read_seconds, self.wait_seconds, self.decode_seconds, self.write_seconds, self.cpu_seconds)
+        return tuple(round(t, 2) for t in times)
 
 
 def split_ranges(ranges: list[OffsetRange], tasks: int) -> list[list[OffsetRange]]:
@@ -92,43 +113,140 @@ def split_ranges(ranges: list[OffsetRange], tasks: int) -> list[list[OffsetRange
     return [g for g in groups if g]
 
 
+@dataclass(frozen=True)
+class _Block:
+    """Consecutive messages of one range, and their payloads joined by newlines (None: a tombstone)."""
+
+    where: str  # "topic/partition@", for dead-letter positions
+    messages: list[Any]
+    joined: bytes | None
+
+
+_DONE = object()  # the reader thread's last item when it read everything
+
+
+class _BlockReader:
+    """Reads a task's ranges on its own thread, a bounded queue of blocks ahead of decoding.
+
+    librdkafka's consume and the Message objects it returns hold the GIL, `pyarrow.json.read_json`
+    and the compute kernels release it: on a thread of its own the read of the next block
+    overlaps the decode of the current one. At most QUEUED_BLOCKS blocks wait in the queue.
+    """
+
+    def __init__(self, config: AppendTaskConfig, ranges: list[OffsetRange]) -> None:
+        self.config = config
+        self.ranges = ranges
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUED_BLOCKS)
+        self.stopping = threading.Event()
+        self.cpu_seconds = 0.0
+        self.thread = threading.Thread(target=self._run, name="icetide-kafka-reader", daemon=True)
+
+    def __enter__(self) -> _BlockReader:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        while self.thread.is_alive():  # unblock a reader waiting for room in the queue
+            with contextlib.suppress(queue.Empty):
+                self.queue.get(timeout=0.05)
+        self.thread.join()
+
+    def blocks(self) -> Iterator[_Block]:
+        """The blocks in range order; re-raises the reader thread's error."""
+        while True:
+            item = self.queue.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def _put(self, item: Any) -> bool:
+        while not self.stopping.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        started = time.thread_time()
+        try:
+            self._read()
+            self._put(_DONE)
+        except BaseException as exc:  # handed to the decoding thread, which raises it
+            self._put(exc)
+        finally:
+            self.cpu_seconds = time.thread_time() - started
+
+    def _read(self) -> None:
+        kafka = _kafka()
+        value = kafka.Message.value
+        for r in self.ranges:
+            try:  # a consumer per range: it never sees another partition's prefetched records
+                consumer = kafka.Consumer(dict(self.config.consumer_settings))
+            except Exception as exc:
+                where = f"{r.topic}/{r.partition}@{r.start}"
+                raise ExecutorSourceError(f"{where}: cannot create a consumer: {exc}") from exc
+            try:
+                reader = RangeReader(
+                    consumer,
+                    r,
+                    read_timeout=self.config.read_timeout,
+                    batch_rows=BLOCK_RECORDS,
+                    topic_partition=kafka.TopicPartition,
+                )
+                where = f"{r.topic}/{r.partition}@"
+                for messages in reader.message_blocks():
+                    try:  # in C: no Python list of the payloads
+                        joined: bytes | None = b"\n".join(map(value, messages))
+                    except TypeError:  # a tombstone (null value)
+                        joined = None
+                    if not self._put(_Block(where, messages, joined)):
+                        return
+            finally:
+                consumer.close()
+
+
 def append_task(config: AppendTaskConfig, ranges: list[OffsetRange], tag: str) -> AppendTaskResult:
     """Read, decode and write one task's ranges (on an executor)."""
-    kafka = _kafka()
-    result = AppendTaskResult()
+    result = AppendTaskResult(started_at=time.time())
+    cpu_started = time.process_time()
     tables: list[pa.Table] = []
-    for r in ranges:
-        try:  # a consumer per range: it never sees another partition's prefetched records
-            consumer = kafka.Consumer(dict(config.consumer_settings))
-        except Exception as exc:
-            raise ExecutorSourceError(f"{r.topic}/{r.partition}@{r.start}: cannot create a consumer: {exc}") from exc
-        try:
-            reader = RangeReader(
-                consumer,
-                r,
-                read_timeout=config.read_timeout,
-                batch_rows=BLOCK_RECORDS,
-                topic_partition=kafka.TopicPartition,
-            )
-            where = f"{r.topic}/{r.partition}@"
-            started = time.perf_counter()
-            for block in reader.message_blocks():
-                decoding = time.perf_counter()
-                result.read_seconds += decoding - started
-                values = [m.value() for m in block]
-                decoded = config.decoder.decode(values, lambda i, b=block, w=where: f"{w}{b[i].offset()}")  # type: ignore[misc]
-                result.records += decoded.rows.num_rows + len(decoded.bad)
-                result.bad.extend(decoded.bad)
-                if decoded.changes:
-                    result.changes = True
-                    return result
-                if decoded.rows.num_rows:
-                    tables.append(decoded.rows)
-                started = time.perf_counter()
-                result.decode_seconds += started - decoding
-            result.read_seconds += time.perf_counter() - started
-        finally:
-            consumer.close()
+    decoder = config.decoder
+    with _BlockReader(config, ranges) as reader:
+        blocks = reader.blocks()
+        while True:
+            waiting = time.perf_counter()
+            block = next(blocks, None)
+            result.wait_seconds += time.perf_counter() - waiting
+            if block is None:
+                break
+            decoding = time.thread_time()
+            messages, where = block.messages, block.where
+
+            def position(i: int, messages: list[Any] = messages, where: str = where) -> str:
+                return f"{where}{messages[i].offset()}"
+
+            def values(messages: list[Any] = messages) -> list[Any]:
+                return [m.value() for m in messages]
+
+            if block.joined is None:
+                decoded = decoder.decode(values(), position)
+            else:
+                decoded = decoder.decode_joined(block.joined, len(messages), values, position)
+            result.records += decoded.rows.num_rows + len(decoded.bad)
+            result.bad.extend(decoded.bad)
+            result.decode_seconds += time.thread_time() - decoding
+            if decoded.changes:
+                result.changes = True
+                result.read_seconds = reader.cpu_seconds
+                return result
+            if decoded.rows.num_rows:
+                tables.append(decoded.rows)
+    result.read_seconds = reader.cpu_seconds
     writing = time.perf_counter()
     if tables:
         table = pa.concat_tables(tables)
@@ -137,6 +255,8 @@ def append_task(config: AppendTaskConfig, ranges: list[OffsetRange], tag: str) -
             table = table.append_column(name, arrow_partition_values(source, transform))
         result.files = write_appends(table, config.writer, tag)
     result.write_seconds = time.perf_counter() - writing
+    result.cpu_seconds = time.process_time() - cpu_started
+    result.finished_at = time.time()
     return result
 
 
@@ -159,6 +279,7 @@ class FastBatch:
     changes: bool
     read_decode_seconds: float
     write_seconds: float
+    task_timings: list[tuple[float, ...]] = field(default_factory=list)  # AppendTaskResult.timings()
 
 
 class FastAppend:
@@ -171,6 +292,7 @@ class FastAppend:
         self.kafka = kafka
         self.time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
         self._checked: tuple[Any, str | None] | None = None
+        self._task_config: tuple[Any, AppendTaskConfig] | None = None
 
     @staticmethod
     def applies(config: PipelineConfig) -> str | None:
@@ -217,13 +339,25 @@ class FastAppend:
         return None
 
     def task_config(self, batch_id: int) -> AppendTaskConfig:
-        """The tasks' configuration for `batch_id`, from the table's current metadata."""
+        """The tasks' configuration for `batch_id`, from the table's current metadata.
+
+        Built once per table schema, spec and properties (about 0.1 s of py4j calls), then
+        only the batch id changes.
+        """
+        jtable = self.sink.committer.table
+        version = (int(jtable.schema().schemaId()), int(jtable.spec().specId()), dict(jtable.properties()))
+        if self._task_config is None or self._task_config[0] != version:
+            self._task_config = (version, self._build_task_config(batch_id))
+        config = self._task_config[1]
+        return dataclasses.replace(config, writer=dataclasses.replace(config.writer, batch_id=batch_id))
+
+    def _build_task_config(self, batch_id: int) -> AppendTaskConfig:
         fields = partition_fields(self.sink.committer.table)
         names = tuple(f"{PARTITION_COLUMN_PREFIX}{i}" for i in range(len(fields)))
         writer = self.sink.writer_config(batch_id, names)
         source = self.kafka.config
         return AppendTaskConfig(
-            consumer_settings=source.consumer_settings(),
+            consumer_settings=source.reader_settings(),
             read_timeout=source.read_timeout_seconds,
             decoder=ArrowJsonDecoder(writer.table_schema, writer.key, time_zone=self.time_zone),
             writer=writer,
@@ -239,7 +373,7 @@ class FastAppend:
         """Run the batch's tasks; files written, nothing committed. Failed tasks' files are deleted."""
         config = self.task_config(batch_id)
         groups = split_ranges([r for r in ranges if r.count > 0], self.tasks_for(sum(r.count for r in ranges)))
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         try:
             rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
             results: list[AppendTaskResult] = rdd.mapPartitions(lambda items: _run_partition(config, items)).collect()
@@ -254,11 +388,13 @@ class FastAppend:
             ) from exc
         elapsed = time.monotonic() - started
         log.debug(
-            "batch %s: %d task(s) in %.2fs; per task read/decode/write s: %s",
+            "batch %s: %d task(s) in %.2fs; per task from/to s after the job's start: %s, "
+            "read cpu/wait/decode cpu/write/task cpu s: %s",
             batch_id,
             len(results),
             elapsed,
-            [(round(r.read_seconds, 2), round(r.decode_seconds, 2), round(r.write_seconds, 2)) for r in results],
+            [(round(r.started_at - started_at, 2), round(r.finished_at - started_at, 2)) for r in results],
+            [r.timings() for r in results],
         )
         files = [
             WrittenFile(
@@ -281,6 +417,7 @@ class FastAppend:
             changes=any(r.changes for r in results),
             read_decode_seconds=max(0.0, elapsed - write_seconds),
             write_seconds=write_seconds,
+            task_timings=[r.timings() for r in results],
         )
 
     def discard(self, batch_id: int) -> None:

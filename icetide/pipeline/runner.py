@@ -309,6 +309,7 @@ class Runner:
                 self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
             summary.stopped_by_signal = self._stop.is_set() and not once
         finally:
+            self.source.close()
             if maintenance is not None:
                 maintenance.stop()
             for sig, handler in previous.items():

@@ -20,11 +20,13 @@ there, and the position returned by `plan` is exactly what `read` delivers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -54,6 +56,16 @@ FORCED_CONSUMER_SETTINGS = {
     "enable.auto.offset.store": "false",
     "enable.partition.eof": "true",
     "auto.offset.reset": "error",
+}
+# Defaults for the executors' range readers, below the user's `consumer` settings: a range is read
+# from start to end in one go, so fetch in bulk (librdkafka's defaults, 1 MiB per partition and
+# fetch, suit a consumer that keeps up with a live stream). Measured on bench/ingest.py: the
+# decoding thread waited about 5x less for Kafka and a task's read took about 10% less CPU.
+READER_DEFAULTS = {
+    "fetch.max.bytes": str(64 << 20),
+    "max.partition.fetch.bytes": str(16 << 20),
+    "queued.min.messages": "500000",
+    "fetch.wait.max.ms": "10",
 }
 RECORD_DDL = "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY"
 RANGE_DDL = "topic STRING, partition INT, start BIGINT, end BIGINT"
@@ -151,7 +163,16 @@ class KafkaSourceConfig:
 
     def consumer_settings(self, **overrides: str) -> dict[str, str]:
         """librdkafka settings for an assign-only consumer: user settings, then icetide's own."""
+        return self._settings({}, overrides)
+
+    def reader_settings(self) -> dict[str, str]:
+        """Settings for the executors' range readers: READER_DEFAULTS (bulk fetches) under the
+        user's settings, then icetide's own."""
+        return self._settings(READER_DEFAULTS, {})
+
+    def _settings(self, defaults: Mapping[str, str], overrides: Mapping[str, str]) -> dict[str, str]:
         settings = {"bootstrap.servers": self.bootstrap_servers, "group.id": DEFAULT_GROUP_ID}
+        settings.update(defaults)
         settings.update(self.consumer)
         settings.update(overrides)
         settings.update(FORCED_CONSUMER_SETTINGS)
@@ -228,6 +249,21 @@ class KafkaSource:
     def __init__(self, config: KafkaSourceConfig) -> None:
         self.config = config
         self._start = parse_starting_offsets(config.starting_offsets)
+        self._consumer: Any | None = None  # the driver's, kept between plans and lag checks
+        self._consumer_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the driver's consumer; a later call opens a new one."""
+        with self._consumer_lock:
+            self._close_consumer()
+
+    def _close_consumer(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception:  # pragma: no cover - closing must not hide the real error
+                log.debug("closing the driver consumer failed", exc_info=True)
 
     # -- driver side -------------------------------------------------------------------------
 
@@ -314,12 +350,24 @@ class KafkaSource:
         with self._driver_consumer() as consumer:
             return self._partitions(consumer)
 
-    def _driver_consumer(self) -> _ClosingConsumer:
-        settings = self.config.consumer_settings(**{"fetch.wait.max.ms": "50"})
-        try:
-            return _ClosingConsumer(_kafka().Consumer(settings))
-        except Exception as exc:
-            raise SourceError(f"kafka {self.config.bootstrap_servers}: cannot create a consumer: {exc}") from exc
+    @contextlib.contextmanager
+    def _driver_consumer(self) -> Iterator[Any]:
+        """The driver's consumer, one at a time. It is kept between calls: a fresh one connects
+        and fetches metadata first (about 40 ms a call on 127.0.0.1, several calls a batch). After
+        an error it is closed, so the next call starts from a clean consumer."""
+        with self._consumer_lock:
+            if self._consumer is None:
+                settings = self.config.consumer_settings(**{"fetch.wait.max.ms": "50"})
+                try:
+                    self._consumer = _kafka().Consumer(settings)
+                except Exception as exc:
+                    where = f"kafka {self.config.bootstrap_servers}"
+                    raise SourceError(f"{where}: cannot create a consumer: {exc}") from exc
+            try:
+                yield self._consumer
+            except BaseException:
+                self._close_consumer()
+                raise
 
     def _partitions(self, consumer: Any) -> list[int]:
         topic = self.config.topic
@@ -521,23 +569,7 @@ class KafkaSource:
         frame = spark.createDataFrame(spark.sparkContext.parallelize(todo, len(todo)), RANGE_DDL)
         task = functools.partial(
             read_ranges_task,
-            self.config.consumer_settings(),
+            self.config.reader_settings(),
             self.config.read_timeout_seconds,
         )
         return frame.mapInArrow(task, RECORD_DDL)
-
-
-class _ClosingConsumer:
-    """Closes a driver-side consumer on exit (it never joined a group, so closing commits nothing)."""
-
-    def __init__(self, consumer: Any) -> None:
-        self.consumer = consumer
-
-    def __enter__(self) -> Any:
-        return self.consumer
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.consumer.close()
-        except Exception:  # pragma: no cover - closing must not hide the real error
-            log.debug("closing the driver consumer failed", exc_info=True)

@@ -7,6 +7,7 @@ subscribed: no consumer group, no committed offsets) at the range's start.
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ _PARTITION_EOF = -191
 _AUTO_OFFSET_RESET = -140
 _OFFSET_OUT_OF_RANGE = 1
 _UNKNOWN_TOPIC_OR_PART = 3
+# Messages' error(): None or a KafkaError, which is always true (and must not be compared with
+# None: KafkaError.__eq__ raises TypeError for it).
+_ERROR = operator.methodcaller("error")
 
 
 def _kafka() -> Any:
@@ -146,8 +150,8 @@ class RangeReader:
                 messages
                 and messages[0].offset() >= next_offset
                 and messages[-1].offset() < r.end
-                and all(m.error() is None for m in messages)
-            ):  # the common case, checked in bulk: in order (one partition), in range, no events
+                and not any(map(_ERROR, messages))
+            ):  # the common case, checked in bulk and in C: in order (one partition), in range, no events
                 block.extend(messages)
                 next_offset = messages[-1].offset() + 1
                 deadline = self._clock() + self.read_timeout
