@@ -6,11 +6,15 @@ Starts a Tansu broker on 127.0.0.1, produces `events` JSON events of about 200 b
 partitions, and measures in one run:
 - icetide: the runner (append mode, so the one-pass fast path of pipeline/fast_append.py) draining
   the topic into an Iceberg table: Kafka read, JSON decode, dead-letter check, write and commit,
-  after a warm-up pipeline of 20,000 events on its own topic (JVM JIT, Spark's Python workers),
+  after a warm-up pipeline of 60,000 events on its own topic (JVM JIT, Spark's Python workers),
   reported apart;
 - bare PyArrow: the same events decoded by pyarrow's JSON reader and written as one Parquet
-  file (no Kafka, no Iceberg: the practical limit of writing these rows);
+  file (no Kafka, no Iceberg: the practical limit of writing these rows), timed twice: decode and
+  write together, and the write alone of the already decoded rows (the issue's "bare PyArrow
+  Parquet write of the same decoded rows");
 - Spark append: the same decoded rows, cached in Spark, written by `df.writeTo(t).append()`.
+CPU: core-seconds used during the icetide run, machine-wide (/proc/stat) and per process of this
+benchmark (broker, Spark JVM, Python workers, driver), plus the fast path's per-task step timings.
 Then freshness: a producer sends a steady 10k events/s while the runner polls every second;
 for each row, the time from production to the commit that made it visible.
 """
@@ -37,6 +41,7 @@ SCHEMA = (
 )
 COUNTRIES = ["JP", "US", "GB", "DE", "FR", "KR", "TW", "BR"]
 DEVICES = ["ios", "android", "web"]
+WARM_UP_EVENTS = 60_000
 
 
 def event(i: int, produced_ms: int) -> bytes:
@@ -55,6 +60,49 @@ def event(i: int, produced_ms: int) -> bytes:
             "produced_at": produced_ms,
         }
     ).encode()
+
+
+def machine_busy_seconds() -> float:
+    """Core-seconds the whole machine has spent busy since boot (all cores, /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds() -> dict[str, float]:
+    """CPU seconds (own + reaped children) of this process and its descendants, by kind."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        rest = raw[raw.rindex(")") + 2 :].split()
+        ppid, times = int(rest[1]), sum(int(x) for x in rest[11:15]) / tick
+        kind = "broker" if b"tansu" in cmdline else "spark jvm" if name == "java" else "python"
+        stats[int(entry.name)] = (ppid, kind, times)
+    me = os.getpid()
+    out: dict[str, float] = {}
+    for pid, (_, kind, times) in stats.items():
+        if pid == me:
+            continue  # counted below, with os.times()
+        chain, ancestor = [], pid
+        while ancestor in stats and ancestor != me:
+            chain.append(ancestor)
+            ancestor = stats[ancestor][0]
+        if ancestor != me:
+            continue
+        if kind == "python":
+            kind = "python workers" if any(stats[a][1] == "spark jvm" for a in chain[1:]) else "other"
+        out[kind] = out.get(kind, 0.0) + times
+    own = os.times()
+    out["driver (python)"] = own.user + own.system
+    return out
 
 
 def produce(bootstrap: str, topic: str, start: int, count: int, rate: float | None = None) -> None:
@@ -104,7 +152,17 @@ def pipeline(bootstrap: str, topic: str, name: str, interval: str, max_records: 
     )
 
 
-def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path) -> str:
+def cpu_timed(fn: Any, runs: int = 3) -> tuple[list[float], float]:
+    """Wall seconds of each run and the median CPU seconds of this process per run."""
+    walls, cpus = [], []
+    for _ in range(runs):
+        cpu_started = time.process_time()
+        walls.append(timed(fn)[0])
+        cpus.append(time.process_time() - cpu_started)
+    return walls, median(cpus)
+
+
+def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, max_records: int) -> str:
     from icetide.pipeline.runner import Runner
     from tests.kafka_broker import create_topic, tansu_broker
 
@@ -115,16 +173,31 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path) -
         print(f"produced {events:,} events in {produce_s:.1f}s", flush=True)
         spark = bench_session(warehouse)
         # Warm-up: a small topic through its own pipeline starts the JVM's JIT and Spark's Python
-        # workers; reported apart, not counted in the measured run.
+        # workers (WARM_UP_EVENTS is enough for two tasks, so both cores have a worker, as in a
+        # pipeline that has been running); reported apart, not counted in the measured run.
         warm_topic = create_topic(bootstrap, partitions=4)
-        produce(bootstrap, warm_topic, 0, 20_000)
+        produce(bootstrap, warm_topic, 0, WARM_UP_EVENTS)
         warm = Runner(pipeline(bootstrap, warm_topic, "warmup", "1s", 250_000), spark)
         warm_s, _ = timed(lambda: warm.run(once=True, handle_signals=False))
-        print(f"warm-up: 20,000 events in {warm_s:.1f}s", flush=True)
-        runner = Runner(pipeline(bootstrap, topic, "ingest", "1s", 250_000), spark)
+        print(f"warm-up: {WARM_UP_EVENTS:,} events in {warm_s:.1f}s", flush=True)
+        runner = Runner(pipeline(bootstrap, topic, "ingest", "1s", max_records), spark)
+        tasks: list[tuple[float, ...]] = []
+        if runner.fast is not None:
+            fast_write = runner.fast.write
+
+            def write(batch_id: int, ranges: Any) -> Any:
+                out = fast_write(batch_id, ranges)
+                tasks.extend(out.task_timings)
+                return out
+
+            runner.fast.write = write  # type: ignore[method-assign]
+        busy_before, cpu_before = machine_busy_seconds(), process_cpu_seconds()
         icetide_s, summary = timed(
             lambda: runner.run(once=True, handle_signals=False, on_batch=lambda m: print(m.to_json(), flush=True))
         )
+        busy = machine_busy_seconds() - busy_before
+        cpu_after = process_cpu_seconds()
+        cpu = {k: cpu_after.get(k, 0.0) - cpu_before.get(k, 0.0) for k in cpu_after}
         rows = spark.table("lake.bench.ingest").count()
         assert rows == events, f"{rows} rows for {events} events"
         batches = summary.batches
@@ -138,7 +211,13 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path) -
             table = pj.read_json(io.BytesIO(payload))
             pq.write_table(table, os.path.join(warehouse, "bare.parquet"), compression="zstd")
 
-        bare_times = [timed(bare)[0] for _ in range(3)]
+        decoded_rows = pj.read_json(io.BytesIO(payload))
+
+        def bare_write() -> None:
+            pq.write_table(decoded_rows, os.path.join(warehouse, "bare-write.parquet"), compression="zstd")
+
+        bare_times, bare_cpu = cpu_timed(bare)
+        write_times, write_cpu = cpu_timed(bare_write)
         decoded = spark.table("lake.bench.ingest").cache()
         decoded.count()
         spark.sql(f"CREATE TABLE lake.bench.native ({SCHEMA}) USING iceberg PARTITIONED BY (hours(event_time))")
@@ -167,9 +246,10 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path) -
     lags.sort()
     icetide_rate = events / icetide_s
     bare_rate = events / median(bare_times)
+    write_rate = events / median(write_times)
     native_rate = events / median(native_times)
     table = render_table(
-        ["writer", "seconds (median)", "rows/s", "rows/s per core", "vs bare PyArrow"],
+        ["writer", "seconds (median)", "rows/s", "rows/s per core", "vs bare decode+write", "vs bare write"],
         [
             (
                 "icetide runner: Kafka -> Iceberg",
@@ -177,12 +257,22 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path) -
                 f"{icetide_rate:,.0f}",
                 f"{icetide_rate / cores:,.0f}",
                 f"{icetide_rate / bare_rate:.2f}x",
+                f"{icetide_rate / write_rate:.2f}x",
             ),
             (
-                "bare PyArrow JSON -> Parquet",
-                f"{median(bare_times):.1f}",
+                "bare PyArrow: JSON decode + Parquet write",
+                f"{median(bare_times):.2f}",
                 f"{bare_rate:,.0f}",
                 f"{bare_rate / cores:,.0f}",
+                "1.00x",
+                f"{bare_rate / write_rate:.2f}x",
+            ),
+            (
+                "bare PyArrow: Parquet write of decoded rows",
+                f"{median(write_times):.2f}",
+                f"{write_rate:,.0f}",
+                f"{write_rate / cores:,.0f}",
+                f"{write_rate / bare_rate:.2f}x",
                 "1.00x",
             ),
             (
@@ -191,16 +281,30 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path) -
                 f"{native_rate:,.0f}",
                 f"{native_rate / cores:,.0f}",
                 f"{native_rate / bare_rate:.2f}x",
+                f"{native_rate / write_rate:.2f}x",
             ),
         ],
+    )
+    per_m = 1_000_000 / events
+    cpu_line = ", ".join(f"{k} {v * per_m:.2f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if v > 0.005)
+    step_names = ("read cpu", "wait for a block", "decode cpu", "partition+write wall", "task process cpu")
+    step_line = ", ".join(f"{n} {sum(t[i] for t in tasks) * per_m:.2f}" for i, n in enumerate(step_names))
+    cpu_text = (
+        f"CPU during the icetide run, core-seconds per million rows: machine {busy * per_m:.2f} "
+        f"({busy / icetide_s / cores:.0%} of {cores} cores over {icetide_s:.1f}s); by process: {cpu_line}. "
+        f"Fast path tasks ({len(tasks)}), summed seconds per million rows: {step_line}. "
+        f"Bare PyArrow CPU per million rows: decode+write {bare_cpu * per_m:.2f}, write alone {write_cpu * per_m:.2f} "
+        "(pyarrow threads included).\n\n"
     )
     pick = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))]  # noqa: E731
     return (
         f"{events:,} JSON events of about {len(event(0, 0))} bytes in 4 Kafka partitions (Tansu on 127.0.0.1), "
-        f"{cores} cores; the runner took {len(batches)} batches of up to 250,000 records "
+        f"{cores} cores; the runner took {len(batches)} batches of up to {max_records:,} records "
         f"({' '.join(f'{b.read_decode_seconds + b.write_seconds + b.commit_seconds:.1f}' for b in batches)} s "
-        f"read+decode+write+commit), after a warm-up pipeline of 20,000 events ({warm_s:.1f} s, not counted)."
+        f"read+decode+write+commit), after a warm-up pipeline of {WARM_UP_EVENTS:,} events "
+        f"({warm_s:.1f} s, not counted)."
         f"\n\n{table}\n\n"
+        f"{cpu_text}"
         f"Freshness at a steady 10,000 events/s for {freshness_seconds}s, trigger interval 1s "
         f"({len(lags):,} rows): produced -> visible median {pick(0.5):.1f}s, p95 {pick(0.95):.1f}s, "
         f"max {lags[-1]:.1f}s.\n"
@@ -211,8 +315,11 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--freshness-seconds", type=int, default=30)
+    p.add_argument("--max-records", type=int, default=250_000, help="the measured pipeline's trigger.max_records")
     args = p.parse_args()
-    body = in_temp_warehouse(lambda wh: run(args.events, args.freshness_seconds, wh, Path(wh) / "tansu.log"))
+    body = in_temp_warehouse(
+        lambda wh: run(args.events, args.freshness_seconds, wh, Path(wh) / "tansu.log", args.max_records)
+    )
     report("bench/ingest.py: Kafka to Iceberg append", body, save=args.record)
 
 
