@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: check-java $(STAMP)
+	@$(BIN)/python -m icetide.spark.state_store
 
 demo: install
 	$(BIN)/icetide demo

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import icetide
 from icetide.errors import ConfigError
+from icetide.spark.state_store import PROVIDER_CLASS
 from icetide.stateful.merge import MergeSpec
 from icetide.stateful.stage import ChangelogStage, StageOptions
 from tests.merge_model import merge_events
@@ -220,3 +223,15 @@ def test_a_repeated_event_writes_nothing_and_needs_no_dedup_state(spark, table_n
     assert stage.last_result is None  # the earliest batch keeps the tie: no change, no write
     assert h.table_rows() == h.expected()
     assert StageOptions(merge=ENGINES["aggregate"]).deduplicates()  # sum counts repeats
+
+
+def test_the_stage_runs_on_icetides_state_provider_and_leaves_the_session_as_it_was(spark, table_name, tmp_path):
+    h = Harness(spark, table_name, tmp_path, ENGINES["last"])
+    stage = h.stage()
+    before = {key: spark.conf.get(key, None) for key in stage.query_conf()}
+    h.append([{"id": "k", "ts": T0, "a": 1}])
+    h.run(stage)
+    metadata = json.loads((Path(h.checkpoint) / "offsets" / "0").read_text().splitlines()[1])
+    assert metadata["conf"]["spark.sql.streaming.stateStore.providerClass"] == PROVIDER_CLASS
+    assert {key: spark.conf.get(key, None) for key in before} == before
+    assert h.table_rows() == h.expected()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from icetide.errors import ConfigError
 from icetide.spark.java import check_java
+from icetide.spark.state_store import provider_jar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,8 +93,12 @@ def spark_session(
     # The embedded default needs no network; binding to loopback also silences Spark's host warning.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+    jars = [iceberg_runtime_jar()]
+    state_jar = provider_jar()
+    if state_jar:
+        jars.append(state_jar)
     settings: dict[str, str] = {
-        "spark.jars": iceberg_runtime_jar(),
+        "spark.jars": ",".join(jars),
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
