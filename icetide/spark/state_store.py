@@ -96,12 +96,17 @@ def _build(javac: str, jars: str, target: str) -> None:
     log.debug("built %s", target)
 
 
-def state_store_provider(spark: SparkSession) -> str:
-    """The provider class for a new stateful query: icetide's when this session's JVM has it."""
+def provider_loaded(spark: SparkSession) -> bool:
+    """Whether this session's JVM can load icetide's provider (its jar was on the classpath at start)."""
     from py4j.java_gateway import JavaClass
 
     jvm: Any = spark._jvm  # type: ignore[attr-defined]
-    if isinstance(jvm.icetide.state.ReusingRocksDBProvider, JavaClass):
+    return isinstance(jvm.icetide.state.ReusingRocksDBProvider, JavaClass)
+
+
+def state_store_provider(spark: SparkSession) -> str:
+    """The provider class for a new stateful query: icetide's when this session's JVM has it."""
+    if provider_loaded(spark):
         return PROVIDER_CLASS
     global _warned
     if not _warned:

@@ -15,6 +15,7 @@ Spark's checkpoint commit is a no-op (see docs/changelog.md).
 
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from icetide.errors import ConfigError, SchemaError
 from icetide.faults import crash_point
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.sink import BatchResult, UpsertSink
-from icetide.spark.state_store import state_store_provider
+from icetide.spark.state_store import PROVIDER_CLASS, provider_loaded, state_store_provider
 from icetide.stateful.enrich import Enrichment
 from icetide.stateful.merge import (
     BATCH_TIME,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATE_WINDOW = "_icetide_state_window"
+PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 CHECK_NEW_KEYS_PROPERTY = "icetide.stateful.check-new-keys."
 EXISTS = "_icetide_exists"
 CONTENT_HASH, CONTENT_HASH2 = "_icetide_event_hash", "_icetide_event_hash2"
@@ -192,7 +194,9 @@ class ChangelogStage:
             return None
         rows = self._with_ops(updates).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            if rows.isEmpty():
+            # count, not isEmpty: isEmpty computes the first partition alone (its state task on
+            # one core), the sink's first pass the others later; count runs them all at once.
+            if rows.count() == 0:
                 return None
             checked = self._inserts_checked(rows) if self.check_new_keys else rows
             out = self._enriched(checked)
@@ -308,7 +312,7 @@ class ChangelogStage:
         when a query starts, so they are set around `start` only and other queries keep theirs."""
         return {
             # A checkpoint keeps the provider it was started with; this only chooses for new ones.
-            "spark.sql.streaming.stateStore.providerClass": state_store_provider(self.spark),
+            PROVIDER_KEY: state_store_provider(self.spark),
             # Commit each batch's state as a changelog, snapshots in the background (Spark 3.5).
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
             # Counting the store's rows costs a read before every write (~25% of a micro-batch, measured).
@@ -321,9 +325,16 @@ class ChangelogStage:
 
     def _check_checkpoint(self, checkpoint: str) -> None:
         """A new (empty) checkpoint for a pipeline the table already holds batches of would restart
-        Spark's batch ids at 0, below the committed ones: every batch would be skipped. Refuse it."""
+        Spark's batch ids at 0, below the committed ones: every batch would be skipped. Refuse it.
+        A checkpoint started on icetide's state provider needs it again (Spark keeps the first)."""
+        recorded = _recorded_conf(self.spark, checkpoint)
+        if recorded and recorded.get(PROVIDER_KEY) == PROVIDER_CLASS and not provider_loaded(self.spark):
+            raise ConfigError(
+                f"checkpoint {checkpoint} keeps its state with icetide's RocksDB provider, which this Spark session "
+                "cannot load: start the session with icetide.spark_session on a machine with javac (a JDK)"
+            )
         state = self.sink.last_committed()
-        if state is None or _has_offsets(self.spark, checkpoint):
+        if state is None or recorded is not None:
             return
         raise ConfigError(
             f"checkpoint {checkpoint} is empty, but {self.table} already holds batch {state.batch_id} of pipeline "
@@ -351,8 +362,21 @@ def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None
                 spark.conf.set(key, old)
 
 
-def _has_offsets(spark: SparkSession, checkpoint: str) -> bool:
+def _recorded_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | None:
+    """The session settings Spark recorded in the checkpoint's newest offsets file; None for a new
+    checkpoint."""
     jvm: Any = spark._jvm  # type: ignore[attr-defined]
-    path = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/offsets")
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-    return bool(fs.exists(path) and len(fs.listStatus(path)) > 0)
+    offsets = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/offsets")
+    fs = offsets.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    if not fs.exists(offsets):
+        return None
+    batches = [int(n) for n in (f.getPath().getName() for f in fs.listStatus(offsets)) if n.isdigit()]
+    if not batches:
+        return None
+    stream = fs.open(jvm.org.apache.hadoop.fs.Path(offsets, str(max(batches))))
+    try:
+        lines = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")).splitlines()
+    finally:
+        stream.close()
+    metadata = json.loads(lines[1]) if len(lines) > 1 and lines[1].startswith("{") else {}
+    return {str(k): str(v) for k, v in metadata.get("conf", {}).items()}
