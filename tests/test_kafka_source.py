@@ -19,7 +19,7 @@ from icetide.sources.kafka import (
     allocate,
     parse_starting_offsets,
 )
-from icetide.sources.kafka_reader import RangeReader
+from icetide.sources.kafka_reader import RangeReader, range_settings
 from tests.kafka_broker import create_topic, produce
 
 T0 = 1_700_000_000_000  # a fixed epoch-millis base for record timestamps
@@ -61,6 +61,11 @@ def test_config_from_dict_names_the_bad_key() -> None:
     assert reader["max.partition.fetch.bytes"] == "4096"
     assert reader["fetch.max.bytes"] == READER_DEFAULTS["fetch.max.bytes"]
     assert reader["enable.partition.eof"] == "true"
+    # Each range reader prefetches no further than its range: its consumer closes at the end.
+    short = range_settings(reader, OffsetRange("ads", 0, 1_000, 63_500))
+    assert short["queued.min.messages"] == "62500" and short["max.partition.fetch.bytes"] == "4096"
+    assert range_settings(reader, OffsetRange("ads", 0, 0, 10**7))["queued.min.messages"] == "500000"
+    assert range_settings({}, OffsetRange("ads", 0, 5, 5))["queued.min.messages"] == "1"
     cases = [
         ({"bootstrap_servers": "b:9092"}, "source.kafka.topic: required"),
         ({"topic": "ads"}, "source.kafka.bootstrap_servers: required"),

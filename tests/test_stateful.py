@@ -237,9 +237,7 @@ def test_the_stage_runs_on_icetides_state_provider_and_leaves_the_session_as_it_
     assert h.table_rows() == h.expected()
 
 
-def test_a_checkpoint_on_icetides_provider_is_refused_by_a_session_without_it(
-    spark, table_name, tmp_path, monkeypatch
-):
+def test_a_checkpoint_on_icetides_provider_is_refused_by_a_session_without_it(spark, table_name, tmp_path, monkeypatch):
     h = Harness(spark, table_name, tmp_path, ENGINES["last"])
     h.append([{"id": "k", "ts": T0, "a": 1}])
     h.run()

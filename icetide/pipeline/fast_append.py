@@ -38,7 +38,7 @@ from icetide.sink.sink import PARTITION_COLUMN_PREFIX, UpsertSink
 from icetide.sink.transforms import arrow_partition_values, computable
 from icetide.sink.writer import WriterConfig, write_appends
 from icetide.sources.base import ExecutorSourceError, source_error_in
-from icetide.sources.kafka_reader import OffsetRange, RangeReader, _kafka
+from icetide.sources.kafka_reader import OffsetRange, RangeReader, _kafka, range_settings
 from icetide.table.iceberg import partition_fields
 from icetide.table.spec import PartitionTransform
 
@@ -186,7 +186,7 @@ class _BlockReader:
         value = kafka.Message.value
         for r in self.ranges:
             try:  # a consumer per range: it never sees another partition's prefetched records
-                consumer = kafka.Consumer(dict(self.config.consumer_settings))
+                consumer = kafka.Consumer(range_settings(self.config.consumer_settings, r))
             except Exception as exc:
                 where = f"{r.topic}/{r.partition}@{r.start}"
                 raise ExecutorSourceError(f"{where}: cannot create a consumer: {exc}") from exc
