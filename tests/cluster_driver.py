@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 
 def ancestors(pid: int) -> list[int]:
@@ -22,6 +23,30 @@ def ancestors(pid: int) -> list[int]:
             break
         chain.append(pid)
     return chain
+
+
+def stateful_sums(spark: Any, warehouse: str) -> tuple[dict[str, int], str]:
+    """Two snapshots of click events through the stateful stage (sum per key) on the executors:
+    (clicks per key in the target table, the state provider the checkpoint recorded)."""
+    import icetide
+    from icetide.stateful.merge import MergeSpec
+    from icetide.stateful.stage import ChangelogStage, StageOptions
+
+    target, raw = "lake.cluster.clicks", "lake.cluster.clicks_raw"
+    icetide.create_table(spark, target, schema="k STRING NOT NULL, ts TIMESTAMP, clicks INT", key=["k"])
+    spark.sql(f"CREATE TABLE {raw} (k STRING, ts TIMESTAMP, clicks INT) USING iceberg")
+    for batch in range(2):
+        spark.range(0, 4_000, numPartitions=4).selectExpr(
+            "concat('k', id % 1000) AS k", f"timestamp_seconds(1767225600 + id + {batch} * 10000) AS ts", "1 AS clicks"
+        ).writeTo(raw).append()
+    options = StageOptions(merge=MergeSpec("aggregate", {"clicks": "sum"}), dedup=False)
+    stage = ChangelogStage(spark, target, pipeline_id="clicks", order_by="ts", options=options)
+    checkpoint = os.path.join(warehouse, "chk-clicks")
+    events = spark.readStream.format("iceberg").load(raw)
+    stage.start(events, checkpoint=checkpoint, available_now=True).awaitTermination()
+    with open(os.path.join(checkpoint, "offsets", "0")) as f:
+        provider = json.loads(f.read().splitlines()[1])["conf"]["spark.sql.streaming.stateStore.providerClass"]
+    return {r["k"]: r["clicks"] for r in spark.table(target).collect()}, provider
 
 
 def main() -> None:
@@ -51,11 +76,14 @@ def main() -> None:
     rows = spark.table(table).count()
     latest = spark.table(table).where("v = 'b2'").count()
     pids = [int(w.rsplit(":", 1)[1]) for w in writers]
+    clicks, provider = stateful_sums(spark, warehouse)
     print(
         json.dumps(
             {
                 "rows": rows,
                 "latest": latest,
+                "stateful_clicks": clicks,
+                "state_provider": provider,
                 "writer_pids": pids,
                 "driver_pid": os.getpid(),
                 "under_worker": all(worker_pid in ancestors(p) for p in pids),

@@ -13,14 +13,19 @@ MIN_JAVA_VERSION = 11
 INSTALL_HINT = "install Java 17, e.g. 'apt-get install openjdk-17-jre-headless', or set JAVA_HOME"
 
 
-def java_executable() -> str | None:
-    """The java binary Spark will launch: JAVA_HOME's first, then the PATH's."""
+def jdk_tool(name: str) -> str | None:
+    """A JDK program (java, javac): JAVA_HOME's first, then the PATH's."""
     home = os.environ.get("JAVA_HOME")
     if home:
-        candidate = os.path.join(home, "bin", "java")
+        candidate = os.path.join(home, "bin", name)
         if os.access(candidate, os.X_OK):
             return candidate
-    return shutil.which("java")
+    return shutil.which(name)
+
+
+def java_executable() -> str | None:
+    """The java binary Spark will launch."""
+    return jdk_tool("java")
 
 
 def parse_java_major(version_output: str) -> int | None:

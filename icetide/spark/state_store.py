@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 import zipfile
 from typing import TYPE_CHECKING, Any
+
+from icetide.spark.java import jdk_tool
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,15 +44,6 @@ def _spark_jars() -> tuple[str, str]:
     return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "jars"), pyspark.__version__
 
 
-def _javac() -> str | None:
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        candidate = os.path.join(home, "bin", "javac")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("javac")
-
-
 def provider_jar() -> str | None:
     """Path of the provider's jar, built now if needed; None when it cannot be built (no javac,
     or javac failed: the reason goes to the debug log)."""
@@ -61,7 +53,7 @@ def provider_jar() -> str | None:
     target = os.path.join(cache_dir(), f"icetide-state-{digest}.jar")
     if os.path.exists(target):
         return target
-    javac = _javac()
+    javac = jdk_tool("javac")
     if javac is None:
         log.debug("javac not found: the stateful stage uses Spark's own RocksDB provider")
         return None
