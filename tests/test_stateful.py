@@ -29,6 +29,8 @@ ENGINES = {
     "aggregate": MergeSpec(
         "aggregate", {"ts": "max", "a": "first", "b": "last_non_null", "clicks": "sum", "last_click": "max"}
     ),
+    # Columns of one function share a struct: two `first` and two `last` columns.
+    "shared": MergeSpec("aggregate", {"ts": "max", "a": "first", "b": "first", "clicks": "last", "last_click": "last"}),
 }
 
 
@@ -89,7 +91,7 @@ def random_events(rng: random.Random, batch: int, keys: int, count: int) -> list
     return events
 
 
-@pytest.mark.parametrize("engine", ["last", "partial", "aggregate"])
+@pytest.mark.parametrize("engine", ["last", "partial", "aggregate", "shared"])
 def test_engines_match_the_model_under_random_order_and_duplicates(spark, table_name, tmp_path, engine):
     spec = ENGINES[engine]
     h = Harness(spark, table_name, tmp_path, spec)
