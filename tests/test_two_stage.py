@@ -171,3 +171,53 @@ def test_running_pipeline_merges_files_as_they_land_and_stops_on_sigterm(spark: 
     assert proc.returncode == 0, stderr[-3000:]
     stage_two = [json.loads(line) for line in out.splitlines() if '"stage": 2' in line]
     assert stage_two and sum(m["rows_written"] for m in stage_two) >= len(expected(events + more))
+
+
+def _parquet_files(location: str) -> set[str]:
+    root = location.removeprefix("file:")
+    return {os.path.join(d, n) for d, _, names in os.walk(root) for n in names if n.endswith(".parquet")}
+
+
+def test_raw_retention_never_drops_what_stage_two_has_not_merged(spark: Any, tmp_path: Path) -> None:
+    """Raw rows past the retention are deleted and their snapshots expired (storage reclaimed),
+    but a stage 2 that lags behind still merges every event, and stage 1 ingests no file twice."""
+    from icetide.table.iceberg import load_table
+
+    doc = pipeline_doc("retain", tmp_path / "landing", tmp_path / "warehouse")
+    doc["warehouse"] = None  # the test session's warehouse
+    doc["state"]["checkpoint"] = str(tmp_path / "chk")
+    doc["raw"] = {"retention": "30d"}  # the events are of 2026-01-01: all past it
+    config = PipelineConfig.from_dict(doc)
+    table, raw = "lake.two.retain", "lake.two.retain_raw"
+    events, _ = land(tmp_path / "landing", 3, seed=11)
+
+    # Stage 1 alone, then retention: stage 2 has merged nothing yet, so nothing may be expired.
+    runner = TwoStageRunner(config, spark)
+    runner.ingest.run(once=True, handle_signals=False)
+    first_files = _parquet_files(load_table(spark, raw).location())
+    assert first_files
+    result = runner.apply_retention()
+    assert result is not None and result.expired_snapshots == 0 and result.skipped_expiry
+    assert spark.table(raw).count() == 0  # the rows are past the retention
+    assert runner.apply_retention() is None  # at most once per RETENTION_EVERY_SECONDS
+    runner.run(once=True, handle_signals=False)
+    assert table_rows(spark, table, KEY + VALUES, KEY) == expected(events)  # deleted rows, still merged
+
+    # Stage 2 has passed them now: the next pass expires the old snapshots and their files.
+    more, _ = land(tmp_path / "landing", 2, seed=12, first=3)
+    runner = TwoStageRunner(config, spark)
+    result = runner.apply_retention()
+    assert result is not None and result.expired_snapshots > 0 and result.skipped_expiry is None
+    jraw = load_table(spark, raw)
+    jraw.refresh()
+    assert jraw.snapshot(result.kept_from_snapshot) is not None  # where stage 2 is: kept
+    runner.run(once=True, handle_signals=False)
+    assert table_rows(spark, table, KEY + VALUES, KEY) == expected(events + more)
+    assert spark.table(raw).count() == len(more)  # the first files were not ingested again
+
+    # Once stage 2 has read past the delete, the deleted rows' files are gone from storage.
+    result = TwoStageRunner(config, spark).apply_retention()
+    assert result is not None and result.expired_snapshots > 0
+    assert not first_files & _parquet_files(load_table(spark, raw).location())
+    assert spark.table(raw).count() == 0
+    assert table_rows(spark, table, KEY + VALUES, KEY) == expected(events + more)

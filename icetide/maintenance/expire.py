@@ -58,8 +58,10 @@ def expire_snapshots(
     retain_last: int = 10,
     older_than: timedelta = timedelta(0),
     clean_files: bool = True,
+    before_ms: int | None = None,
 ) -> ExpireResult:
-    """Expire snapshots older than `older_than`, always keeping the `retain_last` newest.
+    """Expire snapshots older than `older_than` (or committed before `before_ms`, milliseconds
+    since the epoch, when given), always keeping the `retain_last` newest.
 
     Guarantees: every pipeline's state (`icetide.pipeline.<id>` properties) is the same after
     as before; if a snapshot records a batch newer than its pipeline's property, nothing is
@@ -83,7 +85,7 @@ def expire_snapshots(
                 f"{state.batch_id if state else 'nothing'}; expiring could lose its position, so nothing was expired"
             )
     before = {int(s.snapshotId()) for s in metadata.snapshots()}
-    cutoff_ms = int((time.time() - older_than.total_seconds()) * 1000)
+    cutoff_ms = before_ms if before_ms is not None else int((time.time() - older_than.total_seconds()) * 1000)
     jtable.expireSnapshots().expireOlderThan(cutoff_ms).retainLast(retain_last).cleanExpiredFiles(clean_files).commit()
     jtable.refresh()
     after = {int(s.snapshotId()) for s in jtable.operations().current().snapshots()}

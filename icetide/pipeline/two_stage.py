@@ -14,12 +14,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig, TableConfig
 from icetide.errors import ConfigError
 from icetide.pipeline.adapter import EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN
+from icetide.pipeline.raw_retention import RawRetentionResult, apply_raw_retention
 from icetide.pipeline.runner import Runner, RunSummary, create_config_table, pipeline_session
 from icetide.sink.changelog import OP_COLUMN
 from icetide.sink.committer import APPEND_TABLE_PROPERTIES
@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from icetide.sink.sink import BatchResult
 
 log = logging.getLogger(__name__)
+
+# Raw retention deletes whole days, so checking once an hour is often enough; a run applies it
+# at its start and then at most this often, between stage-1 batches.
+RETENTION_EVERY_SECONDS = 3600.0
 
 
 def raw_table_config(config: PipelineConfig, settings: StatefulSettings, target: StructType) -> TableConfig:
@@ -103,7 +107,7 @@ class TwoStageRunner:
         )  # fmt: skip
         self.progress = StageTwoProgress()
         self.on_stage_two: Callable[[str], None] | None = None  # one JSON line per committed stage-2 batch
-        self._last_retention = 0.0
+        self._last_retention: float | None = None  # time.monotonic() of the last pass
 
     @property
     def maintenance_runs(self) -> list[Any]:
@@ -125,14 +129,16 @@ class TwoStageRunner:
             F.col(EVENT_OP_COLUMN).alias(OP_COLUMN),
         )
 
-    def _start_stage_two(self, *, available_now: bool) -> StreamingQuery:
+    def _start_stage_two(self) -> StreamingQuery:
+        # Never `availableNow`: Iceberg's streaming source caps such a run by walking the raw
+        # table from the checkpoint's first offset, so it fails once raw retention has expired
+        # that snapshot. `--once` runs the processing-time query until it has caught up instead.
         self.stage.sink.remove_abandoned_files()
         self.stage.on_result = self._stage_two_committed
         return self.stage.start(
             self.events(),
             checkpoint=self.settings.checkpoint,
-            interval_seconds=None if available_now else self.config.trigger.interval,
-            available_now=available_now,
+            interval_seconds=self.config.trigger.interval,
             query_name=f"icetide-{self.config.pipeline}",
         )
 
@@ -161,17 +167,23 @@ class TwoStageRunner:
         if self.on_stage_two is not None:
             self.on_stage_two(line)
 
-    def apply_retention(self) -> None:
-        """Drop raw days older than `raw.retention` (whole partitions: a metadata-only delete)."""
+    def apply_retention(self) -> RawRetentionResult | None:
+        """Apply `raw.retention` (icetide/pipeline/raw_retention.py), at most once per
+        RETENTION_EVERY_SECONDS; None when it did not run."""
         seconds = self.settings.raw_retention_seconds
-        if seconds is None or time.monotonic() - self._last_retention < 3600:
-            return
+        if seconds is None:
+            return None
+        last = self._last_retention
+        if last is not None and time.monotonic() - last < RETENTION_EVERY_SECONDS:
+            return None
         self._last_retention = time.monotonic()
-        cutoff = (datetime.now(UTC) - timedelta(seconds=seconds)).replace(hour=0, minute=0, second=0, microsecond=0)
-        order_by = self.config.order_by
-        stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
-        self.spark.sql(f"DELETE FROM {self.settings.raw_table} WHERE {order_by} < TIMESTAMP '{stamp}'")
-        log.info("raw retention: dropped days of %s before %s", self.settings.raw_table, stamp)
+        return apply_raw_retention(
+            self.spark,
+            self.settings.raw_table,
+            order_by=self.config.order_by or "",
+            retention_seconds=seconds,
+            checkpoint=self.settings.checkpoint,
+        )
 
     def run(
         self,
@@ -185,10 +197,13 @@ class TwoStageRunner:
         self.apply_retention()
         if once:
             summary = self.ingest.run(once=True, on_batch=on_batch, handle_signals=handle_signals)
-            query = self._start_stage_two(available_now=True)
-            query.awaitTermination()
+            query = self._start_stage_two()
+            try:
+                query.processAllAvailable()  # everything stage 1 committed, merged and committed
+            finally:
+                query.stop()
             return summary
-        query = self._start_stage_two(available_now=False)
+        query = self._start_stage_two()
         stop_watch = threading.Event()
 
         def watch() -> None:  # a failed stage 2 stops stage 1: the pipeline fails as one

@@ -365,18 +365,48 @@ def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None
 def _recorded_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | None:
     """The session settings Spark recorded in the checkpoint's newest offsets file; None for a new
     checkpoint."""
-    jvm: Any = spark._jvm  # type: ignore[attr-defined]
-    offsets = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/offsets")
-    fs = offsets.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-    if not fs.exists(offsets):
+    lines = _checkpoint_log(spark, checkpoint, "offsets", newest_of=None)
+    if lines is None:
         return None
-    batches = [int(n) for n in (f.getPath().getName() for f in fs.listStatus(offsets)) if n.isdigit()]
-    if not batches:
-        return None
-    stream = fs.open(jvm.org.apache.hadoop.fs.Path(offsets, str(max(batches))))
-    try:
-        lines = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")).splitlines()
-    finally:
-        stream.close()
     metadata = json.loads(lines[1]) if len(lines) > 1 and lines[1].startswith("{") else {}
     return {str(k): str(v) for k, v in metadata.get("conf", {}).items()}
+
+
+def committed_source_offsets(spark: SparkSession, checkpoint: str) -> list[str] | None:
+    """The end offsets (one JSON line per source) of the newest batch that Spark's checkpoint
+    records as committed: everything up to them has been through the stage and its sink. None
+    before the first committed batch."""
+    commits = _checkpoint_batches(spark, checkpoint, "commits")
+    if not commits:
+        return None
+    lines = _checkpoint_log(spark, checkpoint, "offsets", newest_of=max(commits))
+    return lines[2:] if lines is not None else None
+
+
+def _checkpoint_batches(spark: SparkSession, checkpoint: str, log_name: str) -> list[int]:
+    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    folder = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/" + log_name)
+    fs = folder.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    if not fs.exists(folder):
+        return []
+    return [int(n) for n in (f.getPath().getName() for f in fs.listStatus(folder)) if n.isdigit()]
+
+
+def _checkpoint_log(spark: SparkSession, checkpoint: str, log_name: str, *, newest_of: int | None) -> list[str] | None:
+    """The lines of batch `newest_of` (None: the newest batch) in one of the checkpoint's logs."""
+    batch = newest_of
+    if batch is None:
+        batches = _checkpoint_batches(spark, checkpoint, log_name)
+        if not batches:
+            return None
+        batch = max(batches)
+    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    path = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + f"/{log_name}/{batch}")
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")).splitlines()
+    finally:
+        stream.close()
