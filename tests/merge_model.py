@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from icetide.stateful.merge import MergeSpec
+from icetide.stateful.merge import RESETTING, MergeSpec
 
 Key = tuple[Any, ...]
 
@@ -19,7 +19,9 @@ def merge_events(
     """key -> (key values..., merged values...) after all `events` (exact duplicates count once).
 
     Events need distinct `order_by` values per key (ties have no defined winner). A key whose
-    latest event is a DELETE is absent.
+    latest event is a DELETE is absent. A DELETE's values are never merged; `last` and
+    `last_non_null` merge only the events after the key's latest DELETE, the other functions
+    every event of the key.
     """
     unique = {_content(e): e for e in events}
     by_key: dict[Key, list[dict[str, Any]]] = {}
@@ -28,10 +30,23 @@ def merge_events(
     out: dict[Key, tuple[Any, ...]] = {}
     for k, group in by_key.items():
         group.sort(key=lambda e: e[order_by])
-        if (group[-1].get("_op") or "UPSERT") == "DELETE":
+        if _deletes(group[-1]):
             continue
-        out[k] = k + tuple(_merge(spec.function(v), [e.get(v) for e in group]) for v in values)
+        if spec.engine == "last":
+            out[k] = k + tuple(group[-1].get(v) for v in values)
+            continue
+        deletes = [i for i, e in enumerate(group) if _deletes(e)]
+        since_delete = group[deletes[-1] + 1 :] if deletes else group
+        live = [e for e in group if not _deletes(e)]
+        out[k] = k + tuple(
+            _merge(f, [e.get(v) for e in (since_delete if f in RESETTING else live)])
+            for v, f in ((v, spec.function(v)) for v in values)
+        )
     return out
+
+
+def _deletes(event: dict[str, Any]) -> bool:
+    return (event.get("_op") or "UPSERT") == "DELETE"
 
 
 def _merge(function: str, ordered: list[Any]) -> Any:

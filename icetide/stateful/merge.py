@@ -29,10 +29,11 @@ BATCH_TIME = "_icetide_batch_time"  # current_timestamp() of the micro-batch an 
 LATEST = "_icetide_latest"  # the latest event by order: its op, batch time (and row, engine `last`)
 FIRST_SEEN = "_icetide_first_seen"
 LAST_SEEN = "_icetide_last_seen"
-LAST_DELETE = "_icetide_last_delete"  # order of the key's latest DELETE event, if any
+LAST_DELETE = "_icetide_last_delete"  # the key's latest DELETE event: its order `o`, batch time `n` (negated)
 COUNTED_AT = "_icetide_counted_at"  # the last batch with a non-zero input to any sum or count column
 COUNTING = ("sum", "count")  # functions that count a repeated event twice
 SHARED = ("first", "last")  # functions whose columns share one struct: they take one event's values
+RESETTING = ("last", "last_non_null")  # functions that start afresh after the key's latest DELETE
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ def aggregations(spec: MergeSpec, values: list[str], order: Column, op: Column) 
     from pyspark.sql import functions as F
 
     at = F.col(BATCH_TIME)
+    deleting = F.coalesce(op == F.lit("DELETE"), F.lit(False))  # a null op is an UPSERT
     latest = [order.alias("o"), op.alias("op")]
     if spec.engine == "last":
         latest += [F.col(_q(v)).alias(f"v{i}") for i, v in enumerate(values)]
@@ -105,17 +107,19 @@ def aggregations(spec: MergeSpec, values: list[str], order: Column, op: Column) 
         F.min(at).alias(FIRST_SEEN),
         F.max(at).alias(LAST_SEEN),
         F.max(F.struct(*latest, _earliest_wins(at))).alias(LATEST),
-        F.max(F.when(op == F.lit("DELETE"), order)).alias(LAST_DELETE),
+        F.max(F.when(deleting, F.struct(order.alias("o"), _earliest_wins(at)))).alias(LAST_DELETE),
     ]
     if spec.engine != "last":
+        # A DELETE's values (a CDC before-image) describe the row it removes: never merged.
+        live = ~deleting
         for function, columns in shared_structs(spec, values).items():
-            out.append(_shared_aggregate(function, columns, order, at))
+            out.append(_shared_aggregate(function, columns, order, at, live))
         for v in values:
             if spec.function(v) not in SHARED:
-                out.append(column_aggregate(spec.function(v), v, order, at))
+                out.append(column_aggregate(spec.function(v), v, order, at, live))
         counted = [F.col(_q(v)) for v in values if spec.function(v) in COUNTING]
         if counted:
-            out.append(F.max(F.when(_any_input(spec, values), at)).alias(COUNTED_AT))
+            out.append(F.max(F.when(_any_input(spec, values) & live, at)).alias(COUNTED_AT))
     return out
 
 
@@ -131,13 +135,13 @@ def shared_structs(spec: MergeSpec, values: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _shared_aggregate(function: str, columns: list[str], order: Column, at: Column) -> Column:
+def _shared_aggregate(function: str, columns: list[str], order: Column, at: Column, live: Column) -> Column:
     from pyspark.sql import functions as F
 
     fields = [order.alias("o"), *[F.col(_q(c)).alias(f"v{i}") for i, c in enumerate(columns)]]
     if function == "first":
-        return F.min(F.struct(*fields, F.unix_micros(at).alias("n"))).alias(_shared_name(function))
-    return F.max(F.struct(*fields, _earliest_wins(at))).alias(_shared_name(function))
+        return F.min(F.when(live, F.struct(*fields, F.unix_micros(at).alias("n")))).alias(_shared_name(function))
+    return F.max(F.when(live, F.struct(*fields, _earliest_wins(at)))).alias(_shared_name(function))
 
 
 def _shared_name(function: str) -> str:
@@ -166,21 +170,21 @@ def _any_input(spec: MergeSpec, values: list[str]) -> Column:
     return reduce(lambda a, b: a | b, inputs)
 
 
-def column_aggregate(function: str, name: str, order: Column, at: Column) -> Column:
-    """The state of one column under `function`: the aggregate `_icetide_m_<name>`. Ties keep the
-    earlier batch: an equal value is no change. Sums and counts record their changes in
-    `_icetide_counted_at`, one aggregate for all of them."""
+def column_aggregate(function: str, name: str, order: Column, at: Column, live: Column) -> Column:
+    """The state of one column under `function`: the aggregate `_icetide_m_<name>` over the
+    `live` events (not DELETEs). Ties keep the earlier batch: an equal value is no change. Sums
+    and counts record their changes in `_icetide_counted_at`, one aggregate for all of them."""
     from pyspark.sql import functions as F
 
-    c = F.col(_q(name))
+    c = F.when(live, F.col(_q(name)))
     present = c.isNotNull()
     m = _merged_name(name)
     if function == "last":
-        return F.max(F.struct(order.alias("o"), c.alias("v"), _earliest_wins(at))).alias(m)
+        return F.max(F.when(live, F.struct(order.alias("o"), c.alias("v"), _earliest_wins(at)))).alias(m)
     if function == "last_non_null":
         return F.max(F.when(present, F.struct(order.alias("o"), c.alias("v"), _earliest_wins(at)))).alias(m)
     if function == "first":
-        return F.min(F.struct(order.alias("o"), c.alias("v"), F.unix_micros(at).alias("n"))).alias(m)
+        return F.min(F.when(live, F.struct(order.alias("o"), c.alias("v"), F.unix_micros(at).alias("n")))).alias(m)
     if function == "max":
         return F.max(F.when(present, F.struct(c.alias("v"), _earliest_wins(at)))).alias(m)
     if function == "min":
@@ -206,12 +210,23 @@ def merged_columns(spec: MergeSpec, values: list[str]) -> list[Column]:
     out = []
     for v in values:
         function = spec.function(v)
+        state = F.col(_shared_name(function) if function in SHARED else _merged_name(v))
         if function in SHARED:
-            out.append(F.col(_shared_name(function))[f"v{shared[function].index(v)}"].alias(v))
-            continue
-        m = F.col(_merged_name(v))
-        out.append((m if function in COUNTING else m["v"]).alias(v))
+            value = state[f"v{shared[function].index(v)}"]
+        else:
+            value = state if function in COUNTING else state["v"]
+        if function in RESETTING:  # a value from before the key's latest DELETE is gone with it
+            deleted = F.col(LAST_DELETE)
+            value = F.when(deleted.isNull() | (state["o"] >= deleted["o"]), value)
+        out.append(value.alias(v))
     return out
+
+
+def delete_arrived_at() -> Column:
+    """The batch time in which the key's latest DELETE (by order) arrived; null without one."""
+    from pyspark.sql import functions as F
+
+    return F.timestamp_micros(-F.col(LAST_DELETE)["n"])
 
 
 def last_op() -> tuple[Column, Column]:

@@ -35,6 +35,7 @@ from icetide.stateful.merge import (
     MergeSpec,
     aggregations,
     changed_at,
+    delete_arrived_at,
     last_op,
     merged_columns,
 )
@@ -227,8 +228,12 @@ class ChangelogStage:
             .when(deleted, F.lit(None))
             .when(is_new, F.lit(INSERT))
             # A key deleted before, whose latest event is from now: written again even if its
-            # merged values equal those before the delete (partial and aggregate keep them).
+            # merged values equal those before the delete (aggregates other than last and
+            # last_non_null keep them).
             .when(F.col(LAST_DELETE).isNotNull() & (latest_at == now), F.lit(UPSERT))
+            # A DELETE that arrived now, ordered before the key's latest event: the merge restarts
+            # after it, so the row is rewritten (last and last_non_null values before it are gone).
+            .when(F.lit(self.options.merge.engine != "last") & (delete_arrived_at() == now), F.lit(UPSERT))
             .when(changed_at(self.options.merge, self.values) == now, F.lit(UPSERT))
         )
         return updates.select(
