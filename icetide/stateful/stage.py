@@ -370,7 +370,7 @@ def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None
 def _recorded_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | None:
     """The session settings Spark recorded in the checkpoint's newest offsets file; None for a new
     checkpoint."""
-    lines = _checkpoint_log(spark, checkpoint, "offsets", newest_of=None)
+    lines = _checkpoint_log(spark, checkpoint, "offsets")
     if lines is None:
         return None
     metadata = json.loads(lines[1]) if len(lines) > 1 and lines[1].startswith("{") else {}
@@ -384,7 +384,7 @@ def committed_source_offsets(spark: SparkSession, checkpoint: str) -> list[str] 
     commits = _checkpoint_batches(spark, checkpoint, "commits")
     if not commits:
         return None
-    lines = _checkpoint_log(spark, checkpoint, "offsets", newest_of=max(commits))
+    lines = _checkpoint_log(spark, checkpoint, "offsets", batch=max(commits))
     return lines[2:] if lines is not None else None
 
 
@@ -397,9 +397,10 @@ def _checkpoint_batches(spark: SparkSession, checkpoint: str, log_name: str) -> 
     return [int(n) for n in (f.getPath().getName() for f in fs.listStatus(folder)) if n.isdigit()]
 
 
-def _checkpoint_log(spark: SparkSession, checkpoint: str, log_name: str, *, newest_of: int | None) -> list[str] | None:
-    """The lines of batch `newest_of` (None: the newest batch) in one of the checkpoint's logs."""
-    batch = newest_of
+def _checkpoint_log(
+    spark: SparkSession, checkpoint: str, log_name: str, *, batch: int | None = None
+) -> list[str] | None:
+    """The lines of `batch` (None: the newest) in one of the checkpoint's logs; None if absent."""
     if batch is None:
         batches = _checkpoint_batches(spark, checkpoint, log_name)
         if not batches:
