@@ -74,3 +74,30 @@ def test_no_order_column_uses_arrival() -> None:
         batch([(1, "first", None, None), (1, "second", None, None)]), key=["id"], order_by=None, changelog=False
     )
     assert as_dict(out.rows) == {1: "second"}
+
+
+def test_append_mode_keeps_every_insert_of_a_key() -> None:
+    rows = [(1, "a", 1, "INSERT"), (1, "b", 2, "INSERT"), (2, "c", 1, "INSERT")]
+    out = collapse(batch(rows), key=["id"], order_by="seq", changelog=True, keep_inserts=True)
+    assert sorted(out.rows["v"].to_pylist()) == ["a", "b", "c"]
+    assert out.deletes.num_rows == 0
+    # Without keep_inserts the same batch collapses to the last INSERT of each key.
+    assert as_dict(collapse(batch(rows), key=["id"], order_by="seq", changelog=True).rows) == {1: "b", 2: "c"}
+
+
+def test_append_mode_collapses_only_the_keys_with_a_change() -> None:
+    rows = [
+        (1, "a", 1, "INSERT"),
+        (1, "b", 2, "INSERT"),
+        (2, "old", 1, "INSERT"),
+        (2, None, 2, "DELETE"),
+        (3, "x", 1, "INSERT"),
+        (3, "y", 2, "UPSERT"),
+    ]
+    out = collapse(batch(rows), key=["id"], order_by="seq", changelog=True, keep_inserts=True)
+    assert sorted(zip(out.rows["id"].to_pylist(), out.rows["v"].to_pylist(), strict=True)) == [
+        (1, "a"),
+        (1, "b"),
+        (3, "y"),
+    ]
+    assert sorted(out.deletes["id"].to_pylist()) == [2, 3]

@@ -205,6 +205,27 @@ def test_fast_path_matches_the_spark_path(spark: Any, kafka_broker: str) -> None
     assert len(fast_dead) == sum(1 for _, _, v, _ in recs if v in BAD)
 
 
+def test_repeated_keys_in_one_batch_are_all_appended_on_every_path(spark: Any, kafka_broker: str) -> None:
+    """Append mode writes every record: the fast path, the Spark path and distribution `none` agree."""
+    from collections import Counter
+
+    topic = create_topic(kafka_broker, partitions=1)
+    recs = records(60, partitions=1)
+    repeated = recs[:10]  # delivered again in the same batch: same event id and time, so the same key
+    produce(kafka_broker, topic, recs + repeated)
+    counts = {}
+    for name, extra in (
+        ("rep_fast", {}),
+        ("rep_spark", {"fast_path": "off"}),
+        ("rep_none", {"fast_path": "off", "distribution": "none"}),
+    ):
+        runner = run_pipeline(spark, doc(name, kafka_broker, topic, **extra))
+        assert (runner.fast is not None) == (name == "rep_fast")
+        counts[name] = Counter(r[0] for r in spark.table(f"lake.fast.{name}").select("event_id").collect())
+    assert counts["rep_fast"] == counts["rep_spark"] == counts["rep_none"]
+    assert sum(counts["rep_fast"].values()) == 70 and counts["rep_fast"]["e0"] == 2
+
+
 def test_fast_path_steps_aside_for_changes_and_bucket(spark: Any, kafka_broker: str) -> None:
     topic = create_topic(kafka_broker, partitions=1)
     produce(kafka_broker, topic, records(30, partitions=1))

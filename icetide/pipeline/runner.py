@@ -119,6 +119,7 @@ class Runner:
             pipeline_id=config.pipeline,
             order_by=config.order_by,
             changelog=config.changelog or config.mode == "append",
+            keep_inserts=config.mode == "append",  # every record is a row, as on the fast path
             distribution=config.distribution,
             write_parallelism=config.write_parallelism,
             target_file_size=t.target_file_size,

@@ -46,13 +46,15 @@ def collapse(
     key: list[str],
     order_by: str | None,
     changelog: bool,
+    keep_inserts: bool = False,
 ) -> Collapsed:
     """Collapse each key's changes to the last by (order_by, arrival) and split rows from deletes.
 
     Every surviving UPSERT or DELETE deletes the key's older rows. An INSERT does too unless
     `changelog` is set (the producer promises the key is new); even then, if the batch held any
     UPSERT or DELETE for that key before the INSERT, its delete is kept, so DELETE-then-INSERT
-    never leaves two rows. Null `order_by` values sort as oldest.
+    never leaves two rows. Null `order_by` values sort as oldest. With `keep_inserts` (append
+    mode), a key whose changes are all INSERTs keeps every one of them as a row.
     """
     if table.num_rows == 0:
         return Collapsed(table, table.select(key))
@@ -60,6 +62,8 @@ def collapse(
     table = table.set_column(table.schema.get_field_index(OP_COLUMN), OP_COLUMN, ops)
     if table.select(key).group_by(key, use_threads=False).aggregate([]).num_rows == table.num_rows:
         return _split(table, had_change=None, changelog=changelog)  # no key repeats: nothing to collapse
+    if keep_inserts and not pc.any(pc.not_equal(ops, INSERT)).as_py():
+        return _split(table, had_change=None, changelog=changelog)  # an append batch: every row stays
     sort_keys = [(order_by, "ascending")] if order_by else []
     sort_keys.append((ARRIVAL_COLUMN, "ascending"))
     order = pc.sort_indices(table, sort_keys=sort_keys, null_placement="at_start")
@@ -68,8 +72,22 @@ def collapse(
     not_insert = pc.not_equal(table[OP_COLUMN], INSERT)
     helper = table.select(key).append_column("_pos", position).append_column("_ni", not_insert)
     groups = helper.group_by(key, use_threads=False).aggregate([("_pos", "max"), ("_ni", "any")])
+    if keep_inserts:
+        return _keep_inserts(table, helper, groups, key, changelog)
     last = groups["_pos_max"]
     return _split(table.take(last), had_change=groups["_ni_any"], changelog=changelog)
+
+
+def _keep_inserts(table: pa.Table, helper: pa.Table, groups: pa.Table, key: list[str], changelog: bool) -> Collapsed:
+    """Every row of the keys with only INSERTs, and the last change of each other key."""
+    marked = helper.join(groups.select([*key, "_ni_any"]), keys=key, use_threads=False)
+    inserts_only = marked.filter(pc.invert(marked["_ni_any"]))["_pos"]
+    changed = groups.filter(groups["_ni_any"])
+    positions = pa.chunked_array([*inserts_only.chunks, *changed["_pos_max"].chunks], pa.int64())
+    had_change = pa.chunked_array(
+        [pa.array(np.zeros(len(inserts_only), dtype=bool)), pa.array(np.ones(changed.num_rows, dtype=bool))]
+    )
+    return _split(table.take(positions), had_change=had_change, changelog=changelog)
 
 
 def _split(survivors: pa.Table, *, had_change: pa.ChunkedArray | None, changelog: bool) -> Collapsed:

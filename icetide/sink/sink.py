@@ -106,6 +106,8 @@ class UpsertSink:
     or DELETE; absent or null means UPSERT). Several changes to one key collapse to the last by
     `order_by` (ties by arrival order). UPSERT and DELETE write an equality delete on the key;
     so does INSERT unless `changelog=True`, for producers that know an INSERT's key is new.
+    With `keep_inserts=True` (append mode), a key whose changes in a batch are all INSERTs keeps
+    every one of them as a row; a key with an UPSERT or DELETE still collapses to its last change.
 
     Example::
 
@@ -122,6 +124,7 @@ class UpsertSink:
         pipeline_id: str,
         order_by: str | None = None,
         changelog: bool = False,
+        keep_inserts: bool = False,
         distribution: str = "dynamic",
         write_parallelism: int | None = None,
         target_file_size: int | None = None,
@@ -140,6 +143,7 @@ class UpsertSink:
         self.pipeline_id = pipeline_id
         self.order_by = order_by
         self.changelog = changelog
+        self.keep_inserts = keep_inserts
         self.distribution = distribution
         self.write_parallelism = write_parallelism
         self.target_file_size = target_file_size
@@ -286,29 +290,36 @@ class UpsertSink:
             ),
             compression=table_property(jtable, "write.parquet.compression-codec", "zstd").lower(),
             compression_level=int(level) if level else None,
+            keep_inserts=self.keep_inserts,
         )
 
     def _collapse_in_spark(self, df: DataFrame) -> DataFrame:
-        """For distribution `none`: collapse duplicate keys with a Spark aggregation, keep its layout."""
+        """For distribution `none`: collapse duplicate keys with a Spark aggregation, keep its layout
+        (with `keep_inserts`, keys with only INSERTs keep every row, as the writers do)."""
+        from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         others = [c for c in df.columns if c not in self.key]
         order = [F.col(self.order_by)] if self.order_by else []
         ordering = F.struct(*order, F.col(ARRIVAL_COLUMN))
         op = F.upper(F.trim(F.coalesce(F.col(OP_COLUMN), F.lit(UPSERT))))
-        picked = (
-            df.withColumn(OP_COLUMN, op)
-            .groupBy(*self.key)
-            .agg(
-                F.max_by(F.struct(*others), ordering).alias("_last"),
-                F.max((F.col(OP_COLUMN) != F.lit(INSERT)).cast("int")).alias("_changed"),
-            )
+        df = df.withColumn(OP_COLUMN, op)
+        kept = None
+        if self.keep_inserts:
+            changes = F.max((F.col(OP_COLUMN) != F.lit(INSERT)).cast("int")).over(Window.partitionBy(*self.key))
+            marked = df.withColumn("_changes", changes)
+            kept = marked.where(F.col("_changes") == 0).drop("_changes")
+            df = marked.where(F.col("_changes") == 1).drop("_changes")
+        picked = df.groupBy(*self.key).agg(
+            F.max_by(F.struct(*others), ordering).alias("_last"),
+            F.max((F.col(OP_COLUMN) != F.lit(INSERT)).cast("int")).alias("_changed"),
         )
         last_op = F.col(f"_last.{OP_COLUMN}")
         fixed_op = F.when((last_op == F.lit(INSERT)) & (F.col("_changed") == 1), F.lit(UPSERT)).otherwise(last_op)
-        return picked.select(
+        collapsed = picked.select(
             *self.key, *[F.col(f"_last.`{c}`").alias(c) for c in others if c != OP_COLUMN], fixed_op.alias(OP_COLUMN)
         ).select(*df.columns)
+        return collapsed if kept is None else kept.unionByName(collapsed)
 
     def _write_files(self, prepared: DataFrame, config: WriterConfig, *, source_cached: bool) -> list[WrittenFile]:
         from pyspark import StorageLevel

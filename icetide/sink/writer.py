@@ -73,6 +73,7 @@ class WriterConfig:
     row_group_bytes: int
     compression: str
     compression_level: int | None
+    keep_inserts: bool = False  # append mode: a key's repeated INSERTs all stay (changelog.collapse)
 
     def key_schema(self) -> pa.Schema:
         """Schema of the equality-delete files: the key columns with their field ids."""
@@ -215,7 +216,13 @@ def write_task(batches: Iterator[pa.RecordBatch], config: WriterConfig, task_tag
         return pa.RecordBatch.from_pydict(out, schema=WRITTEN_FILE_SCHEMA)
     table = pa.Table.from_batches(received)
     try:
-        collapsed = collapse(table, key=list(config.key), order_by=config.order_by, changelog=config.changelog)
+        collapsed = collapse(
+            table,
+            key=list(config.key),
+            order_by=config.order_by,
+            changelog=config.changelog,
+            keep_inserts=config.keep_inserts,
+        )
     except BadOperationError as exc:
         raise WriteError(str(exc)) from exc
     prefix = file_prefix(config.pipeline_id, config.batch_id) + task_tag
