@@ -223,3 +223,14 @@ def test_raw_retention_never_drops_what_stage_two_has_not_merged(spark: Any, tmp
     # A run with nothing new returns (stage 2 restarts past the expired snapshots) and changes nothing.
     TwoStageRunner(config, spark).run(once=True, handle_signals=False)
     assert table_rows(spark, table, KEY + VALUES, KEY) == expected(events + more)
+
+
+def test_a_failed_retention_pass_is_one_line_and_does_not_raise(spark: Any, tmp_path: Path) -> None:
+    from icetide.pipeline.raw_retention import apply_raw_retention
+
+    result = apply_raw_retention(
+        spark, "lake.two.no_such_raw", order_by="event_time", retention_seconds=86400, checkpoint=str(tmp_path / "c")
+    )
+    assert result.deleted_before is None and result.expired_snapshots == 0
+    assert result.skipped_expiry is not None and "no_such_raw" in result.skipped_expiry
+    assert "\n" not in result.skipped_expiry and "\tat " not in result.skipped_expiry

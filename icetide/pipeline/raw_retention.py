@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from icetide.errors import TerminalError
+from icetide.errors import one_line
 from icetide.maintenance.expire import expire_snapshots
 from icetide.stateful.stage import committed_source_offsets
 from icetide.table.iceberg import load_table
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 class RawRetentionResult:
     """What one retention pass did."""
 
-    deleted_before: datetime  # rows with an event time before this were deleted
+    deleted_before: datetime | None  # rows with an event time before this were deleted (None: failed)
     expired_snapshots: int
     kept_from_snapshot: int | None  # stage 2's position: this snapshot and newer ones were kept
     skipped_expiry: str | None = None  # why no snapshot was expired, when none could be
@@ -60,12 +60,17 @@ def apply_raw_retention(
     spark: SparkSession, raw_table: str, *, order_by: str, retention_seconds: float, checkpoint: str
 ) -> RawRetentionResult:
     """Delete raw rows older than the retention (whole days) and expire the raw snapshots older
-    than stage 2's position. Never expires a snapshot stage 2 has not passed;
-    never fails the pipeline over expiry (a refused expiry is logged and reported)."""
+    than stage 2's position. Never expires a snapshot stage 2 has not passed. Never fails the
+    pipeline: retention is housekeeping, so a pass that fails (a commit conflict, a refused
+    expiry) logs one line, reports why, and the next pass tries again."""
     now = datetime.now(UTC)
     cutoff = (now - timedelta(seconds=retention_seconds)).replace(hour=0, minute=0, second=0, microsecond=0)
     stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
-    spark.sql(f"DELETE FROM {raw_table} WHERE `{order_by}` < TIMESTAMP '{stamp}'")
+    try:
+        spark.sql(f"DELETE FROM {raw_table} WHERE `{order_by}` < TIMESTAMP '{stamp}'")
+    except Exception as exc:  # a Java error arrives as a page of trace: one line, the trace in debug
+        log.debug("raw retention: deleting from %s failed", raw_table, exc_info=True)
+        return _skipped(cutoff, None, f"deleting rows before {stamp} failed: {one_line(exc)}", deleted=False)
     log.info("raw retention: deleted rows of %s with %s before %s", raw_table, order_by, stamp)
 
     position = stage_two_snapshot(spark, checkpoint)
@@ -78,8 +83,9 @@ def apply_raw_retention(
         return _skipped(cutoff, position, f"stage 2's position, snapshot {position}, is not in {raw_table}")
     try:  # expires what was committed strictly before stage 2's snapshot
         result = expire_snapshots(spark, raw_table, retain_last=1, before_ms=int(snapshot.timestampMillis()))
-    except TerminalError as exc:
-        return _skipped(cutoff, position, str(exc))
+    except Exception as exc:
+        log.debug("raw retention: expiring snapshots of %s failed", raw_table, exc_info=True)
+        return _skipped(cutoff, position, one_line(exc))
     log.info(
         "raw retention: expired %d snapshot(s) of %s older than stage 2's position, snapshot %d",
         result.expired_snapshots,
@@ -89,6 +95,6 @@ def apply_raw_retention(
     return RawRetentionResult(cutoff, result.expired_snapshots, position)
 
 
-def _skipped(cutoff: datetime, position: int | None, why: str) -> RawRetentionResult:
-    log.warning("raw retention: no snapshot expired: %s", why)
-    return RawRetentionResult(cutoff, 0, position, skipped_expiry=why)
+def _skipped(cutoff: datetime, position: int | None, why: str, *, deleted: bool = True) -> RawRetentionResult:
+    log.warning("raw retention: no snapshot expired (the next pass tries again): %s", why)
+    return RawRetentionResult(cutoff if deleted else None, 0, position, skipped_expiry=why)
