@@ -10,12 +10,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from icetide.errors import ConfigError
 from icetide.stateful.settings import StatefulSettings
 
 Mode = Literal["upsert", "append"]
+DecimalHandling = Literal["precise", "string", "double"]
+TimePrecision = Literal["adaptive_time_microseconds", "adaptive", "connect"]
+OnTruncate = Literal["apply", "dead_letter"]
+DEBEZIUM_KEYS = ("decimal.handling.mode", "time.precision.mode")
 Format = Literal["json", "debezium"]
 DISTRIBUTIONS = ("none", "key", "partition", "dynamic")
 
@@ -41,6 +45,9 @@ TOP_LEVEL_KEYS = {
     "state",
     "raw",
     "fast_path",
+    "debezium",
+    "on_truncate",
+    "schema_evolution",
 }
 FAST_PATH_MODES = ("auto", "off")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -67,6 +74,13 @@ def _require(d: Mapping[str, Any], key: str, where: str) -> Any:
     return d[key]
 
 
+def _flag(d: Mapping[str, Any], key: str) -> bool:
+    value = d.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, not {value!r}")
+    return value
+
+
 def _unknown(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
     extra = sorted(set(d) - allowed)
     if extra:
@@ -74,22 +88,63 @@ def _unknown(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
 
 
 @dataclass(frozen=True)
+class DebeziumSettings:
+    """How to read messages that carry no schema, mirroring the connector's own settings.
+
+    With a schema in the message these are not needed: the schema says what each value is.
+    """
+
+    decimal_handling_mode: DecimalHandling = "precise"
+    time_precision_mode: TimePrecision = "adaptive_time_microseconds"
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "debezium.") -> DebeziumSettings:
+        """From a pipeline file's `debezium:` block (the connector's own key names)."""
+        if d is None:
+            return cls()
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"{where.rstrip('.')}: expected a mapping with {', '.join(DEBEZIUM_KEYS)}")
+        for k in d:
+            if k not in DEBEZIUM_KEYS:
+                raise ConfigError(f"{where}{k}: unknown key (allowed: {', '.join(DEBEZIUM_KEYS)})")
+        decimal = d.get("decimal.handling.mode", "precise")
+        if decimal not in get_args(DecimalHandling):
+            raise ConfigError(
+                f"{where}decimal.handling.mode: {decimal!r} is not one of {', '.join(get_args(DecimalHandling))}"
+            )
+        time = d.get("time.precision.mode", "adaptive_time_microseconds")
+        if time not in get_args(TimePrecision):
+            raise ConfigError(
+                f"{where}time.precision.mode: {time!r} is not one of {', '.join(get_args(TimePrecision))}"
+            )
+        return cls(decimal_handling_mode=decimal, time_precision_mode=time)
+
+
+@dataclass(frozen=True)
 class TableConfig:
     """The target table's definition."""
 
     name: str
-    schema: str
+    schema: str | None  # None: created from the stream's own schema (Debezium with schemas)
     key: tuple[str, ...]
     partition_by: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
     target_file_size: int | None = None
 
     @classmethod
-    def from_dict(cls, d: Any) -> TableConfig:
+    def from_dict(cls, d: Any, *, from_stream: bool = False) -> TableConfig:
+        """With `from_stream` (Debezium), schema and key may be omitted: the stream's schemas give them."""
         if not isinstance(d, Mapping):
             raise ConfigError("table: expected a mapping with name, schema, key")
         _unknown(d, {"name", "schema", "key", "partition_by", "properties", "target_file_size"}, "table.")
-        key = _require(d, "key", "table.")
+        if from_stream and not d.get("schema"):
+            if d.get("key"):
+                raise ConfigError(
+                    "table.key: given without table.schema; give both, or neither to take them from the stream"
+                )
+            key: Any = []
+        else:
+            key = _require(d, "key", "table.")
         if isinstance(key, str) or not all(isinstance(k, str) for k in key):
             raise ConfigError("table.key: expected a list of column names")
         partition_by = d.get("partition_by") or []
@@ -101,7 +156,7 @@ class TableConfig:
         size = d.get("target_file_size")
         return cls(
             name=name,
-            schema=str(_require(d, "schema", "table.")),
+            schema=str(_require(d, "schema", "table.")) if not from_stream or d.get("schema") else None,
             key=tuple(key),
             partition_by=tuple(str(p) for p in partition_by),
             properties={str(k): str(v) for k, v in (d.get("properties") or {}).items()},
@@ -243,6 +298,9 @@ class PipelineConfig:
         return self.maintenance.every_batches if self.maintenance is not None else None
 
     fast_path: str = "auto"  # auto: appends of Kafka JSON take the one-pass pyarrow path (docs/runner.md)
+    debezium: DebeziumSettings = field(default_factory=DebeziumSettings)  # reading schemaless messages
+    on_truncate: OnTruncate = "apply"
+    schema_evolution: bool = False  # new source fields add columns; widenings apply (README)
 
     @property
     def source_kind(self) -> str:
@@ -287,7 +345,10 @@ class PipelineConfig:
         parallelism = d.get("write_parallelism")
         if parallelism is not None and (not isinstance(parallelism, int) or parallelism < 1):
             raise ConfigError("write_parallelism: expected a positive integer")
-        table = TableConfig.from_dict(_require(d, "table", ""))
+        table = TableConfig.from_dict(_require(d, "table", ""), from_stream=fmt == "debezium")
+        on_truncate = d.get("on_truncate", "apply")
+        if on_truncate not in ("apply", "dead_letter"):
+            raise ConfigError(f"on_truncate: {on_truncate!r} is not one of apply, dead_letter")
         maintenance = MaintenanceConfig.from_dict(d.get("maintenance"))
         fast_path = d.get("fast_path", "auto")
         if fast_path is False:  # YAML reads a bare `off` as false
@@ -321,7 +382,12 @@ class PipelineConfig:
                 duration=parse_duration,
             ),
             fast_path=str(fast_path),
+            debezium=DebeziumSettings.from_dict(d.get("debezium")),
+            on_truncate=on_truncate,
+            schema_evolution=_flag(d, "schema_evolution"),
         )
+        if table.schema is None and config.stateful is not None:
+            raise ConfigError("table.schema: a stateful pipeline needs its table's schema and key in the file")
         if config.stateful is not None and mode != "upsert":
             raise ConfigError("mode: a stateful pipeline (merge or enrich) merges changes; use mode: upsert")
         if config.dead_letter and len(config.dead_letter.split(".")) < 3:

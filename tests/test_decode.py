@@ -180,9 +180,10 @@ def test_debezium_changes(spark: Any) -> None:
         None,  # the tombstone after a delete
         json.dumps({"schema": None, "payload": None}),  # a tombstone rendered by the JSON converter
     ]
-    good, bad = decode_debezium(kafka_frame(spark, events), "value", USERS, ["id"], "upsert", KAFKA_POSITION)
+    decoded = decode_debezium(kafka_frame(spark, events), "value", USERS, ["id"], "upsert", KAFKA_POSITION)
+    good, bad = decoded.good, decoded.bad
     assert bad.count() == 0
-    assert [f.name for f in good.schema.fields] == ["id", "name", "updated", "_op", "_source_ts"]
+    assert [f.name for f in good.schema.fields] == ["id", "name", "updated", "_op", "_source_ts", "_source_order"]
     assert good.schema["_source_ts"].dataType == T.TimestampType()
     rows = [
         (
@@ -200,13 +201,14 @@ def test_debezium_changes(spark: Any) -> None:
         (2, "B", MAY_1_MS, "UPSERT", None),
         (1, "a", MAY_1_MS, "DELETE", MAY_1_MS + 123),  # from `before`
     ]
-    appended, _ = decode_debezium(kafka_frame(spark, events), "value", USERS, ["id"], "append", KAFKA_POSITION)
+    appended = decode_debezium(kafka_frame(spark, events), "value", USERS, ["id"], "append", KAFKA_POSITION).good
     assert [r._op for r in appended.collect()] == ["INSERT", "INSERT", "INSERT", "DELETE"]
 
 
 def test_debezium_bad_events(spark: Any) -> None:
     cases = {
-        json.dumps(change("t", None, None)): "unsupported op 't' (truncate)",
+        json.dumps(change("t", None, None)): "truncate event (on_truncate: dead_letter keeps the table as it is)",
+        json.dumps(change("m", None, None)): "unsupported op 'm' (message)",
         json.dumps(change("x", None, {"id": 1})): "unknown op 'x'",
         json.dumps(change("c", None, None)): "after is missing for op 'c'",
         wrapped(change("d", None, None)): "before is missing for op 'd' (a delete needs the key)",
@@ -217,6 +219,9 @@ def test_debezium_bad_events(spark: Any) -> None:
         '{"op": "c", "after": {"id": 1}': "malformed JSON",
     }
     payloads = list(cases)
-    good, bad = decode_debezium(kafka_frame(spark, payloads), "value", USERS, ["id"], "upsert", KAFKA_POSITION)
+    decoded = decode_debezium(
+        kafka_frame(spark, payloads), "value", USERS, ["id"], "upsert", KAFKA_POSITION, on_truncate="dead_letter"
+    )
+    good, bad = decoded.good, decoded.bad
     assert good.count() == 0
     assert bad_rows(bad) == {f"ads/0@{i}": (cases[p], p) for i, p in enumerate(payloads)}

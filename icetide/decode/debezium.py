@@ -1,22 +1,36 @@
-"""Decode Debezium change events (JSON) into a table's columns, in the JVM.
+"""Decode Debezium change events (JSON converter) into a table's columns, in the JVM.
 
-Accepts the envelope with or without Kafka Connect's schema wrapper ({"schema": ..., "payload":
-{...}}). Ops: c (create), r (snapshot read) and u (update) carry the row in `after` and become
-UPSERT (INSERT in "append" mode); d (delete) takes its key from `before` and becomes DELETE.
-t (truncate), m (message) and anything else are bad records. Tombstones (a null value, or a
-wrapper whose payload is null) are skipped. Column values convert as in `icetide.decode.json`;
-configure the connector with decimal.handling.mode=string (or double): the default "precise"
-mode sends base64 bytes that only the schema can interpret, and such values land in `bad`.
-Debezium's integer timestamps are epoch milliseconds (io.debezium.time.Timestamp) unless
-`epoch_unit` says otherwise (MicroTimestamp: "us").
+Accepts the envelope with Kafka Connect's schema (`schemas.enable=true`: {"schema": ...,
+"payload": {...}}) or without it. With a schema, each field is read by its Connect type and
+logical name (icetide.decode.connect): precise decimals (base64 two's-complement bytes with the
+schema's scale), epoch days, milli/micro/nano timestamps, times of day and so on. Each distinct
+schema text is parsed once per batch, on the driver, and turned into one SQL conversion per
+column; no Python runs per row. Without a schema, `DebeziumSettings` (the connector's
+`decimal.handling.mode` and `time.precision.mode`) say how to read values.
+
+Ops: c (create), r (snapshot read) and u (update) carry the row in `after` and become UPSERT
+(INSERT in "append" mode); d (delete) takes its key from `before` and becomes DELETE. An update
+whose `before` key differs from its `after` key becomes a DELETE of the old key and an UPSERT of
+the new row. t (truncate) is applied (`on_truncate: apply`: everything committed before it goes,
+the batch keeps what follows it) or sent to the dead-letter table. m (message) and unknown ops
+are bad records. Tombstones (a null value, or a wrapper whose payload is null) are skipped.
+
+Changes of one key are ordered by the source's own position (MySQL binlog file, pos and row;
+PostgreSQL LSN), then by the Kafka offset (or the file line): `source.ts_ms` alone is not an
+order (one-second resolution on MySQL).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import TYPE_CHECKING, Any, get_args
 
+from icetide.config import DebeziumSettings, OnTruncate
+from icetide.decode import connect as C
 from icetide.decode.json import (
     BARRIER,
     CORRUPT_FIELD,
@@ -26,8 +40,11 @@ from icetide.decode.json import (
     PRE_ERROR,
     EpochUnit,
     OpMode,
+    _quote,
     _raw,
     check_arguments,
+    convert,
+    convert_sql,
     finish,
     malformed_error,
     payload_text,
@@ -38,12 +55,216 @@ from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
 log = logging.getLogger(__name__)
 
 SOURCE_TS_COLUMN = "_source_ts"
-_UNSUPPORTED = {"t": "truncate", "m": "message"}
+SOURCE_ORDER_COLUMN = "_source_order"
+# Schemaless adaptive timestamps: an epoch integer this large is microseconds (as milliseconds it
+# would be after the year 5000; as microseconds it is after 1973).
+_MICROS_FROM = 100_000_000_000_000
+
+_SCHEMA_ID = "_icetide_schema_id"
+_SCHEMA_TEXT = "_icetide_schema"
+_OP = "_icetide_dbz_op"
+_RAW_OP = "_icetide_raw_op"
+_BEFORE = "_icetide_before"
+_AFTER = "_icetide_after"
+_UNKNOWN = "_icetide_unknown"
+
+
+@dataclass
+class DecodedChanges:
+    """One batch of Debezium events, decoded.
+
+    `good` has the table's columns (plus `new_columns` when evolution is on), `_op`,
+    `_source_ts`, `_source_order` and the extra columns; `bad` the dead letters. With
+    `truncated`, a truncate was applied: `good` holds only what came after the last one, and
+    the sink must remove every row committed before.
+    """
+
+    good: DataFrame
+    bad: DataFrame
+    order_by: str = SOURCE_ORDER_COLUMN
+    truncated: bool = False
+    truncates: int = 0
+    unknown_fields: dict[str, int] = field(default_factory=dict)  # field -> records that carry it
+    new_columns: list[StructField] = field(default_factory=list)
+    schemas: list[C.EnvelopeSchema] = field(default_factory=list)
+
+
+# -- conversions by Connect schema -------------------------------------------------------------
+
+
+def _decimal_text(r: str, scale: str) -> str:
+    """SQL: the decimal text of base64 big-endian two's-complement bytes `r` with `scale` digits."""
+    h = f"hex(try_to_binary({r}, 'base64'))"
+    padded = f"(CASE WHEN length({h}) > 32 THEN NULL ELSE lpad({h}, 32, CASE WHEN substr({h}, 1, 1) >= '8' THEN 'F' ELSE '0' END) END)"  # noqa: E501
+    unscaled = (
+        f"CAST(try_add(try_multiply(CAST(conv(substr({padded}, 1, 16), 16, -10) AS DECIMAL(38,0)), "
+        f"18446744073709551616BD), CAST(conv(substr({padded}, 17, 16), 16, 10) AS DECIMAL(38,0))) AS STRING)"
+    )
+    digits = f"lpad(regexp_replace({unscaled}, '^-', ''), {scale} + 1, '0')"
+    return (
+        f"(CASE WHEN {unscaled} IS NULL THEN NULL ELSE concat("
+        f"CASE WHEN {unscaled} LIKE '-%' THEN '-' ELSE '' END, "
+        f"substr({digits}, 1, length({digits}) - {scale}), "
+        f"CASE WHEN {scale} > 0 THEN concat('.', substr({digits}, length({digits}) - {scale} + 1)) ELSE '' END) END)"
+    )
+
+
+def _number_or_base64(r: str, scale: str) -> str:
+    """SQL: the decimal text of `r`, a JSON number (decimal.format=NUMERIC, string or double
+    handling) or base64 bytes (precise). Digits alone whose length is a multiple of 4 read as base64."""
+    number = (
+        f"({r} RLIKE '^-?[0-9]+(\\\\.[0-9]+)?([eE][-+]?[0-9]+)?$' AND ({r} RLIKE '[.eE-]' OR length({r}) % 4 != 0))"
+    )
+    return f"(CASE WHEN {number} THEN {r} ELSE {_decimal_text(r, scale)} END)"
+
+
+def _to_type(text: str, dtype: DataType) -> Column:
+    """Decimal text to `dtype`; a DECIMAL column takes it only without rounding or overflow."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.DecimalType):
+        exact = f"^-?[0-9]*(\\\\.[0-9]{{0,{dtype.scale}}}0*)?$"
+        cast = f"try_cast({text} AS {dtype.simpleString()})"
+        return F.expr(f"CASE WHEN {text} RLIKE '[eE]' OR {text} RLIKE '{exact}' THEN {cast} END")
+    return convert_sql(text, dtype, "ms")
+
+
+def _epoch_micros(micros: str, dtype: DataType) -> Column:
+    return convert_sql(f"CAST({micros} AS STRING)", dtype, "us")
+
+
+def _time_of_day(r: str, per_unit_micros: int, dtype: DataType) -> Column:
+    """A Time/MicroTime/NanoTime integer to `dtype`: STRING 'HH:MM:SS.ffffff' (hours may pass 24
+    and carry a sign: MySQL TIME is a duration), or integral microseconds of the day."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    valid = f"{r} RLIKE '^-?[0-9]{{1,19}}$'"
+    micros = (
+        f"div(try_cast({r} AS BIGINT), 1000)"
+        if per_unit_micros == 0
+        else f"try_cast({r} AS BIGINT) * {per_unit_micros}"
+    )
+    if isinstance(dtype, T.StringType):
+        a = f"abs({micros})"
+        text = (
+            f"concat(CASE WHEN {micros} < 0 THEN '-' ELSE '' END, format_string('%02d:%02d:%02d.%06d', "
+            f"div({a}, 3600000000), pmod(div({a}, 60000000), 60), pmod(div({a}, 1000000), 60), pmod({a}, 1000000)))"
+        )
+        return F.expr(f"CASE WHEN {valid} THEN {text} END")
+    if isinstance(dtype, T.IntegralType):
+        return F.expr(f"CASE WHEN {valid} THEN try_cast({micros} AS {dtype.simpleString()}) END")
+    return convert_sql(r, dtype, "ms")
+
+
+def field_conversion(raw: str, f: C.ConnectField | None, dtype: DataType, settings: DebeziumSettings) -> Column:
+    """The typed value of raw column `raw` for a table column of `dtype`, read as Connect field
+    `f` says (None: the message has no schema, `settings` say how to read it)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    r = _quote(raw)
+    is_time = isinstance(dtype, T.TimestampType | T.TimestampNTZType)
+    if f is None:
+        if isinstance(dtype, T.DecimalType) and settings.decimal_handling_mode == "precise":
+            return _to_type(_number_or_base64(r, str(dtype.scale)), dtype)
+        if is_time and settings.time_precision_mode != "connect":
+            micros = f"{r} RLIKE '^-?[0-9]{{15,18}}$' AND abs(CAST({r} AS BIGINT)) >= {_MICROS_FROM}"
+            return F.when(F.expr(micros), convert(raw, dtype, "us")).otherwise(convert(raw, dtype, "ms"))
+        return convert(raw, dtype, "ms")
+    logical = f.logical
+    if logical == C.DECIMAL:
+        return _to_type(_number_or_base64(r, str(f.scale or 0)), dtype)
+    if logical == C.VARIABLE_SCALE_DECIMAL:
+        scale = f"from_json({r}, 'scale INT, value STRING').scale"
+        value = f"from_json({r}, 'scale INT, value STRING').value"
+        return _to_type(f"(CASE WHEN {scale} BETWEEN 0 AND 38 THEN {_decimal_text(value, scale)} END)", dtype)
+    if logical in C.TIMESTAMP_UNITS and is_time:
+        unit = C.TIMESTAMP_UNITS[logical]
+        if unit == "ns":
+            return F.when(
+                F.expr(f"{r} RLIKE '^-?[0-9]{{1,19}}$'"), _epoch_micros(f"div(try_cast({r} AS BIGINT), 1000)", dtype)
+            )
+        return convert(raw, dtype, unit)
+    if logical in C.TIME_MICROS:
+        return _time_of_day(r, C.TIME_MICROS[logical], dtype)
+    return convert(raw, dtype, "ms")
+
+
+def _spec(f: C.ConnectField | None) -> tuple[Any, ...]:
+    """What a field's conversion depends on: equal specs share one SQL expression."""
+    return (None,) if f is None else (f.type, f.logical, f.parameters.get("scale"))
+
+
+def _column_conversion(
+    i: int,
+    column: StructField,
+    schemas: Mapping[int, C.EnvelopeSchema | None],
+    schemaless: bool,
+    settings: DebeziumSettings,
+) -> Column:
+    """One column's conversion across the batch's distinct schemas (one branch per distinct field
+    spec). A schema that describes no row (None) is read as if the message had none."""
+    from pyspark.sql import functions as F
+
+    by_spec: dict[tuple[Any, ...], tuple[C.ConnectField | None, list[int]]] = {}
+    for sid, envelope in schemas.items():
+        f = envelope.field(column.name) if envelope is not None else None
+        by_spec.setdefault(_spec(f), (f, []))[1].append(sid)
+    if schemaless:
+        by_spec.setdefault(_spec(None), (None, []))
+    branches = [(ids, field_conversion(_raw(i), f, column.dataType, settings)) for f, ids in by_spec.values()]
+    if len(branches) == 1:
+        return branches[0][1]
+    chain = None
+    for ids, expr in branches:
+        test = F.col(_SCHEMA_ID).isin(*ids) if ids else F.col(_SCHEMA_ID).isNull()
+        chain = F.when(test, expr) if chain is None else chain.when(test, expr)
+    assert chain is not None
+    return chain
+
+
+# -- the decode plan ----------------------------------------------------------------------------
+
+
+def _infer_ddl(text: str | None) -> str:
+    """A schemaless JSON value's column type, for schema evolution."""
+    if text is None:
+        return "STRING"
+    if text in ("true", "false"):
+        return "BOOLEAN"
+    if re.fullmatch(r"-?[0-9]{1,18}", text):
+        return "BIGINT"
+    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?", text):
+        return "DOUBLE"
+    return "STRING"
+
+
+def _order(position_cols: Sequence[str], source: Column) -> Column:
+    """A text that sorts one key's changes: the source's own position (MySQL binlog file, pos,
+    row; PostgreSQL LSN), then the Kafka offset or file line."""
+    from pyspark.sql import functions as F
+
+    mysql = F.when(
+        source["file"].isNotNull() & source["pos"].isNotNull(),
+        F.concat(
+            F.lit("m"),
+            source["file"],
+            F.lit("/"),
+            F.lpad(source["pos"], 20, "0"),
+            F.lit("/"),
+            F.lpad(F.coalesce(source["row"], F.lit("0")), 10, "0"),
+        ),
+    )
+    postgres = F.when(source["lsn"].isNotNull(), F.concat(F.lit("p"), F.lpad(source["lsn"], 20, "0")))
+    arrival = F.lpad(F.col(position_cols[-1]).cast("string"), 20, "0") if position_cols else F.lit("")
+    return F.concat(F.coalesce(mysql, postgres, F.lit("")), F.lit("|"), arrival)
 
 
 def decode_debezium(
@@ -57,30 +278,40 @@ def decode_debezium(
     epoch_unit: EpochUnit = "ms",
     extra_cols: Sequence[str] = (),
     keep: list[DataFrame] | None = None,
-) -> tuple[DataFrame, DataFrame]:
+    settings: DebeziumSettings | None = None,
+    on_truncate: OnTruncate = "apply",
+    schema_evolution: bool = False,
+) -> DecodedChanges:
     """Decode Debezium change events in `df[value_col]` (string or binary) into the table's columns.
 
-    Returns (good, bad) shaped as `decode_json`'s, with one more good column after `_op`:
-    `_source_ts` (TIMESTAMP), the change's time at the source database (`source.ts_ms`, else the
-    envelope's `ts_ms`; null when neither is there), to order several changes of one key. A DELETE
-    row holds the key from `before` (other columns as far as `before` has them). Every event that
-    is not a tombstone lands in exactly one of good and bad.
+    `good` is shaped as `decode_json`'s, with `_source_ts` (the change's time at the source) and
+    `_source_order` (the order of one key's changes, see the module docstring) after `_op`. A
+    DELETE row holds the key from `before`. Every event that is not a tombstone lands in exactly
+    one of good and bad, except a truncate that is applied and the events before it in the batch,
+    which the truncate removes. Runs one Spark job to read the batch's distinct schemas (and
+    materialize `keep`'s cache). `epoch_unit` is kept for callers; schemas decide units.
     """
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
+    settings = settings or DebeziumSettings()
+    if on_truncate not in get_args(OnTruncate):
+        raise ConfigError(f"on_truncate: {on_truncate!r} is not one of {', '.join(get_args(OnTruncate))}")
     check_arguments(df, table_schema, key, op_mode, position_cols, extra_cols, epoch_unit)
-    if SOURCE_TS_COLUMN in [f.name for f in table_schema.fields] or SOURCE_TS_COLUMN in extra_cols:
-        raise ConfigError(f"decode: {SOURCE_TS_COLUMN} is the source timestamp column of a Debezium change")
+    names = [f.name for f in table_schema.fields]
+    for reserved in (SOURCE_TS_COLUMN, SOURCE_ORDER_COLUMN):
+        if reserved in names or reserved in extra_cols:
+            raise ConfigError(f"decode: {reserved} is a column of every decoded Debezium change")
     payload = payload_text(df, value_col)
-    fields = list(table_schema.fields)
-    row_type = T.StructType([T.StructField(f.name, T.StringType()) for f in fields])
+    row_type = T.MapType(T.StringType(), T.StringType())
+    source_type = T.StructType([T.StructField(n, T.StringType()) for n in ("ts_ms", "file", "pos", "row", "lsn")])
     envelope = [
         T.StructField("before", row_type),
         T.StructField("after", row_type),
         T.StructField("op", T.StringType()),
         T.StructField("ts_ms", T.StringType()),
-        T.StructField("source", T.StructType([T.StructField("ts_ms", T.StringType())])),
+        T.StructField("source", source_type),
     ]
     parse_schema = T.StructType(
         [
@@ -91,10 +322,12 @@ def decode_debezium(
         ]
     )
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_FIELD}
+    order_inputs = [c for c in position_cols[-1:] if c not in extra_cols]
     staged = df.where(payload.isNotNull()).select(
         payload.alias(PAYLOAD),
         source_position(position_cols).alias(POSITION),
         *extra_cols,
+        *order_inputs,
         F.from_json(payload, parse_schema, options).alias(PARSED),
         F.spark_partition_id().alias(BARRIER),
     )
@@ -111,40 +344,163 @@ def decode_debezium(
         & parsed[CORRUPT_FIELD].isNull()
         & F.array_contains(F.json_object_keys(F.col(PAYLOAD)), "payload")
     )
-    # One column per envelope part first, so the expressions below read them instead of re-deriving them.
-    # BARRIER keeps this filter above the parse (see icetide.decode.json.finish): parse once.
-    envelope_cols = staged.where(~tombstone & (F.col(BARRIER) >= 0)).select(
+    row = F.coalesce(part("after"), part("before"))
+    known = F.array(*[F.lit(n) for n in names])
+    # One column per envelope part; BARRIER keeps the filter above the parse (decode.json.finish).
+    env = staged.where(~tombstone & (F.col(BARRIER) >= 0)).select(
         PAYLOAD,
         POSITION,
         *extra_cols,
         malformed_error(F.col(PAYLOAD), parsed[CORRUPT_FIELD]).alias("_icetide_malformed"),
-        part("op").alias("_icetide_raw_op"),
-        F.lower(F.trim(part("op"))).alias("_icetide_dbz_op"),
-        part("before").alias("_icetide_before"),
-        part("after").alias("_icetide_after"),
+        part("op").alias(_RAW_OP),
+        F.lower(F.trim(part("op"))).alias(_OP),
+        part("before").alias(_BEFORE),
+        part("after").alias(_AFTER),
         F.coalesce(part("source")["ts_ms"], part("ts_ms")).alias("_icetide_ts"),
+        _order(position_cols, part("source")).alias(SOURCE_ORDER_COLUMN),
+        F.when(wrapped, parsed["schema"]).alias(_SCHEMA_TEXT),
+        F.when(wrapped & parsed["schema"].isNotNull(), F.xxhash64(parsed["schema"])).alias(_SCHEMA_ID),
+        F.coalesce(F.filter(F.map_keys(row), lambda k: ~F.array_contains(known, k)), F.array()).alias(_UNKNOWN),
     )
-    raw_op, op = F.col("_icetide_raw_op"), F.col("_icetide_dbz_op")
-    before, after, ts_text = F.col("_icetide_before"), F.col("_icetide_after"), F.col("_icetide_ts")
-    op_error = F.when(raw_op.isNull(), F.lit("not a Debezium change event: op is missing"))
-    for code, name in _UNSUPPORTED.items():
-        op_error = op_error.when(op == code, F.lit(f"unsupported op '{code}' ({name})"))
-    op_error = (
-        op_error.when(~op.isin("c", "r", "u", "d"), F.concat(F.lit("unknown op '"), raw_op, F.lit("'")))
-        .when((op == "d") & before.isNull(), F.lit("before is missing for op 'd' (a delete needs the key)"))
-        .when((op != "d") & after.isNull(), F.concat(F.lit("after is missing for op '"), raw_op, F.lit("'")))
+    if keep is not None:
+        env = env.persist(StorageLevel.MEMORY_AND_DISK)
+        keep.append(env)
+    op = F.col(_OP)
+    truncate_order = F.when(op == "t", F.col(SOURCE_ORDER_COLUMN))
+    summary = (
+        env.groupBy(_SCHEMA_ID, _UNKNOWN)
+        .agg(
+            F.first(_SCHEMA_TEXT, ignorenulls=True).alias("schema"),
+            F.count(F.lit(1)).alias("n"),
+            F.max(truncate_order).alias("truncate_at"),
+            F.count(truncate_order).alias("truncates"),
+        )
+        .collect()
     )
-    row = F.when(op == "d", before).otherwise(after)
-    upsert = INSERT if op_mode == "append" else UPSERT
-    rows = envelope_cols.select(
+    schemas: dict[int, C.EnvelopeSchema | None] = {}
+    unknown: dict[str, int] = {}
+    schemaless = False
+    cut: str | None = None
+    truncates = 0
+    for s in summary:
+        sid = s[_SCHEMA_ID]
+        if sid is None:
+            schemaless = True
+        elif sid not in schemas:
+            try:
+                schemas[sid] = C.parse_envelope_schema(s["schema"])
+            except (ValueError, TypeError) as exc:
+                log.warning("a message schema describes no row (%s); its messages are read as schemaless", exc)
+                schemas[sid] = None
+        for name in s[_UNKNOWN]:
+            unknown[name] = unknown.get(name, 0) + s["n"]
+        truncates += s["truncates"]
+        if s["truncate_at"] is not None and (cut is None or s["truncate_at"] > cut):
+            cut = s["truncate_at"]
+
+    new_columns: list[StructField] = []
+    if schema_evolution and unknown:
+        new_columns = _new_columns(env, unknown, schemas)
+    full_schema = T.StructType([*table_schema.fields, *new_columns])
+
+    raw_op, before, after = F.col(_RAW_OP), F.col(_BEFORE), F.col(_AFTER)
+    key_moved = reduce(
+        lambda a, b: a | b,
+        [before[k].isNotNull() & ~before[k].eqNullSafe(after[k]) for k in key],
+        F.lit(False),
+    )
+    moved = (op == "u") & before.isNotNull() & after.isNotNull() & key_moved
+    change = F.struct(op.alias("op"), F.when(op == "d", before).otherwise(after).alias("row"))
+    changes = F.when(
+        moved,
+        F.array(
+            F.struct(F.lit("d").alias("op"), before.alias("row")), F.struct(F.lit("u").alias("op"), after.alias("row"))
+        ),
+    ).otherwise(F.array(change))
+    events = env if on_truncate == "dead_letter" else env.where(op.isNull() | (op != "t"))
+    exploded = events.select(
         PAYLOAD,
         POSITION,
         *extra_cols,
-        F.when(op == "d", F.lit(DELETE)).otherwise(F.lit(upsert)).alias(OP_COLUMN),
+        "_icetide_malformed",
+        _RAW_OP,
+        "_icetide_ts",
+        SOURCE_ORDER_COLUMN,
+        _SCHEMA_ID,
+        F.explode(changes).alias("_icetide_change"),
+    )
+    cop, crow = F.col("_icetide_change.op"), F.col("_icetide_change.row")
+    op_error = F.when(raw_op.isNull(), F.lit("not a Debezium change event: op is missing"))
+    op_error = (
+        op_error.when(cop == "t", F.lit("truncate event (on_truncate: dead_letter keeps the table as it is)"))
+        .when(cop == "m", F.lit("unsupported op 'm' (message)"))
+        .when(~cop.isin("c", "r", "u", "d"), F.concat(F.lit("unknown op '"), raw_op, F.lit("'")))
+        .when((cop == "d") & crow.isNull(), F.lit("before is missing for op 'd' (a delete needs the key)"))
+        .when((cop != "d") & crow.isNull(), F.concat(F.lit("after is missing for op '"), raw_op, F.lit("'")))
+    )
+    upsert = INSERT if op_mode == "append" else UPSERT
+    ts_text = F.col("_icetide_ts")
+    rows = exploded.select(
+        PAYLOAD,
+        POSITION,
+        *extra_cols,
+        F.when(cop == "d", F.lit(DELETE)).otherwise(F.lit(upsert)).alias(OP_COLUMN),
         F.coalesce(F.col("_icetide_malformed"), op_error).alias(PRE_ERROR),
         F.when(ts_text.rlike("^-?[0-9]{1,15}$"), F.expr("timestamp_millis(CAST(_icetide_ts AS BIGINT))")).alias(
             SOURCE_TS_COLUMN
         ),
-        *[row[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
+        SOURCE_ORDER_COLUMN,
+        _SCHEMA_ID,
+        *[crow[f.name].alias(_raw(i)) for i, f in enumerate(full_schema.fields)],
     )
-    return finish(rows, table_schema, key, [SOURCE_TS_COLUMN, *extra_cols], epoch_unit, keep)
+    conversions = {
+        f.name: _column_conversion(i, f, schemas, schemaless, settings) for i, f in enumerate(full_schema.fields)
+    }
+    good, bad = finish(
+        rows,
+        full_schema,
+        key,
+        [SOURCE_TS_COLUMN, SOURCE_ORDER_COLUMN, *extra_cols],
+        epoch_unit,
+        keep,
+        conversions,
+    )
+    truncated = on_truncate == "apply" and cut is not None
+    if truncated:
+        good = good.where(F.col(SOURCE_ORDER_COLUMN) > F.lit(cut))
+    missing = {n: c for n, c in unknown.items() if n not in {f.name for f in new_columns}}
+    if missing:
+        log.warning(
+            "the table lacks field(s) the source sends, not written (schema_evolution is off): %s",
+            ", ".join(f"{n} ({c} records)" for n, c in sorted(missing.items())),
+        )
+    return DecodedChanges(
+        good=good,
+        bad=bad,
+        truncated=truncated,
+        truncates=truncates,
+        unknown_fields=missing,
+        new_columns=new_columns,
+        schemas=[e for e in schemas.values() if e is not None],
+    )
+
+
+def _new_columns(
+    env: DataFrame, unknown: Mapping[str, int], schemas: Mapping[int, C.EnvelopeSchema | None]
+) -> list[Any]:
+    """Nullable columns for fields the table lacks: typed by the Connect schema, else by a sample value."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    typed: dict[str, Any] = {}
+    for envelope in schemas.values():
+        for f in envelope.fields if envelope is not None else ():
+            if f.name in unknown and f.name not in typed:
+                typed[f.name] = C.spark_type(f)
+    rest = [n for n in unknown if n not in typed]
+    if rest:
+        row = F.coalesce(F.col(_AFTER), F.col(_BEFORE))
+        sample = env.agg(*[F.first(row[n], ignorenulls=True).alias(n) for n in rest]).first()
+        for n in rest:
+            typed[n] = T._parse_datatype_string(_infer_ddl(sample[n] if sample else None).lower())
+    return [T.StructField(n, typed[n], nullable=True) for n in unknown]

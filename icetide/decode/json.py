@@ -24,7 +24,7 @@ before acting on both, or the source is read twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from icetide.errors import ConfigError
@@ -131,13 +131,17 @@ def check_arguments(
 
 def convert(raw: str, dtype: DataType, epoch_unit: str) -> Column:
     """SQL conversion of the raw JSON text in column `raw` to `dtype`; null where it does not fit."""
+    return convert_sql(_quote(raw), dtype, epoch_unit)
+
+
+def convert_sql(r: str, dtype: DataType, epoch_unit: str) -> Column:
+    """`convert` of the text that SQL expression `r` yields."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    r = _quote(raw)
     integral = f"{r} RLIKE '^-?[0-9]{{1,{_EPOCH_DIGITS[epoch_unit]}}}$'"
     if isinstance(dtype, T.StringType):
-        return F.col(raw)
+        return F.expr(r)
     if isinstance(dtype, T.TimestampType):
         epoch = {"s": "timestamp_seconds", "ms": "timestamp_millis", "us": "timestamp_micros"}[epoch_unit]
         return F.expr(f"CASE WHEN {integral} THEN {epoch}(CAST({r} AS BIGINT)) ELSE try_cast({r} AS TIMESTAMP) END")
@@ -158,7 +162,7 @@ def convert(raw: str, dtype: DataType, epoch_unit: str) -> Column:
     if isinstance(dtype, T.BinaryType):
         return F.expr(f"try_to_binary({r}, 'base64')")
     if isinstance(dtype, T.StructType | T.ArrayType | T.MapType):
-        return F.from_json(F.col(raw), cast(Any, dtype), {"mode": "PERMISSIVE"})
+        return F.from_json(F.expr(r), cast(Any, dtype), {"mode": "PERMISSIVE"})
     return F.expr(f"try_cast({r} AS {dtype.simpleString()})")
 
 
@@ -197,8 +201,12 @@ def finish(
     extra_cols: Sequence[str],
     epoch_unit: str,
     keep: list[DataFrame] | None = None,
+    conversions: Mapping[str, Column] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Convert and check the raw columns of `rows`, and split them into good and bad.
+
+    `conversions` replaces `convert` for the columns it names (a decoder that knows more about a
+    field than its JSON text, e.g. Debezium's Connect schema).
 
     With `keep` (a list), the checked records are persisted and appended to it: good and bad
     then read one cache, the source is read and parsed once, and the caller unpersists it.
@@ -216,7 +224,10 @@ def finish(
         PRE_ERROR,
         *extra_cols,
         *[F.col(_raw(i)) for i in range(len(fields))],
-        *[convert(_raw(i), f.dataType, epoch_unit).alias(_typed(i)) for i, f in enumerate(fields)],
+        *[
+            (conversions or {}).get(f.name, convert(_raw(i), f.dataType, epoch_unit)).alias(_typed(i))
+            for i, f in enumerate(fields)
+        ],
         F.spark_partition_id().alias(BARRIER),
     )
     keys = set(key)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
@@ -29,6 +29,17 @@ class PlannedBatch:
     def to_json(self) -> dict[str, Any]:
         """The form recorded with a dead-letter commit, so a replay reads exactly this batch."""
         return {"items": self.items, "position": self.position, "records_planned": self.records_planned}
+
+
+@dataclass
+class Decoded:
+    """A batch decoded: good rows with `_op`, bad records, and what the sink must know about them."""
+
+    good: DataFrame
+    bad: DataFrame
+    order_by: str | None  # the column that orders changes of one key
+    truncated: bool = False  # a source TRUNCATE: rows committed before this batch go
+    unknown_fields: dict[str, int] = field(default_factory=dict)  # fields the table lacks -> records
 
 
 class SourceAdapter:
@@ -86,16 +97,13 @@ class SourceAdapter:
             return self.kafka.read(spark, [OffsetRange(**r) for r in batch.items])
         return self.files.read(spark, list(batch.items), schema=schema)
 
-    def decode(
-        self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]
-    ) -> tuple[DataFrame, DataFrame, str | None]:
+    def decode(self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]) -> Decoded:
+        """Decode a batch read by `read` against the table's schema and key."""
         if self.config.capture_source:
             return self._decode_captured(raw, schema, key, keep)
         return self._decode(raw, schema, key, keep)
 
-    def _decode_captured(
-        self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]
-    ) -> tuple[DataFrame, DataFrame, str | None]:
+    def _decode_captured(self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]) -> Decoded:
         """Stage 1 of a two-stage pipeline: the events plus their source position and op as columns."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructType
@@ -105,14 +113,15 @@ class SourceAdapter:
         event_schema = StructType([f for f in schema.fields if f.name not in CAPTURE_COLUMNS])
         event_key = [k for k in key if k not in CAPTURE_COLUMNS]
         positions = self.position_columns()
-        good, bad, order_by = self._decode(raw, event_schema, event_key, keep, extra_cols=positions)
-        captured = good.select(
+        decoded = self._decode(raw, event_schema, event_key, keep, extra_cols=positions)
+        captured = decoded.good.select(
             *[F.col(f"`{f.name}`") for f in event_schema.fields],
             F.col(OP_COLUMN).alias(EVENT_OP_COLUMN),
             source_position(positions).alias(SOURCE_POSITION_COLUMN),
             F.lit(INSERT).alias(OP_COLUMN),
         )
-        return captured, bad, order_by
+        decoded.good = captured
+        return decoded
 
     def position_columns(self) -> list[str]:
         """The columns of a raw record that say where it came from."""
@@ -131,8 +140,8 @@ class SourceAdapter:
         key: list[str],
         keep: list[DataFrame],
         extra_cols: list[str] | None = None,
-    ) -> tuple[DataFrame, DataFrame, str | None]:
-        """(good rows with `_op`, bad records, the column that orders changes of one key).
+    ) -> Decoded:
+        """Good rows with `_op`, bad records, the column that orders changes of one key.
 
         The decoded records are persisted once and appended to `keep`, for the caller to unpersist:
         counting good and bad and writing the good ones then read the source and parse it once.
@@ -154,14 +163,30 @@ class SourceAdapter:
             good = raw.select(*[F.col(f"`{f.name}`") for f in schema.fields], op.alias(OP_COLUMN))
             good = good.persist(StorageLevel.MEMORY_AND_DISK)
             keep.append(good)
-            return good, raw.sparkSession.createDataFrame([], BAD_DDL), self.config.order_by
+            return Decoded(good, raw.sparkSession.createDataFrame([], BAD_DDL), self.config.order_by)
         if self.config.format == "debezium":
-            from icetide.decode.debezium import SOURCE_TS_COLUMN, decode_debezium
+            from icetide.decode.debezium import decode_debezium
 
-            good, bad = decode_debezium(
-                raw, value_col, schema, key, op_mode, position_cols, keep=keep, extra_cols=extra_cols or ()
+            changes = decode_debezium(
+                raw,
+                value_col,
+                schema,
+                key,
+                op_mode,
+                position_cols,
+                keep=keep,
+                extra_cols=extra_cols or (),
+                settings=self.config.debezium,
+                on_truncate=self.config.on_truncate,
+                schema_evolution=self.config.schema_evolution,
             )
-            return good, bad, self.config.order_by or SOURCE_TS_COLUMN
+            return Decoded(
+                changes.good,
+                changes.bad,
+                self.config.order_by or changes.order_by,
+                truncated=changes.truncated,
+                unknown_fields=changes.unknown_fields,
+            )
         from icetide.decode.json import decode_json
 
         # Without order_by, arrival order decides: a Kafka range is read in offset order, a file
@@ -169,4 +194,4 @@ class SourceAdapter:
         good, bad = decode_json(
             raw, value_col, schema, key, op_mode, position_cols, keep=keep, extra_cols=extra_cols or ()
         )
-        return good, bad, self.config.order_by
+        return Decoded(good, bad, self.config.order_by)

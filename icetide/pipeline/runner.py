@@ -26,6 +26,7 @@ from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.fast_append import FastAppend, FastBatch
+from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import source_error_in
 from icetide.table.catalog import create_table
@@ -60,6 +61,8 @@ class BatchMetrics:
     commit_seconds: float
     source_lag: int
     finished_at: str
+    truncated: bool = False  # a source TRUNCATE removed every row committed before this batch
+    unknown_fields: dict[str, int] = field(default_factory=dict)  # fields the table lacks -> records
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -94,6 +97,7 @@ def pipeline_session(config: PipelineConfig) -> SparkSession:
 
 def create_config_table(spark: SparkSession, t: TableConfig) -> Any:
     """Create (or check) the table a pipeline file defines; returns the Java Table."""
+    assert t.schema is not None, "a table without a schema is created from the stream"
     return create_table(
         spark,
         t.name,
@@ -112,7 +116,11 @@ class Runner:
         self.config = config
         self.spark = spark = spark or pipeline_session(config)
         t = config.table
-        create_config_table(spark, t)
+        self.source = SourceAdapter(config)
+        if t.schema is None:
+            ensure_table_from_stream(spark, config, self.source)
+        else:
+            create_config_table(spark, t)
         self.sink = UpsertSink(
             spark,
             t.name,
@@ -126,7 +134,6 @@ class Runner:
         )
         self.schema = spark_schema(spark, self.sink.committer.table)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None
-        self.source = SourceAdapter(config)
         self.fast: FastAppend | None = None
         not_fast = FastAppend.applies(config)
         if not_fast is None:
@@ -171,8 +178,9 @@ class Runner:
         raw = self.source.read(self.spark, plan, self.schema)
         kept: list[Any] = []
         try:
-            good, bad, order_by = self.source.decode(raw, self.schema, list(self.sink.key), kept)
-            self.sink.order_by = order_by
+            decoded = self.source.decode(raw, self.schema, list(self.sink.key), kept)
+            good, bad = decoded.good, decoded.bad
+            self.sink.order_by = decoded.order_by
             bad_count = bad.count()  # materializes the decoded cache: the source is read once
             records_in = good.count() + bad_count
             read_seconds = time.monotonic() - started
@@ -186,7 +194,9 @@ class Runner:
                 crash_point("after_dead_letter", batch_id)
             elif bad_count:
                 log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
-            result = self.sink.write(good, batch_id=batch_id, source_position=plan.position, input_cached=True)
+            result = self.sink.write(
+                good, batch_id=batch_id, source_position=plan.position, input_cached=True, truncate=decoded.truncated
+            )
         except IcetideError:
             raise
         except Exception as exc:
@@ -214,6 +224,8 @@ class Runner:
             commit_seconds=round(result.commit_seconds, 3),
             source_lag=self._lag(plan.position),
             finished_at=datetime.now(UTC).isoformat(),
+            truncated=decoded.truncated and result.committed,
+            unknown_fields=decoded.unknown_fields,
         )
 
     def _run_fast(self, batch_id: int, plan: PlannedBatch) -> BatchMetrics | None:

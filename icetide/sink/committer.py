@@ -161,8 +161,13 @@ class Committer:
             (data if f.content == "data" else deletes).append(content_file)
         return data, deletes
 
-    def commit(self, batch_id: int, files: Sequence[WrittenFile], source_position: Any = None) -> CommitOutcome:
+    def commit(
+        self, batch_id: int, files: Sequence[WrittenFile], source_position: Any = None, *, truncate: bool = False
+    ) -> CommitOutcome:
         """Commit the batch's files atomically, once; a repeated or older batch id commits nothing.
+
+        With `truncate`, the same transaction first removes every row committed before (a source's
+        TRUNCATE), so the table holds only this batch's rows: exactly once, like the batch itself.
 
         Raises CommitConflictError after the retry budget (files deleted), CommitFailedError on a
         definite rejection (files deleted), CommitStateUnknownError when the outcome is unknown
@@ -182,7 +187,7 @@ class Committer:
             if data is None:
                 data, deletes = self._content_files(files)
             try:
-                snapshot_id = self._attempt(batch_id, data, deletes, source_position)
+                snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate)
                 return CommitOutcome(True, snapshot_id, attempt)
             except Exception as exc:
                 kind = java_exception_class(exc)
@@ -209,11 +214,16 @@ class Committer:
             f"commit of batch {batch_id} to {self.table_name} conflicted {retries + 1} times; last: {last_error}"
         )
 
-    def _attempt(self, batch_id: int, data: list[Any], deletes: list[Any], source_position: Any) -> int:
+    def _attempt(
+        self, batch_id: int, data: list[Any], deletes: list[Any], source_position: Any, truncate: bool = False
+    ) -> int:
         j = jvm(self.spark)
         table = self.table
         current = table.currentSnapshot()
         txn = table.newTransaction()
+        if truncate and current is not None:
+            # Its own snapshot, before the batch's: the batch's rows get a higher sequence number.
+            txn.newDelete().deleteFromRowFilter(j.org.apache.iceberg.expressions.Expressions.alwaysTrue()).commit()
         if not deletes and table.properties().get(COMMIT_NUM_RETRIES) == "0":
             delta = txn.newAppend()
             for f in data:

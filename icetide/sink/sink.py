@@ -171,9 +171,18 @@ class UpsertSink:
         self.write(df, batch_id=batch_id)
 
     def write(
-        self, df: DataFrame, *, batch_id: int, source_position: Any = None, input_cached: bool | None = None
+        self,
+        df: DataFrame,
+        *,
+        batch_id: int,
+        source_position: Any = None,
+        input_cached: bool | None = None,
+        truncate: bool = False,
     ) -> BatchResult:
         """Write and commit one batch, exactly once: a batch id at or below the last one is a no-op.
+
+        With `truncate`, every row committed before this batch is removed in the same commit
+        (a CDC source's TRUNCATE); `df` then holds only what came after it.
 
         `input_cached` says the batch reads from a persisted DataFrame (default: `df.is_cached`);
         then the dynamic distribution's two passes read that cache instead of persisting again.
@@ -189,7 +198,7 @@ class UpsertSink:
         write_seconds = time.monotonic() - started
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
-        outcome: CommitOutcome = self.committer.commit(batch_id, files, source_position)
+        outcome: CommitOutcome = self.committer.commit(batch_id, files, source_position, truncate=truncate)
         commit_seconds = time.monotonic() - commit_started
         per_partition: dict[str, int] = {}
         for f in files:

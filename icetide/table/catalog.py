@@ -111,3 +111,10 @@ def create_table(
     table = catalog.buildTable(ident, jschema).withPartitionSpec(jspec).withProperties(jprops).create()
     log.info("created table %s partitioned by %s", name, [str(p) for p in spec.partition_by])
     return table
+
+
+def table_exists(spark: SparkSession, name: str) -> bool:
+    """Whether the Iceberg table `<catalog>.<namespace>.<table>` exists."""
+    catalog_name, ident_text = split_name(name)
+    ident = jvm(spark).org.apache.iceberg.catalog.TableIdentifier.parse(ident_text)
+    return bool(iceberg_catalog(spark, catalog_name).tableExists(ident))

@@ -1,0 +1,91 @@
+"""A table created from the stream itself: the first Debezium message's schema and key.
+
+For `format: debezium` pipelines whose file gives no `table.schema` and `table.key`: the
+columns come from the first message's `after` (else `before`) Connect schema, typed as the
+README's table says (icetide.decode.connect.column_ddl), and the key from the message key's
+schema, which lists the source table's primary key. `table.partition_by` still applies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from icetide.config import PipelineConfig
+from icetide.decode.connect import EnvelopeSchema, column_ddl, parse_envelope_schema, parse_key_schema
+from icetide.errors import ConfigError, SourceError
+from icetide.table.catalog import create_table, table_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from icetide.pipeline.adapter import SourceAdapter
+
+log = logging.getLogger(__name__)
+
+SAMPLE_MESSAGES = 1000  # how many of the first messages are looked at for one with a schema and a key
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return bytes(value).decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def definition_from_messages(rows: list[tuple[Any, Any]]) -> tuple[EnvelopeSchema, list[str]] | None:
+    """(row schema, key columns) from the first (key, value) pair whose value has a Connect
+    schema and whose key has one too; None when no such pair is among `rows`."""
+    for key, value in rows:
+        text, key_text = _text(value), _text(key)
+        if not text or not key_text:
+            continue
+        try:
+            doc = json.loads(text)
+            if not isinstance(doc, dict) or not isinstance(doc.get("schema"), dict) or doc.get("payload") is None:
+                continue
+            envelope = parse_envelope_schema(json.dumps(doc["schema"]))
+            columns = parse_key_schema(key_text)
+        except ValueError:
+            continue
+        if columns and envelope.fields:
+            return envelope, columns
+    return None
+
+
+def ensure_table_from_stream(spark: SparkSession, config: PipelineConfig, source: SourceAdapter) -> None:
+    """Create the pipeline's table from its stream unless it exists; an error when it cannot be."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    t = config.table
+    if table_exists(spark, t.name):
+        return
+    if source.kind != "kafka":
+        raise ConfigError("table.schema and table.key: needed for landing files (they carry no message key)")
+    plan = source.plan(None)
+    found = None
+    if plan.items:
+        raw = source.read(spark, plan, StructType([]))
+        rows = raw.where(F.col("value").isNotNull()).select("key", "value").limit(SAMPLE_MESSAGES).collect()
+        found = definition_from_messages([(r["key"], r["value"]) for r in rows])
+    if found is None:
+        raise SourceError(
+            f"cannot create {t.name} from the stream yet: no Debezium message with a schema and a key among the "
+            "first messages; start again once the topic has one, or give table.schema and table.key"
+        )
+    envelope, key = found
+    missing = [k for k in key if envelope.field(k) is None]
+    if missing:
+        raise SourceError(f"the message key names {', '.join(missing)}, which the row schema lacks")
+    ddl = ", ".join(f"`{f.name}` {column_ddl(f)}{' NOT NULL' if f.name in key else ''}" for f in envelope.fields)
+    log.info("creating %s from the stream's schema: %s; key %s", t.name, ddl, ", ".join(key))
+    create_table(
+        spark,
+        t.name,
+        schema=ddl,
+        key=key,
+        partition_by=list(t.partition_by),
+        properties=t.properties,
+        target_file_size=t.target_file_size,
+    )
