@@ -105,7 +105,8 @@ def _decimal_text(r: str, scale: str) -> str:
         f"CAST(try_add(try_multiply(CAST(conv(substr({padded}, 1, 16), 16, -10) AS DECIMAL(38,0)), "
         f"18446744073709551616BD), CAST(conv(substr({padded}, 17, 16), 16, 10) AS DECIMAL(38,0))) AS STRING)"
     )
-    digits = f"lpad(regexp_replace({unscaled}, '^-', ''), {scale} + 1, '0')"
+    magnitude = f"regexp_replace({unscaled}, '^-', '')"
+    digits = f"lpad({magnitude}, greatest(length({magnitude}), {scale} + 1), '0')"  # lpad alone would cut
     return (
         f"(CASE WHEN {unscaled} IS NULL THEN NULL ELSE concat("
         f"CASE WHEN {unscaled} LIKE '-%' THEN '-' ELSE '' END, "
