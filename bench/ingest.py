@@ -316,7 +316,25 @@ def main() -> None:
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--freshness-seconds", type=int, default=30)
     p.add_argument("--max-records", type=int, default=250_000, help="the measured pipeline's trigger.max_records")
+    p.add_argument(
+        "--debezium",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N rows as plain JSON and as Debezium messages with schemas (bench/ingest_debezium.py)",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of --debezium")
     args = p.parse_args()
+    if args.debezium:
+        from bench.ingest_debezium import run_debezium
+
+        body = in_temp_warehouse(
+            lambda wh: run_debezium(
+                args.debezium, wh, Path(wh) / "tansu.log", min(args.max_records, args.debezium), args.rounds, SCHEMA
+            )
+        )
+        report("bench/ingest.py --debezium: schema-aware Debezium decoding beside plain JSON", body, save=args.record)
+        return
     body = in_temp_warehouse(
         lambda wh: run(args.events, args.freshness_seconds, wh, Path(wh) / "tansu.log", args.max_records)
     )

@@ -172,3 +172,21 @@ def test_stateful_keys_load_and_fail_naming_the_key() -> None:
             PipelineConfig.from_dict({**GOOD, "order_by": "event_time", **extra})
     with pytest.raises(ConfigError, match="order_by: a stateful pipeline"):
         PipelineConfig.from_dict({**{k: v for k, v in GOOD.items() if k != "order_by"}, "merge": "last"})
+
+
+def test_cdc_example_takes_its_table_from_the_stream() -> None:
+    config = load_config(Path(__file__).resolve().parent.parent / "examples" / "mysql-cdc.yaml")
+    assert config.format == "debezium" and config.table.schema is None and config.table.key == ()
+    assert config.on_truncate == "apply" and config.schema_evolution
+    assert config.debezium.decimal_handling_mode == "precise"
+
+
+def test_debezium_keys_are_checked_at_load() -> None:
+    with pytest.raises(ConfigError, match=r"debezium\.decimal\.handling\.mode: 'exact'"):
+        PipelineConfig.from_dict({**GOOD, "debezium": {"decimal.handling.mode": "exact"}})
+    with pytest.raises(ConfigError, match=r"debezium\.nope: unknown key"):
+        PipelineConfig.from_dict({**GOOD, "debezium": {"nope": 1}})
+    with pytest.raises(ConfigError, match="on_truncate: 'ignore'"):
+        PipelineConfig.from_dict({**GOOD, "on_truncate": "ignore"})
+    with pytest.raises(ConfigError, match="table.schema: required"):
+        PipelineConfig.from_dict({**GOOD, "table": {"name": "lake.db.t", "key": ["id"]}})  # json needs a schema

@@ -115,13 +115,30 @@ def _decimal_text(r: str, scale: str) -> str:
     )
 
 
-def _number_or_base64(r: str, scale: str) -> str:
+def _exact_number(name: str, scale: int) -> str:
+    """SQL: field `name` of the row read again as DECIMAL(38, scale) straight from the payload.
+
+    Spark's JSON reader renders a number it reads as a string through a double (17 digits), so a
+    decimal sent as a JSON number (decimal.format=NUMERIC) is read once more, typed, when a row
+    has one: exact to 38 digits."""
+    field = f"STRUCT<`{name.replace('`', '``')}`: DECIMAL(38,{scale})>"
+    parsed = f"from_json({PAYLOAD}, 'payload STRUCT<after: {field}, before: {field}>, after {field}, before {field}')"
+    part = f"CASE WHEN {OP_COLUMN} = '{DELETE}' THEN 'before' ELSE 'after' END"
+    value = (
+        f"CASE WHEN {part} = 'before' THEN coalesce({parsed}.payload.before.`{name}`, {parsed}.before.`{name}`) "
+        f"ELSE coalesce({parsed}.payload.after.`{name}`, {parsed}.after.`{name}`) END"
+    )
+    return f"CAST({value} AS STRING)"
+
+
+def _number_or_base64(r: str, scale: str, exact: str | None = None) -> str:
     """SQL: the decimal text of `r`, a JSON number (decimal.format=NUMERIC, string or double
-    handling) or base64 bytes (precise). Digits alone whose length is a multiple of 4 read as base64."""
+    handling) or base64 bytes (precise). Digits alone whose length is a multiple of 4 read as base64.
+    `exact`: SQL for the number read exactly (see `_exact_number`), used instead of `r`."""
     number = (
         f"({r} RLIKE '^-?[0-9]+(\\\\.[0-9]+)?([eE][-+]?[0-9]+)?$' AND ({r} RLIKE '[.eE-]' OR length({r}) % 4 != 0))"
     )
-    return f"(CASE WHEN {number} THEN {r} ELSE {_decimal_text(r, scale)} END)"
+    return f"(CASE WHEN {number} THEN {exact or r} ELSE {_decimal_text(r, scale)} END)"
 
 
 def _to_type(text: str, dtype: DataType) -> Column:
@@ -181,7 +198,9 @@ def field_conversion(raw: str, f: C.ConnectField | None, dtype: DataType, settin
         return convert(raw, dtype, "ms")
     logical = f.logical
     if logical == C.DECIMAL:
-        return _to_type(_number_or_base64(r, str(f.scale or 0)), dtype)
+        scale = f.scale or 0
+        exact = _exact_number(f.name, scale) if 0 <= scale <= 38 else None
+        return _to_type(_number_or_base64(r, str(scale), exact), dtype)
     if logical == C.VARIABLE_SCALE_DECIMAL:
         scale = f"from_json({r}, 'scale INT, value STRING').scale"
         value = f"from_json({r}, 'scale INT, value STRING').value"
@@ -247,9 +266,9 @@ def _infer_ddl(text: str | None) -> str:
     return "STRING"
 
 
-def _order(position_cols: Sequence[str], source: Column) -> Column:
+def _order(position_cols: Sequence[str], source: Column, ts_ms: Column) -> Column:
     """A text that sorts one key's changes: the source's own position (MySQL binlog file, pos,
-    row; PostgreSQL LSN), then the Kafka offset or file line."""
+    row; PostgreSQL LSN), else the source time; then the Kafka offset or file line."""
     from pyspark.sql import functions as F
 
     mysql = F.when(
@@ -264,8 +283,10 @@ def _order(position_cols: Sequence[str], source: Column) -> Column:
         ),
     )
     postgres = F.when(source["lsn"].isNotNull(), F.concat(F.lit("p"), F.lpad(source["lsn"], 20, "0")))
+    # Without a source position, the source time orders across seconds and arrival within one.
+    clock = F.when(ts_ms.rlike("^[0-9]{1,15}$"), F.concat(F.lit("t"), F.lpad(ts_ms, 15, "0")))
     arrival = F.lpad(F.col(position_cols[-1]).cast("string"), 20, "0") if position_cols else F.lit("")
-    return F.concat(F.coalesce(mysql, postgres, F.lit("")), F.lit("|"), arrival)
+    return F.concat(F.coalesce(mysql, postgres, clock, F.lit("")), F.lit("|"), arrival)
 
 
 def decode_debezium(
@@ -358,7 +379,9 @@ def decode_debezium(
         part("before").alias(_BEFORE),
         part("after").alias(_AFTER),
         F.coalesce(part("source")["ts_ms"], part("ts_ms")).alias("_icetide_ts"),
-        _order(position_cols, part("source")).alias(SOURCE_ORDER_COLUMN),
+        _order(position_cols, part("source"), F.coalesce(part("source")["ts_ms"], part("ts_ms"))).alias(
+            SOURCE_ORDER_COLUMN
+        ),
         F.when(wrapped, parsed["schema"]).alias(_SCHEMA_TEXT),
         F.when(wrapped & parsed["schema"].isNotNull(), F.xxhash64(parsed["schema"])).alias(_SCHEMA_ID),
         F.coalesce(F.filter(F.map_keys(row), lambda k: ~F.array_contains(known, k)), F.array()).alias(_UNKNOWN),
