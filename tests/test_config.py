@@ -188,5 +188,5 @@ def test_debezium_keys_are_checked_at_load() -> None:
         PipelineConfig.from_dict({**GOOD, "debezium": {"nope": 1}})
     with pytest.raises(ConfigError, match="on_truncate: 'ignore'"):
         PipelineConfig.from_dict({**GOOD, "on_truncate": "ignore"})
-    with pytest.raises(ConfigError, match="table.schema: required"):
+    with pytest.raises(ConfigError, match=r"table\.schema: required"):
         PipelineConfig.from_dict({**GOOD, "table": {"name": "lake.db.t", "key": ["id"]}})  # json needs a schema

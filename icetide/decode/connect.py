@@ -2,7 +2,7 @@
 
 A message is `{"schema": {...}, "payload": {...}}`; the schema describes the envelope, whose
 `before` and `after` structs list the row's fields with their Connect type (int8...int64,
-float32, float64, boolean, string, bytes, struct, array, map), an optional logical `name`
+float, double, boolean, string, bytes, struct, array, map), an optional logical `name`
 (org.apache.kafka.connect.data.Decimal, io.debezium.time.MicroTimestamp, ...) and `parameters`
 (a Decimal's `scale` and `connect.decimal.precision`). This module is pure Python: it reads a
 schema once per distinct schema text and says how icetide types each field.
@@ -156,7 +156,9 @@ def column_ddl(f: ConnectField) -> str:
         "int16": "INT",
         "int32": "INT",
         "int64": "BIGINT",
+        "float": "FLOAT",  # the JSON converter's names for float32 and float64
         "float32": "FLOAT",
+        "double": "DOUBLE",
         "float64": "DOUBLE",
         "boolean": "BOOLEAN",
         "bytes": "BINARY",

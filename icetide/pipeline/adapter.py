@@ -165,7 +165,7 @@ class SourceAdapter:
             keep.append(good)
             return Decoded(good, raw.sparkSession.createDataFrame([], BAD_DDL), self.config.order_by)
         if self.config.format == "debezium":
-            from icetide.decode.debezium import decode_debezium
+            from icetide.decode.debezium import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, decode_debezium
 
             changes = decode_debezium(
                 raw,
@@ -180,10 +180,13 @@ class SourceAdapter:
                 on_truncate=self.config.on_truncate,
                 schema_evolution=self.config.schema_evolution,
             )
+            order_by = self.config.order_by or changes.order_by
+            # The sink takes table columns, `_op` and one order column: the other change columns go.
+            good = changes.good.drop(*[c for c in (SOURCE_TS_COLUMN, SOURCE_ORDER_COLUMN) if c != order_by])
             return Decoded(
-                changes.good,
+                good,
                 changes.bad,
-                self.config.order_by or changes.order_by,
+                order_by,
                 truncated=changes.truncated,
                 unknown_fields=changes.unknown_fields,
             )

@@ -175,6 +175,8 @@ class Runner:
             if metrics is not None:
                 return metrics
         started = time.monotonic()
+        # The table's schema as of now: schema evolution (ours, or another writer's) changes it.
+        self.schema = spark_schema(self.spark, self.sink.committer.table)
         raw = self.source.read(self.spark, plan, self.schema)
         kept: list[Any] = []
         try:
