@@ -64,7 +64,8 @@ def race(spark: Any, warehouse: str, table: str, tmp_path: Path, *, plain: bool)
     try:
         deadline = time.monotonic() + 180
         while len(list(sync.glob("ready-*"))) < WRITERS:
-            assert all(d.poll() is None for d in drivers), "a driver exited before it was ready"
+            for d in drivers:
+                assert d.poll() is None, f"a driver exited before it was ready: {d.communicate()[1][-3000:]}"
             assert time.monotonic() < deadline, "drivers not ready in time"
             time.sleep(0.05)
         (sync / "go").touch()

@@ -62,9 +62,10 @@ def compiled_jar(name: str, sources: list[str], classpath: list[str], *, depends
     """Path of a jar of `sources` compiled against `classpath`, built now unless the cache has it.
 
     The jar is named `name-<digest>.jar`, the digest covering the sources' contents, the
-    classpath's entries and `depends_on` (e.g. Spark's version), so any change builds a new jar. None when it cannot be built (no javac,
-    or javac failed: the reason goes to the debug log). Concurrent builders each write a private
-    file and rename it into place, so a reader never sees a partial jar.
+    classpath's entries and `depends_on` (e.g. Spark's version), so any change builds a new jar.
+    None when it cannot be built (no javac, or javac failed: the reason goes to the debug log).
+    Concurrent builders each write a private file and rename it into place, so a reader never
+    sees a partial jar.
     """
     digest = hashlib.sha256()
     for source in sorted(sources):

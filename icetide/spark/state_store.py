@@ -44,4 +44,3 @@ def state_store_provider(spark: SparkSession) -> str:
 
 
 _warned = False
-
