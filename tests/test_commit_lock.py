@@ -120,3 +120,54 @@ def test_the_embedded_catalog_takes_the_commit_lock(tmp_path: Path) -> None:
     assert jar is not None
     with zipfile.ZipFile(jar) as built:
         assert COMMIT_LOCK_IMPL.replace(".", "/") + ".class" in built.namelist()
+
+
+HOLD_LOCK = """
+import fcntl, sys, time
+f = open(sys.argv[1], "a")
+fcntl.lockf(f, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_lock_is_shared_with_other_processes_and_dies_with_them(spark: Any, tmp_path: Path) -> None:
+    """The lock is an OS lock on the table's lock file (POSIX, as Python's fcntl.lockf takes
+    it): while another process holds it, a commit's acquire times out; when that process is
+    killed, the OS releases it and the acquire succeeds. Only the owner that took it releases it."""
+    metadata = tmp_path / "db" / "t" / "metadata"
+    metadata.mkdir(parents=True)
+    entity = f"file:{metadata}/v2.metadata.json"
+    lock_file = metadata / ".icetide-commit.lock"
+    jvm: Any = spark._jvm
+    manager = jvm.icetide.catalog.FileLockManager()
+    props = jvm.java.util.HashMap()
+    props.put("lock.acquire-timeout-ms", "300")
+    manager.initialize(props)
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock_file)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        assert not manager.acquire(entity, "owner-a")
+        assert time.monotonic() - started >= 0.3
+    finally:
+        holder.kill()
+        holder.wait()
+    assert manager.acquire(entity, "owner-a")
+    # Held by this JVM: another process cannot take it, another thread of this JVM neither.
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import fcntl; fcntl.lockf(open({str(lock_file)!r}, 'a'), fcntl.LOCK_EX | fcntl.LOCK_NB)",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode != 0 and "BlockingIOError" in probe.stderr
+    assert not manager.acquire(f"file:{metadata}/v3.metadata.json", "owner-b")
+    assert not manager.release(entity, "owner-b")
+    assert manager.release(entity, "owner-a")
+    assert manager.acquire(entity, "owner-b") and manager.release(entity, "owner-b")
+    assert lock_file.exists()
