@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: check-java $(STAMP)
-	@$(BIN)/python -m icetide.spark.state_store
+	@$(BIN)/python -m icetide.spark.jars >/dev/null
 
 demo: install
 	$(BIN)/icetide demo

@@ -12,29 +12,31 @@ from pathlib import Path
 
 import pytest
 
-from icetide.spark import state_store
-from icetide.spark.state_store import PROVIDER_CLASS, SPARK_PROVIDER_CLASS, provider_jar
+from icetide.spark import jars
+from icetide.spark.jars import icetide_jar
+from icetide.spark.state_store import PROVIDER_CLASS, SPARK_PROVIDER_CLASS
 from tests.state_store_driver import BATCHES, FAILING_BATCH, KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 LOADED = "Loading checkpoint files for version"
 
 
-def test_the_provider_jar_is_built_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(state_store.CACHE_ENV, str(tmp_path))
-    jar = provider_jar()
+def test_the_icetide_jar_is_built_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(jars.CACHE_ENV, str(tmp_path))
+    jar = icetide_jar()
     assert jar is not None and jar.startswith(str(tmp_path))
     with zipfile.ZipFile(jar) as built:
         assert "icetide/state/ReusingRocksDBProvider.class" in built.namelist()
+        assert "icetide/catalog/FileLockManager.class" in built.namelist()
     modified = os.path.getmtime(jar)
-    assert provider_jar() == jar and os.path.getmtime(jar) == modified
+    assert icetide_jar() == jar and os.path.getmtime(jar) == modified
 
 
 def test_without_javac_there_is_no_jar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(state_store.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(jars.CACHE_ENV, str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert provider_jar() is None
+    assert icetide_jar() is None
     assert os.listdir(tmp_path) == []
 
 

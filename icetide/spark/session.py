@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import sys
@@ -10,8 +9,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from icetide.errors import ConfigError
+from icetide.spark.jars import iceberg_runtime_jar, icetide_jar
 from icetide.spark.java import check_java
-from icetide.spark.state_store import provider_jar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,32 +19,24 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CATALOG = "lake"
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-# Spark 3.5 from PyPI is built for Scala 2.12; the wheel also carries 2.13 jars, which must not load.
-RUNTIME_JAR_PATTERN = "iceberg-spark-runtime-3.5_2.12-*.jar"
 LOG4J_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+# The embedded catalog's commit lock across processes (jvm/FileLockManager.java, docs/design.md).
+COMMIT_LOCK_IMPL = "icetide.catalog.FileLockManager"
 
 
-def iceberg_runtime_jar() -> str:
-    """Path of the Iceberg Spark runtime jar shipped in `snowpark-connect-deps-iceberg`."""
-    try:
-        import snowpark_connect_deps_iceberg as deps
-    except ImportError as exc:  # pragma: no cover - a broken install
-        raise ConfigError(
-            "the Iceberg runtime is not installed: pip install 'snowpark-connect-deps-iceberg==1.0.2'"
-        ) from exc
-    roots = list(getattr(deps, "__path__", [])) or [os.path.dirname(deps.__file__ or "")]
-    for root in roots:
-        found = sorted(glob.glob(os.path.join(root, "jars", RUNTIME_JAR_PATTERN)))
-        if found:
-            return found[-1]
-    raise ConfigError(f"no {RUNTIME_JAR_PATTERN} inside snowpark-connect-deps-iceberg at {roots}")
-
-
-def catalog_conf(catalog: str, *, warehouse: str | None, options: Mapping[str, str] | None) -> dict[str, str]:
+def catalog_conf(
+    catalog: str,
+    *,
+    warehouse: str | None,
+    options: Mapping[str, str] | None,
+    lock_impl: str | None = None,
+) -> dict[str, str]:
     """Spark conf entries for one Iceberg catalog.
 
     With `options` (REST, Hive, Glue, JDBC, ...) they are passed through unchanged under
     `spark.sql.catalog.<catalog>.`; without, an embedded Hadoop catalog on `warehouse`.
+    A Hadoop catalog (the embedded one, or `type: hadoop` in `options`) gets `lock_impl` as its
+    `lock-impl` unless `options` name one.
     """
     prefix = f"spark.sql.catalog.{catalog}"
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
@@ -54,11 +45,15 @@ def catalog_conf(catalog: str, *, warehouse: str | None, options: Mapping[str, s
             conf[f"{prefix}.{key}"] = str(value)
         if warehouse and "warehouse" not in options:
             conf[f"{prefix}.warehouse"] = _warehouse_uri(warehouse)
+        if lock_impl and options.get("type") == "hadoop" and "lock-impl" not in options:
+            conf[f"{prefix}.lock-impl"] = lock_impl
         return conf
     if not warehouse:
         raise ConfigError("warehouse: a folder for the embedded catalog is required without a catalog block")
     conf[f"{prefix}.type"] = "hadoop"
     conf[f"{prefix}.warehouse"] = _warehouse_uri(warehouse)
+    if lock_impl:
+        conf[f"{prefix}.lock-impl"] = lock_impl
     return conf
 
 
@@ -80,7 +75,9 @@ def spark_session(
 ) -> SparkSession:
     """A SparkSession with Iceberg's SQL extensions and one Iceberg catalog named `catalog`.
 
-    The embedded default is a Hadoop catalog on the local folder `warehouse` (safe for one JVM).
+    The embedded default is a Hadoop catalog on the local folder `warehouse`, whose commits take
+    icetide's file lock (`lock-impl`), so processes on one machine can commit to one table
+    safely, provided each of them takes that lock (see docs/design.md).
     `catalog_options` are passed through unchanged, e.g. ``{"type": "rest", "uri": ...}``.
     `conf` entries win over everything icetide sets. The session time zone is UTC, so
     timestamps mean the same on every machine. An existing active session is reused.
@@ -94,9 +91,9 @@ def spark_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     jars = [iceberg_runtime_jar()]
-    state_jar = provider_jar()
-    if state_jar:
-        jars.append(state_jar)
+    own_jar = icetide_jar()
+    if own_jar:
+        jars.append(own_jar)
     settings: dict[str, str] = {
         "spark.jars": ",".join(jars),
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
@@ -110,7 +107,13 @@ def spark_session(
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
         "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
     }
-    settings.update(catalog_conf(catalog, warehouse=warehouse, options=catalog_options))
+    lock_impl = COMMIT_LOCK_IMPL if own_jar else None
+    settings.update(catalog_conf(catalog, warehouse=warehouse, options=catalog_options, lock_impl=lock_impl))
+    if own_jar is None and not catalog_options:
+        log.warning(
+            "javac not found, so icetide's commit lock is not built: the embedded catalog is safe for one process "
+            "only (run icetide and any other Spark session on this warehouse one at a time)"
+        )
     settings.update(conf or {})
     builder = SparkSession.builder.appName(app_name).master(
         master or os.environ.get("ICETIDE_SPARK_MASTER", "local[*]")
