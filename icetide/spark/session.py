@@ -9,7 +9,9 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from icetide.config import check_catalog_for_warehouse
 from icetide.errors import ConfigError
+from icetide.secrets import redact
 from icetide.spark.java import check_java
 from icetide.spark.state_store import provider_jar
 
@@ -46,7 +48,10 @@ def catalog_conf(catalog: str, *, warehouse: str | None, options: Mapping[str, s
 
     With `options` (REST, Hive, Glue, JDBC, ...) they are passed through unchanged under
     `spark.sql.catalog.<catalog>.`; without, an embedded Hadoop catalog on `warehouse`.
+    A Hadoop catalog on an object-store warehouse (s3a://, gs://, abfs://, ...) is refused with
+    a ConfigError: it cannot commit safely there.
     """
+    check_catalog_for_warehouse(warehouse, options)
     prefix = f"spark.sql.catalog.{catalog}"
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
     if options:
@@ -117,7 +122,7 @@ def spark_session(
     )
     for key, value in settings.items():
         builder = builder.config(key, value)
-    log.debug("starting Spark with %s", settings)
+    log.debug("starting Spark with %s", redact(settings))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
