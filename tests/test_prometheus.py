@@ -21,7 +21,7 @@ def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_runner_serves_prometheus_metrics(spark: Any, tmp_path: Path) -> None:
-    lines, bad = land_files(tmp_path / "landing", 5, seed=21)
+    _, bad = land_files(tmp_path / "landing", 5, seed=21)
     doc = pipeline_doc("prom", tmp_path / "landing")
     doc["metrics"] = {"prometheus_port": 0}  # a free port on 127.0.0.1
     doc["maintenance"] = {"every_batches": 3}
@@ -44,7 +44,9 @@ def test_runner_serves_prometheus_metrics(spark: Any, tmp_path: Path) -> None:
     assert value("icetide_batches_total", (*table, ("outcome", "committed"))) == 3
     assert value("icetide_batches_total", (*table, ("outcome", "noop"))) == 0
     assert value("icetide_commit_seconds_count") == 3
-    assert math.isclose(value("icetide_commit_seconds_sum"), sum(b.commit_seconds for b in summary.batches), abs_tol=0.01)
+    assert math.isclose(
+        value("icetide_commit_seconds_sum"), sum(b.commit_seconds for b in summary.batches), abs_tol=0.01
+    )
     assert 0 <= value("icetide_seconds_since_last_commit") < 120
     assert value("icetide_maintenance_runs_total") == 1
     assert got[("icetide_source_lag", (("partition", "files"), ("pipeline", "prom"), ("source", "files")))] == 0

@@ -166,7 +166,7 @@ def test_hadoop_catalog_on_an_object_store_is_refused(uri: str) -> None:
     assert message.startswith("warehouse: a Hadoop catalog is not safe on ")
     assert "REST, JDBC, Glue or Hive" in message and "\n" not in message
     doc["catalog"] = {"type": "hadoop", "warehouse": uri}
-    with pytest.raises(ConfigError, match="catalog.warehouse: a Hadoop catalog is not safe"):
+    with pytest.raises(ConfigError, match=r"catalog\.warehouse: a Hadoop catalog is not safe"):
         PipelineConfig.from_dict(doc)
     with pytest.raises(ConfigError, match="Hadoop catalog is not safe"):
         catalog_conf("lake", warehouse=uri, options=None)
@@ -183,8 +183,8 @@ def test_metrics_block_is_validated() -> None:
     config = PipelineConfig.from_dict(doc)
     assert config.metrics is not None and config.metrics.prometheus_host == "127.0.0.1"
     doc["metrics"] = {"prometheus_port": "x"}
-    with pytest.raises(ConfigError, match="metrics.prometheus_port"):
+    with pytest.raises(ConfigError, match=r"metrics\.prometheus_port"):
         PipelineConfig.from_dict(doc)
     doc["metrics"] = {"prometheus_port": 1, "port": 2}
-    with pytest.raises(ConfigError, match="metrics.port: unknown key"):
+    with pytest.raises(ConfigError, match=r"metrics\.port: unknown key"):
         PipelineConfig.from_dict(doc)
