@@ -8,8 +8,13 @@ import logging
 import sys
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-from icetide.errors import IcetideError, one_line
+from icetide.errors import ConfigError, IcetideError, one_line
+from icetide.secrets import install_log_redaction, redact, scrub
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("icetide.cli")
 
@@ -20,6 +25,47 @@ def _configure_logging(verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    install_log_redaction()
+
+
+def _catalog_options(pairs: list[str] | None) -> dict[str, str] | None:
+    """`--catalog-option KEY=VALUE` pairs as a mapping (None when there are none)."""
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--catalog-option: {pair!r} is not KEY=VALUE, e.g. type=rest")
+        out[key.strip()] = value
+    return out or None
+
+
+def _table_session(args: argparse.Namespace) -> tuple[SparkSession, str, dict[str, Any]]:
+    """The Spark session, table and (redacted) catalog settings `status` and `maintain` work on.
+
+    With `--pipeline`, the pipeline file's catalog (warehouse or catalog block, Spark settings)
+    and, unless a table is named, the table its maintenance looks after; otherwise the
+    `--warehouse` / `--catalog-option` settings and the named table.
+    """
+    from icetide.spark.session import spark_session
+
+    if args.pipeline:
+        from icetide.config import load_config
+        from icetide.pipeline.runner import pipeline_session
+
+        config = load_config(args.pipeline)
+        if args.warehouse or args.catalog_option:
+            raise ConfigError("--pipeline: the pipeline file names the catalog; drop --warehouse / --catalog-option")
+        table = args.table or config.maintained_table
+        if table.split(".")[0] != config.catalog:
+            raise ConfigError(f"table: {table} is not in the pipeline's catalog {config.catalog!r}")
+        shown = {"warehouse": config.warehouse, **redact(config.catalog_options or {})}
+        return pipeline_session(config), table, shown
+    if not args.table:
+        raise ConfigError("table: name the table (catalog.namespace.table) or give --pipeline FILE")
+    options = _catalog_options(args.catalog_option)
+    warehouse = args.warehouse or (None if options else "warehouse")
+    spark = spark_session(warehouse=warehouse, catalog=args.table.split(".")[0], catalog_options=options)
+    return spark, args.table, {"warehouse": warehouse, **redact(options or {})}
 
 
 def _hour_label(hours_since_epoch: int | None) -> str:
@@ -153,17 +199,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from icetide.maintenance.health import files_over_time_html, table_health
-    from icetide.spark.session import spark_session
 
-    spark = spark_session(warehouse=args.warehouse, catalog=args.table.split(".")[0])
-    health = table_health(spark, args.table)
+    spark, table, catalog = _table_session(args)
+    health = table_health(spark, table)
     if args.chart:
         with open(args.chart, "w") as f:
-            f.write(files_over_time_html(spark, args.table))
+            f.write(files_over_time_html(spark, table))
     if args.json:
         print(health.to_json())
         return 0
     console = Console()
+    settings = ", ".join(f"{k}={v}" for k, v in catalog.items() if v is not None)
+    console.print(f"catalog {table.split('.')[0]}: {settings}", highlight=False, soft_wrap=True)
     console.print(
         f"[bold]{health.table}[/bold]: {health.data_files} data files, {health.delete_files} delete files, "
         f"{health.equality_delete_rows:,} equality-delete rows waiting, {health.snapshots} snapshots "
@@ -206,28 +253,25 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from icetide.config import parse_duration
     from icetide.maintenance.maintain import MaintenancePolicy, maintain
     from icetide.maintenance.orphans import remove_orphan_files
-    from icetide.spark.session import spark_session
 
     every = parse_duration(args.every, "--every") if args.every else None
     budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
     policy = MaintenancePolicy(fold_deletes=args.fold_deletes, time_budget_seconds=budget)
     console = Console(stderr=True)
     with console.status("starting Spark ...") if console.is_terminal else _nothing():
-        spark = spark_session(warehouse=args.warehouse, catalog=args.table.split(".")[0])
+        spark, table, _ = _table_session(args)
     while True:
         with progress_view(console) as progress:
             progress_callback = progress if args.progress else None
-            report = maintain(spark, args.table, policy, progress=progress_callback)
+            report = maintain(spark, table, policy, progress=progress_callback)
             orphans = (
-                remove_orphan_files(spark, args.table, dry_run=False, progress=progress_callback)
-                if args.orphans
-                else None
+                remove_orphan_files(spark, table, dry_run=False, progress=progress_callback) if args.orphans else None
             )
         for line in report.lines():
-            console.print(f"{args.table}: {line}", highlight=False, soft_wrap=True)
+            console.print(f"{table}: {line}", highlight=False, soft_wrap=True)
         if orphans is not None:
-            console.print(f"{args.table}: removed {len(orphans.orphans)} orphan file(s)", highlight=False)
-        console.print(f"{args.table}: done in {report.seconds:.1f}s")
+            console.print(f"{table}: removed {len(orphans.orphans)} orphan file(s)", highlight=False)
+        console.print(f"{table}: done in {report.seconds:.1f}s")
         if every is None:
             return 0
         time.sleep(every)
@@ -244,6 +288,20 @@ class _nothing:
 def statistics_mean(values: list[int]) -> float:
     """Mean of a list, 0 for an empty one."""
     return sum(values) / len(values) if values else 0.0
+
+
+def _add_catalog_arguments(parser: argparse.ArgumentParser) -> None:
+    """--pipeline, or --warehouse / --catalog-option: which catalog a table command opens."""
+    parser.add_argument(
+        "-p", "--pipeline", metavar="FILE", help="open the catalog of this pipeline file (and its table by default)"
+    )
+    parser.add_argument("--warehouse", help="warehouse of the embedded catalog (default: ./warehouse)")
+    parser.add_argument(
+        "--catalog-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Spark catalog option, as in a pipeline's catalog block (repeatable), e.g. type=rest",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -268,15 +326,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--once", action="store_true", help="process what is available, then exit")
     run.set_defaults(func=cmd_run)
     status = sub.add_parser("status", help="a table's health: files per partition, deletes, snapshots, pipelines")
-    status.add_argument("table", help="catalog.namespace.table, e.g. lake.demo.ad_events")
-    status.add_argument("--warehouse", default="warehouse", help="warehouse folder (default: ./warehouse)")
+    status.add_argument("table", nargs="?", help="catalog.namespace.table, e.g. lake.demo.ad_events")
+    _add_catalog_arguments(status)
     status.add_argument("--json", action="store_true", help="print the report as JSON")
     status.add_argument("--chart", metavar="FILE.html", help="also write an HTML chart of files per partition")
     status.add_argument("--partitions", type=int, default=20, help="partitions to list (default: 20)")
     status.set_defaults(func=cmd_status)
     maintain = sub.add_parser("maintain", help="compact, fold deletes, rewrite manifests, expire snapshots as due")
-    maintain.add_argument("table", help="catalog.namespace.table")
-    maintain.add_argument("--warehouse", default="warehouse", help="warehouse folder (default: ./warehouse)")
+    maintain.add_argument("table", nargs="?", help="catalog.namespace.table (default with --pipeline: its table)")
+    _add_catalog_arguments(maintain)
     maintain.add_argument("--every", metavar="DURATION", help="run again every DURATION (e.g. 5m) until stopped")
     maintain.add_argument(
         "--fold-deletes",
@@ -303,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except IcetideError as exc:
         log.debug("failed", exc_info=True)
-        print(f"icetide: error: {exc}", file=sys.stderr)
+        print(f"icetide: error: {scrub(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("icetide: interrupted", file=sys.stderr)
@@ -311,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a Java or library error: one line here, the trace with -v
         log.debug("failed", exc_info=True)
         hint = "" if args.verbose else " (run with -v for details)"
-        print(f"icetide: error: {one_line(exc)}{hint}", file=sys.stderr)
+        print(f"icetide: error: {scrub(one_line(exc))}{hint}", file=sys.stderr)
         return 1
 
 

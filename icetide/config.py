@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from icetide.errors import ConfigError
+from icetide.secrets import expand_env, redact, redacted_repr
 from icetide.stateful.settings import StatefulSettings
 
 Mode = Literal["upsert", "append"]
@@ -48,6 +49,7 @@ TOP_LEVEL_KEYS = {
     "debezium",
     "on_truncate",
     "schema_evolution",
+    "metrics",
 }
 FAST_PATH_MODES = ("auto", "off")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -203,6 +205,70 @@ class TriggerConfig:
         return out
 
 
+# Object stores have no atomic rename, which the Hadoop catalog's commit relies on.
+OBJECT_STORE_SCHEMES = (
+    "s3",
+    "s3a",
+    "s3n",
+    "gs",
+    "gcs",
+    "abfs",
+    "abfss",
+    "wasb",
+    "wasbs",
+    "adl",
+    "oss",
+    "cos",
+    "cosn",
+    "obs",
+    "r2",
+)
+HADOOP_CATALOG_IMPL = "org.apache.iceberg.hadoop.HadoopCatalog"
+
+
+def check_catalog_for_warehouse(warehouse: str | None, catalog_options: Mapping[str, str] | None) -> None:
+    """Refuse a Hadoop catalog (the embedded default) on an object-store warehouse.
+
+    Its commit is a rename guarded by a lock in one JVM; an object store has no atomic rename,
+    so two writers can both "win" and one commit is lost. Raises ConfigError naming the key.
+    """
+    options = catalog_options or {}
+    hadoop = not options or str(options.get("type", "")).lower() == "hadoop"
+    hadoop = hadoop or str(options.get("catalog-impl", "")) == HADOOP_CATALOG_IMPL
+    location = str(options.get("warehouse") or warehouse or "")
+    scheme = location.split("://", 1)[0].lower() if "://" in location else ""
+    if hadoop and scheme in OBJECT_STORE_SCHEMES:
+        key = "catalog.warehouse" if options.get("warehouse") else "warehouse"
+        raise ConfigError(
+            f"{key}: a Hadoop catalog is not safe on {scheme}:// (an object store has no atomic rename, "
+            "so concurrent commits can be lost); use a REST, JDBC, Glue or Hive catalog in a `catalog:` block"
+        )
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Where the runner serves Prometheus metrics (`metrics: {prometheus_port: 9464}`)."""
+
+    prometheus_port: int
+    prometheus_host: str = "127.0.0.1"  # loopback by default: metrics are not published beyond the machine
+
+    @classmethod
+    def from_dict(cls, d: Any) -> MetricsConfig | None:
+        """None for an absent or empty block; ConfigError naming the key otherwise."""
+        if not d:
+            return None
+        if not isinstance(d, Mapping):
+            raise ConfigError("metrics: expected a mapping, e.g. {prometheus_port: 9464}")
+        _unknown(d, {"prometheus_port", "prometheus_host"}, "metrics.")
+        port = _require(d, "prometheus_port", "metrics.")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ConfigError(f"metrics.prometheus_port: {port!r} is not a port number (0-65535; 0 picks a free one)")
+        host = d.get("prometheus_host", "127.0.0.1")
+        if not isinstance(host, str) or not host:
+            raise ConfigError("metrics.prometheus_host: expected an address to listen on, e.g. 127.0.0.1")
+        return cls(prometheus_port=port, prometheus_host=host)
+
+
 FOLD_DELETES = ("rewrite", "position")
 MAINTENANCE_KEYS = {"every_batches", "every", "time_budget", "fold_deletes"}
 
@@ -301,6 +367,9 @@ class PipelineConfig:
     debezium: DebeziumSettings = field(default_factory=DebeziumSettings)  # reading schemaless messages
     on_truncate: OnTruncate = "apply"
     schema_evolution: bool = False  # new source fields add columns; widenings apply (README)
+    metrics: MetricsConfig | None = None  # Prometheus endpoint of the runner; None: none
+
+    __repr__ = redacted_repr  # catalog options, Spark settings and Kafka consumer secrets show as ***
 
     @property
     def source_kind(self) -> str:
@@ -356,12 +425,16 @@ class PipelineConfig:
         if fast_path not in FAST_PATH_MODES:
             raise ConfigError(f"fast_path: {fast_path!r} is not one of {', '.join(FAST_PATH_MODES)}")
         order_by = d.get("order_by")
+        warehouse = d.get("warehouse", None if catalog else "warehouse")
+        catalog_options = {str(k): str(v) for k, v in catalog.items()} if catalog else None
+        check_catalog_for_warehouse(warehouse, catalog_options)
+        redact({"catalog": catalog or {}, "spark": d.get("spark") or {}, "source": source})  # remembers secrets
         config = cls(
             pipeline=pipeline,
             source={kind: dict(source[kind])},
             table=table,
-            warehouse=d.get("warehouse", None if catalog else "warehouse"),
-            catalog_options={str(k): str(v) for k, v in catalog.items()} if catalog else None,
+            warehouse=warehouse,
+            catalog_options=catalog_options,
             format=fmt,
             mode=mode,
             order_by=str(order_by) if order_by else None,
@@ -385,6 +458,7 @@ class PipelineConfig:
             debezium=DebeziumSettings.from_dict(d.get("debezium")),
             on_truncate=on_truncate,
             schema_evolution=_flag(d, "schema_evolution"),
+            metrics=MetricsConfig.from_dict(d.get("metrics")),
         )
         if table.schema is None and config.stateful is not None:
             raise ConfigError("table.schema: a stateful pipeline needs its table's schema and key in the file")
@@ -396,7 +470,11 @@ class PipelineConfig:
 
 
 def load_config(path: str | Path) -> PipelineConfig:
-    """Read and validate a pipeline YAML file."""
+    """Read and validate a pipeline YAML file.
+
+    `${VAR}` and `${VAR:-default}` in its string values are replaced from the environment first
+    (`$$` is a literal `$`); an unset variable without a default is a ConfigError naming the key.
+    """
     import yaml
 
     p = Path(path)
@@ -409,6 +487,6 @@ def load_config(path: str | Path) -> PipelineConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from exc
     try:
-        return PipelineConfig.from_dict(data)
+        return PipelineConfig.from_dict(expand_env(data))
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from exc

@@ -356,6 +356,7 @@ def test_lag_counts_unread_records(kafka_broker: str) -> None:
     src = source(kafka_broker, topic)
     assert src.lag(None) == 8
     assert src.lag({"0": 3, "1": 4}) == 1
+    assert src.lag_by_partition({"0": 3, "1": 4}) == {0: 1, 1: 0}  # what the Prometheus gauge shows
 
 
 def test_unreadable_range_fails_with_its_position(kafka_broker: str, spark: Any) -> None:

@@ -26,7 +26,9 @@ def test_maintain_compacts_folds_deletes_and_expires_without_changing_rows(spark
     before = sorted(tuple(r) for r in spark.table(table_name).select(*COLUMNS).collect())
     files_before = spark.sql(f"SELECT count(*) FROM {table_name}.files").first()[0]
     policy = MaintenancePolicy(
-        thresholds=HealthThresholds(max_small_files=2, max_delete_files=1, max_snapshots=3), retain_snapshots=2
+        thresholds=HealthThresholds(max_small_files=2, max_delete_files=1, max_snapshots=3),
+        retain_snapshots=2,
+        max_snapshot_age_seconds=0,
     )
     report = maintain(spark, table_name, policy)
     assert report.compaction is not None and report.compaction.groups > 0

@@ -56,7 +56,7 @@ def test_expire_keeps_the_last_snapshots_and_every_pipeline_state(spark: Any, ta
     _stream(t, 4)
     assert compact(spark, table_name, min_input_files=2).groups > 0
     before, snapshots = t.sink.last_committed(), _snapshots(t)
-    result = expire_snapshots(spark, table_name, retain_last=2)
+    result = expire_snapshots(spark, table_name, retain_last=2, older_than=timedelta(0))
     assert result.snapshots_left == 2 and result.expired_snapshots == snapshots - 2
     assert _snapshots(t) == 2
     assert t.sink.last_committed() == before and [s.pipeline_id for s in result.pipelines] == ["stream"]

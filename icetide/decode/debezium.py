@@ -202,9 +202,9 @@ def field_conversion(raw: str, f: C.ConnectField | None, dtype: DataType, settin
         exact = _exact_number(f.name, scale) if 0 <= scale <= 38 else None
         return _to_type(_number_or_base64(r, str(scale), exact), dtype)
     if logical == C.VARIABLE_SCALE_DECIMAL:
-        scale = f"from_json({r}, 'scale INT, value STRING').scale"
+        var_scale = f"from_json({r}, 'scale INT, value STRING').scale"
         value = f"from_json({r}, 'scale INT, value STRING').value"
-        return _to_type(f"(CASE WHEN {scale} BETWEEN 0 AND 38 THEN {_decimal_text(value, scale)} END)", dtype)
+        return _to_type(f"(CASE WHEN {var_scale} BETWEEN 0 AND 38 THEN {_decimal_text(value, var_scale)} END)", dtype)
     if logical in C.TIMESTAMP_UNITS and is_time:
         unit = C.TIMESTAMP_UNITS[logical]
         if unit == "ns":

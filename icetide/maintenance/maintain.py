@@ -1,8 +1,10 @@
 """One policy-driven maintenance run: look at the table's health, do what its thresholds call for.
 
-Order: equality deletes converted to position deletes (`fold_deletes="position"`), compaction
+Order: retention defaults set on a table that lacks them (bounded metadata files, an hour of
+snapshot history), equality deletes converted to position deletes (`fold_deletes="position"`), compaction
 (newest partitions first; with `fold_deletes="rewrite"` it also folds equality deletes into the
-rewritten files), dangling deletes, manifest rewrite, snapshot expiry. Every step is safe beside a
+rewritten files), dangling deletes, manifest rewrite, snapshot expiry (as the table's
+`history.expire.*` properties say, unless the policy overrides them). Every step is safe beside a
 running stream: compaction commits with the starting sequence number and skips a conflicting
 group instead of failing, a conversion that conflicts lands nothing, and expiry never loses a
 pipeline's position.
@@ -14,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from icetide.errors import ConfigError
@@ -25,6 +28,7 @@ from icetide.maintenance.planning import GROUP_ORDERS, GroupOrder
 from icetide.maintenance.position_deletes import DeleteConversionResult, convert_equality_deletes
 from icetide.maintenance.progress import ProgressCallback
 from icetide.maintenance.results import CompactionResult
+from icetide.table.catalog import apply_retention_defaults
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,7 +48,10 @@ class MaintenancePolicy:
     delete_file_threshold: int = 1  # fold_deletes=rewrite: a data file with this many delete files is rewritten
     position_delete_file_threshold: int = 4  # fold_deletes=position: the same, once deletes are positions
     max_manifests: int = 50  # rewrite manifests above this count
-    retain_snapshots: int = 10  # snapshots kept by expiry
+    retain_snapshots: int | None = (
+        None  # snapshots expiry keeps; None: the table's history.expire.min-snapshots-to-keep
+    )
+    max_snapshot_age_seconds: float | None = None  # None: the table's history.expire.max-snapshot-age-ms
     time_budget_seconds: float | None = None  # compaction stops taking new groups past this
     fold_deletes: FoldDeletes = "rewrite"  # how equality deletes are folded away
     group_order: GroupOrder = "newest"  # which compaction groups run first
@@ -56,6 +63,10 @@ class MaintenancePolicy:
             raise ConfigError(f"group_order: must be one of {', '.join(GROUP_ORDERS)}, got {self.group_order!r}")
         if self.time_budget_seconds is not None and self.time_budget_seconds < 0:
             raise ConfigError("time_budget_seconds: must not be negative")
+        if self.retain_snapshots is not None and self.retain_snapshots < 1:
+            raise ConfigError("retain_snapshots: must be at least 1")
+        if self.max_snapshot_age_seconds is not None and self.max_snapshot_age_seconds < 0:
+            raise ConfigError("max_snapshot_age_seconds: must not be negative")
 
     @property
     def compaction_delete_threshold(self) -> int:
@@ -95,10 +106,13 @@ class MaintenanceReport:
     seconds: float = 0.0
     conversion: DeleteConversionResult | None = None
     stopped: bool = False  # a stop request cut the run short
+    properties_set: dict[str, str] = field(default_factory=dict)  # retention defaults the table lacked
 
     def lines(self) -> list[str]:
         """One line per thing done, for a terminal or a log."""
         out = []
+        if self.properties_set:
+            out.append("set " + ", ".join(f"{k}={v}" for k, v in sorted(self.properties_set.items())))
         if self.conversion is not None:
             v = self.conversion
             if v.conflict is not None:
@@ -120,7 +134,7 @@ class MaintenanceReport:
             out.append(f"removed {self.dangling_deletes_removed} dangling delete file(s)")
         if self.manifests is not None:
             out.append(f"rewrote {self.manifests.rewritten} manifests into {self.manifests.added}")
-        if self.expiry is not None:
+        if self.expiry is not None and self.expiry.expired_snapshots:
             out.append(f"expired {self.expiry.expired_snapshots} snapshot(s), {self.expiry.snapshots_left} left")
         if self.stopped:
             out.append("stopped early on request")
@@ -151,6 +165,7 @@ def maintain(
     def out_of_time() -> bool:
         return requested() or (deadline is not None and time.monotonic() >= deadline)
 
+    properties_set = apply_retention_defaults(spark, table) if not requested() else {}
     health = table_health(spark, table, p.thresholds)
     due = tuple(health.suggestions)
     folding = any(s.startswith("fold deletes") for s in due)
@@ -167,8 +182,9 @@ def maintain(
         manifests_count = spark.sql(f"SELECT count(*) FROM {table}.manifests").first()[0]  # type: ignore[index]
         manifests = rewrite_manifests(spark, table) if manifests_count > p.max_manifests else None
     expiry = None
-    if any(s.startswith("expire") for s in due) and not requested():
-        expiry = expire_snapshots(spark, table, retain_last=p.retain_snapshots)
+    if not requested():  # every run: expiry is age-based, and commits nothing when nothing is due
+        age = timedelta(seconds=p.max_snapshot_age_seconds) if p.max_snapshot_age_seconds is not None else None
+        expiry = expire_snapshots(spark, table, retain_last=p.retain_snapshots, older_than=age)
     report = MaintenanceReport(
         table=table,
         due=due,
@@ -179,6 +195,7 @@ def maintain(
         seconds=time.monotonic() - started,
         conversion=conversion,
         stopped=requested(),
+        properties_set=properties_set,
     )
     log.info("maintenance of %s: %s", table, "; ".join(report.lines()))
     return report

@@ -84,10 +84,15 @@ class SourceAdapter:
 
     def lag(self, position: dict[str, Any] | None) -> int:
         """Records (Kafka) or files (landing folder) not yet planned."""
+        return sum(self.lag_by_partition(position).values())
+
+    def lag_by_partition(self, position: dict[str, Any] | None) -> dict[str, int]:
+        """`lag` per source partition: `<topic>/<partition>` for Kafka, one `files` entry for a folder."""
         if self.kind == "kafka":
-            return self.kafka.lag(position)
+            topic = self.kafka.config.topic
+            return {f"{topic}/{p}": n for p, n in sorted(self.kafka.lag_by_partition(position).items())}
         files, _ = self.files.plan(position, 1_000_000)
-        return len(files)
+        return {"files": len(files)}
 
     def read(self, spark: SparkSession, batch: PlannedBatch, schema: StructType) -> DataFrame:
         """The raw records of a planned batch, read on the executors."""

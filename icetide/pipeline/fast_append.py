@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, BadRecord, unsupported_columns
 from icetide.errors import IcetideError, one_line
+from icetide.secrets import redacted_repr
 from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import PARTITION_COLUMN_PREFIX, UpsertSink
 from icetide.sink.transforms import arrow_partition_values, computable
@@ -64,6 +65,8 @@ class AppendTaskConfig:
     decoder: ArrowJsonDecoder
     writer: WriterConfig
     partitions: tuple[tuple[str, PartitionTransform | None], ...]  # (batch column, transform), spec order
+
+    __repr__ = redacted_repr  # the consumer's sasl.password and the like show as ***
 
 
 @dataclass

@@ -26,6 +26,7 @@ from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.fast_append import FastAppend, FastBatch
+from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import source_error_in
@@ -144,6 +145,11 @@ class Runner:
         self._first_position: dict[str, Any] | None = None
         self._last_plan_full = False
         self.maintenance_runs: list[Any] = []
+        self._partition_lag: dict[str, int] | None = None
+        self.prometheus = pipeline_metrics(
+            config.metrics, pipeline=config.pipeline, table=t.name, source=config.source_kind
+        )
+        self._count_maintenance = self.prometheus.count_maintenance(self.maintenance_runs) if self.prometheus else None
 
     def stop(self) -> None:
         """Ask the run to stop after the batch in flight (which commits or is abandoned cleanly)."""
@@ -281,7 +287,8 @@ class Runner:
 
     def _lag(self, position: dict[str, Any]) -> int:
         try:
-            return self.source.lag(position)
+            self._partition_lag = self.source.lag_by_partition(position)
+            return sum(self._partition_lag.values())
         except (SourceError, OSError):
             log.debug("could not measure source lag", exc_info=True)
             return -1
@@ -302,6 +309,9 @@ class Runner:
         SIGINT/SIGTERM stop the run after the batch in flight; a second signal aborts at once.
         """
         summary = RunSummary()
+        if self.prometheus is not None:
+            last = self.sink.last_committed()
+            self.prometheus.committed_before(last.committed_at if last is not None else None)
         summary.abandoned_files_removed = self.sink.remove_abandoned_files()
         if self.dead_letter is not None:
             summary.abandoned_files_removed += self.dead_letter.remove_abandoned_files()
@@ -314,6 +324,9 @@ class Runner:
                 if metrics is not None:
                     summary.batches.append(metrics)
                     self._maybe_maintain(metrics.batch_id)
+                    if self.prometheus is not None and self._count_maintenance is not None:
+                        self.prometheus.record_batch(metrics, self._partition_lag)
+                        self._count_maintenance()
                     log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
                     if on_batch is not None:
                         on_batch(metrics)

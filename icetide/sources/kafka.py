@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, SourceError
+from icetide.secrets import redacted_repr
 from icetide.sources.kafka_reader import (
     _AUTO_OFFSET_RESET,
     _OFFSET_OUT_OF_RANGE,
@@ -120,6 +121,8 @@ class KafkaSourceConfig:
     read_timeout_seconds: float = 60.0  # a range read making no progress this long fails
     metadata_timeout_seconds: float = 10.0  # each metadata / watermark request on the driver
     probe_timeout_seconds: float = 5.0  # fetching to the true end of the partitions a batch drains
+
+    __repr__ = redacted_repr  # sasl.password and the like show as ***
 
     def __post_init__(self) -> None:
         _check_fields(
@@ -337,13 +340,17 @@ class KafkaSource:
         None or a missing partition counts from the earliest offset. Uses ListOffsets only, so it
         can under-report by what a lagging broker (Tansu) has not published in its watermark yet.
         """
+        return sum(self.lag_by_partition(position).values())
+
+    def lag_by_partition(self, position: Mapping[str, int] | None) -> dict[int, int]:
+        """`lag`, per partition of the topic."""
         current = parse_position(position) or {}
         with self._driver_consumer() as consumer:
-            total = 0
+            out = {}
             for p in self._partitions(consumer):
                 low, high = self._watermarks(consumer, p)
-                total += max(0, high - max(current.get(p, low), low))
-        return total
+                out[p] = max(0, high - max(current.get(p, low), low))
+        return out
 
     def partitions(self) -> list[int]:
         """The topic's partition numbers, as the broker's metadata reports them now."""

@@ -8,7 +8,9 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from icetide.config import check_catalog_for_warehouse
 from icetide.errors import ConfigError
+from icetide.secrets import redact
 from icetide.spark.jars import iceberg_runtime_jar, icetide_jar
 from icetide.spark.java import check_java
 
@@ -37,7 +39,10 @@ def catalog_conf(
     `spark.sql.catalog.<catalog>.`; without, an embedded Hadoop catalog on `warehouse`.
     A Hadoop catalog (the embedded one, or `type: hadoop` in `options`) gets `lock_impl` as its
     `lock-impl` unless `options` name one.
+    A Hadoop catalog on an object-store warehouse (s3a://, gs://, abfs://, ...) is refused with
+    a ConfigError: it cannot commit safely there.
     """
+    check_catalog_for_warehouse(warehouse, options)
     prefix = f"spark.sql.catalog.{catalog}"
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
     if options:
@@ -120,7 +125,7 @@ def spark_session(
     )
     for key, value in settings.items():
         builder = builder.config(key, value)
-    log.debug("starting Spark with %s", settings)
+    log.debug("starting Spark with %s", redact(settings))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark

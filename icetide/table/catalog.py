@@ -14,13 +14,51 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Bounded metadata and history that streaming readers can use (docs/retention.md). Iceberg's own
+# property names, so Spark's `expire_snapshots` procedure and other engines honour them too.
+METADATA_DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
+METADATA_PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
+MAX_SNAPSHOT_AGE_MS = "history.expire.max-snapshot-age-ms"
+MIN_SNAPSHOTS_TO_KEEP = "history.expire.min-snapshots-to-keep"
+RETENTION_DEFAULTS = {
+    METADATA_DELETE_AFTER_COMMIT: "true",
+    # Old metadata.json files serve no reader (snapshots live in the current one); 20 of them are
+    # a short trail for debugging. Iceberg's own default keeps 100 and never deletes without the flag.
+    METADATA_PREVIOUS_VERSIONS_MAX: "20",
+    # Snapshots younger than an hour survive expiry: a streaming reader or a time-travel query can
+    # fall an hour behind. Iceberg's own default is 5 days, which on a 1 s trigger is 432,000 snapshots.
+    MAX_SNAPSHOT_AGE_MS: str(3600 * 1000),
+    MIN_SNAPSHOTS_TO_KEEP: "10",
+}
 TABLE_DEFAULTS = {
     "format-version": "2",
     "write.delete.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
     "write.parquet.compression-codec": "zstd",
+    **RETENTION_DEFAULTS,
 }
+
+
+def apply_retention_defaults(spark: SparkSession, name: str) -> dict[str, str]:
+    """Set each of RETENTION_DEFAULTS the table lacks (tables made before icetide set them);
+    properties the table already has, whatever their value, are left alone.
+
+    Returns what was set (empty: nothing to do, and nothing was committed). The change is a
+    metadata-only commit that Iceberg retries on top of concurrent commits, so it is safe beside
+    a running stream.
+    """
+    table = load_table(spark, name)
+    table.refresh()
+    present = table.properties()
+    missing = {k: v for k, v in RETENTION_DEFAULTS.items() if not present.containsKey(k)}
+    if missing:
+        update = table.updateProperties()
+        for k, v in missing.items():
+            update = update.set(k, v)
+        update.commit()
+        log.info("%s: set retention defaults %s", name, missing)
+    return missing
 
 
 def _definition(jschema: Any, jspec: Any) -> dict[str, Any]:
@@ -82,7 +120,8 @@ def create_table(
     """Create the table, or load it if it exists with the same definition; returns the Java Table.
 
     The table is Iceberg format v2 with merge-on-read, `key` as its identifier fields and
-    `partition_by` as hidden partition transforms. Raises SchemaError if a table of this name
+    `partition_by` as hidden partition transforms, and RETENTION_DEFAULTS (bounded metadata
+    files, an hour of snapshot history) unless `properties` says otherwise. Raises SchemaError if a table of this name
     exists with another schema, key or partitioning, and ConfigError for an invalid definition.
     """
     spec = TableSpec.of(schema, key, partition_by or [], properties)
