@@ -41,8 +41,13 @@ TOP_LEVEL_KEYS = {
     "state",
     "raw",
     "fast_path",
+    "max_record_bytes",
+    "max_nesting_depth",
 }
 FAST_PATH_MODES = ("auto", "off")
+DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024  # a bigger payload is a bad record (README: bad records)
+DEFAULT_MAX_NESTING_DEPTH = 64  # JSON arrays/objects nested deeper make a bad record
+MAX_NESTING_DEPTH_LIMIT = 500  # Python's json and Spark's Jackson (1000) recurse per level
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -243,6 +248,8 @@ class PipelineConfig:
         return self.maintenance.every_batches if self.maintenance is not None else None
 
     fast_path: str = "auto"  # auto: appends of Kafka JSON take the one-pass pyarrow path (docs/runner.md)
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_nesting_depth: int = DEFAULT_MAX_NESTING_DEPTH
 
     @property
     def source_kind(self) -> str:
@@ -294,6 +301,16 @@ class PipelineConfig:
             fast_path = "off"
         if fast_path not in FAST_PATH_MODES:
             raise ConfigError(f"fast_path: {fast_path!r} is not one of {', '.join(FAST_PATH_MODES)}")
+        max_record_bytes = d.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES)
+        if not isinstance(max_record_bytes, int) or isinstance(max_record_bytes, bool) or max_record_bytes < 1:
+            raise ConfigError("max_record_bytes: expected a positive integer (bytes)")
+        max_nesting_depth = d.get("max_nesting_depth", DEFAULT_MAX_NESTING_DEPTH)
+        if (
+            not isinstance(max_nesting_depth, int)
+            or isinstance(max_nesting_depth, bool)
+            or not 1 <= max_nesting_depth <= MAX_NESTING_DEPTH_LIMIT
+        ):
+            raise ConfigError(f"max_nesting_depth: expected an integer from 1 to {MAX_NESTING_DEPTH_LIMIT}")
         order_by = d.get("order_by")
         config = cls(
             pipeline=pipeline,
@@ -321,6 +338,8 @@ class PipelineConfig:
                 duration=parse_duration,
             ),
             fast_path=str(fast_path),
+            max_record_bytes=max_record_bytes,
+            max_nesting_depth=max_nesting_depth,
         )
         if config.stateful is not None and mode != "upsert":
             raise ConfigError("mode: a stateful pipeline (merge or enrich) merges changes; use mode: upsert")

@@ -33,6 +33,7 @@ from icetide.decode.json import (
     payload_text,
     source_position,
 )
+from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT
 
@@ -57,6 +58,7 @@ def decode_debezium(
     epoch_unit: EpochUnit = "ms",
     extra_cols: Sequence[str] = (),
     keep: list[DataFrame] | None = None,
+    limits: PayloadLimits | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Decode Debezium change events in `df[value_col]` (string or binary) into the table's columns.
 
@@ -147,4 +149,4 @@ def decode_debezium(
         ),
         *[row[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
     )
-    return finish(rows, table_schema, key, [SOURCE_TS_COLUMN, *extra_cols], epoch_unit, keep)
+    return finish(rows, table_schema, key, [SOURCE_TS_COLUMN, *extra_cols], epoch_unit, keep, limits=limits)

@@ -27,6 +27,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
+from icetide.decode import limits as lim
+from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
 
@@ -130,7 +132,35 @@ def check_arguments(
 
 
 def convert(raw: str, dtype: DataType, epoch_unit: str) -> Column:
-    """SQL conversion of the raw JSON text in column `raw` to `dtype`; null where it does not fit."""
+    """SQL conversion of the raw JSON text in column `raw` to `dtype`; null where it does not fit.
+
+    Timestamps and dates fit in years 0001-9999 only (icetide.decode.limits): what every writer holds.
+    """
+    from pyspark.sql import types as T
+
+    value = _convert(raw, dtype, epoch_unit)
+    if isinstance(dtype, T.TimestampType | T.TimestampNTZType | T.DateType):
+        return _within_range(value, dtype)
+    return value
+
+
+def _within_range(value: Column, dtype: DataType) -> Column:
+    """`value` where it lies in years 0001-9999 (TIMESTAMP: in UTC), else null."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.TimestampType):
+        low = F.timestamp_micros(F.lit(lim.MIN_EPOCH_MICROS))
+        high = F.timestamp_micros(F.lit(lim.MAX_EPOCH_MICROS))
+    elif isinstance(dtype, T.TimestampNTZType):
+        low = F.expr("TIMESTAMP_NTZ'0001-01-01 00:00:00'")
+        high = F.expr("TIMESTAMP_NTZ'9999-12-31 23:59:59.999999'")
+    else:
+        low, high = F.expr("DATE'0001-01-01'"), F.expr("DATE'9999-12-31'")
+    return F.when(value.between(low, high), value)
+
+
+def _convert(raw: str, dtype: DataType, epoch_unit: str) -> Column:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -190,6 +220,61 @@ def malformed_error(payload: Column, corrupt: Column) -> Column:
     )
 
 
+def limit_error(payload: Column, limits: PayloadLimits) -> Column:
+    """The first limit of icetide.decode.limits the payload breaks, as its error, else null.
+
+    Checked in the order (and with the errors) of `icetide.decode.limits.payload_error`. A
+    Kafka payload cast from binary keeps its bytes, valid UTF-8 or not: decoding it and encoding
+    it again changes it exactly when it is not valid UTF-8.
+    """
+    from pyspark.sql import functions as F
+
+    size = F.octet_length(payload)
+    raw = payload.cast("binary")
+    openers = F.length(payload) - F.length(F.translate(payload, "[{", ""))
+    return (
+        F.when(
+            size > limits.max_record_bytes,
+            F.concat(
+                F.lit("payload is "),
+                size.cast("string"),
+                F.lit(f" bytes, over max_record_bytes ({limits.max_record_bytes})"),
+            ),
+        )
+        .when(F.encode(F.decode(raw, "UTF-8"), "UTF-8") != raw, F.lit(lim.invalid_utf8_error()))
+        .when(
+            (openers > limits.max_nesting_depth) & (_nesting_depth(payload) > limits.max_nesting_depth),
+            F.lit(lim.depth_error(limits)),
+        )
+        .when(F.instr(payload, "\\") > 0, F.when(payload.rlike(lim.LONE_SURROGATE), F.lit(lim.surrogate_error())))
+    )
+
+
+def _nesting_depth(payload: Column) -> Column:
+    """icetide.decode.limits.nesting_depth in SQL: one step per bracket, quote or backslash."""
+    from pyspark.sql import functions as F
+
+    chars = F.split(F.regexp_replace(payload, lim.NESTING_CHARS, ""), "")
+
+    def step(acc: Column, c: Column) -> Column:
+        depth, deepest, in_string, escaped = acc["d"], acc["m"], acc["s"], acc["e"]
+
+        def state(d: Column, m: Column, s: Column, e: Column) -> Column:
+            return F.struct(d.alias("d"), m.alias("m"), s.alias("s"), e.alias("e"))
+
+        no = F.lit(False)
+        return (
+            F.when(in_string, state(depth, deepest, escaped | (c != '"'), ~escaped & (c == "\\")))
+            .when(c == '"', state(depth, deepest, F.lit(True), no))
+            .when(c.isin("[", "{"), state(depth + 1, F.greatest(deepest, depth + 1), no, no))
+            .when(c.isin("]", "}"), state(depth - 1, deepest, no, no))
+            .otherwise(acc)
+        )
+
+    start = F.struct(F.lit(0).alias("d"), F.lit(0).alias("m"), F.lit(False).alias("s"), F.lit(False).alias("e"))
+    return F.aggregate(chars, start, step, lambda acc: acc["m"])
+
+
 def finish(
     rows: DataFrame,
     table_schema: StructType,
@@ -197,8 +282,14 @@ def finish(
     extra_cols: Sequence[str],
     epoch_unit: str,
     keep: list[DataFrame] | None = None,
+    *,
+    limits: PayloadLimits | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Convert and check the raw columns of `rows`, and split them into good and bad.
+
+    A payload over `limits` (default PayloadLimits()), not valid UTF-8 or escaping a lone
+    surrogate is bad before anything else (icetide.decode.limits); its dead letter holds the
+    payload with U+FFFD where its bytes are not UTF-8.
 
     With `keep` (a list), the checked records are persisted and appended to it: good and bad
     then read one cache, the source is read and parsed once, and the caller unpersists it.
@@ -221,7 +312,7 @@ def finish(
     )
     keys = set(key)
     not_delete = F.col(OP_COLUMN) != F.lit(DELETE)
-    checks: list[Column] = [F.col(PRE_ERROR)]
+    checks: list[Column] = [limit_error(F.col(PAYLOAD), limits or PayloadLimits()), F.col(PRE_ERROR)]
     for i, f in enumerate(fields):
         raw, value = F.col(_raw(i)), F.col(_typed(i))
         if f.name in keys:
@@ -265,7 +356,7 @@ def finish(
         *extra_cols,
     )
     bad = checked.where(bad_rows).select(
-        F.col(PAYLOAD).alias("payload"),
+        F.decode(F.col(PAYLOAD).cast("binary"), "UTF-8").alias("payload"),
         F.col(ERROR).alias("error"),
         F.col(POSITION).alias("source_position"),
     )
@@ -283,6 +374,7 @@ def decode_json(
     epoch_unit: EpochUnit = "ms",
     extra_cols: Sequence[str] = (),
     keep: list[DataFrame] | None = None,
+    limits: PayloadLimits | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Decode JSON objects in `df[value_col]` (string or binary) into `table_schema`'s columns.
 
@@ -327,4 +419,4 @@ def decode_json(
         pre_error.alias(PRE_ERROR),
         *[parsed[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
     )
-    return finish(rows, table_schema, key, extra_cols, epoch_unit, keep)
+    return finish(rows, table_schema, key, extra_cols, epoch_unit, keep, limits=limits)

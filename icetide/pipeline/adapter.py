@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
+from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import INSERT, OP_COLUMN, UPSERT
 
@@ -29,6 +30,11 @@ class PlannedBatch:
     def to_json(self) -> dict[str, Any]:
         """The form recorded with a dead-letter commit, so a replay reads exactly this batch."""
         return {"items": self.items, "position": self.position, "records_planned": self.records_planned}
+
+
+def payload_limits(config: PipelineConfig) -> PayloadLimits:
+    """The pipeline's limits on a payload (max_record_bytes, max_nesting_depth)."""
+    return PayloadLimits(config.max_record_bytes, config.max_nesting_depth)
 
 
 class SourceAdapter:
@@ -159,7 +165,15 @@ class SourceAdapter:
             from icetide.decode.debezium import SOURCE_TS_COLUMN, decode_debezium
 
             good, bad = decode_debezium(
-                raw, value_col, schema, key, op_mode, position_cols, keep=keep, extra_cols=extra_cols or ()
+                raw,
+                value_col,
+                schema,
+                key,
+                op_mode,
+                position_cols,
+                keep=keep,
+                extra_cols=extra_cols or (),
+                limits=payload_limits(self.config),
             )
             return good, bad, self.config.order_by or SOURCE_TS_COLUMN
         from icetide.decode.json import decode_json
@@ -167,6 +181,14 @@ class SourceAdapter:
         # Without order_by, arrival order decides: a Kafka range is read in offset order, a file
         # in line order, and the sink keeps that order through monotonically_increasing_id.
         good, bad = decode_json(
-            raw, value_col, schema, key, op_mode, position_cols, keep=keep, extra_cols=extra_cols or ()
+            raw,
+            value_col,
+            schema,
+            key,
+            op_mode,
+            position_cols,
+            keep=keep,
+            extra_cols=extra_cols or (),
+            limits=payload_limits(self.config),
         )
         return good, bad, self.config.order_by
