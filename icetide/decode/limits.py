@@ -20,14 +20,12 @@ from datetime import UTC, date, datetime
 
 from icetide.config import DEFAULT_MAX_NESTING_DEPTH, DEFAULT_MAX_RECORD_BYTES, MAX_NESTING_DEPTH_LIMIT
 
-
 MIN_TIMESTAMP = datetime(1, 1, 1, tzinfo=UTC)
 MAX_TIMESTAMP = datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
 MIN_DATE, MAX_DATE = date(1, 1, 1), date(9999, 12, 31)
 MIN_EPOCH_MICROS = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
 MAX_EPOCH_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
 MIN_EPOCH_DAYS, MAX_EPOCH_DAYS = -719_162, 2_932_896  # 0001-01-01, 9999-12-31
-RANGE_TEXT = "years 0001-9999"
 
 # A JSON escape of a lone surrogate: a high one not followed by a low one, or a low one not
 # preceded by a high one; the escape itself not escaped (an even run of backslashes before it).
