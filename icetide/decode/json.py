@@ -251,27 +251,26 @@ def limit_error(payload: Column, limits: PayloadLimits) -> Column:
 
 
 def _nesting_depth(payload: Column) -> Column:
-    """icetide.decode.limits.nesting_depth in SQL: one step per bracket, quote or backslash."""
+    """icetide.decode.limits.nesting_depth in SQL: one step per bracket or quote outside escapes."""
     from pyspark.sql import functions as F
 
-    chars = F.split(F.regexp_replace(payload, lim.NESTING_CHARS, ""), "")
+    chars = F.split(F.regexp_replace(payload, lim.NOT_NESTING, ""), "")
 
     def step(acc: Column, c: Column) -> Column:
-        depth, deepest, in_string, escaped = acc["d"], acc["m"], acc["s"], acc["e"]
+        depth, deepest, in_string = acc["d"], acc["m"], acc["s"]
 
-        def state(d: Column, m: Column, s: Column, e: Column) -> Column:
-            return F.struct(d.alias("d"), m.alias("m"), s.alias("s"), e.alias("e"))
+        def state(d: Column, m: Column, s: Column) -> Column:
+            return F.struct(d.alias("d"), m.alias("m"), s.alias("s"))
 
-        no = F.lit(False)
         return (
-            F.when(in_string, state(depth, deepest, escaped | (c != '"'), ~escaped & (c == "\\")))
-            .when(c == '"', state(depth, deepest, F.lit(True), no))
-            .when(c.isin("[", "{"), state(depth + 1, F.greatest(deepest, depth + 1), no, no))
-            .when(c.isin("]", "}"), state(depth - 1, deepest, no, no))
+            F.when(c == '"', state(depth, deepest, ~in_string))
+            .when(in_string, acc)
+            .when(c.isin("[", "{"), state(depth + 1, F.greatest(deepest, depth + 1), in_string))
+            .when(c.isin("]", "}"), state(depth - 1, deepest, in_string))
             .otherwise(acc)
         )
 
-    start = F.struct(F.lit(0).alias("d"), F.lit(0).alias("m"), F.lit(False).alias("s"), F.lit(False).alias("e"))
+    start = F.struct(F.lit(0).alias("d"), F.lit(0).alias("m"), F.lit(False).alias("s"))
     return F.aggregate(chars, start, step, lambda acc: acc["m"])
 
 

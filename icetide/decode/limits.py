@@ -36,8 +36,10 @@ LONE_SURROGATE = (
     r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})"
 )
 _LONE_SURROGATE = re.compile(LONE_SURROGATE)
-NESTING_CHARS = r'[^\[\]{}"\\]'  # what nesting_depth ignores (a regex class, for Python and Java)
-_NOT_NESTING = re.compile(NESTING_CHARS)
+# What nesting_depth ignores: escape pairs (so an escaped quote is no quote) and all but brackets
+# and quotes. One pattern for Python's re and Java's regex (Spark's regexp_replace).
+NOT_NESTING = r'(?s)\\.|[^\[\]{}"]'
+_NOT_NESTING = re.compile(NOT_NESTING)
 
 
 @dataclass(frozen=True)
@@ -77,16 +79,16 @@ def nesting_depth(text: str) -> int:
     Any text gives a number (malformed JSON too), the same number decode/json.py computes in SQL.
     """
     depth = deepest = 0
-    in_string = escaped = False
+    in_string = False
     for c in _NOT_NESTING.sub("", text):
-        if in_string:
-            in_string, escaped = escaped or c != '"', not escaped and c == "\\"
-        elif c == '"':
-            in_string = True
+        if c == '"':
+            in_string = not in_string
+        elif in_string:
+            continue
         elif c in "[{":
             depth += 1
             deepest = max(deepest, depth)
-        elif c in "]}":
+        else:
             depth -= 1
     return deepest
 
