@@ -46,6 +46,7 @@ TOP_LEVEL_KEYS = {
 }
 FAST_PATH_MODES = ("auto", "off")
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024  # a bigger payload is a bad record (README: bad records)
+MAX_RECORD_BYTES_LIMIT = 16 * 1024 * 1024  # Spark's JSON reader (Jackson) refuses strings over 20M chars
 DEFAULT_MAX_NESTING_DEPTH = 64  # JSON arrays/objects nested deeper make a bad record
 MAX_NESTING_DEPTH_LIMIT = 500  # Python's json and Spark's Jackson (1000) recurse per level
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -302,8 +303,12 @@ class PipelineConfig:
         if fast_path not in FAST_PATH_MODES:
             raise ConfigError(f"fast_path: {fast_path!r} is not one of {', '.join(FAST_PATH_MODES)}")
         max_record_bytes = d.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES)
-        if not isinstance(max_record_bytes, int) or isinstance(max_record_bytes, bool) or max_record_bytes < 1:
-            raise ConfigError("max_record_bytes: expected a positive integer (bytes)")
+        if (
+            not isinstance(max_record_bytes, int)
+            or isinstance(max_record_bytes, bool)
+            or not 1 <= max_record_bytes <= MAX_RECORD_BYTES_LIMIT
+        ):
+            raise ConfigError(f"max_record_bytes: expected an integer from 1 to {MAX_RECORD_BYTES_LIMIT} (bytes)")
         max_nesting_depth = d.get("max_nesting_depth", DEFAULT_MAX_NESTING_DEPTH)
         if (
             not isinstance(max_nesting_depth, int)

@@ -53,18 +53,26 @@ _DATE_TEXT = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?$")
 _BLANK_LINE = re.compile(rb"\n[ \t]*\n")  # starts at a newline: quick to scan
 _TRUE, _FALSE = {"t", "true", "y", "yes", "1"}, {"f", "false", "n", "no", "0"}
 _DECODER = json.JSONDecoder()
-_INT_DIGITS = 4000  # Python refuses int() of a longer digit string (sys.get_int_max_str_digits)
+# Spark's JSON reader (Jackson 2.15) refuses a number longer than 1000 characters: the record is
+# malformed JSON there, so it is here too (and Python's int() refuses over 4300 digits anyway).
+MAX_NUMBER_LENGTH = 1000
+_LONG_DIGITS_TEXT = re.compile(f"[0-9]{{{MAX_NUMBER_LENGTH + 1}}}")
+_LONG_DIGITS = re.compile(_LONG_DIGITS_TEXT.pattern.encode())
 
 
-class _LongNumber(str):
-    """A JSON integer too long for Python's int(): kept as its text, as Spark keeps it."""
+def _checked_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_NUMBER_LENGTH:
+        raise ValueError("number too long")
+    return int(text)
 
 
-def _parse_int(text: str) -> int | str:
-    return int(text) if len(text) <= _INT_DIGITS else _LongNumber(text)
+def _checked_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_LENGTH:
+        raise ValueError("number too long")
+    return float(text)
 
 
-_LONG_NUMBER_DECODER = json.JSONDecoder(parse_int=_parse_int)
+_CHECKED_DECODER = json.JSONDecoder(parse_int=_checked_int, parse_float=_checked_float)
 _MIN_EPOCH_MS, _MAX_EPOCH_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
 _LONE_SURROGATE_BYTES = re.compile(lim.LONE_SURROGATE.encode())
 
@@ -262,6 +270,8 @@ class ArrowJsonDecoder:
                 return False
         if b"\\u" in joined and _LONE_SURROGATE_BYTES.search(joined):
             return False
+        if _LONG_DIGITS.search(joined):  # perhaps a number too long for Spark's reader
+            return False
         big = len(joined) > limits.max_record_bytes
         deep = lim.openers(joined) > limits.max_nesting_depth
         if not big and not deep:
@@ -355,12 +365,10 @@ class ArrowJsonDecoder:
         if not stripped:
             return None, "malformed JSON: empty payload", INSERT
         try:
-            obj, _ = _DECODER.raw_decode(stripped)  # text after the first JSON value is ignored
+            decoder = _CHECKED_DECODER if _LONG_DIGITS_TEXT.search(stripped) else _DECODER
+            obj, _ = decoder.raw_decode(stripped)  # text after the first JSON value is ignored
         except ValueError:
-            try:  # a valid JSON integer can still be too long for int()
-                obj, _ = _LONG_NUMBER_DECODER.raw_decode(stripped)
-            except ValueError:
-                obj = None
+            obj = None
         if not isinstance(obj, dict):
             return None, "malformed JSON" if stripped.startswith("{") else "malformed JSON: not an object", INSERT
         op = INSERT

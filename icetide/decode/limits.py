@@ -18,7 +18,12 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
-from icetide.config import DEFAULT_MAX_NESTING_DEPTH, DEFAULT_MAX_RECORD_BYTES, MAX_NESTING_DEPTH_LIMIT
+from icetide.config import (
+    DEFAULT_MAX_NESTING_DEPTH,
+    DEFAULT_MAX_RECORD_BYTES,
+    MAX_NESTING_DEPTH_LIMIT,
+    MAX_RECORD_BYTES_LIMIT,
+)
 
 MIN_TIMESTAMP = datetime(1, 1, 1, tzinfo=UTC)
 MAX_TIMESTAMP = datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
@@ -50,8 +55,8 @@ class PayloadLimits:
     max_nesting_depth: int = DEFAULT_MAX_NESTING_DEPTH
 
     def __post_init__(self) -> None:
-        if self.max_record_bytes < 1:
-            raise ValueError("max_record_bytes must be at least 1")
+        if not 1 <= self.max_record_bytes <= MAX_RECORD_BYTES_LIMIT:
+            raise ValueError(f"max_record_bytes must be between 1 and {MAX_RECORD_BYTES_LIMIT}")
         if not 1 <= self.max_nesting_depth <= MAX_NESTING_DEPTH_LIMIT:
             raise ValueError(f"max_nesting_depth must be between 1 and {MAX_NESTING_DEPTH_LIMIT}")
 
