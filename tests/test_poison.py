@@ -17,12 +17,14 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from icetide.config import PipelineConfig
 from icetide.decode.arrow_json import ArrowJsonDecoder
-from icetide.decode.limits import MAX_DATE, MAX_TIMESTAMP, MIN_DATE, MIN_TIMESTAMP, PayloadLimits
+from icetide.decode.limits import MAX_DATE, MAX_TIMESTAMP, MIN_DATE, MIN_TIMESTAMP, PayloadLimits, nesting_depth
+from icetide.errors import ConfigError
 from icetide.pipeline.runner import Runner
 from tests.kafka_broker import create_topic, produce
 
@@ -237,6 +239,39 @@ def with_keys(recs: list[Record]) -> list[Record]:
     return recs
 
 
+# -- the limits' configuration ---------------------------------------------------------------------
+
+
+def test_limits_are_validated_at_load() -> None:
+    base = {"pipeline": "p", "source": {"kafka": {}}, "table": {"name": "a.b.c", "schema": "x INT", "key": ["x"]}}
+    config = PipelineConfig.from_dict(base)
+    assert (config.max_record_bytes, config.max_nesting_depth) == (16 * 1024 * 1024, 64)
+    config = PipelineConfig.from_dict({**base, "max_record_bytes": 4096, "max_nesting_depth": 8})
+    assert (config.max_record_bytes, config.max_nesting_depth) == (4096, 8)
+    for key, value in [
+        ("max_record_bytes", 0),
+        ("max_record_bytes", "1MB"),
+        ("max_record_bytes", 64 * 1024 * 1024),
+        ("max_nesting_depth", 0),
+        ("max_nesting_depth", 501),
+        ("max_nesting_depth", True),
+    ]:
+        with pytest.raises(ConfigError, match=f"^{key}: "):
+            PipelineConfig.from_dict({**base, key: value})
+
+
+def test_nesting_depth_ignores_brackets_in_strings() -> None:
+    cases = {
+        json.dumps({"a": 'x"[[[', "b": [[1]]}): 3,  # an escaped quote inside a string
+        json.dumps({"a": "\\", "e": [[[]]]}): 4,  # an escaped backslash ends right before the quote
+        json.dumps({"a": "]]]", "e": [{"x": "[["}]}): 3,
+        '{"a": "a\\ud800b", "e": [[[]]]}': 4,
+        "[[[": 3,  # malformed JSON gets a depth too
+    }
+    for text, depth in cases.items():
+        assert nesting_depth(text) == depth, text
+
+
 # -- the pyarrow decoder, many examples (no Spark) -------------------------------------------------
 
 
@@ -345,3 +380,42 @@ def test_pipelines_keep_going_and_lose_nothing(spark: Any, kafka_broker: str, re
     dbz_topic = create_topic(kafka_broker, partitions=1)
     produce(kafka_broker, dbz_topic, [(0, None, r.payload("debezium"), None) for r in recs])
     check(recs, "debezium", run_pipeline(spark, kafka_broker, dbz_topic, f"dbz_{run}", "debezium"))
+
+
+# -- the Spark decoders on a real session, more examples than whole pipelines -----------------------
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(records(), min_size=5, max_size=40).map(with_keys))
+def test_spark_decoders_against_the_model(spark: Any, recs: list[Record]) -> None:
+    from pyspark.sql import types as T
+
+    from icetide.decode import decode_debezium, decode_json
+
+    types = [T.StringType(), T.TimestampType(), T.LongType(), T.IntegerType(), T.DoubleType(), T.DateType()]
+    schema = T.StructType(
+        [T.StructField(c, t, nullable=c != "event_id") for c, t in zip(COLUMNS, [*types, T.StringType()], strict=True)]
+    )
+    limits = PayloadLimits(MAX_RECORD_BYTES, MAX_DEPTH)
+    for fmt, decode in (("json", decode_json), ("debezium", decode_debezium)):
+        frame = spark.createDataFrame(
+            [(r.payload(fmt), "t", 0, n) for n, r in enumerate(recs)],
+            "value BINARY, topic STRING, partition INT, offset BIGINT",
+        )
+        good, bad = decode(
+            frame, "value", schema, ["event_id"], "upsert", ["topic", "partition", "offset"], limits=limits
+        )
+        landed = Landed()
+        rows = good.selectExpr(
+            "event_id", "unix_micros(event_time) AS event_time", "n", "i", "price", "unix_date(day) AS day", "label"
+        ).collect()
+        landed.rows = {r["event_id"]: tuple(r[c] for c in COLUMNS) for r in rows}
+        assert len(landed.rows) == len(rows)
+        for r in bad.collect():
+            landed.dead[int(r["source_position"].rsplit("@", 1)[1])] = r["error"]
+        check(recs, fmt, landed)

@@ -12,6 +12,8 @@ STRING from the raw text of any JSON value; TIMESTAMP from integral epoch millis
 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session time zone); DATE from an
 integral count of days or ISO date text. Supported column types: SUPPORTED_TYPES below; the
 runner uses the Spark decoder for tables with other types (DECIMAL, BINARY, TIMESTAMP_NTZ, nested).
+Payload limits and value ranges are icetide.decode.limits, as on the Spark path; a number
+longer than 1000 characters is malformed JSON, as Spark's reader (Jackson) has it.
 Known difference: timestamp text is read as ISO-8601 (`2024-05-01`, `2024-05-01 10:00`,
 `2024-05-01T10:00:00.5+02:00`); Spark's extra spellings (zone region names, one-digit months)
 make a record bad here.
