@@ -386,7 +386,7 @@ def test_pipelines_keep_going_and_lose_nothing(spark: Any, kafka_broker: str, re
 
 
 @settings(
-    max_examples=8,
+    max_examples=5,
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
