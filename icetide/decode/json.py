@@ -16,7 +16,8 @@ Conversions (raw JSON text -> table type):
 - STRUCT, ARRAY, MAP: parsed from the field's JSON with Spark's JSON reader.
 Timestamps and dates must fall in years 0001-9999, and payloads within icetide.decode.limits
 (size, UTF-8, nesting), or the record is bad. JSON fields are matched to columns by exact name;
-other fields are ignored. A null payload (a Kafka tombstone) is skipped, neither good nor bad. Text after the first JSON object is ignored.
+other fields are ignored. A null payload (a Kafka tombstone) is skipped, neither good nor bad.
+Text after the first JSON object is ignored.
 
 The good and bad frames derive from one projection of `df`: persist `df` (or the source it reads)
 before acting on both, or the source is read twice.
