@@ -50,8 +50,14 @@ TOP_LEVEL_KEYS = {
     "on_truncate",
     "schema_evolution",
     "metrics",
+    "max_record_bytes",
+    "max_nesting_depth",
 }
 FAST_PATH_MODES = ("auto", "off")
+DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024  # a bigger payload is a bad record (README: bad records)
+MAX_RECORD_BYTES_LIMIT = 16 * 1024 * 1024  # Spark's JSON reader (Jackson) refuses strings over 20M chars
+DEFAULT_MAX_NESTING_DEPTH = 64  # JSON arrays/objects nested deeper make a bad record
+MAX_NESTING_DEPTH_LIMIT = 500  # Python's json and Spark's Jackson (1000) recurse per level
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -370,6 +376,8 @@ class PipelineConfig:
     metrics: MetricsConfig | None = None  # Prometheus endpoint of the runner; None: none
 
     __repr__ = redacted_repr  # catalog options, Spark settings and Kafka consumer secrets show as ***
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_nesting_depth: int = DEFAULT_MAX_NESTING_DEPTH
 
     @property
     def source_kind(self) -> str:
@@ -424,6 +432,20 @@ class PipelineConfig:
             fast_path = "off"
         if fast_path not in FAST_PATH_MODES:
             raise ConfigError(f"fast_path: {fast_path!r} is not one of {', '.join(FAST_PATH_MODES)}")
+        max_record_bytes = d.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES)
+        if (
+            not isinstance(max_record_bytes, int)
+            or isinstance(max_record_bytes, bool)
+            or not 1 <= max_record_bytes <= MAX_RECORD_BYTES_LIMIT
+        ):
+            raise ConfigError(f"max_record_bytes: expected an integer from 1 to {MAX_RECORD_BYTES_LIMIT} (bytes)")
+        max_nesting_depth = d.get("max_nesting_depth", DEFAULT_MAX_NESTING_DEPTH)
+        if (
+            not isinstance(max_nesting_depth, int)
+            or isinstance(max_nesting_depth, bool)
+            or not 1 <= max_nesting_depth <= MAX_NESTING_DEPTH_LIMIT
+        ):
+            raise ConfigError(f"max_nesting_depth: expected an integer from 1 to {MAX_NESTING_DEPTH_LIMIT}")
         order_by = d.get("order_by")
         warehouse = d.get("warehouse", None if catalog else "warehouse")
         catalog_options = {str(k): str(v) for k, v in catalog.items()} if catalog else None
@@ -459,6 +481,8 @@ class PipelineConfig:
             on_truncate=on_truncate,
             schema_evolution=_flag(d, "schema_evolution"),
             metrics=MetricsConfig.from_dict(d.get("metrics")),
+            max_record_bytes=max_record_bytes,
+            max_nesting_depth=max_nesting_depth,
         )
         if table.schema is None and config.stateful is not None:
             raise ConfigError("table.schema: a stateful pipeline needs its table's schema and key in the file")

@@ -12,6 +12,8 @@ STRING from the raw text of any JSON value; TIMESTAMP from integral epoch millis
 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session time zone); DATE from an
 integral count of days or ISO date text. Supported column types: SUPPORTED_TYPES below; the
 runner uses the Spark decoder for tables with other types (DECIMAL, BINARY, TIMESTAMP_NTZ, nested).
+Payload limits and value ranges are icetide.decode.limits, as on the Spark path; a number
+longer than 1000 characters is malformed JSON, as Spark's reader (Jackson) has it.
 Known difference: timestamp text is read as ISO-8601 (`2024-05-01`, `2024-05-01 10:00`,
 `2024-05-01T10:00:00.5+02:00`); Spark's extra spellings (zone region names, one-digit months)
 make a record bad here.
@@ -29,10 +31,13 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from icetide.decode import limits as lim
+from icetide.decode.limits import PayloadLimits
 from icetide.sink.changelog import INSERT, OP_COLUMN, OPS
 
 RAW_MESSAGE_CHARS = 60  # as decode/json.py: how much of a bad value an error message quotes
@@ -50,6 +55,28 @@ _DATE_TEXT = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?$")
 _BLANK_LINE = re.compile(rb"\n[ \t]*\n")  # starts at a newline: quick to scan
 _TRUE, _FALSE = {"t", "true", "y", "yes", "1"}, {"f", "false", "n", "no", "0"}
 _DECODER = json.JSONDecoder()
+# Spark's JSON reader (Jackson 2.15) refuses a number longer than 1000 characters: the record is
+# malformed JSON there, so it is here too (and Python's int() refuses over 4300 digits anyway).
+MAX_NUMBER_LENGTH = 1000
+_LONG_DIGITS_TEXT = re.compile(f"[0-9]{{{MAX_NUMBER_LENGTH + 1}}}")
+_LONG_DIGITS = re.compile(_LONG_DIGITS_TEXT.pattern.encode())
+
+
+def _checked_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_NUMBER_LENGTH:
+        raise ValueError("number too long")
+    return int(text)
+
+
+def _checked_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_LENGTH:
+        raise ValueError("number too long")
+    return float(text)
+
+
+_CHECKED_DECODER = json.JSONDecoder(parse_int=_checked_int, parse_float=_checked_float)
+_MIN_EPOCH_MS, _MAX_EPOCH_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
+_LONE_SURROGATE_BYTES = re.compile(lim.LONE_SURROGATE.encode())
 
 
 def _supported(dtype: pa.DataType) -> bool:
@@ -124,13 +151,16 @@ def _raw_text(value: Any) -> str:
 class ArrowJsonDecoder:
     """Decodes blocks of JSON payloads into a table's Arrow schema; picklable, built on the driver."""
 
-    def __init__(self, schema: pa.Schema, key: Sequence[str], *, time_zone: str = "UTC") -> None:
+    def __init__(
+        self, schema: pa.Schema, key: Sequence[str], *, time_zone: str = "UTC", limits: PayloadLimits | None = None
+    ) -> None:
         missing = unsupported_columns(schema)
         if missing:
             raise ValueError(f"columns the pyarrow decoder cannot produce: {', '.join(missing)}")
         self.schema = schema
         self.key = tuple(key)
         self.time_zone = time_zone
+        self.limits = limits or PayloadLimits()
 
     # -- block decoding ----------------------------------------------------------------------
 
@@ -196,6 +226,8 @@ class ArrowJsonDecoder:
         first, last = joined.partition(b"\n")[0], joined.rpartition(b"\n")[2]
         if not first.strip() or not last.strip():
             return None
+        if not self._within_limits(joined):
+            return None
         try:
             sample = json.loads(first)
         except ValueError:
@@ -229,6 +261,36 @@ class ArrowJsonDecoder:
             columns.append(column)
         return Decoded(pa.Table.from_arrays(columns, schema=self.schema), [], changes)
 
+    def _within_limits(self, joined: bytes) -> bool:
+        """Whether every line of the block passes icetide.decode.limits.payload_error (cheap
+        whole-block tests first; the lines themselves only when those cannot tell)."""
+        limits = self.limits
+        if not joined.isascii():
+            try:
+                joined.decode("utf-8")
+            except UnicodeDecodeError:
+                return False
+        if b"\\u" in joined and _LONE_SURROGATE_BYTES.search(joined):
+            return False
+        if _LONG_DIGITS.search(joined):  # perhaps a number too long for Spark's reader
+            return False
+        big = len(joined) > limits.max_record_bytes
+        deep = lim.openers(joined) > limits.max_nesting_depth
+        if not big and not deep:
+            return True
+        data = np.frombuffer(joined, dtype=np.uint8)
+        ends = np.append(np.flatnonzero(data == 10), len(data))
+        starts = np.append(0, ends[:-1] + 1)
+        if big and int((ends - starts).max()) > limits.max_record_bytes:
+            return False
+        if deep:
+            opened = np.append(0, np.cumsum((data == 91) | (data == 123)))
+            for i in np.flatnonzero(opened[ends] - opened[starts] > limits.max_nesting_depth).tolist():
+                line = joined[starts[i] : ends[i]].decode("utf-8")
+                if lim.nesting_depth(line) > limits.max_nesting_depth:
+                    return False
+        return True
+
     def _convert(self, a: pa.Array, t: pa.DataType) -> pa.Array | None:
         """Vectorized conversion of a parsed column; None when some value does not fit."""
         if pa.types.is_string(t) or pa.types.is_boolean(t) or pa.types.is_float64(t):
@@ -247,29 +309,33 @@ class ArrowJsonDecoder:
         if pa.types.is_timestamp(t):
             if pa.types.is_integer(a.type):
                 mm = pc.min_max(a)
-                if max(abs(mm["min"].as_py()), abs(mm["max"].as_py())) >= 10**EPOCH_MS_DIGITS:
+                if mm["min"].as_py() < _MIN_EPOCH_MS or mm["max"].as_py() > _MAX_EPOCH_MS:
                     return None
                 return pc.multiply(a, 1000).cast(t)
             if not pc.all(pc.match_substring_regex(a.drop_null(), _TIMESTAMP_TEXT)).as_py():
                 return None
             zoned = pc.match_substring_regex(a, _ZONED_TEXT)
             if pc.all(zoned).as_py():
-                return a.cast(t)
+                return _within(a.cast(t), lim.MIN_EPOCH_MICROS, lim.MAX_EPOCH_MICROS)
             if pc.any(zoned).as_py():
                 return None
             naive = a.cast(pa.timestamp("us"))
             if self.time_zone in ("UTC", "Z", "+00:00", "Etc/UTC"):
-                return naive.cast(pa.int64()).cast(t)
-            return pc.assume_timezone(naive, self.time_zone, ambiguous="earliest", nonexistent="latest").cast(t)
+                return _within(naive.cast(pa.int64()).cast(t), lim.MIN_EPOCH_MICROS, lim.MAX_EPOCH_MICROS)
+            # Out of range for the zone database: the per-record look decides.
+            if not _within(naive, lim.MIN_EPOCH_MICROS + 2 * 86_400_000_000, lim.MAX_EPOCH_MICROS - 2 * 86_400_000_000):
+                return None
+            zoned_values = pc.assume_timezone(naive, self.time_zone, ambiguous="earliest", nonexistent="latest")
+            return _within(zoned_values.cast(t), lim.MIN_EPOCH_MICROS, lim.MAX_EPOCH_MICROS)
         if pa.types.is_date32(t):
             if pa.types.is_integer(a.type):
                 mm = pc.min_max(a)
-                if max(abs(mm["min"].as_py()), abs(mm["max"].as_py())) >= 10**7:
+                if mm["min"].as_py() < lim.MIN_EPOCH_DAYS or mm["max"].as_py() > lim.MAX_EPOCH_DAYS:
                     return None
                 return a.cast(pa.int32()).cast(t)
             if not pc.all(pc.match_substring_regex(a.drop_null(), r"^\d{4}-\d{2}-\d{2}$")).as_py():
                 return None
-            return a.cast(t)
+            return _within(a.cast(t), lim.MIN_EPOCH_DAYS, lim.MAX_EPOCH_DAYS)
         return None
 
     # -- record by record --------------------------------------------------------------------
@@ -280,7 +346,10 @@ class ArrowJsonDecoder:
         bad: list[BadRecord] = []
         changes = False
         for i, raw in enumerate(values):
-            text = raw.decode("utf-8", "replace")
+            text, error = lim.payload_error(raw, self.limits)
+            if error is not None:
+                bad.append(BadRecord(text, error, position(i)))
+                continue
             row, error, op = self.record(text)
             if error is not None:
                 bad.append(BadRecord(text, error, position(i)))
@@ -298,7 +367,8 @@ class ArrowJsonDecoder:
         if not stripped:
             return None, "malformed JSON: empty payload", INSERT
         try:
-            obj, _ = _DECODER.raw_decode(stripped)  # text after the first JSON value is ignored
+            decoder = _CHECKED_DECODER if _LONG_DIGITS_TEXT.search(stripped) else _DECODER
+            obj, _ = decoder.raw_decode(stripped)  # text after the first JSON value is ignored
         except ValueError:
             obj = None
         if not isinstance(obj, dict):
@@ -341,6 +411,9 @@ class ArrowJsonDecoder:
             text = raw.strip()
             if not _INTEGER_TEXT.match(text):
                 return None
+            digits = text.lstrip("+-").lstrip("0")
+            if len(digits) > 20:  # beyond every integer type, and maybe beyond int()
+                return None
             number = int(text)
             low, high = _INT_RANGES[t.bit_width]
             return number if low <= number <= high else None
@@ -359,8 +432,10 @@ class ArrowJsonDecoder:
         return None
 
     def _timestamp(self, raw: str) -> datetime | None:
+        """The instant, in years 0001-9999 in UTC (icetide.decode.limits), or None."""
         if _INTEGRAL_MS.match(raw):
-            return _EPOCH + timedelta(milliseconds=int(raw))
+            millis = int(raw)
+            return _EPOCH + timedelta(milliseconds=millis) if _MIN_EPOCH_MS <= millis <= _MAX_EPOCH_MS else None
         text = raw.strip()
         if not re.match(_TIMESTAMP_TEXT, text):
             return None
@@ -370,12 +445,25 @@ class ArrowJsonDecoder:
             return None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=ZoneInfo(self.time_zone))
-        return moment.astimezone(UTC)
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:  # before 0001-01-01 or after 9999-12-31 in UTC
+            return None
+
+
+def _within(a: pa.Array, low: int, high: int) -> pa.Array | None:
+    """`a` (timestamps in microseconds or dates in days) when all of it lies in [low, high], else None."""
+    values = a.cast(pa.int64() if pa.types.is_timestamp(a.type) else pa.int32())
+    if values.null_count == len(values):
+        return a
+    mm = pc.min_max(values)
+    return a if low <= mm["min"].as_py() and mm["max"].as_py() <= high else None
 
 
 def _date(raw: str) -> date | None:
     if _INTEGRAL_DAYS.match(raw):
-        return _EPOCH_DAY + timedelta(days=int(raw))
+        days = int(raw)
+        return _EPOCH_DAY + timedelta(days=days) if lim.MIN_EPOCH_DAYS <= days <= lim.MAX_EPOCH_DAYS else None
     match = _DATE_TEXT.match(raw.strip())
     if not match:
         return None

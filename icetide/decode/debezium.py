@@ -50,6 +50,7 @@ from icetide.decode.json import (
     payload_text,
     source_position,
 )
+from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT
 
@@ -303,6 +304,7 @@ def decode_debezium(
     settings: DebeziumSettings | None = None,
     on_truncate: OnTruncate = "apply",
     schema_evolution: bool = False,
+    limits: PayloadLimits | None = None,
 ) -> DecodedChanges:
     """Decode Debezium change events in `df[value_col]` (string or binary) into the table's columns.
 
@@ -488,6 +490,7 @@ def decode_debezium(
         epoch_unit,
         keep,
         conversions,
+        limits=limits,
     )
     truncated = on_truncate == "apply" and cut is not None
     if truncated:

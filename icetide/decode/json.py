@@ -14,8 +14,10 @@ Conversions (raw JSON text -> table type):
 - DATE: ISO date text, or an integer count of days since 1970-01-01 (Debezium's io.debezium.time.Date);
 - BINARY: base64 text; STRING: the raw text of any JSON value;
 - STRUCT, ARRAY, MAP: parsed from the field's JSON with Spark's JSON reader.
-JSON fields are matched to columns by exact name; other fields are ignored. A null payload (a Kafka
-tombstone) is skipped, neither good nor bad. Text after the first JSON object is ignored.
+Timestamps and dates must fall in years 0001-9999, and payloads within icetide.decode.limits
+(size, UTF-8, nesting), or the record is bad. JSON fields are matched to columns by exact name;
+other fields are ignored. A null payload (a Kafka tombstone) is skipped, neither good nor bad.
+Text after the first JSON object is ignored.
 
 The good and bad frames derive from one projection of `df`: persist `df` (or the source it reads)
 before acting on both, or the source is read twice.
@@ -27,6 +29,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
+from icetide.decode import limits as lim
+from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
 
@@ -130,12 +134,40 @@ def check_arguments(
 
 
 def convert(raw: str, dtype: DataType, epoch_unit: str) -> Column:
-    """SQL conversion of the raw JSON text in column `raw` to `dtype`; null where it does not fit."""
+    """SQL conversion of the raw JSON text in column `raw` to `dtype`; null where it does not fit.
+
+    Timestamps and dates fit in years 0001-9999 only (icetide.decode.limits): what every writer holds.
+    """
     return convert_sql(_quote(raw), dtype, epoch_unit)
 
 
 def convert_sql(r: str, dtype: DataType, epoch_unit: str) -> Column:
     """`convert` of the text that SQL expression `r` yields."""
+    from pyspark.sql import types as T
+
+    value = _convert(r, dtype, epoch_unit)
+    if isinstance(dtype, T.TimestampType | T.TimestampNTZType | T.DateType):
+        return _within_range(value, dtype)
+    return value
+
+
+def _within_range(value: Column, dtype: DataType) -> Column:
+    """`value` where it lies in years 0001-9999 (TIMESTAMP: in UTC), else null."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.TimestampType):
+        low = F.timestamp_micros(F.lit(lim.MIN_EPOCH_MICROS))
+        high = F.timestamp_micros(F.lit(lim.MAX_EPOCH_MICROS))
+    elif isinstance(dtype, T.TimestampNTZType):
+        low = F.expr("TIMESTAMP_NTZ'0001-01-01 00:00:00'")
+        high = F.expr("TIMESTAMP_NTZ'9999-12-31 23:59:59.999999'")
+    else:
+        low, high = F.expr("DATE'0001-01-01'"), F.expr("DATE'9999-12-31'")
+    return F.when(value.between(low, high), value)
+
+
+def _convert(r: str, dtype: DataType, epoch_unit: str) -> Column:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -194,6 +226,60 @@ def malformed_error(payload: Column, corrupt: Column) -> Column:
     )
 
 
+def limit_error(payload: Column, limits: PayloadLimits) -> Column:
+    """The first limit of icetide.decode.limits the payload breaks, as its error, else null.
+
+    Checked in the order (and with the errors) of `icetide.decode.limits.payload_error`. A
+    Kafka payload cast from binary keeps its bytes, valid UTF-8 or not: decoding it and encoding
+    it again changes it exactly when it is not valid UTF-8.
+    """
+    from pyspark.sql import functions as F
+
+    size = F.octet_length(payload)
+    raw = payload.cast("binary")
+    openers = F.length(payload) - F.length(F.translate(payload, "[{", ""))
+    return (
+        F.when(
+            size > limits.max_record_bytes,
+            F.concat(
+                F.lit("payload is "),
+                size.cast("string"),
+                F.lit(f" bytes, over max_record_bytes ({limits.max_record_bytes})"),
+            ),
+        )
+        .when(F.encode(F.decode(raw, "UTF-8"), "UTF-8") != raw, F.lit(lim.invalid_utf8_error()))
+        .when(
+            (openers > limits.max_nesting_depth) & (_nesting_depth(payload) > limits.max_nesting_depth),
+            F.lit(lim.depth_error(limits)),
+        )
+        .when(F.instr(payload, "\\") > 0, F.when(payload.rlike(lim.LONE_SURROGATE), F.lit(lim.surrogate_error())))
+    )
+
+
+def _nesting_depth(payload: Column) -> Column:
+    """icetide.decode.limits.nesting_depth in SQL: one step per bracket or quote outside escapes."""
+    from pyspark.sql import functions as F
+
+    chars = F.split(F.regexp_replace(payload, lim.NOT_NESTING, ""), "")
+
+    def step(acc: Column, c: Column) -> Column:
+        depth, deepest, in_string = acc["d"], acc["m"], acc["s"]
+
+        def state(d: Column, m: Column, s: Column) -> Column:
+            return F.struct(d.alias("d"), m.alias("m"), s.alias("s"))
+
+        return (
+            F.when(c == '"', state(depth, deepest, ~in_string))
+            .when(in_string, acc)
+            .when(c.isin("[", "{"), state(depth + 1, F.greatest(deepest, depth + 1), in_string))
+            .when(c.isin("]", "}"), state(depth - 1, deepest, in_string))
+            .otherwise(acc)
+        )
+
+    start = F.struct(F.lit(0).alias("d"), F.lit(0).alias("m"), F.lit(False).alias("s"))
+    return F.aggregate(chars, start, step, lambda acc: acc["m"])
+
+
 def finish(
     rows: DataFrame,
     table_schema: StructType,
@@ -202,11 +288,15 @@ def finish(
     epoch_unit: str,
     keep: list[DataFrame] | None = None,
     conversions: Mapping[str, Column] | None = None,
+    *,
+    limits: PayloadLimits | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Convert and check the raw columns of `rows`, and split them into good and bad.
 
     `conversions` replaces `convert` for the columns it names (a decoder that knows more about a
-    field than its JSON text, e.g. Debezium's Connect schema).
+    field than its JSON text, e.g. Debezium's Connect schema). A payload over `limits` (default
+    PayloadLimits()), not valid UTF-8 or escaping a lone surrogate is bad before anything else
+    (icetide.decode.limits); its dead letter holds the payload with U+FFFD where its bytes are not UTF-8.
 
     With `keep` (a list), the checked records are persisted and appended to it: good and bad
     then read one cache, the source is read and parsed once, and the caller unpersists it.
@@ -232,7 +322,7 @@ def finish(
     )
     keys = set(key)
     not_delete = F.col(OP_COLUMN) != F.lit(DELETE)
-    checks: list[Column] = [F.col(PRE_ERROR)]
+    checks: list[Column] = [limit_error(F.col(PAYLOAD), limits or PayloadLimits()), F.col(PRE_ERROR)]
     for i, f in enumerate(fields):
         raw, value = F.col(_raw(i)), F.col(_typed(i))
         if f.name in keys:
@@ -276,7 +366,7 @@ def finish(
         *extra_cols,
     )
     bad = checked.where(bad_rows).select(
-        F.col(PAYLOAD).alias("payload"),
+        F.decode(F.col(PAYLOAD).cast("binary"), "UTF-8").alias("payload"),
         F.col(ERROR).alias("error"),
         F.col(POSITION).alias("source_position"),
     )
@@ -294,6 +384,7 @@ def decode_json(
     epoch_unit: EpochUnit = "ms",
     extra_cols: Sequence[str] = (),
     keep: list[DataFrame] | None = None,
+    limits: PayloadLimits | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Decode JSON objects in `df[value_col]` (string or binary) into `table_schema`'s columns.
 
@@ -338,4 +429,4 @@ def decode_json(
         pre_error.alias(PRE_ERROR),
         *[parsed[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
     )
-    return finish(rows, table_schema, key, extra_cols, epoch_unit, keep)
+    return finish(rows, table_schema, key, extra_cols, epoch_unit, keep, limits=limits)

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
+from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import INSERT, OP_COLUMN, UPSERT
 
@@ -40,6 +41,11 @@ class Decoded:
     order_by: str | None  # the column that orders changes of one key
     truncated: bool = False  # a source TRUNCATE: rows committed before this batch go
     unknown_fields: dict[str, int] = field(default_factory=dict)  # fields the table lacks -> records
+
+
+def payload_limits(config: PipelineConfig) -> PayloadLimits:
+    """The pipeline's limits on a payload (max_record_bytes, max_nesting_depth)."""
+    return PayloadLimits(config.max_record_bytes, config.max_nesting_depth)
 
 
 class SourceAdapter:
@@ -181,6 +187,7 @@ class SourceAdapter:
                 position_cols,
                 keep=keep,
                 extra_cols=extra_cols or (),
+                limits=payload_limits(self.config),
                 settings=self.config.debezium,
                 on_truncate=self.config.on_truncate,
                 schema_evolution=self.config.schema_evolution,
@@ -200,6 +207,14 @@ class SourceAdapter:
         # Without order_by, arrival order decides: a Kafka range is read in offset order, a file
         # in line order, and the sink keeps that order through monotonically_increasing_id.
         good, bad = decode_json(
-            raw, value_col, schema, key, op_mode, position_cols, keep=keep, extra_cols=extra_cols or ()
+            raw,
+            value_col,
+            schema,
+            key,
+            op_mode,
+            position_cols,
+            keep=keep,
+            extra_cols=extra_cols or (),
+            limits=payload_limits(self.config),
         )
         return Decoded(good, bad, self.config.order_by)

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, BadRecord, unsupported_columns
 from icetide.errors import IcetideError, one_line
+from icetide.pipeline.adapter import payload_limits
 from icetide.secrets import redacted_repr
 from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import PARTITION_COLUMN_PREFIX, UpsertSink
@@ -362,7 +363,9 @@ class FastAppend:
         return AppendTaskConfig(
             consumer_settings=source.reader_settings(),
             read_timeout=source.read_timeout_seconds,
-            decoder=ArrowJsonDecoder(writer.table_schema, writer.key, time_zone=self.time_zone),
+            decoder=ArrowJsonDecoder(
+                writer.table_schema, writer.key, time_zone=self.time_zone, limits=payload_limits(self.config)
+            ),
             writer=writer,
             partitions=tuple((n, pf.transform) for n, pf in zip(names, fields, strict=True)),
         )

@@ -1,0 +1,126 @@
+"""What a record must be to be written: payload limits and the value ranges every writer can hold.
+
+Both decoders (the Spark one in decode/json.py, the pyarrow one in decode/arrow_json.py) check
+the same things, so a record is bad on one path exactly when it is bad on the other:
+
+- the payload: at most `max_record_bytes` bytes, valid UTF-8, no JSON string escape of a lone
+  UTF-16 surrogate (such as the six characters backslash-u-d-8-0-0 alone, which no UTF-8 text can
+  hold), arrays and objects nested at most `max_nesting_depth` deep;
+- timestamps and dates: years 0001 to 9999 (in UTC for TIMESTAMP). Iceberg and Arrow hold wider
+  ranges, but Python's datetime, which reads file statistics and partition values, does not.
+
+Integers and decimals out of their type's range were already bad records (try_cast).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+from icetide.config import (
+    DEFAULT_MAX_NESTING_DEPTH,
+    DEFAULT_MAX_RECORD_BYTES,
+    MAX_NESTING_DEPTH_LIMIT,
+    MAX_RECORD_BYTES_LIMIT,
+)
+
+MIN_TIMESTAMP = datetime(1, 1, 1, tzinfo=UTC)
+MAX_TIMESTAMP = datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
+MIN_DATE, MAX_DATE = date(1, 1, 1), date(9999, 12, 31)
+MIN_EPOCH_MICROS = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
+MAX_EPOCH_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+MIN_EPOCH_DAYS, MAX_EPOCH_DAYS = -719_162, 2_932_896  # 0001-01-01, 9999-12-31
+
+# A JSON escape of a lone surrogate: a high one not followed by a low one, or a low one not
+# preceded by a high one; the escape itself not escaped (an even run of backslashes before it).
+# The same pattern serves Python's re and Java's regex (Spark's RLIKE).
+LONE_SURROGATE = (
+    r"(?:^|[^\\])(?:\\\\)*"
+    r"(?:\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+_LONE_SURROGATE = re.compile(LONE_SURROGATE)
+# What nesting_depth ignores: escape pairs (so an escaped quote is no quote) and all but brackets
+# and quotes. One pattern for Python's re and Java's regex (Spark's regexp_replace).
+NOT_NESTING = r'(?s)\\.|[^\[\]{}"]'
+_NOT_NESTING = re.compile(NOT_NESTING)
+
+
+@dataclass(frozen=True)
+class PayloadLimits:
+    """The most a payload may be: bytes, and levels of nested JSON arrays and objects."""
+
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_nesting_depth: int = DEFAULT_MAX_NESTING_DEPTH
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_record_bytes <= MAX_RECORD_BYTES_LIMIT:
+            raise ValueError(f"max_record_bytes must be between 1 and {MAX_RECORD_BYTES_LIMIT}")
+        if not 1 <= self.max_nesting_depth <= MAX_NESTING_DEPTH_LIMIT:
+            raise ValueError(f"max_nesting_depth must be between 1 and {MAX_NESTING_DEPTH_LIMIT}")
+
+
+def size_error(size: int, limits: PayloadLimits) -> str:
+    """The error of a payload of `size` bytes over the limit."""
+    return f"payload is {size} bytes, over max_record_bytes ({limits.max_record_bytes})"
+
+
+def invalid_utf8_error() -> str:
+    return "payload is not valid UTF-8"
+
+
+def depth_error(limits: PayloadLimits) -> str:
+    return f"JSON nested deeper than max_nesting_depth ({limits.max_nesting_depth})"
+
+
+def surrogate_error() -> str:
+    return "payload escapes a lone UTF-16 surrogate (\\uD800-\\uDFFF), which UTF-8 cannot hold"
+
+
+def nesting_depth(text: str) -> int:
+    """How deep arrays and objects nest in JSON `text`, brackets inside strings not counted.
+
+    Any text gives a number (malformed JSON too), the same number decode/json.py computes in SQL.
+    """
+    depth = deepest = 0
+    in_string = False
+    for c in _NOT_NESTING.sub("", text):
+        if c == '"':
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def openers(text: str | bytes) -> int:
+    """How many `[` and `{` the text has: a bound on its nesting depth that costs no parse."""
+    if isinstance(text, bytes):
+        return text.count(b"[") + text.count(b"{")
+    return text.count("[") + text.count("{")
+
+
+def payload_error(raw: bytes, limits: PayloadLimits) -> tuple[str, str | None]:
+    """(the payload as text, the first limit it breaks or None): size, UTF-8, nesting, surrogates.
+
+    The text of a payload that is not UTF-8 has U+FFFD where its bytes are invalid, so that the
+    dead-letter table can hold it.
+    """
+    try:
+        text, valid = raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, valid = raw.decode("utf-8", "replace"), False
+    if len(raw) > limits.max_record_bytes:
+        return text, size_error(len(raw), limits)
+    if not valid:
+        return text, invalid_utf8_error()
+    if openers(text) > limits.max_nesting_depth and nesting_depth(text) > limits.max_nesting_depth:
+        return text, depth_error(limits)
+    if "\\" in text and _LONE_SURROGATE.search(text):
+        return text, surrogate_error()
+    return text, None
