@@ -41,6 +41,8 @@ TOP_LEVEL_KEYS = {
     "state",
     "raw",
     "fast_path",
+    "restart",
+    "on_data_loss",
 }
 FAST_PATH_MODES = ("auto", "off")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -148,6 +150,48 @@ class TriggerConfig:
         return out
 
 
+@dataclass(frozen=True)
+class RestartConfig:
+    """How `icetide run` rides out transient failures (docs/runner.md, "Supervision").
+
+    After a transient failure (a commit conflict past the retry budget, a broker or source that
+    cannot be read, a commit whose state was unknown) the runner waits `backoff`, doubling each
+    time up to `max_backoff`, and starts again from the table's last commit. `max_attempts`
+    restarts in a row without a committed batch in between end the run with the last error;
+    0 turns restarts off. Terminal failures (bad config, schema, too many bad records) never
+    restart.
+    """
+
+    max_attempts: int = 5
+    backoff: float = 1.0
+    max_backoff: float = 60.0
+
+    @classmethod
+    def from_dict(cls, d: Any) -> RestartConfig:
+        if d is None:
+            return cls()
+        if not isinstance(d, Mapping):
+            raise ConfigError("restart: expected a mapping, e.g. {max_attempts: 5, backoff: 1s}")
+        _unknown(d, {"max_attempts", "backoff", "max_backoff"}, "restart.")
+        attempts = d.get("max_attempts", cls.max_attempts)
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
+            raise ConfigError("restart.max_attempts: expected a whole number, 0 or more")
+        out = cls(
+            max_attempts=attempts,
+            backoff=parse_duration(d.get("backoff", cls.backoff), "restart.backoff"),
+            max_backoff=parse_duration(d.get("max_backoff", cls.max_backoff), "restart.max_backoff"),
+        )
+        if out.max_backoff < out.backoff:
+            raise ConfigError("restart.max_backoff: must not be less than restart.backoff")
+        return out
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before restart number `attempt` (1-based)."""
+        return float(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+
+
+ON_DATA_LOSS = ("fail", "skip")
+
 FOLD_DELETES = ("rewrite", "position")
 MAINTENANCE_KEYS = {"every_batches", "every", "time_budget", "fold_deletes"}
 
@@ -243,6 +287,8 @@ class PipelineConfig:
         return self.maintenance.every_batches if self.maintenance is not None else None
 
     fast_path: str = "auto"  # auto: appends of Kafka JSON take the one-pass pyarrow path (docs/runner.md)
+    restart: RestartConfig = field(default_factory=RestartConfig)
+    on_data_loss: Literal["fail", "skip"] = "fail"  # source records lost before being read (docs/runner.md)
 
     @property
     def source_kind(self) -> str:
@@ -295,6 +341,9 @@ class PipelineConfig:
         if fast_path not in FAST_PATH_MODES:
             raise ConfigError(f"fast_path: {fast_path!r} is not one of {', '.join(FAST_PATH_MODES)}")
         order_by = d.get("order_by")
+        on_data_loss = d.get("on_data_loss", "fail")
+        if on_data_loss not in ON_DATA_LOSS:
+            raise ConfigError(f"on_data_loss: {on_data_loss!r} is not one of {', '.join(ON_DATA_LOSS)}")
         config = cls(
             pipeline=pipeline,
             source={kind: dict(source[kind])},
@@ -321,6 +370,8 @@ class PipelineConfig:
                 duration=parse_duration,
             ),
             fast_path=str(fast_path),
+            restart=RestartConfig.from_dict(d.get("restart")),
+            on_data_loss=on_data_loss,
         )
         if config.stateful is not None and mode != "upsert":
             raise ConfigError("mode: a stateful pipeline (merge or enrich) merges changes; use mode: upsert")
