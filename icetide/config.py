@@ -375,6 +375,8 @@ class PipelineConfig:
         )
         if config.stateful is not None and mode != "upsert":
             raise ConfigError("mode: a stateful pipeline (merge or enrich) merges changes; use mode: upsert")
+        if config.on_data_loss == "skip" and not config.dead_letter:
+            raise ConfigError("on_data_loss: skip records each lost range in the dead-letter table; set dead_letter")
         if config.dead_letter and len(config.dead_letter.split(".")) < 3:
             raise ConfigError(f"dead_letter: {config.dead_letter!r} must be <catalog>.<namespace>.<table>")
         return config

@@ -2,7 +2,8 @@
 
 Crashes: set ICETIDE_CRASH_AT to a point name (`after_write`, `after_dead_letter`,
 `after_commit`) and optionally ICETIDE_CRASH_BATCH to a batch id; the process then SIGKILLs
-itself when it reaches that point, exactly as `kill -9` would, with no cleanup and no flush.
+itself when it reaches that point, exactly as `kill -9` would, with no cleanup and no flush. ICETIDE_PAUSE_AT makes it
+sleep at that point instead (a batch held in flight, for tests of a second runner).
 
 Failures: set ICETIDE_FAIL_AT to a point of the committer (`before_commit_call`: the catalog
 call reports an unknown state without committing; `commit_call_landed`: it reports an unknown
@@ -15,11 +16,14 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 from icetide.errors import CommitStateUnknownError
 
 CRASH_AT = "ICETIDE_CRASH_AT"
 CRASH_BATCH = "ICETIDE_CRASH_BATCH"
+PAUSE_AT = "ICETIDE_PAUSE_AT"
+PAUSE_SECONDS = "ICETIDE_PAUSE_SECONDS"
 FAIL_AT = "ICETIDE_FAIL_AT"
 FAIL_TIMES = "ICETIDE_FAIL_TIMES"
 _UNKNOWN_POINTS = ("before_commit_call", "commit_call_landed")
@@ -27,7 +31,10 @@ _failed: dict[str, int] = {}
 
 
 def crash_point(point: str, batch_id: int) -> None:
-    """SIGKILL this process if the environment asks for a crash at `point` (of `batch_id`)."""
+    """SIGKILL this process if the environment asks for a crash at `point` (of `batch_id`), or
+    sleep there if it asks for a pause (ICETIDE_PAUSE_AT, ICETIDE_PAUSE_SECONDS, default 60)."""
+    if os.environ.get(PAUSE_AT) == point:
+        time.sleep(float(os.environ.get(PAUSE_SECONDS, "60")))
     if os.environ.get(CRASH_AT) != point:
         return
     wanted = os.environ.get(CRASH_BATCH)

@@ -61,6 +61,7 @@ class BatchMetrics:
     commit_seconds: float
     source_lag: int
     finished_at: str
+    lost_ranges: int = 0  # source ranges lost before being read, recorded in the dead-letter table
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -180,11 +181,11 @@ class Runner:
         """Run one batch; None when the source had nothing new."""
         batch_id, plan = self._next()
         self._last_plan_full = plan.records_planned >= self.source.batch_limit
-        if not plan.items:
+        if not plan.items and not plan.losses:
             if batch_id == 1:
                 self._first_position = plan.position
             return None
-        if self.fast is not None and self.fast.unavailable() is None:
+        if plan.items and self.fast is not None and self.fast.unavailable() is None:
             metrics = self._run_fast(batch_id, plan)
             if metrics is not None:
                 return metrics
@@ -202,8 +203,8 @@ class Runner:
                     f"batch {batch_id}: {bad_count} of {records_in} records are bad, more than max_bad_fraction "
                     f"{self.config.max_bad_fraction}; first error: {bad.first()['error']}"  # type: ignore[index]
                 )
-            if bad_count and self.dead_letter is not None:
-                self.dead_letter.write(bad, batch_id=batch_id, plan=plan.to_json())
+            if (bad_count or plan.losses) and self.dead_letter is not None:
+                self.dead_letter.write(self._with_losses(bad, plan), batch_id=batch_id, plan=plan.to_json())
                 crash_point("after_dead_letter", batch_id)
             elif bad_count:
                 log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
@@ -235,7 +236,17 @@ class Runner:
             commit_seconds=round(result.commit_seconds, 3),
             source_lag=self._lag(plan.position),
             finished_at=datetime.now(UTC).isoformat(),
+            lost_ranges=len(plan.losses),
         )
+
+    def _with_losses(self, bad: Any, plan: PlannedBatch) -> Any:
+        """The batch's bad records plus one row per source range lost before it was read."""
+        if not plan.losses:
+            return bad
+        from icetide.decode.json import BAD_DDL
+
+        rows = [(None, loss["error"], loss["source_position"]) for loss in plan.losses]
+        return bad.unionByName(self.spark.createDataFrame(rows, BAD_DDL))
 
     def _run_fast(self, batch_id: int, plan: PlannedBatch) -> BatchMetrics | None:
         """The batch through the append fast path; None if it must run on the Spark path instead."""
@@ -254,10 +265,11 @@ class Runner:
                 f"batch {batch_id}: {bad_count} of {out.records_in} records are bad, more than max_bad_fraction "
                 f"{self.config.max_bad_fraction}; first error: {out.bad[0].error}"
             )
-        if bad_count and self.dead_letter is not None:
+        if (bad_count or plan.losses) and self.dead_letter is not None:
             from icetide.decode.json import BAD_DDL
 
             rows = [(b.payload, b.error, b.source_position) for b in out.bad]
+            rows += [(None, loss["error"], loss["source_position"]) for loss in plan.losses]
             self.dead_letter.write(self.spark.createDataFrame(rows, BAD_DDL), batch_id=batch_id, plan=plan.to_json())
             crash_point("after_dead_letter", batch_id)
         elif bad_count:
@@ -284,6 +296,7 @@ class Runner:
             commit_seconds=round(commit_seconds, 3),
             source_lag=self._lag(plan.position),
             finished_at=datetime.now(UTC).isoformat(),
+            lost_ranges=len(plan.losses),
         )
 
     def _lag(self, position: dict[str, Any]) -> int:
