@@ -131,3 +131,47 @@ def test_second_runner_exits_at_once_and_a_killed_runner_restarts(
     }
     present = {str(p) for p in data.rglob("*.parquet")}
     assert present <= referenced  # the killed runner's in-flight files were removed by the restart
+
+
+def test_table_lease_refuses_a_live_holder_and_takes_over_an_expired_one(
+    spark: Any, table_name: str, monkeypatch: Any
+) -> None:
+    """The lease used for catalogs without a local folder, on a real table."""
+    from icetide.pipeline import runner_lock
+    from icetide.pipeline.runner_lock import TableLease
+    from icetide.table.catalog import create_table
+    from icetide.table.iceberg import load_table
+
+    monkeypatch.setattr(runner_lock, "LEASE_SETTLE_SECONDS", 0.0)
+    create_table(spark, table_name, schema="id INT NOT NULL", key=["id"])
+    first = TableLease(load_table(spark, table_name), "p", table_name, lease_seconds=60)
+    first.acquire()
+    second = TableLease(load_table(spark, table_name), "p", table_name, lease_seconds=60)
+    try:
+        second.acquire()
+    except PipelineAlreadyRunningError as exc:
+        assert (
+            f"pipeline 'p' is already running on {table_name}: host {socket.gethostname()}, pid {os.getpid()}"
+            in str(exc)
+        )
+        assert "icetide.runner.p" in str(exc)
+    else:
+        raise AssertionError("a live lease was taken over")
+    TableLease(load_table(spark, table_name), "other", table_name).acquire()  # another pipeline: its own lease
+    first.release()
+    second.acquire()  # released: free
+    # a holder that died: its lease expires
+    second.lease_seconds = 0.2
+    second.expires_at_ms = 0
+    second.renew()
+    time.sleep(0.3)
+    third = TableLease(load_table(spark, table_name), "p", table_name, lease_seconds=60)
+    third.acquire()
+    try:
+        second.renew()  # the old holder finds its lease taken
+    except PipelineAlreadyRunningError:
+        pass
+    else:
+        raise AssertionError("a taken-over lease was renewed")
+    props = load_table(spark, table_name).properties()
+    assert third.owner in str(props.get("icetide.runner.p"))

@@ -482,5 +482,10 @@ def run(config: PipelineConfig | str, *, once: bool = False, spark: SparkSession
     if cfg.stateful is not None:
         from icetide.pipeline.two_stage import TwoStageRunner
 
-        return TwoStageRunner(cfg, spark).run(once=once)
+        lock = RunnerLock(cfg)  # a local warehouse's lock; Runner.run holds it itself
+        lock.acquire()
+        try:
+            return TwoStageRunner(cfg, spark).run(once=once)
+        finally:
+            lock.release()
     return Runner(cfg, spark).run(once=once)
