@@ -159,7 +159,7 @@ def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broke
     produce(broker.bootstrap, topic, before)
     warehouse = tmp_path / "warehouse"
     config = doc("kloss", broker.bootstrap, topic, warehouse=str(warehouse))
-    config["source"]["kafka"]["probe_timeout_seconds"] = 30  # a loaded machine can be slow to fetch
+    config["source"]["kafka"]["probe_timeout_seconds"] = 10  # a loaded machine can be slow to fetch
     config["restart"] = {"max_attempts": 3, "backoff": "1s"}
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))

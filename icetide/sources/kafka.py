@@ -361,9 +361,8 @@ class KafkaSource:
                 )
                 starts[p] = low
             elif starts[p] > high:
-                # ListOffsets may lag (Tansu): only a fetch tells whether the position is past the end.
-                end = self._fetch_ends(consumer, {p: starts[p]})[p]
-                if end < starts[p]:
+                end = self._end_before(consumer, p, starts[p], low)
+                if end is not None:
                     found.append(
                         DataLoss(
                             topic,
@@ -387,6 +386,31 @@ class KafkaSource:
         for loss in found:
             log.warning("kafka data loss on %s: %s; recorded and skipped", loss.where(), loss.reason)
         losses.extend(found)
+
+    def _end_before(self, consumer: Any, p: int, start: int, low: int) -> int | None:
+        """The partition's end when it is below `start` (records the position counts as read are
+        gone), else None. ListOffsets may lag (Tansu), so fetches decide: the record just before
+        `start` exists (no loss); a real Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE;
+        Tansu answers nothing, and then a fetch from the log start finds the true end. A probe
+        that learns nothing within probe_timeout_seconds counts as no loss."""
+        silent: set[int] = set()
+        end = self._fetch_ends(consumer, {p: max(start - 1, low)}, {p: start}, silent=silent)[p]
+        if end >= start:
+            return None
+        if p not in silent:
+            return end
+        silent.clear()
+        end = self._fetch_ends(consumer, {p: low}, {p: start}, silent=silent)[p]
+        if p in silent:
+            log.warning(
+                "%s/%d: the position %d is past the reported end and no fetch confirmed it in %ss; going on",
+                self.config.topic,
+                p,
+                start,
+                self.config.probe_timeout_seconds,
+            )
+            return None
+        return end if end < start else None
 
     def lag(self, position: Mapping[str, int] | None) -> int:
         """Records between `position` and the high watermarks the broker reports (for metrics).
@@ -476,7 +500,12 @@ class KafkaSource:
         return self._offsets_for_time(consumer, partitions, self._start)
 
     def _fetch_ends(
-        self, consumer: Any, froms: Mapping[int, int], enough: Mapping[int, int] | None = None
+        self,
+        consumer: Any,
+        froms: Mapping[int, int],
+        enough: Mapping[int, int] | None = None,
+        *,
+        silent: set[int] | None = None,
     ) -> dict[int, int]:
         """Per partition, the end offset the broker's Fetch responses report, fetching from `froms`.
 
@@ -485,6 +514,7 @@ class KafkaSource:
         bounds the work against a topic that never goes quiet). Without an EOF within
         probe_timeout_seconds, the end is one past the last offset seen (or `froms`). Every offset
         below a returned end was seen to exist or lies below the broker's own high watermark.
+        Partitions that ended by the timeout are added to `silent`.
         """
         kafka = _kafka()
         topic = self.config.topic
@@ -524,6 +554,8 @@ class KafkaSource:
             if p not in ends:
                 log.debug("%s/%d: no end-of-partition event within the probe timeout; ending at %d", topic, p, seen[p])
                 ends[p] = seen[p]
+                if silent is not None:
+                    silent.add(p)
         return ends
 
     def _offsets_for_time(self, consumer: Any, partitions: list[int], timestamp_ms: int) -> dict[int, int]:
