@@ -217,3 +217,25 @@ def test_terminal_error_stops_at_once(broker: Broker, tmp_path: Path) -> None:
     assert '"event": "restart"' not in failed.stdout
     assert time.monotonic() - started < 60  # no 5 s backoffs: it stopped at once
     assert os.environ.get("ICETIDE_FAIL_AT") is None
+
+
+def test_restart_and_data_loss_settings_are_validated_at_load() -> None:
+    from icetide.config import PipelineConfig, RestartConfig
+    from icetide.errors import ConfigError
+
+    base = doc("kcfg", "127.0.0.1:1", "t")
+    assert PipelineConfig.from_dict(base).restart == RestartConfig(max_attempts=5, backoff=1.0, max_backoff=60.0)
+    assert PipelineConfig.from_dict(base).on_data_loss == "fail"
+    got = PipelineConfig.from_dict({**base, "restart": {"max_attempts": 3, "backoff": "500ms", "max_backoff": "2s"}})
+    assert [got.restart.delay(n) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 2.0]
+    for bad, key in (
+        ({"restart": {"max_attempts": "x"}}, "restart.max_attempts"),
+        ({"restart": {"backoff": "soon"}}, "restart.backoff"),
+        ({"restart": {"retries": 1}}, "restart.retries"),
+        ({"restart": {"backoff": "10s", "max_backoff": "1s"}}, "restart.max_backoff"),
+        ({"restart": 5}, "restart"),
+        ({"on_data_loss": "ignore"}, "on_data_loss"),
+        ({"on_data_loss": "skip", "dead_letter": None}, "on_data_loss"),
+    ):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            PipelineConfig.from_dict({**base, **bad})
