@@ -8,7 +8,6 @@ position is valid again; the data-loss tests leave the broker short of the posit
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -207,16 +206,14 @@ def test_terminal_error_stops_at_once(broker: Broker, tmp_path: Path) -> None:
     produce(broker.bootstrap, topic, events(0, 30, bad_every=7))
     config = doc("kterm", broker.bootstrap, topic, warehouse=str(tmp_path / "warehouse"), max_bad_fraction=0.0)
     config["source"]["kafka"]["probe_timeout_seconds"] = 30
-    config["restart"] = {"max_attempts": 5, "backoff": "5s"}
+    # a restart would wait an hour: the run ending (within the timeout) shows there was none
+    config["restart"] = {"max_attempts": 5, "backoff": "1h", "max_backoff": "1h"}
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    started = time.monotonic()
-    failed = run_cli("run", str(config_path))
+    failed = run_cli("run", str(config_path), timeout=900)
     assert failed.returncode == 1
     assert "more than max_bad_fraction" in failed.stderr
     assert '"event": "restart"' not in failed.stdout
-    assert time.monotonic() - started < 60  # no 5 s backoffs: it stopped at once
-    assert os.environ.get("ICETIDE_FAIL_AT") is None
 
 
 def test_restart_and_data_loss_settings_are_validated_at_load() -> None:
