@@ -70,10 +70,17 @@ def _me() -> Holder:
     return Holder(socket.gethostname(), os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
-def local_warehouse(config: PipelineConfig) -> Path | None:
-    """The pipeline's warehouse folder when it is on this machine's file system, else None."""
-    options = config.catalog_options or {}
-    if config.catalog_options is not None and options.get("type", "hadoop") != "hadoop":
+def local_warehouse(config: PipelineConfig, spark: SparkSession | None = None) -> Path | None:
+    """The warehouse folder of the pipeline's Hadoop catalog when it is on this machine's file
+    system, else None. With `spark`, the session's catalog settings decide (a caller may pass a
+    session whose catalog differs from the file's); without, the pipeline file's."""
+    options = dict(config.catalog_options or {})
+    if spark is not None:
+        prefix = f"spark.sql.catalog.{config.catalog}."
+        found = {k: spark.conf.get(prefix + k, None) for k in ("type", "catalog-impl", "warehouse")}
+        if any(found.values()):
+            options = {k: v for k, v in found.items() if v}
+    if options and (options.get("type") != "hadoop" or options.get("catalog-impl")):
         return None  # REST, JDBC, Glue, Hive...: the catalog, not a folder, decides commits
     where = options.get("warehouse") or config.warehouse
     if not where:
@@ -234,7 +241,7 @@ class RunnerLock:
     def acquire(self, spark: SparkSession | None = None) -> None:
         """Hold the pipeline, or raise PipelineAlreadyRunningError. Without `spark`, only a local
         warehouse can be locked (the lease is taken when a session is given)."""
-        warehouse = local_warehouse(self.config)
+        warehouse = local_warehouse(self.config, spark)
         if warehouse is not None:
             self._stack.enter_context(hold_local(warehouse, self.config.table.name, self.config.pipeline))
             return
