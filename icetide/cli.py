@@ -16,6 +16,9 @@ from icetide.secrets import install_log_redaction, redact, scrub
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+if TYPE_CHECKING:
+    from icetide.config import PipelineConfig
+
 log = logging.getLogger("icetide.cli")
 
 
@@ -149,14 +152,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run a pipeline file: one JSON metrics line per batch on stdout, a status line in a terminal."""
-    from rich.console import Console
-
+    """Run a pipeline file: one JSON metrics line per batch (and per restart) on stdout, a status
+    line in a terminal."""
     from icetide.config import load_config
-    from icetide.pipeline.runner import BatchMetrics, Runner
-    from icetide.pipeline.two_stage import TwoStageRunner
+    from icetide.pipeline.runner_lock import RunnerLock
 
     config = load_config(args.pipeline)  # bad config fails here, before Spark starts
+    lock = RunnerLock(config)
+    lock.acquire()  # a local warehouse's runner lock, also before Spark starts: a second runner exits at once
+    try:
+        return _run_held(args, config)
+    finally:
+        lock.release()
+
+
+def _run_held(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from rich.console import Console
+
+    from icetide.pipeline.runner import BatchMetrics, RestartMetrics, Runner
+    from icetide.pipeline.two_stage import TwoStageRunner
+
     console = Console(stderr=True)
     interactive = console.is_terminal
     with console.status(f"starting pipeline {config.pipeline} ...") if interactive else _nothing():
@@ -178,9 +193,20 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"commit {m.commit_seconds:.2f}s, lag {m.source_lag:,} | total {totals['rows']:,} rows"
             )
 
+    def on_restart(event: RestartMetrics) -> None:
+        print(event.to_json(), flush=True)
+        if interactive:
+            console.print(
+                f"[bold]{config.pipeline}[/bold] restart {event.attempt} of {event.max_attempts} in "
+                f"{event.backoff_seconds:.1f}s after: {event.error}",
+                highlight=False,
+            )
+
     if isinstance(runner, TwoStageRunner):
         runner.on_stage_two = lambda line: print(line, flush=True)
-    summary = runner.run(once=args.once, on_batch=on_batch)
+        summary = runner.run(once=args.once, on_batch=on_batch)
+    else:
+        summary = runner.run(once=args.once, on_batch=on_batch, on_restart=on_restart)
     if summary.abandoned_files_removed:
         console.print(f"removed {summary.abandoned_files_removed} file(s) of batches that never committed")
     for report in runner.maintenance_runs[-1:]:

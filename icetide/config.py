@@ -52,6 +52,8 @@ TOP_LEVEL_KEYS = {
     "metrics",
     "max_record_bytes",
     "max_nesting_depth",
+    "restart",
+    "on_data_loss",
 }
 FAST_PATH_MODES = ("auto", "off")
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024  # a bigger payload is a bad record (README: bad records)
@@ -275,6 +277,48 @@ class MetricsConfig:
         return cls(prometheus_port=port, prometheus_host=host)
 
 
+@dataclass(frozen=True)
+class RestartConfig:
+    """How `icetide run` rides out transient failures (docs/runner.md, "Supervision").
+
+    After a transient failure (a commit conflict past the retry budget, a broker or source that
+    cannot be read, a commit whose state was unknown) the runner waits `backoff`, doubling each
+    time up to `max_backoff`, and starts again from the table's last commit. `max_attempts`
+    restarts in a row without a committed batch in between end the run with the last error;
+    0 turns restarts off. Terminal failures (bad config, schema, too many bad records) never
+    restart.
+    """
+
+    max_attempts: int = 5
+    backoff: float = 1.0
+    max_backoff: float = 60.0
+
+    @classmethod
+    def from_dict(cls, d: Any) -> RestartConfig:
+        if d is None:
+            return cls()
+        if not isinstance(d, Mapping):
+            raise ConfigError("restart: expected a mapping, e.g. {max_attempts: 5, backoff: 1s}")
+        _unknown(d, {"max_attempts", "backoff", "max_backoff"}, "restart.")
+        attempts = d.get("max_attempts", cls.max_attempts)
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
+            raise ConfigError("restart.max_attempts: expected a whole number, 0 or more")
+        out = cls(
+            max_attempts=attempts,
+            backoff=parse_duration(d.get("backoff", cls.backoff), "restart.backoff"),
+            max_backoff=parse_duration(d.get("max_backoff", cls.max_backoff), "restart.max_backoff"),
+        )
+        if out.max_backoff < out.backoff:
+            raise ConfigError("restart.max_backoff: must not be less than restart.backoff")
+        return out
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before restart number `attempt` (1-based)."""
+        return float(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+
+
+ON_DATA_LOSS = ("fail", "skip")
+
 FOLD_DELETES = ("rewrite", "position")
 MAINTENANCE_KEYS = {"every_batches", "every", "time_budget", "fold_deletes"}
 
@@ -378,6 +422,8 @@ class PipelineConfig:
     __repr__ = redacted_repr  # catalog options, Spark settings and Kafka consumer secrets show as ***
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     max_nesting_depth: int = DEFAULT_MAX_NESTING_DEPTH
+    restart: RestartConfig = field(default_factory=RestartConfig)
+    on_data_loss: Literal["fail", "skip"] = "fail"  # source records lost before being read (docs/runner.md)
 
     @property
     def source_kind(self) -> str:
@@ -451,6 +497,9 @@ class PipelineConfig:
         catalog_options = {str(k): str(v) for k, v in catalog.items()} if catalog else None
         check_catalog_for_warehouse(warehouse, catalog_options)
         redact({"catalog": catalog or {}, "spark": d.get("spark") or {}, "source": source})  # remembers secrets
+        on_data_loss = d.get("on_data_loss", "fail")
+        if on_data_loss not in ON_DATA_LOSS:
+            raise ConfigError(f"on_data_loss: {on_data_loss!r} is not one of {', '.join(ON_DATA_LOSS)}")
         config = cls(
             pipeline=pipeline,
             source={kind: dict(source[kind])},
@@ -483,11 +532,15 @@ class PipelineConfig:
             metrics=MetricsConfig.from_dict(d.get("metrics")),
             max_record_bytes=max_record_bytes,
             max_nesting_depth=max_nesting_depth,
+            restart=RestartConfig.from_dict(d.get("restart")),
+            on_data_loss=on_data_loss,
         )
         if table.schema is None and config.stateful is not None:
             raise ConfigError("table.schema: a stateful pipeline needs its table's schema and key in the file")
         if config.stateful is not None and mode != "upsert":
             raise ConfigError("mode: a stateful pipeline (merge or enrich) merges changes; use mode: upsert")
+        if config.on_data_loss == "skip" and not config.dead_letter:
+            raise ConfigError("on_data_loss: skip records each lost range in the dead-letter table; set dead_letter")
         if config.dead_letter and len(config.dead_letter.split(".")) < 3:
             raise ConfigError(f"dead_letter: {config.dead_letter!r} must be <catalog>.<namespace>.<table>")
         return config

@@ -40,16 +40,30 @@ class CommitFailedError(TerminalError):
     """The catalog definitely rejected the commit; the batch's files were deleted."""
 
 
-class CommitStateUnknownError(IcetideError):
-    """The catalog may or may not have applied the commit.
+class CommitStateUnknownError(TransientError):
+    """The catalog may or may not have applied the commit, and re-reading it did not tell.
 
-    Never retried automatically (a retry could land the batch twice) and no file is deleted:
-    check the table's last committed batch for the pipeline before writing again.
+    No file is deleted, and the same commit is never simply sent again (it could land twice):
+    the pipeline's last committed batch decides. `icetide run` restarts from it (backing off),
+    which resolves the state once the table can be read again.
     """
 
 
 class SourceError(TransientError):
     """A source could not be read."""
+
+
+class DataLossError(TerminalError):
+    """Source records were removed (retention, a recreated topic) before the pipeline read them.
+
+    Raised with `on_data_loss: fail` (the default); `on_data_loss: skip` records each lost range
+    in the dead-letter table instead and goes on.
+    """
+
+
+def is_transient(exc: BaseException) -> bool:
+    """May running the same step again succeed? True only for errors marked TransientError."""
+    return isinstance(exc, TransientError)
 
 
 def one_line(exc: BaseException) -> str:

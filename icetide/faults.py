@@ -1,24 +1,60 @@
-"""Crash injection for the exactly-once tests: kill -9 this process at a named point.
+"""Fault injection for the exactly-once tests: kill -9 this process, or fail a call, at a named point.
 
-Set ICETIDE_CRASH_AT to a point name (`after_write`, `after_dead_letter`, `after_commit`) and
-optionally ICETIDE_CRASH_BATCH to a batch id; the process then SIGKILLs itself when it reaches
-that point, exactly as `kill -9` would, with no cleanup and no flush.
+Crashes: set ICETIDE_CRASH_AT to a point name (`after_write`, `after_dead_letter`,
+`after_commit`) and optionally ICETIDE_CRASH_BATCH to a batch id; the process then SIGKILLs
+itself when it reaches that point, exactly as `kill -9` would, with no cleanup and no flush. ICETIDE_PAUSE_AT makes it
+sleep at that point instead (a batch held in flight, for tests of a second runner).
+
+Failures: set ICETIDE_FAIL_AT to a point of the committer (`before_commit_call`: the catalog
+call reports an unknown state without committing; `commit_call_landed`: it reports an unknown
+state after committing; `after_commit_call`: the snapshot lookup after a commit fails;
+`resolve_read`: re-reading the committed batch fails). ICETIDE_FAIL_TIMES (default 1) bounds how
+often it fails in one process.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+
+from icetide.errors import CommitStateUnknownError
 
 CRASH_AT = "ICETIDE_CRASH_AT"
 CRASH_BATCH = "ICETIDE_CRASH_BATCH"
+PAUSE_AT = "ICETIDE_PAUSE_AT"
+PAUSE_SECONDS = "ICETIDE_PAUSE_SECONDS"
+FAIL_AT = "ICETIDE_FAIL_AT"
+FAIL_TIMES = "ICETIDE_FAIL_TIMES"
+_UNKNOWN_POINTS = ("before_commit_call", "commit_call_landed")
+_failed: dict[str, int] = {}
 
 
 def crash_point(point: str, batch_id: int) -> None:
-    """SIGKILL this process if the environment asks for a crash at `point` (of `batch_id`)."""
+    """SIGKILL this process if the environment asks for a crash at `point` (of `batch_id`), or
+    sleep there if it asks for a pause (ICETIDE_PAUSE_AT, ICETIDE_PAUSE_SECONDS, default 60)."""
+    if os.environ.get(PAUSE_AT) == point:
+        time.sleep(float(os.environ.get(PAUSE_SECONDS, "60")))
     if os.environ.get(CRASH_AT) != point:
         return
     wanted = os.environ.get(CRASH_BATCH)
     if wanted is not None and int(wanted) != batch_id:
         return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+class InjectedFault(RuntimeError):
+    """The failure ICETIDE_FAIL_AT asked for."""
+
+
+def fault_point(point: str) -> None:
+    """Raise here if the environment asks for a failure at `point` (at most ICETIDE_FAIL_TIMES times)."""
+    if os.environ.get(FAIL_AT) != point:
+        return
+    done = _failed.get(point, 0)
+    if done >= int(os.environ.get(FAIL_TIMES, "1")):
+        return
+    _failed[point] = done + 1
+    if point in _UNKNOWN_POINTS:
+        raise CommitStateUnknownError(f"injected at {point}: the catalog's answer was lost")
+    raise InjectedFault(f"injected failure at {point}")

@@ -100,11 +100,13 @@ def test_position_stays_bounded_and_late_files_inside_the_window_are_read(tmp_pa
     assert planned == [f"f{i:02d}.json" for i in range(60)]
     assert position is not None and position["max_mtime_ms"] == int((NOW - 110) * 1000)
     # renamed into place late, keeping an older modification time: inside the window it is read,
-    # older than the window it counts as done
+    # older than the window it is not read but reported as data loss (tests/test_late_files.py)
     land(tmp_path, "inside.json", "{}\n", age_seconds=150)
     land(tmp_path, "outside.json", "{}\n", age_seconds=200)
-    files, _ = source.plan(position, 10)
+    late: list[Any] = []
+    files, _ = source.plan(position, 10, late=late)
     assert names(tmp_path, files) == ["inside.json"]
+    assert names(tmp_path, [f.path for f in late]) == ["outside.json"]
 
 
 def test_missing_folder_is_a_source_error(tmp_path: Path) -> None:

@@ -202,9 +202,11 @@ def fake_read(consumer: FakeConsumer, start: int, end: int, **kwargs: Any) -> li
 
 def test_range_reader_reads_exactly_the_range() -> None:
     assert fake_read(FakeConsumer(0, 20), 3, 11) == list(range(3, 11))
-    # records deleted by retention are skipped; the rest of the range is read
-    assert fake_read(FakeConsumer(6, 20), 2, 10) == [6, 7, 8, 9]
-    assert fake_read(FakeConsumer(15, 20), 2, 10) == []
+    # records deleted by retention after the plan fail the read (the next plan reports the loss)
+    with pytest.raises(SourceError, match=r"ads/0@2: offsets 2\.\.5 were deleted \(retention\)"):
+        fake_read(FakeConsumer(6, 20), 2, 10)
+    with pytest.raises(SourceError, match=r"ads/0@2: offsets 2\.\.9 were deleted"):
+        fake_read(FakeConsumer(15, 20), 2, 10)
     # a gap at the end of the range (a transaction marker): the EOF event ends the read
     assert fake_read(FakeConsumer(0, 10, missing=frozenset({9})), 5, 10) == [5, 6, 7, 8]
 

@@ -316,6 +316,7 @@ def test_definite_commit_failure_deletes_files_and_unknown_state_keeps_them(
     sink.committer._attempt = lambda *a, **k: _throw(  # type: ignore[method-assign]
         spark, "org.apache.iceberg.exceptions.CommitStateUnknownException", "socket closed"
     )
+    sink.committer._batch_landed = lambda *a, **k: None  # type: ignore[method-assign]
     with pytest.raises(icetide.CommitStateUnknownError, match="state unknown"):
         sink.write(to_df(spark, rows), batch_id=2)
     assert len(_batch_files(warehouse, table_name, 2)) == 2  # may have landed: nothing deleted

@@ -26,10 +26,16 @@ class PlannedBatch:
     items: list[Any]  # JSON-able: offset ranges or file paths
     position: dict[str, Any]
     records_planned: int
+    # Source data lost before it was read, skipped with `on_data_loss: skip`: one dead-letter row
+    # each ({"source_position", "error"}), committed with the batch.
+    losses: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The form recorded with a dead-letter commit, so a replay reads exactly this batch."""
-        return {"items": self.items, "position": self.position, "records_planned": self.records_planned}
+        out = {"items": self.items, "position": self.position, "records_planned": self.records_planned}
+        if self.losses:
+            out["losses"] = self.losses
+        return out
 
 
 @dataclass
@@ -74,14 +80,38 @@ class SourceAdapter:
     def plan(self, position: dict[str, Any] | None) -> PlannedBatch:
         """The next batch from `position` (None: a new pipeline)."""
         if self.kind == "kafka":
-            ranges, new_position = self.kafka.plan(position, self.config.trigger.max_records)
-            return PlannedBatch([asdict(r) for r in ranges], new_position, sum(r.count for r in ranges))
-        files, new_position = self.files.plan(position, self.config.trigger.max_files)
-        return PlannedBatch(list(files), new_position, len(files))
+            from icetide.sources.kafka import DataLoss
+
+            losses: list[DataLoss] | None = [] if self.config.on_data_loss == "skip" else None
+            ranges, new_position = self.kafka.plan(position, self.config.trigger.max_records, losses=losses)
+            return PlannedBatch(
+                [asdict(r) for r in ranges],
+                new_position,
+                sum(r.count for r in ranges),
+                [loss.to_json() for loss in losses or []],
+            )
+        from icetide.sources.files import LandedFile
+
+        late: list[LandedFile] | None = [] if self.config.on_data_loss == "skip" else None
+        files, new_position = self.files.plan(position, self.config.trigger.max_files, late=late)
+        lost = [
+            {
+                "source_position": f.path,
+                "error": f"data loss: file landed after the late window (late_window_seconds "
+                f"{self.files.config.late_window_seconds:g}); not read",
+            }
+            for f in late or []
+        ]
+        return PlannedBatch(list(files), new_position, len(files), lost)
 
     def replay(self, recorded: dict[str, Any]) -> PlannedBatch:
         """A batch planned before a crash, exactly as it was recorded."""
-        return PlannedBatch(list(recorded["items"]), dict(recorded["position"]), int(recorded["records_planned"]))
+        return PlannedBatch(
+            list(recorded["items"]),
+            dict(recorded["position"]),
+            int(recorded["records_planned"]),
+            list(recorded.get("losses", [])),
+        )
 
     def close(self) -> None:
         """Release what the source holds between batches (the Kafka driver consumer)."""
@@ -97,7 +127,7 @@ class SourceAdapter:
         if self.kind == "kafka":
             topic = self.kafka.config.topic
             return {f"{topic}/{p}": n for p, n in sorted(self.kafka.lag_by_partition(position).items())}
-        files, _ = self.files.plan(position, 1_000_000)
+        files, _ = self.files.plan(position, 1_000_000, late=[])  # late files are the batch's to report
         return {"files": len(files)}
 
     def read(self, spark: SparkSession, batch: PlannedBatch, schema: StructType) -> DataFrame:

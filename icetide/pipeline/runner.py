@@ -21,12 +21,13 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig, TableConfig
-from icetide.errors import IcetideError, SourceError
+from icetide.errors import IcetideError, SourceError, TerminalError, is_transient, one_line
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.fast_append import FastAppend, FastBatch
 from icetide.pipeline.prometheus import pipeline_metrics
+from icetide.pipeline.runner_lock import RunnerLock
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import source_error_in
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class TooManyBadRecordsError(IcetideError):
+class TooManyBadRecordsError(TerminalError):
     """A batch's share of bad records exceeded max_bad_fraction; nothing of it was committed."""
 
 
@@ -64,6 +65,26 @@ class BatchMetrics:
     finished_at: str
     truncated: bool = False  # a source TRUNCATE removed every row committed before this batch
     unknown_fields: dict[str, int] = field(default_factory=dict)  # fields the table lacks -> records
+    lost_ranges: int = 0  # source ranges lost before being read, recorded in the dead-letter table
+
+    def to_json(self) -> str:
+        """One line of JSON."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class RestartMetrics:
+    """One restart after a transient failure, as printed in its JSON metrics line."""
+
+    pipeline: str
+    event: str  # always "restart": tells the line from a batch's
+    attempt: int  # restarts in a row without a committed batch, this one included
+    max_attempts: int
+    error_type: str
+    error: str
+    backoff_seconds: float
+    last_committed_batch: int | None
+    at: str
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -77,6 +98,7 @@ class RunSummary:
     batches: list[BatchMetrics] = field(default_factory=list)
     abandoned_files_removed: int = 0
     stopped_by_signal: bool = False
+    restarts: list[RestartMetrics] = field(default_factory=list)
 
     @property
     def rows_written(self) -> int:
@@ -172,11 +194,11 @@ class Runner:
         """Run one batch; None when the source had nothing new."""
         batch_id, plan = self._next()
         self._last_plan_full = plan.records_planned >= self.source.batch_limit
-        if not plan.items:
+        if not plan.items and not plan.losses:
             if batch_id == 1:
                 self._first_position = plan.position
             return None
-        if self.fast is not None and self.fast.unavailable() is None:
+        if plan.items and self.fast is not None and self.fast.unavailable() is None:
             metrics = self._run_fast(batch_id, plan)
             if metrics is not None:
                 return metrics
@@ -197,8 +219,8 @@ class Runner:
                     f"batch {batch_id}: {bad_count} of {records_in} records are bad, more than max_bad_fraction "
                     f"{self.config.max_bad_fraction}; first error: {bad.first()['error']}"  # type: ignore[index]
                 )
-            if bad_count and self.dead_letter is not None:
-                self.dead_letter.write(bad, batch_id=batch_id, plan=plan.to_json())
+            if (bad_count or plan.losses) and self.dead_letter is not None:
+                self.dead_letter.write(self._with_losses(bad, plan), batch_id=batch_id, plan=plan.to_json())
                 crash_point("after_dead_letter", batch_id)
             elif bad_count:
                 log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
@@ -234,7 +256,17 @@ class Runner:
             finished_at=datetime.now(UTC).isoformat(),
             truncated=decoded.truncated and result.committed,
             unknown_fields=decoded.unknown_fields,
+            lost_ranges=len(plan.losses),
         )
+
+    def _with_losses(self, bad: Any, plan: PlannedBatch) -> Any:
+        """The batch's bad records plus one row per source range lost before it was read."""
+        if not plan.losses:
+            return bad
+        from icetide.decode.json import BAD_DDL
+
+        rows = [(None, loss["error"], loss["source_position"]) for loss in plan.losses]
+        return bad.unionByName(self.spark.createDataFrame(rows, BAD_DDL))
 
     def _run_fast(self, batch_id: int, plan: PlannedBatch) -> BatchMetrics | None:
         """The batch through the append fast path; None if it must run on the Spark path instead."""
@@ -253,10 +285,11 @@ class Runner:
                 f"batch {batch_id}: {bad_count} of {out.records_in} records are bad, more than max_bad_fraction "
                 f"{self.config.max_bad_fraction}; first error: {out.bad[0].error}"
             )
-        if bad_count and self.dead_letter is not None:
+        if (bad_count or plan.losses) and self.dead_letter is not None:
             from icetide.decode.json import BAD_DDL
 
             rows = [(b.payload, b.error, b.source_position) for b in out.bad]
+            rows += [(None, loss["error"], loss["source_position"]) for loss in plan.losses]
             self.dead_letter.write(self.spark.createDataFrame(rows, BAD_DDL), batch_id=batch_id, plan=plan.to_json())
             crash_point("after_dead_letter", batch_id)
         elif bad_count:
@@ -283,6 +316,7 @@ class Runner:
             commit_seconds=round(commit_seconds, 3),
             source_lag=self._lag(plan.position),
             finished_at=datetime.now(UTC).isoformat(),
+            lost_ranges=len(plan.losses),
         )
 
     def _lag(self, position: dict[str, Any]) -> int:
@@ -298,6 +332,7 @@ class Runner:
         *,
         once: bool = False,
         on_batch: Callable[[BatchMetrics], None] | None = None,
+        on_restart: Callable[[RestartMetrics], None] | None = None,
         handle_signals: bool = True,
     ) -> RunSummary:
         """Run batches every trigger interval until stopped; with `once`, until the source is drained.
@@ -306,35 +341,55 @@ class Runner:
         source held no more than that when the batch was planned, so what was available when the
         run started has been processed even if producers keep writing.
 
+        Only one runner holds a pipeline on a table at a time (icetide.pipeline.runner_lock); a
+        second one raises PipelineAlreadyRunningError before touching anything.
+
+        Transient failures (TransientError: commit conflicts past the retry budget, source
+        errors, an unknown commit state) restart the run from the table's last commit after a
+        backoff (`restart` in the pipeline file), each restart reported to `on_restart`;
+        terminal ones are raised at once, as is the last error once the restart budget is spent.
+
         SIGINT/SIGTERM stop the run after the batch in flight; a second signal aborts at once.
         """
         summary = RunSummary()
+        lock = RunnerLock(self.config)
+        lock.acquire(self.spark)
         if self.prometheus is not None:
             last = self.sink.last_committed()
             self.prometheus.committed_before(last.committed_at if last is not None else None)
-        summary.abandoned_files_removed = self.sink.remove_abandoned_files()
-        if self.dead_letter is not None:
-            summary.abandoned_files_removed += self.dead_letter.remove_abandoned_files()
         previous = self._install_signals() if handle_signals else {}
         maintenance = self._start_maintenance_thread()
+        attempt = 0
         try:
-            while not self._stop.is_set():
-                started = time.monotonic()
-                metrics = self.run_batch()
-                if metrics is not None:
-                    summary.batches.append(metrics)
-                    self._maybe_maintain(metrics.batch_id)
-                    if self.prometheus is not None and self._count_maintenance is not None:
-                        self.prometheus.record_batch(metrics, self._partition_lag)
-                        self._count_maintenance()
-                    log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
-                    if on_batch is not None:
-                        on_batch(metrics)
-                if once and (metrics is None or not self._last_plan_full):
-                    break  # a batch smaller than the limit drained what was there when it was planned
-                if once or (metrics is not None and metrics.source_lag > 0):
-                    continue  # backlog: next batch right away
-                self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
+            while True:
+                committed_before = len(summary.batches)
+                try:
+                    self._run_batches(summary, lock, once=once, on_batch=on_batch)
+                    break
+                except Exception as exc:
+                    if len(summary.batches) > committed_before:
+                        attempt = 0  # the budget counts restarts in a row without progress
+                    if not is_transient(exc) or attempt >= self.config.restart.max_attempts or self._stop.is_set():
+                        raise
+                    attempt += 1
+                    event = self._restart_event(exc, attempt)
+                    summary.restarts.append(event)
+                    log.warning(
+                        "%s: %s; restart %d of %d in %.1fs",
+                        self.config.pipeline,
+                        event.error,
+                        attempt,
+                        self.config.restart.max_attempts,
+                        event.backoff_seconds,
+                    )
+                    log.debug("the failure that caused the restart", exc_info=True)
+                    if self.prometheus is not None:
+                        self.prometheus.record_restart()
+                    if on_restart is not None:
+                        on_restart(event)
+                    self.source.close()  # a fresh connection after the wait
+                    if self._stop.wait(event.backoff_seconds):
+                        break
             summary.stopped_by_signal = self._stop.is_set() and not once
         finally:
             self.source.close()
@@ -342,7 +397,60 @@ class Runner:
                 maintenance.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            lock.release()
         return summary
+
+    def _restart_event(self, exc: BaseException, attempt: int) -> RestartMetrics:
+        try:
+            state = self.sink.last_committed()
+            last: int | None = state.batch_id if state is not None else None
+        except Exception:
+            log.debug("could not read the last committed batch for the restart line", exc_info=True)
+            last = None
+        return RestartMetrics(
+            pipeline=self.config.pipeline,
+            event="restart",
+            attempt=attempt,
+            max_attempts=self.config.restart.max_attempts,
+            error_type=type(exc).__name__,
+            error=one_line(exc),
+            backoff_seconds=self.config.restart.delay(attempt),
+            last_committed_batch=last,
+            at=datetime.now(UTC).isoformat(),
+        )
+
+    def _run_batches(
+        self,
+        summary: RunSummary,
+        lock: RunnerLock,
+        *,
+        once: bool,
+        on_batch: Callable[[BatchMetrics], None] | None,
+    ) -> None:
+        """Start-up cleanup, then batches until stopped (or drained, with `once`)."""
+        # Safe only because this process holds the pipeline: another runner's in-flight files
+        # would look exactly like a crashed run's.
+        summary.abandoned_files_removed += self.sink.remove_abandoned_files()
+        if self.dead_letter is not None:
+            summary.abandoned_files_removed += self.dead_letter.remove_abandoned_files()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            lock.renew()
+            metrics = self.run_batch()
+            if metrics is not None:
+                summary.batches.append(metrics)
+                self._maybe_maintain(metrics.batch_id)
+                if self.prometheus is not None and self._count_maintenance is not None:
+                    self.prometheus.record_batch(metrics, self._partition_lag)
+                    self._count_maintenance()
+                log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
+                if on_batch is not None:
+                    on_batch(metrics)
+            if once and (metrics is None or not self._last_plan_full):
+                break  # a batch smaller than the limit drained what was there when it was planned
+            if once or (metrics is not None and metrics.source_lag > 0):
+                continue  # backlog: next batch right away
+            self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
 
     def _maybe_maintain(self, batch_id: int) -> None:
         """Between batches, every `maintenance.every_batches`: one policy-driven maintenance run.
@@ -403,5 +511,10 @@ def run(config: PipelineConfig | str, *, once: bool = False, spark: SparkSession
     if cfg.stateful is not None:
         from icetide.pipeline.two_stage import TwoStageRunner
 
-        return TwoStageRunner(cfg, spark).run(once=once)
+        lock = RunnerLock(cfg)  # a local warehouse's lock; Runner.run holds it itself
+        lock.acquire()
+        try:
+            return TwoStageRunner(cfg, spark).run(once=once)
+        finally:
+            lock.release()
     return Runner(cfg, spark).run(once=once)

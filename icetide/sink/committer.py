@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError
+from icetide.faults import fault_point
 from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table
 
 if TYPE_CHECKING:
@@ -49,6 +50,9 @@ _CONFLICTS = (
     "org.apache.iceberg.exceptions.ValidationException",
 )
 _UNKNOWN = ("org.apache.iceberg.exceptions.CommitStateUnknownException",)
+# Resolving an unknown outcome: how often, and how far apart, the committed batch is read again.
+RESOLVE_READS = 3
+RESOLVE_WAIT_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -169,9 +173,15 @@ class Committer:
         With `truncate`, the same transaction first removes every row committed before (a source's
         TRUNCATE), so the table holds only this batch's rows: exactly once, like the batch itself.
 
+        Only the catalog commit call decides the outcome; nothing after it (refresh, snapshot
+        lookup) can fail the batch. When the call fails other than by a conflict, the pipeline's
+        committed batch (which lands atomically with the data) is read again: committed means
+        success; not committed means retry (state unknown) or a definite failure; a state that
+        cannot be read stays unknown.
+
         Raises CommitConflictError after the retry budget (files deleted), CommitFailedError on a
-        definite rejection (files deleted), CommitStateUnknownError when the outcome is unknown
-        (nothing deleted).
+        definite rejection (files deleted), CommitStateUnknownError when the outcome cannot be
+        learnt (nothing deleted).
         """
         retries, min_wait, max_wait, total_timeout = self._retry_settings()
         started = time.monotonic()
@@ -179,9 +189,18 @@ class Committer:
         deletes: list[Any] = []
         last_error = ""
         for attempt in range(1, retries + 2):
-            self.table.refresh()
+            try:
+                self.table.refresh()
+            except Exception as exc:
+                log.debug("refresh before commit failed", exc_info=True)
+                raise self._unknown(batch_id, "cannot read the table before committing", exc) from exc
             state = read_pipeline_state(self.table, self.pipeline_id)
             if state is not None and batch_id <= state.batch_id:
+                if attempt > 1:
+                    # Committed while this call was retrying: the files in hand may be the ones
+                    # that landed, so none is deleted (orphan removal finds any left over).
+                    log.warning("batch %s was committed while its commit was being retried; files kept", batch_id)
+                    return CommitOutcome(False, None, attempt, f"batch {batch_id} committed during the retries")
                 self._delete_files(files, reason=f"batch {batch_id} is already committed")
                 return CommitOutcome(False, None, attempt, f"batch {batch_id} <= last committed {state.batch_id}")
             if data is None:
@@ -190,28 +209,61 @@ class Committer:
                 snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate)
                 return CommitOutcome(True, snapshot_id, attempt)
             except Exception as exc:
-                kind = java_exception_class(exc)
-                if kind in _UNKNOWN:
-                    raise CommitStateUnknownError(
-                        f"commit of batch {batch_id} of pipeline {self.pipeline_id!r} to {self.table_name}: state "
-                        f"unknown ({java_message(exc)}); no file was deleted; check the pipeline's last committed "
-                        "batch before writing again"
-                    ) from exc
-                if kind not in _CONFLICTS:
-                    self._delete_files(files, reason="the commit failed")
-                    log.debug("commit failed", exc_info=True)
-                    raise CommitFailedError(
-                        f"commit of batch {batch_id} to {self.table_name} failed: {java_message(exc)}"
-                    ) from exc
-                last_error = java_message(exc)
-                log.info("commit of batch %s lost a race (attempt %s): %s", batch_id, attempt, last_error)
+                if java_exception_class(exc) in _CONFLICTS:
+                    last_error = java_message(exc)
+                    log.info("commit of batch %s lost a race (attempt %s): %s", batch_id, attempt, last_error)
+                elif self._resolve(batch_id, files, exc):
+                    return CommitOutcome(True, None, attempt, "confirmed by re-reading the committed batch")
+                else:
+                    last_error = f"state unknown, then found not committed ({java_message(exc)})"
+                    log.info("commit of batch %s: %s; retrying (attempt %s)", batch_id, last_error, attempt)
             wait = min(max_wait, min_wait * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
             if time.monotonic() - started + wait > total_timeout:
                 break
             time.sleep(wait)
         self._delete_files(files, reason="the commit kept conflicting")
         raise CommitConflictError(
-            f"commit of batch {batch_id} to {self.table_name} conflicted {retries + 1} times; last: {last_error}"
+            f"commit of batch {batch_id} to {self.table_name} failed {retries + 1} times; last: {last_error}"
+        )
+
+    def _resolve(self, batch_id: int, files: Sequence[WrittenFile], exc: Exception) -> bool:
+        """After a commit call failed other than by a conflict: True if the batch landed anyway;
+        False if it did not and the commit may be tried again (the state was unknown). Raises
+        CommitFailedError (files deleted) on a definite failure that did not land, and
+        CommitStateUnknownError (nothing deleted) when the table cannot tell."""
+        kind = java_exception_class(exc)
+        log.debug("commit call of batch %s failed (%s)", batch_id, kind or type(exc).__name__, exc_info=True)
+        landed = self._batch_landed(batch_id)
+        if landed is None:
+            raise self._unknown(batch_id, java_message(exc), exc) from exc
+        if landed:
+            log.info("batch %s: the commit call failed (%s) but the batch landed", batch_id, java_message(exc))
+            return True
+        if kind in _UNKNOWN or isinstance(exc, CommitStateUnknownError):
+            return False
+        self._delete_files(files, reason="the commit failed")
+        raise CommitFailedError(f"commit of batch {batch_id} to {self.table_name} failed: {java_message(exc)}") from exc
+
+    def _batch_landed(self, batch_id: int, *, reads: int = RESOLVE_READS) -> bool | None:
+        """Did `batch_id` land? Re-reads the pipeline's committed batch (committed atomically with
+        the data); None when the table cannot be read after `reads` tries."""
+        for read in range(reads):
+            try:
+                self.table.refresh()
+                fault_point("resolve_read")
+                state = read_pipeline_state(self.table, self.pipeline_id)
+                return state is not None and state.batch_id >= batch_id
+            except Exception:
+                log.debug("re-reading the committed batch failed (read %s of %s)", read + 1, reads, exc_info=True)
+                if read + 1 < reads:
+                    time.sleep(RESOLVE_WAIT_SECONDS * 2**read)
+        return None
+
+    def _unknown(self, batch_id: int, reason: str, exc: BaseException) -> CommitStateUnknownError:
+        return CommitStateUnknownError(
+            f"commit of batch {batch_id} of pipeline {self.pipeline_id!r} to {self.table_name}: state unknown "
+            f"({reason}; {java_message(exc)}); no file was deleted; the pipeline's last committed batch decides "
+            "on restart"
         )
 
     def _attempt(
@@ -254,9 +306,16 @@ class Committer:
         delta.commit()
         state = PipelineState(self.pipeline_id, batch_id, source_position, datetime.now(UTC).isoformat())
         txn.updateProperties().set(state_property(self.pipeline_id), state.to_json()).commit()
-        txn.commitTransaction()
-        snapshot = table.currentSnapshot()
-        return int(snapshot.snapshotId()) if snapshot is not None else -1
+        fault_point("before_commit_call")
+        txn.commitTransaction()  # the one call that decides the outcome
+        fault_point("commit_call_landed")
+        try:  # the batch committed: nothing from here on may fail it
+            fault_point("after_commit_call")
+            snapshot = table.currentSnapshot()
+            return int(snapshot.snapshotId()) if snapshot is not None else -1
+        except Exception:
+            log.warning("batch %s committed; reading its snapshot id failed", batch_id, exc_info=True)
+            return -1
 
     def _delete_files(self, files: Sequence[WrittenFile], *, reason: str) -> None:
         if not files:

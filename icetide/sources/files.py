@@ -18,7 +18,9 @@ Position (committed with every batch, bounded in size)::
 position holds only the files landing within one window. A file older than that horizon counts
 as done whether it was ingested or not: one that shows up more than `late_window_seconds` after
 newer files were ingested, keeping its older modification time (a slow rename into place), is not
-read (raise the window if renames can be that slow).
+read (raise the window if renames can be that slow), but never silently: a local file whose inode
+change time is after the previous plan's listing (`listed_at_ms` in the position) is reported as
+data loss (the pipeline's `on_data_loss`: stop, or a dead-letter row naming the file).
 
 Example::
 
@@ -44,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from icetide.errors import ConfigError, SourceError
+from icetide.errors import ConfigError, DataLossError, SourceError
 from icetide.sources.base import ExecutorSourceError
 
 if TYPE_CHECKING:
@@ -59,6 +61,9 @@ JSON_LINES_DDL = "value STRING, source_file STRING, line BIGINT"
 JSON_LINES_ARROW_SCHEMA = pa.schema(
     [pa.field("value", pa.string()), pa.field("source_file", pa.string()), pa.field("line", pa.int64())]
 )
+LISTED_AT = "listed_at_ms"  # position key: when the plan that made it started listing
+# File systems stamp change times from a coarse clock that can lag the wall clock by a tick.
+CHANGE_TIME_SLACK_MS = 50
 POSITION_COLUMNS = ["source_file", "line"]  # for decode's source_position: "landing/a.json:17"
 SOURCE_FILE_COLUMN = "source_file"
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -208,7 +213,9 @@ class FileSource:
         found.sort(key=lambda f: (f.mtime_ms, f.name))
         return found
 
-    def plan(self, position: Mapping[str, Any] | None, max_files: int) -> tuple[list[str], dict[str, Any]]:
+    def plan(
+        self, position: Mapping[str, Any] | None, max_files: int, *, late: list[LandedFile] | None = None
+    ) -> tuple[list[str], dict[str, Any]]:
         """The next batch's files (paths for `read`) and the position after them.
 
         Takes up to `max_files` files not ingested yet, old enough (min_age_seconds) and not
@@ -216,19 +223,32 @@ class FileSource:
         planned again from the returned position; files not planned stay eligible, except those
         older than the late window (see the module docstring). None starts a new pipeline that
         reads everything already there.
+
+        A local file that arrived since the previous plan's listing (its inode change time says
+        so) with a modification time older than the late window is never read: it raises
+        DataLossError, or, when the caller passes a `late` list, is appended to it.
         """
         if max_files < 1:
             raise ConfigError(f"max_files: must be at least 1, got {max_files}")
         newest, done = parse_position(position)
         window_ms = int(self.config.late_window_seconds * 1000)
         ripe_before_ms = int((self._clock() - self.config.min_age_seconds) * 1000)
+        # Wall-clock time, not self._clock: it is compared with the file system's change times.
+        listed_at_ms = int(time.time() * 1000)
+        previous_listing = position.get(LISTED_AT) if position is not None else None
         chosen: list[LandedFile] = []
+        found_late: list[LandedFile] = []
         for landed in self.list_files():
             if landed.name in done:
                 continue
             if position is not None and landed.mtime_ms < newest - window_ms:
-                # Ingested long ago (and dropped from the position), or landed too late to tell apart.
-                log.debug("%s: older than the late window; counted as done", landed.path)
+                # Ingested long ago (and dropped from the position), or landed too late: a file
+                # that arrived since the previous listing is the latter.
+                arrived_ms = self._arrived_ms(landed)
+                if previous_listing is not None and arrived_ms >= int(previous_listing) - CHANGE_TIME_SLACK_MS:
+                    found_late.append(landed)
+                else:
+                    log.debug("%s: older than the late window; counted as done", landed.path)
                 continue
             if landed.mtime_ms > ripe_before_ms:
                 continue  # too young: possibly still being written; a later plan takes it
@@ -239,8 +259,35 @@ class FileSource:
             newest = max(newest, max(f.mtime_ms for f in chosen))
             done.update({f.name: f.mtime_ms for f in chosen})
         horizon = newest - window_ms
-        kept = {name: mtime for name, mtime in sorted(done.items()) if mtime >= horizon}
-        return [f.path for f in chosen], {"max_mtime_ms": newest, "files": kept}
+        # This plan's files stay in the position even when already below the horizon, so the next
+        # plan cannot mistake one that arrived just before this listing for a late arrival.
+        this_plan = {f.name for f in chosen} | {f.name for f in found_late}
+        done.update({f.name: f.mtime_ms for f in found_late})
+        kept = {name: mtime for name, mtime in sorted(done.items()) if mtime >= horizon or name in this_plan}
+        if found_late:
+            if late is None:
+                raise DataLossError(
+                    f"file {found_late[0].path} landed after the late window (modified "
+                    f"{(newest - found_late[0].mtime_ms) / 1000:.0f}s before the newest file ingested, "
+                    f"late_window_seconds {self.config.late_window_seconds:g})"
+                    + (f" and {len(found_late) - 1} more" if len(found_late) > 1 else "")
+                    + "; it is not read; set on_data_loss: skip to record such files in the dead-letter table"
+                )
+            for landed in found_late:
+                log.warning("%s: landed after the late window; recorded, not read", landed.path)
+            late.extend(found_late)
+        return [f.path for f in chosen], {"max_mtime_ms": newest, "files": kept, LISTED_AT: listed_at_ms}
+
+    def _arrived_ms(self, landed: LandedFile) -> int:
+        """When the file appeared here: its inode change time (a rename into place sets it), for
+        local files; 0 where the file system has none (object stores: an object's mtime is its
+        upload time, so it cannot arrive with an old one)."""
+        if self._scheme and self._scheme != "file":
+            return 0
+        try:
+            return int(os.stat(landed.path).st_ctime_ns // 1_000_000)
+        except OSError:
+            return 0
 
     # -- executor side -----------------------------------------------------------------------
 

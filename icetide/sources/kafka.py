@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import ConfigError, SourceError
+from icetide.errors import ConfigError, DataLossError, SourceError
 from icetide.secrets import redacted_repr
 from icetide.sources.kafka_reader import (
     _AUTO_OFFSET_RESET,
@@ -246,6 +246,27 @@ def parse_position(position: Mapping[str, int] | None) -> dict[int, int] | None:
     return parsed
 
 
+@dataclass(frozen=True)
+class DataLoss:
+    """Records of one partition lost before the pipeline read them: offsets [from_offset, to_offset);
+    `to_offset` None when unknown (the partition was reset below the pipeline's position)."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int | None
+    reason: str
+
+    def where(self) -> str:
+        """'topic/partition@from..to' (to exclusive, '?' when unknown): the dead-letter row's position."""
+        to = "?" if self.to_offset is None else str(self.to_offset)
+        return f"{self.topic}/{self.partition}@{self.from_offset}..{to}"
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form, recorded with the batch's plan."""
+        return {"source_position": self.where(), "error": f"data loss: {self.reason}"}
+
+
 class KafkaSource:
     """Plans offset ranges on the driver and reads them on executors; never commits to Kafka."""
 
@@ -270,7 +291,9 @@ class KafkaSource:
 
     # -- driver side -------------------------------------------------------------------------
 
-    def plan(self, position: Mapping[str, int] | None, max_records: int) -> tuple[list[OffsetRange], dict[str, int]]:
+    def plan(
+        self, position: Mapping[str, int] | None, max_records: int, *, losses: list[DataLoss] | None = None
+    ) -> tuple[list[OffsetRange], dict[str, int]]:
         """The next batch's ranges and the position right after them.
 
         `position` maps partition (as a string) to the next offset to read; None starts a new
@@ -278,8 +301,11 @@ class KafkaSource:
         after the pipeline started and is read from its earliest offset. The ranges hold at most
         `max_records` offsets in total, shared max-min fairly across partitions, and end only at
         offsets seen to exist (see the module docstring), so reading them yields exactly the
-        records between `position` and the returned position. Offsets deleted by retention before
-        being read are skipped with a warning. The returned position covers every current
+        records between `position` and the returned position. Records lost before being read
+        (offsets below the log start, deleted by retention; or a position beyond the partition's
+        end, after the topic was recreated or the broker lost its log) raise DataLossError; when
+        the caller passes a `losses` list instead, each loss is appended to it and the plan goes
+        on from the partition's log start. The returned position covers every current
         partition (also those with nothing to read) plus any partition of `position` the topic no
         longer reports; commit it with the batch, or keep it in memory for an empty first batch
         (otherwise a `latest` or timestamp start is resolved again).
@@ -291,18 +317,8 @@ class KafkaSource:
             partitions = self._partitions(consumer)
             marks = {p: self._watermarks(consumer, p) for p in partitions}
             starts = self._starts(consumer, partitions, marks, current)
-            for p in partitions:
-                low = marks[p][0]
-                if starts[p] < low:
-                    log.warning(
-                        "%s/%d: offsets %d..%d were deleted by retention before being read; skipping to %d",
-                        self.config.topic,
-                        p,
-                        starts[p],
-                        low - 1,
-                        low,
-                    )
-                    starts[p] = low
+            if current is not None:
+                self._check_loss(consumer, partitions, marks, starts, current, losses)
             ends = {p: max(marks[p][1], starts[p]) for p in partitions}
             rotation = sum(starts.values())
             shares = allocate({p: ends[p] - starts[p] for p in partitions}, max_records, rotation=rotation)
@@ -311,14 +327,6 @@ class KafkaSource:
             if draining:
                 probed = self._fetch_ends(consumer, draining, {p: starts[p] + max_records for p in draining})
                 for p, end in probed.items():
-                    if end < starts[p]:
-                        log.warning(
-                            "%s/%d: position %d is beyond the end of the partition (%d); was the topic recreated?",
-                            self.config.topic,
-                            p,
-                            starts[p],
-                            end,
-                        )
                     ends[p] = max(end, starts[p])
                 shares = allocate({p: ends[p] - starts[p] for p in partitions}, max_records, rotation=rotation)
         ranges = [
@@ -333,6 +341,79 @@ class KafkaSource:
                 new_position[str(p)] = offset
         log.debug("planned %s -> %s", ranges, new_position)
         return ranges, new_position
+
+    def _check_loss(
+        self,
+        consumer: Any,
+        partitions: list[int],
+        marks: Mapping[int, tuple[int, int]],
+        starts: dict[int, int],
+        current: Mapping[int, int],
+        losses: list[DataLoss] | None,
+    ) -> None:
+        """Find records lost before being read; raise, or record them and move `starts` on."""
+        topic = self.config.topic
+        found: list[DataLoss] = []
+        for p in partitions:
+            if p not in current:
+                continue  # a new partition starts at its log start anyway
+            low, high = marks[p]
+            if starts[p] < low:
+                found.append(
+                    DataLoss(topic, p, starts[p], low, f"offsets {starts[p]}..{low - 1} were deleted (retention)")
+                )
+                starts[p] = low
+            elif starts[p] > high:
+                end = self._end_before(consumer, p, starts[p], low)
+                if end is not None:
+                    found.append(
+                        DataLoss(
+                            topic,
+                            p,
+                            starts[p],
+                            None,
+                            f"the partition ends at offset {end}, before the pipeline's position {starts[p]} (topic "
+                            f"recreated or broker log lost); what it held from offset {starts[p]} on is lost; reading "
+                            f"it again from offset {low}",
+                        )
+                    )
+                    starts[p] = low
+        if not found:
+            return
+        if losses is None:
+            raise DataLossError(
+                f"kafka data loss on {found[0].where()}: {found[0].reason}"
+                + (f" (and {len(found) - 1} more partition(s))" if len(found) > 1 else "")
+                + "; set on_data_loss: skip to record lost ranges in the dead-letter table and go on"
+            )
+        for loss in found:
+            log.warning("kafka data loss on %s: %s; recorded and skipped", loss.where(), loss.reason)
+        losses.extend(found)
+
+    def _end_before(self, consumer: Any, p: int, start: int, low: int) -> int | None:
+        """The partition's end when it is below `start` (records the position counts as read are
+        gone), else None. ListOffsets may lag (Tansu), so fetches decide: the record just before
+        `start` exists (no loss); a real Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE;
+        Tansu answers nothing, and then a fetch from the log start finds the true end. A probe
+        that learns nothing within probe_timeout_seconds counts as no loss."""
+        silent: set[int] = set()
+        end = self._fetch_ends(consumer, {p: max(start - 1, low)}, {p: start}, silent=silent)[p]
+        if end >= start:
+            return None
+        if p not in silent:
+            return end
+        silent.clear()
+        end = self._fetch_ends(consumer, {p: low}, {p: start}, silent=silent)[p]
+        if p in silent:
+            log.warning(
+                "%s/%d: the position %d is past the reported end and no fetch confirmed it in %ss; going on",
+                self.config.topic,
+                p,
+                start,
+                self.config.probe_timeout_seconds,
+            )
+            return None
+        return end if end < start else None
 
     def lag(self, position: Mapping[str, int] | None) -> int:
         """Records between `position` and the high watermarks the broker reports (for metrics).
@@ -426,7 +507,12 @@ class KafkaSource:
         return self._offsets_for_time(consumer, partitions, self._start)
 
     def _fetch_ends(
-        self, consumer: Any, froms: Mapping[int, int], enough: Mapping[int, int] | None = None
+        self,
+        consumer: Any,
+        froms: Mapping[int, int],
+        enough: Mapping[int, int] | None = None,
+        *,
+        silent: set[int] | None = None,
     ) -> dict[int, int]:
         """Per partition, the end offset the broker's Fetch responses report, fetching from `froms`.
 
@@ -435,6 +521,7 @@ class KafkaSource:
         bounds the work against a topic that never goes quiet). Without an EOF within
         probe_timeout_seconds, the end is one past the last offset seen (or `froms`). Every offset
         below a returned end was seen to exist or lies below the broker's own high watermark.
+        Partitions that ended by the timeout are added to `silent`.
         """
         kafka = _kafka()
         topic = self.config.topic
@@ -474,6 +561,8 @@ class KafkaSource:
             if p not in ends:
                 log.debug("%s/%d: no end-of-partition event within the probe timeout; ending at %d", topic, p, seen[p])
                 ends[p] = seen[p]
+                if silent is not None:
+                    silent.add(p)
         return ends
 
     def _offsets_for_time(self, consumer: Any, partitions: list[int], timestamp_ms: int) -> dict[int, int]:

