@@ -35,6 +35,7 @@ TOP_LEVEL_KEYS = {
     "distribution",
     "write_parallelism",
     "changelog",
+    "schema_evolution",
     "spark",
     "merge",
     "enrich",
@@ -226,6 +227,7 @@ class PipelineConfig:
     distribution: str = "dynamic"
     write_parallelism: int | None = None
     changelog: bool = False
+    schema_evolution: bool = False  # new batch columns add table columns, widenings apply (UpsertSink)
     maintenance: MaintenanceConfig | None = None  # icetide.maintain beside the pipeline; None: never
     spark: dict[str, str] = field(default_factory=dict)
     stateful: StatefulSettings | None = None  # merge engine / enrichment: a two-stage pipeline
@@ -295,6 +297,9 @@ class PipelineConfig:
         if fast_path not in FAST_PATH_MODES:
             raise ConfigError(f"fast_path: {fast_path!r} is not one of {', '.join(FAST_PATH_MODES)}")
         order_by = d.get("order_by")
+        schema_evolution = d.get("schema_evolution", False)
+        if not isinstance(schema_evolution, bool):
+            raise ConfigError(f"schema_evolution: expected true or false, not {schema_evolution!r}")
         config = cls(
             pipeline=pipeline,
             source={kind: dict(source[kind])},
@@ -310,6 +315,7 @@ class PipelineConfig:
             distribution=distribution,
             write_parallelism=parallelism,
             changelog=bool(d.get("changelog", False)),
+            schema_evolution=schema_evolution,
             spark={str(k): str(v) for k, v in (d.get("spark") or {}).items()},
             maintenance=maintenance,
             stateful=StatefulSettings.from_dict(

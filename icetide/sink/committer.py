@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError
+from icetide.sink.evolution import SchemaChange, apply_in_transaction
 from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table
 
 if TYPE_CHECKING:
@@ -161,8 +162,18 @@ class Committer:
             (data if f.content == "data" else deletes).append(content_file)
         return data, deletes
 
-    def commit(self, batch_id: int, files: Sequence[WrittenFile], source_position: Any = None) -> CommitOutcome:
+    def commit(
+        self,
+        batch_id: int,
+        files: Sequence[WrittenFile],
+        source_position: Any = None,
+        *,
+        schema_change: SchemaChange | None = None,
+    ) -> CommitOutcome:
         """Commit the batch's files atomically, once; a repeated or older batch id commits nothing.
+
+        A `schema_change` is applied in the same transaction, before the data, and re-checked on
+        every attempt: it must still give the new columns the field ids the files were written with.
 
         Raises CommitConflictError after the retry budget (files deleted), CommitFailedError on a
         definite rejection (files deleted), CommitStateUnknownError when the outcome is unknown
@@ -182,7 +193,7 @@ class Committer:
             if data is None:
                 data, deletes = self._content_files(files)
             try:
-                snapshot_id = self._attempt(batch_id, data, deletes, source_position)
+                snapshot_id = self._attempt(batch_id, data, deletes, source_position, schema_change)
                 return CommitOutcome(True, snapshot_id, attempt)
             except Exception as exc:
                 kind = java_exception_class(exc)
@@ -209,11 +220,20 @@ class Committer:
             f"commit of batch {batch_id} to {self.table_name} conflicted {retries + 1} times; last: {last_error}"
         )
 
-    def _attempt(self, batch_id: int, data: list[Any], deletes: list[Any], source_position: Any) -> int:
+    def _attempt(
+        self,
+        batch_id: int,
+        data: list[Any],
+        deletes: list[Any],
+        source_position: Any,
+        schema_change: SchemaChange | None = None,
+    ) -> int:
         j = jvm(self.spark)
         table = self.table
         current = table.currentSnapshot()
         txn = table.newTransaction()
+        if schema_change:  # the columns first, so no snapshot holds files without their columns
+            apply_in_transaction(self.spark, txn, schema_change, batch_id=batch_id)
         if not deletes and table.properties().get(COMMIT_NUM_RETRIES) == "0":
             delta = txn.newAppend()
             for f in data:
