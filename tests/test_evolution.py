@@ -290,3 +290,35 @@ def test_schema_evolution_config_key() -> None:
     assert PipelineConfig.from_dict({**base, "schema_evolution": True}).schema_evolution is True
     with pytest.raises(ConfigError, match="schema_evolution"):
         PipelineConfig.from_dict({**base, "schema_evolution": "yes"})
+
+
+def test_a_spec_that_became_live_during_the_write_is_rechecked_at_commit(spark: Any, table_name: str) -> None:
+    """A batch whose deletes were planned before another writer filled a new spec never commits."""
+    icetide.create_table(
+        spark,
+        table_name,
+        schema="id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING",
+        key=KEY,
+        partition_by=["days(ts)"],
+    )
+    slow = icetide.UpsertSink(spark, table_name, pipeline_id="slow")
+    fast = icetide.UpsertSink(spark, table_name, pipeline_id="fast")
+    model = ReferenceModel(KEY, ["id", "ts", "v"], None)
+    first = _rows(range(20), v="one")
+    assert fast.write(_df(spark, first), batch_id=1).committed
+    model.apply(1, first)
+    config, prepared, _ = slow._prepare(_df(spark, _rows(range(10), v="slow")), 1)
+    files = slow._write_files(prepared, config, source_cached=False)
+    spark.sql(f"ALTER TABLE {table_name} REPLACE PARTITION FIELD days(ts) WITH hours(ts)")
+    second = _rows(range(10, 30), v="two")
+    assert fast.write(_df(spark, second), batch_id=2).committed
+    model.apply(2, second)
+    with pytest.raises(IcetideError, match=r"partition spec\(s\) \[1\] became live"):
+        slow.committer.commit(1, files, None)
+    assert slow.last_committed() is None
+    _check(spark, table_name, model)
+    # Written again, the batch's deletes cover both specs and land.
+    again = _rows(range(10), v="slow")
+    assert slow.write(_df(spark, again), batch_id=1).committed
+    model.apply(3, again)
+    _check(spark, table_name, model)

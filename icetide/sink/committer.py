@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError
+from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, SchemaError
 from icetide.sink.evolution import SchemaChange, apply_in_transaction
-from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table
+from icetide.table.iceberg import java_exception_class, java_message, jvm, live_spec_ids, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -234,6 +234,8 @@ class Committer:
         txn = table.newTransaction()
         if schema_change:  # the columns first, so no snapshot holds files without their columns
             apply_in_transaction(self.spark, txn, schema_change, batch_id=batch_id)
+        if deletes:
+            self._check_deletes_reach_every_spec(batch_id, deletes)
         if not deletes and table.properties().get(COMMIT_NUM_RETRIES) == "0":
             delta = txn.newAppend()
             for f in data:
@@ -253,6 +255,24 @@ class Committer:
         for f in deletes:
             delta.addDeletes(f)
         return self._finish(txn, delta, batch_id, source_position)
+
+    def _check_deletes_reach_every_spec(self, batch_id: int, deletes: list[Any]) -> None:
+        """Refuse a commit whose equality deletes miss a partition spec that has live data files.
+
+        Iceberg applies an equality delete only within its own spec (globally from an
+        unpartitioned one). The sink writes deletes under every live spec it saw; this re-checks
+        on the metadata the commit builds on, in case another writer changed the layout meanwhile.
+        """
+        specs = self.table.specs()
+        covered = {int(d.specId()) for d in deletes}
+        if any(specs.get(s).fields().isEmpty() for s in covered):
+            return  # an unpartitioned spec's deletes apply to every data file
+        missing = live_spec_ids(self.table) - covered
+        if missing:
+            raise SchemaError(
+                f"batch {batch_id}: data files of partition spec(s) {sorted(missing)} became live while the batch "
+                "was written, and its deletes would not reach them; nothing was committed, write the batch again"
+            )
 
     def _finish(self, txn: Any, delta: Any, batch_id: int, source_position: Any) -> int:
         """Summary and pipeline-state property, committed as one transaction; the new snapshot id."""
