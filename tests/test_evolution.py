@@ -322,3 +322,47 @@ def test_a_spec_that_became_live_during_the_write_is_rechecked_at_commit(spark: 
     assert slow.write(_df(spark, again), batch_id=1).committed
     model.apply(3, again)
     _check(spark, table_name, model)
+
+
+def test_plan_change_rules() -> None:
+    """The evolution rules on types alone (no Spark session)."""
+    from pyspark.sql import types as T
+
+    from icetide.sink.evolution import plan_change, widened
+    from icetide.sink.sink import _compatible
+
+    assert widened(T.LongType(), T.IntegerType()) == T.LongType()
+    assert widened(T.DoubleType(), T.FloatType()) == T.DoubleType()
+    assert widened(T.DecimalType(12, 2), T.DecimalType(10, 2)) == T.DecimalType(12, 2)
+    assert widened(T.DecimalType(11, 1), T.DecimalType(10, 2)) == T.DecimalType(12, 2)  # keeps the scale
+    assert widened(T.DecimalType(10, 3), T.DecimalType(10, 2)) is None  # a scale change would round
+    assert widened(T.DecimalType(38, 0), T.DecimalType(10, 2)) is None  # past 38 digits
+    assert widened(T.StringType(), T.LongType()) is None
+    assert widened(T.DoubleType(), T.IntegerType()) is None
+
+    def struct(**types: Any) -> T.StructType:
+        return T.StructType([T.StructField(n, t) for n, t in types.items()])
+
+    inner = struct(a=T.IntegerType())
+    table = struct(id=T.LongType(), n=T.IntegerType(), price=T.DecimalType(10, 2), f=T.FloatType(), s=inner)
+    batch = struct(
+        id=T.IntegerType(),
+        n=T.LongType(),
+        price=T.DecimalType(9, 2),
+        f=T.DoubleType(),
+        s=inner,
+        m=T.MapType(T.StringType(), T.IntegerType()),
+        z=T.NullType(),
+        _op=T.StringType(),
+    )
+    change, evolved = plan_change(table, batch, ignore={"_op"}, fits=_compatible, table_name="t")
+    assert [n for n, _ in change.adds] == ["m"]  # an untyped all-null column is not added
+    assert [n for n, _ in change.widenings] == ["n", "f"]
+    assert evolved.simpleString() == (
+        "struct<id:bigint,n:bigint,price:decimal(10,2),f:double,s:struct<a:int>,m:map<string,int>>"
+    )
+    wider_struct = struct(s=struct(a=T.IntegerType(), b=T.IntegerType()))
+    with pytest.raises(SchemaEvolutionError, match=r"column 's': the batch has struct<a:int,b:int>, table t has"):
+        plan_change(table, wider_struct, ignore=set(), fits=_compatible, table_name="t")
+    with pytest.raises(SchemaEvolutionError, match=r"column 'id': the batch has string, table t has bigint"):
+        plan_change(table, struct(id=T.StringType()), ignore=set(), fits=_compatible, table_name="t")
