@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import SchemaEvolutionError
-from icetide.table.iceberg import jvm
+from icetide.table.iceberg import java_message, jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,8 +131,14 @@ def stage_change(spark: SparkSession, update: Any, base_schema: Any, change: Sch
 def evolved_schema(spark: SparkSession, jtable: Any, change: SchemaChange) -> tuple[Any, SchemaChange]:
     """The table's schema after `change` (not committed), and the change with the ids it assigns."""
     update = jtable.updateSchema()
-    stage_change(spark, update, jtable.schema(), change)
-    schema = update.apply()
+    try:
+        stage_change(spark, update, jtable.schema(), change)
+        schema = update.apply()
+    except Exception as exc:  # Iceberg refused the change (e.g. a rule of its own on a partition source)
+        log.debug("schema change %s refused", change.describe(), exc_info=True)
+        raise SchemaEvolutionError(
+            f"cannot {change.describe()} in table {jtable.name()}: {java_message(exc)}; the batch was not committed"
+        ) from exc
     names = [n for n, _ in change.adds] + [n for n, _ in change.widenings]
     expected = tuple((n, int(schema.findField(n).fieldId()), str(schema.findField(n).type().toString())) for n in names)
     return schema, SchemaChange(change.adds, change.widenings, expected)
