@@ -40,6 +40,7 @@ TOP_LEVEL_KEYS = {
     "distribution",
     "write_parallelism",
     "changelog",
+    "schema_evolution",
     "spark",
     "merge",
     "enrich",
@@ -48,7 +49,6 @@ TOP_LEVEL_KEYS = {
     "fast_path",
     "debezium",
     "on_truncate",
-    "schema_evolution",
     "metrics",
     "max_record_bytes",
     "max_nesting_depth",
@@ -82,13 +82,6 @@ def _require(d: Mapping[str, Any], key: str, where: str) -> Any:
     if key not in d or d[key] in (None, ""):
         raise ConfigError(f"{where}{key}: required")
     return d[key]
-
-
-def _flag(d: Mapping[str, Any], key: str) -> bool:
-    value = d.get(key, False)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false, not {value!r}")
-    return value
 
 
 def _unknown(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -397,6 +390,7 @@ class PipelineConfig:
     distribution: str = "dynamic"
     write_parallelism: int | None = None
     changelog: bool = False
+    schema_evolution: bool = False  # new batch columns add table columns, widenings apply (UpsertSink)
     maintenance: MaintenanceConfig | None = None  # icetide.maintain beside the pipeline; None: never
     spark: dict[str, str] = field(default_factory=dict)
     stateful: StatefulSettings | None = None  # merge engine / enrichment: a two-stage pipeline
@@ -416,7 +410,6 @@ class PipelineConfig:
     fast_path: str = "auto"  # auto: appends of Kafka JSON take the one-pass pyarrow path (docs/runner.md)
     debezium: DebeziumSettings = field(default_factory=DebeziumSettings)  # reading schemaless messages
     on_truncate: OnTruncate = "apply"
-    schema_evolution: bool = False  # new source fields add columns; widenings apply (README)
     metrics: MetricsConfig | None = None  # Prometheus endpoint of the runner; None: none
 
     __repr__ = redacted_repr  # catalog options, Spark settings and Kafka consumer secrets show as ***
@@ -500,6 +493,9 @@ class PipelineConfig:
         on_data_loss = d.get("on_data_loss", "fail")
         if on_data_loss not in ON_DATA_LOSS:
             raise ConfigError(f"on_data_loss: {on_data_loss!r} is not one of {', '.join(ON_DATA_LOSS)}")
+        schema_evolution = d.get("schema_evolution", False)
+        if not isinstance(schema_evolution, bool):
+            raise ConfigError(f"schema_evolution: expected true or false, not {schema_evolution!r}")
         config = cls(
             pipeline=pipeline,
             source={kind: dict(source[kind])},
@@ -515,6 +511,7 @@ class PipelineConfig:
             distribution=distribution,
             write_parallelism=parallelism,
             changelog=bool(d.get("changelog", False)),
+            schema_evolution=schema_evolution,
             spark={str(k): str(v) for k, v in (d.get("spark") or {}).items()},
             maintenance=maintenance,
             stateful=StatefulSettings.from_dict(
@@ -528,7 +525,6 @@ class PipelineConfig:
             fast_path=str(fast_path),
             debezium=DebeziumSettings.from_dict(d.get("debezium")),
             on_truncate=on_truncate,
-            schema_evolution=_flag(d, "schema_evolution"),
             metrics=MetricsConfig.from_dict(d.get("metrics")),
             max_record_bytes=max_record_bytes,
             max_nesting_depth=max_nesting_depth,

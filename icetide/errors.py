@@ -25,6 +25,11 @@ class SchemaError(TerminalError):
     """A batch or table definition does not fit the table; the message names the column."""
 
 
+class SchemaEvolutionError(SchemaError):
+    """A batch column cannot become a table column without converting its values (e.g. bigint to
+    string), or the table's schema changed under a batch being written; nothing was committed."""
+
+
 class JavaNotFoundError(TerminalError):
     """No usable Java runtime for Spark."""
 

@@ -329,6 +329,7 @@ def run_pipeline(spark: Any, bootstrap: str, topic: str, name: str, fmt: str, **
         "dead_letter": f"lake.poison.{name}_dead",
         "max_record_bytes": MAX_RECORD_BYTES,
         "max_nesting_depth": MAX_DEPTH,
+        **({"debezium": {"time.precision.mode": "connect"}} if fmt == "debezium" else {}),  # epoch millis, as json
         **extra,
     }
     runner = Runner(PipelineConfig.from_dict(doc), spark)
@@ -395,6 +396,7 @@ def test_pipelines_keep_going_and_lose_nothing(spark: Any, kafka_broker: str, re
 def test_spark_decoders_against_the_model(spark: Any, recs: list[Record]) -> None:
     from pyspark.sql import types as T
 
+    from icetide.config import DebeziumSettings
     from icetide.decode import decode_debezium, decode_json
 
     types = [T.StringType(), T.TimestampType(), T.LongType(), T.IntegerType(), T.DoubleType(), T.DateType()]
@@ -402,15 +404,20 @@ def test_spark_decoders_against_the_model(spark: Any, recs: list[Record]) -> Non
         [T.StructField(c, t, nullable=c != "event_id") for c, t in zip(COLUMNS, [*types, T.StringType()], strict=True)]
     )
     limits = PayloadLimits(MAX_RECORD_BYTES, MAX_DEPTH)
-    for fmt, decode in (("json", decode_json), ("debezium", decode_debezium)):
+    for fmt in ("json", "debezium"):
         frame = spark.createDataFrame(
             [(r.payload(fmt), "t", 0, n) for n, r in enumerate(recs)],
             "value BINARY, topic STRING, partition INT, offset BIGINT",
         )
-        decoded = decode(
-            frame, "value", schema, ["event_id"], "upsert", ["topic", "partition", "offset"], limits=limits
-        )
-        good, bad = (decoded.good, decoded.bad) if fmt == "debezium" else decoded
+        position = ["topic", "partition", "offset"]
+        if fmt == "debezium":  # epoch millis, as json reads them
+            millis = DebeziumSettings(time_precision_mode="connect")
+            changes = decode_debezium(
+                frame, "value", schema, ["event_id"], "upsert", position, limits=limits, settings=millis
+            )
+            good, bad = changes.good, changes.bad
+        else:
+            good, bad = decode_json(frame, "value", schema, ["event_id"], "upsert", position, limits=limits)
         landed = Landed()
         rows = good.selectExpr(
             "event_id", "unix_micros(event_time) AS event_time", "n", "i", "price", "unix_date(day) AS day", "label"

@@ -311,6 +311,8 @@ class FastAppend:
             return f"source: {config.source_kind}"
         if config.format != "json":
             return f"format: {config.format}"
+        if config.schema_evolution:  # the Spark path adds the new fields as columns
+            return "schema_evolution: true"
         return None
 
     def unavailable(self) -> str | None:

@@ -154,6 +154,7 @@ class Runner:
             distribution=config.distribution,
             write_parallelism=config.write_parallelism,
             target_file_size=t.target_file_size,
+            schema_evolution=config.schema_evolution,
         )
         self.schema = spark_schema(spark, self.sink.committer.table)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None

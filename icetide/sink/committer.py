@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError
+from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, SchemaError
 from icetide.faults import fault_point
-from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table
+from icetide.sink.evolution import SchemaChange, apply_in_transaction
+from icetide.table.iceberg import java_exception_class, java_message, jvm, live_spec_ids, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,12 +167,20 @@ class Committer:
         return data, deletes
 
     def commit(
-        self, batch_id: int, files: Sequence[WrittenFile], source_position: Any = None, *, truncate: bool = False
+        self,
+        batch_id: int,
+        files: Sequence[WrittenFile],
+        source_position: Any = None,
+        *,
+        truncate: bool = False,
+        schema_change: SchemaChange | None = None,
     ) -> CommitOutcome:
         """Commit the batch's files atomically, once; a repeated or older batch id commits nothing.
 
         With `truncate`, the same transaction first removes every row committed before (a source's
         TRUNCATE), so the table holds only this batch's rows: exactly once, like the batch itself.
+        A `schema_change` is applied in the same transaction, before the data, and re-checked on
+        every attempt: it must still give the new columns the field ids the files were written with.
 
         Only the catalog commit call decides the outcome; nothing after it (refresh, snapshot
         lookup) can fail the batch. When the call fails other than by a conflict, the pipeline's
@@ -206,7 +215,7 @@ class Committer:
             if data is None:
                 data, deletes = self._content_files(files)
             try:
-                snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate)
+                snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate, schema_change)
                 return CommitOutcome(True, snapshot_id, attempt)
             except Exception as exc:
                 if java_exception_class(exc) in _CONFLICTS:
@@ -267,12 +276,22 @@ class Committer:
         )
 
     def _attempt(
-        self, batch_id: int, data: list[Any], deletes: list[Any], source_position: Any, truncate: bool = False
+        self,
+        batch_id: int,
+        data: list[Any],
+        deletes: list[Any],
+        source_position: Any,
+        truncate: bool = False,
+        schema_change: SchemaChange | None = None,
     ) -> int:
         j = jvm(self.spark)
         table = self.table
         current = table.currentSnapshot()
         txn = table.newTransaction()
+        if schema_change:  # the columns first, so no snapshot holds files without their columns
+            apply_in_transaction(self.spark, txn, schema_change, batch_id=batch_id)
+        if deletes:
+            self._check_deletes_reach_every_spec(batch_id, deletes)
         if truncate and current is not None:
             # Its own snapshot, before the batch's: the batch's rows get a higher sequence number.
             txn.newDelete().deleteFromRowFilter(j.org.apache.iceberg.expressions.Expressions.alwaysTrue()).commit()
@@ -295,6 +314,24 @@ class Committer:
         for f in deletes:
             delta.addDeletes(f)
         return self._finish(txn, delta, batch_id, source_position)
+
+    def _check_deletes_reach_every_spec(self, batch_id: int, deletes: list[Any]) -> None:
+        """Refuse a commit whose equality deletes miss a partition spec that has live data files.
+
+        Iceberg applies an equality delete only within its own spec (globally from an
+        unpartitioned one). The sink writes deletes under every live spec it saw; this re-checks
+        on the metadata the commit builds on, in case another writer changed the layout meanwhile.
+        """
+        specs = self.table.specs()
+        covered = {int(d.specId()) for d in deletes}
+        if any(specs.get(s).fields().isEmpty() for s in covered):
+            return  # an unpartitioned spec's deletes apply to every data file
+        missing = live_spec_ids(self.table) - covered
+        if missing:
+            raise SchemaError(
+                f"batch {batch_id}: data files of partition spec(s) {sorted(missing)} became live while the batch "
+                "was written, and its deletes would not reach them; nothing was committed, write the batch again"
+            )
 
     def _finish(self, txn: Any, delta: Any, batch_id: int, source_position: Any) -> int:
         """Summary and pipeline-state property, committed as one transaction; the new snapshot id."""

@@ -14,21 +14,27 @@ from icetide.faults import crash_point
 from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.committer import CommitOutcome, Committer, PipelineState, WrittenFile
 from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute
+from icetide.sink.evolution import SchemaChange, evolved_schema, plan_change
 from icetide.sink.writer import (
     EXECUTOR_ERROR_MARKER,
     WRITTEN_FILE_DDL,
+    SpecLayout,
     WriterConfig,
     file_prefix,
     filesystem_for,
     writer_function,
 )
 from icetide.table.iceberg import (
+    PartitionField,
     arrow_schema,
     data_location,
     key_columns,
     key_field_ids,
+    live_spec_ids,
     partition_fields,
     spark_schema,
+    spark_schema_of,
+    spec_fields,
     table_property,
 )
 
@@ -42,6 +48,7 @@ DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size
 DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024
 DEFAULT_COMPRESSION_RATIO = 0.4
 PARTITION_COLUMN_PREFIX = "_icetide_p"
+OLD_SPEC_COLUMN_PREFIX = "_icetide_s"  # partition values under an earlier spec: _icetide_s<spec id>_<i>
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,13 @@ class UpsertSink:
     With `keep_inserts=True` (append mode), a key whose changes in a batch are all INSERTs keeps
     every one of them as a row; a key with an UPSERT or DELETE still collapses to its last change.
 
+    With `schema_evolution=True`, a batch column the table lacks adds a nullable column and a
+    wider type widens a column (int to bigint, float to double, decimal precision), in the same
+    Iceberg transaction as the batch's data; a change Iceberg cannot make without converting
+    values raises SchemaEvolutionError and commits nothing (see icetide/sink/evolution.py).
+    After a partition spec change, each batch's equality deletes are written under every spec
+    that still has live data files, so upserts and deletes reach rows written under older specs.
+
     Example::
 
         sink = icetide.UpsertSink(spark, "lake.db.events", pipeline_id="p1", order_by="ts")
@@ -129,6 +143,7 @@ class UpsertSink:
         write_parallelism: int | None = None,
         target_file_size: int | None = None,
         compression_ratio: float = DEFAULT_COMPRESSION_RATIO,
+        schema_evolution: bool = False,
     ) -> None:
         if not pipeline_id:
             raise ConfigError("pipeline_id: a non-empty pipeline id is required")
@@ -148,6 +163,8 @@ class UpsertSink:
         self.write_parallelism = write_parallelism
         self.target_file_size = target_file_size
         self.compression_ratio = compression_ratio
+        self.schema_evolution = schema_evolution
+        self._live_specs: tuple[int, frozenset[int]] | None = None  # (snapshot id, spec ids), cached
         self.catalog = table.split(".")[0]
         self.committer = Committer(spark, table, pipeline_id)
         self.last_plan: SlotPlan | None = None
@@ -192,13 +209,20 @@ class UpsertSink:
         if state is not None and batch_id <= state.batch_id:
             log.info("batch %s of %s already committed (last %s): skipped", batch_id, self.pipeline_id, state.batch_id)
             return BatchResult(batch_id, False, None, 0, 0, 0, 0, 0, 0.0, 0.0, {}, "already committed")
-        config, prepared = self._prepare(df, batch_id)
+        config, prepared, change = self._prepare(df, batch_id)
         cached = df.is_cached if input_cached is None else input_cached
         files = self._write_files(prepared, config, source_cached=cached)
         write_seconds = time.monotonic() - started
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
-        outcome: CommitOutcome = self.committer.commit(batch_id, files, source_position, truncate=truncate)
+        if change:
+            log.info("batch %s evolves the schema of %s: %s", batch_id, self.table_name, change.describe())
+            outcome: CommitOutcome = self.committer.commit(
+                batch_id, files, source_position, truncate=truncate, schema_change=change
+            )
+            self._check_table()
+        else:
+            outcome = self.committer.commit(batch_id, files, source_position, truncate=truncate)
         commit_seconds = time.monotonic() - commit_started
         per_partition: dict[str, int] = {}
         for f in files:
@@ -223,19 +247,39 @@ class UpsertSink:
         log.debug("batch %s: %s", batch_id, result)
         return result
 
-    def _prepare(self, df: DataFrame, batch_id: int) -> tuple[WriterConfig, DataFrame]:
-        """Check the batch against the table and add op, arrival and partition-value columns."""
+    def _prepare(self, df: DataFrame, batch_id: int) -> tuple[WriterConfig, DataFrame, SchemaChange]:
+        """Check the batch against the table (evolving it if allowed) and add op, arrival and partition columns.
+
+        Returns the schema change the commit must apply (empty without one).
+        """
         from pyspark.sql import functions as F
+        from pyspark.sql.types import NullType
 
         jtable = self.committer.table
-        table_fields = {f.name: f for f in spark_schema(self.spark, jtable).fields}
+        table_struct = spark_schema(self.spark, jtable)
+        table_fields = {f.name: f for f in table_struct.fields}
         batch_types = {f.name: f.dataType for f in df.schema.fields}
         extra_order = self.order_by if self.order_by and self.order_by not in table_fields else None
         if extra_order and extra_order not in batch_types:
             raise SchemaError(
                 f"batch {batch_id}: order_by column {extra_order!r} is neither in the batch nor in {self.table_name}"
             )
-        for name in batch_types:
+        jschema = jtable.schema()
+        change = SchemaChange()
+        if self.schema_evolution:
+            change, _ = plan_change(
+                table_struct,
+                df.schema,
+                ignore={OP_COLUMN, *([extra_order] if extra_order else [])},
+                fits=_compatible,
+                table_name=self.table_name,
+            )
+            if change:
+                jschema, change = evolved_schema(self.spark, jtable, change)
+                table_fields = {f.name: f for f in spark_schema_of(self.spark, jschema).fields}
+        for name, dtype in batch_types.items():
+            if self.schema_evolution and isinstance(dtype, NullType):
+                continue  # an untyped, all-null column adds nothing (evolution.plan_change logs it)
             if name not in (OP_COLUMN, extra_order) and name not in table_fields:
                 raise SchemaError(f"batch {batch_id}: column {name!r} is not in table {self.table_name}")
         columns = []
@@ -259,19 +303,78 @@ class UpsertSink:
             columns.append(F.col(f"`{extra_order}`"))
         prepared = df.select(*columns, op.alias(OP_COLUMN), F.monotonically_increasing_id().alias(ARRIVAL_COLUMN))
         fields = partition_fields(jtable)
+        self._check_spec_serves_upserts(int(jtable.spec().specId()), fields)
         pcols = []
         for i, pf in enumerate(fields):
             name = f"{PARTITION_COLUMN_PREFIX}{i}"
             expr = F.expr(pf.transform.spark_expression(self.catalog)) if pf.transform else F.lit(None)
             prepared = prepared.withColumn(name, expr)
             pcols.append(name)
-        config = self.writer_config(batch_id, tuple(pcols))
-        return config, prepared
+        layouts = []
+        for layout, layout_fields in self._earlier_specs(jtable, has_fields=bool(fields)):
+            for name, pf in zip(layout.columns, layout_fields, strict=True):
+                expr = F.expr(pf.transform.spark_expression(self.catalog)) if pf.transform else F.lit(None)
+                prepared = prepared.withColumn(name, expr)
+            layouts.append(layout)
+        config = self.writer_config(batch_id, tuple(pcols), schema=jschema, delete_specs=tuple(layouts))
+        return config, prepared, change
 
-    def writer_config(self, batch_id: int, partition_columns: tuple[str, ...]) -> WriterConfig:
+    def _check_spec_serves_upserts(self, spec_id: int, fields: list[PartitionField]) -> None:
+        """Refuse a spec whose partition values are not computed from key columns alone.
+
+        An upsert deletes a key with an equality delete in the partition computed from the key; a
+        field sourced from another column could put the old row elsewhere, leaving a duplicate.
+        """
+        for pf in fields:
+            if pf.transform is not None and pf.transform.column not in self.key:
+                raise SchemaError(
+                    f"table {self.table_name}: partition field {pf.name!r} ({pf.transform}) of spec {spec_id} is "
+                    f"computed from column {pf.transform.column!r}, which is not in the key {self.key}; an upsert's "
+                    "delete could miss rows in that spec, so icetide does not write to this table (partition "
+                    "only by key columns, or add the column to the key)"
+                )
+
+    def _earlier_specs(self, jtable: Any, *, has_fields: bool) -> list[tuple[SpecLayout, list[PartitionField]]]:
+        """Earlier partition specs with live data files, which each batch's deletes must also be written under.
+
+        Live specs come from the current snapshot's manifest list, cached per snapshot. When the
+        current spec is unpartitioned its deletes are global and reach every spec already.
+        """
+        if not has_fields:
+            return []
+        snapshot = jtable.currentSnapshot()
+        snapshot_id = int(snapshot.snapshotId()) if snapshot is not None else -1
+        if self._live_specs is None or self._live_specs[0] != snapshot_id:
+            self._live_specs = (snapshot_id, frozenset(live_spec_ids(jtable)))
+        current = int(jtable.spec().specId())
+        specs = jtable.specs()
+        result = []
+        for spec_id in sorted(self._live_specs[1] - {current}):
+            fields = spec_fields(specs.get(spec_id), jtable.schema())
+            self._check_spec_serves_upserts(spec_id, fields)
+            layout = SpecLayout(
+                spec_id=spec_id,
+                columns=tuple(f"{OLD_SPEC_COLUMN_PREFIX}{spec_id}_{i}" for i in range(len(fields))),
+                names=tuple(pf.name for pf in fields),
+                types=tuple(pf.result_type for pf in fields),
+                field_ids=tuple(pf.field_id for pf in fields),
+            )
+            result.append((layout, fields))
+        return result
+
+    def writer_config(
+        self,
+        batch_id: int,
+        partition_columns: tuple[str, ...],
+        *,
+        schema: Any = None,
+        delete_specs: tuple[SpecLayout, ...] = (),
+    ) -> WriterConfig:
         """What writer tasks need for `batch_id`, from the table's current metadata.
 
-        `partition_columns` name the batch columns holding the spec's partition values, in order.
+        `partition_columns` name the batch columns holding the spec's partition values, in order;
+        `schema` is the Iceberg schema files are written in (default: the table's current one);
+        `delete_specs` are earlier specs the batch's deletes are also written under.
         """
         jtable = self.committer.table
         fields = partition_fields(jtable)
@@ -280,7 +383,7 @@ class UpsertSink:
         )
         level = table_property(jtable, "write.parquet.compression-level", "")
         return WriterConfig(
-            table_schema=arrow_schema(jtable.schema()),
+            table_schema=arrow_schema(schema if schema is not None else jtable.schema()),
             key=tuple(self.key),
             partition_columns=partition_columns,
             partition_names=tuple(pf.name for pf in fields),
@@ -300,6 +403,7 @@ class UpsertSink:
             compression=table_property(jtable, "write.parquet.compression-codec", "zstd").lower(),
             compression_level=int(level) if level else None,
             keep_inserts=self.keep_inserts,
+            delete_specs=delete_specs,
         )
 
     def _collapse_in_spark(self, df: DataFrame) -> DataFrame:

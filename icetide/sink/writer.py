@@ -6,6 +6,7 @@ yields one small metadata row per file it wrote, which is all the driver ever se
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -53,6 +54,17 @@ class WriteError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class SpecLayout:
+    """An earlier partition spec that still has live data files, and the batch columns holding its values."""
+
+    spec_id: int
+    columns: tuple[str, ...]  # batch columns holding this spec's partition values, spec order
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    field_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class WriterConfig:
     """Everything a writer task needs, computed once on the driver; plain picklable values."""
 
@@ -74,6 +86,10 @@ class WriterConfig:
     compression: str
     compression_level: int | None
     keep_inserts: bool = False  # append mode: a key's repeated INSERTs all stay (changelog.collapse)
+    # Iceberg applies an equality delete only to data files of its own spec and partition (or
+    # globally from an unpartitioned spec), so after a partition spec change every batch's deletes
+    # are also written under each earlier spec that still has live data files.
+    delete_specs: tuple[SpecLayout, ...] = ()
 
     def key_schema(self) -> pa.Schema:
         """Schema of the equality-delete files: the key columns with their field ids."""
@@ -230,6 +246,19 @@ def write_task(batches: Iterator[pa.RecordBatch], config: WriterConfig, task_tag
     _write_groups(out, config, DATA, collapsed.rows.select(keep), config.table_schema, f"{prefix}-data-")
     deletes = collapsed.deletes.select([*config.key, *config.partition_columns])
     _write_groups(out, config, EQUALITY_DELETES, deletes, config.key_schema(), f"{prefix}-eqdel-")
+    for layout in config.delete_specs:
+        spec_config = dataclasses.replace(
+            config,
+            partition_columns=layout.columns,
+            partition_names=layout.names,
+            partition_types=layout.types,
+            partition_field_ids=layout.field_ids,
+            spec_id=layout.spec_id,
+        )
+        old = collapsed.deletes.select([*config.key, *layout.columns])
+        _write_groups(
+            out, spec_config, EQUALITY_DELETES, old, config.key_schema(), f"{prefix}-eqdel-s{layout.spec_id}-"
+        )
     return pa.RecordBatch.from_pydict(out, schema=WRITTEN_FILE_SCHEMA)
 
 

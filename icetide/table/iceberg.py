@@ -57,9 +57,14 @@ def spark_schema(spark: SparkSession, jtable: JavaObject) -> Any:
     Reading it from the Java table rather than `spark.table(...)` avoids Spark's table cache,
     which can hold an older schema after another process evolved the table.
     """
+    return spark_schema_of(spark, jtable.schema())
+
+
+def spark_schema_of(spark: SparkSession, jschema: JavaObject) -> Any:
+    """An Iceberg Java Schema as a PySpark StructType."""
     from pyspark.sql.types import _parse_datatype_json_string
 
-    jstruct = jvm(spark).org.apache.iceberg.spark.SparkSchemaUtil.convert(jtable.schema())
+    jstruct = jvm(spark).org.apache.iceberg.spark.SparkSchemaUtil.convert(jschema)
     return _parse_datatype_json_string(jstruct.json())
 
 
@@ -148,6 +153,21 @@ def spec_fields(spec: JavaObject, schema: JavaObject) -> list[PartitionField]:
         transform_spec = PartitionTransform.from_iceberg(transform, column)
         fields.append(PartitionField(pf.name(), transform_spec, result_type, pf.fieldId()))
     return fields
+
+
+def live_spec_ids(jtable: JavaObject) -> set[int]:
+    """Ids of the partition specs the current snapshot's live data files were written under.
+
+    Reads only the manifest list (one small file), not the manifests.
+    """
+    snapshot = jtable.currentSnapshot()
+    if snapshot is None:
+        return set()
+    return {
+        int(m.partitionSpecId())
+        for m in snapshot.dataManifests(jtable.io())
+        if m.hasAddedFiles() or m.hasExistingFiles()
+    }
 
 
 def key_columns(jtable: JavaObject) -> list[str]:
