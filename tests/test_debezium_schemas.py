@@ -296,3 +296,45 @@ def test_real_products_stream_lands_as_the_source_says(spark: Any, table_name: s
         apply_changes(model, m["payload"])
     got = {r["id"]: (r["name"], r["description"], r["weight"]) for r in spark.table(table_name).collect()}
     assert got == model and len(got) == 10
+
+
+def test_paimon_schema_evolution_stream_adds_widens_and_refuses(spark: Any, table_name: str) -> None:
+    """apache/paimon's schema-evolution messages, one per batch: a column appears (int32), widens
+    (int64), narrows back (int32, written into the wider column), then turns string (refused, nothing
+    committed); the last message, a delete without a schema, still lands."""
+    import icetide
+    from icetide.errors import SchemaEvolutionError
+
+    values = lines("paimon_mysql_products_schema_evolution")
+    first = parse_envelope_schema(json.dumps(json.loads(values[0])["schema"]))
+    ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in table_schema(first, ["id"]).fields)
+    icetide.create_table(spark, table_name, schema=ddl.replace("id int", "id int NOT NULL"), key=["id"])
+    sink = icetide.UpsertSink(
+        spark, table_name, pipeline_id="evolving", order_by="_source_order", schema_evolution=True
+    )
+
+    def decode(value: str, evolve: bool = True) -> Any:
+        schema = spark.table(table_name).schema
+        return decode_debezium(
+            kafka_frame(spark, [value]), "value", schema, ["id"], "upsert", KAFKA_POSITION, schema_evolution=evolve
+        )
+
+    off = decode(values[1], evolve=False)
+    assert off.unknown_fields == {"age": 1} and not off.new_columns  # counted and named, not dropped silently
+    model: dict[int, tuple[Any, ...]] = {}
+    for batch_id, value in enumerate(values[:4], start=1):
+        decoded = decode(value)
+        assert sink.write(decoded.good.drop("_source_ts"), batch_id=batch_id).committed
+        after = json.loads(value)["payload"]["after"]
+        model[after["id"]] = (after["name"], after.get("age"))
+        assert len(decoded.schemas) == 1  # one distinct schema, parsed once
+    assert spark.table(table_name).schema["age"].dataType == T.LongType()  # int32, widened by int64
+    snapshots = spark.sql(f"SELECT count(*) FROM {table_name}.snapshots").first()[0]
+    with pytest.raises(SchemaEvolutionError, match=r"column 'age'.*string.*bigint"):
+        decode(values[4])
+    assert spark.sql(f"SELECT count(*) FROM {table_name}.snapshots").first()[0] == snapshots
+    deleted = decode(values[5])
+    assert sink.write(deleted.good.drop("_source_ts"), batch_id=5).committed
+    model.pop(101)
+    got = {r["id"]: (r["name"], r["age"]) for r in spark.table(table_name).collect()}
+    assert got == model

@@ -329,7 +329,7 @@ def test_plan_change_rules() -> None:
     from pyspark.sql import types as T
 
     from icetide.sink.evolution import plan_change, widened
-    from icetide.sink.sink import _compatible
+    from icetide.sink.sink import fits_column
 
     assert widened(T.LongType(), T.IntegerType()) == T.LongType()
     assert widened(T.DoubleType(), T.FloatType()) == T.DoubleType()
@@ -355,7 +355,7 @@ def test_plan_change_rules() -> None:
         z=T.NullType(),
         _op=T.StringType(),
     )
-    change, evolved = plan_change(table, batch, ignore={"_op"}, fits=_compatible, table_name="t")
+    change, evolved = plan_change(table, batch, ignore={"_op"}, fits=fits_column, table_name="t")
     assert [n for n, _ in change.adds] == ["m"]  # an untyped all-null column is not added
     assert [n for n, _ in change.widenings] == ["n", "f"]
     assert evolved.simpleString() == (
@@ -363,6 +363,6 @@ def test_plan_change_rules() -> None:
     )
     wider_struct = struct(s=struct(a=T.IntegerType(), b=T.IntegerType()))
     with pytest.raises(SchemaEvolutionError, match=r"column 's': the batch has struct<a:int,b:int>, table t has"):
-        plan_change(table, wider_struct, ignore=set(), fits=_compatible, table_name="t")
+        plan_change(table, wider_struct, ignore=set(), fits=fits_column, table_name="t")
     with pytest.raises(SchemaEvolutionError, match=r"column 'id': the batch has string, table t has bigint"):
-        plan_change(table, struct(id=T.StringType()), ignore=set(), fits=_compatible, table_name="t")
+        plan_change(table, struct(id=T.StringType()), ignore=set(), fits=fits_column, table_name="t")

@@ -427,6 +427,8 @@ def decode_debezium(
     new_columns: list[StructField] = []
     if schema_evolution and unknown:
         new_columns = _new_columns(env, unknown, schemas)
+    if schema_evolution:
+        table_schema = _evolved_types(table_schema, schemas)
     full_schema = T.StructType([*table_schema.fields, *new_columns])
 
     raw_op, before, after = F.col(_RAW_OP), F.col(_BEFORE), F.col(_AFTER)
@@ -522,8 +524,8 @@ def _new_columns(
     typed: dict[str, Any] = {}
     for envelope in schemas.values():
         for f in envelope.fields if envelope is not None else ():
-            if f.name in unknown and f.name not in typed:
-                typed[f.name] = C.spark_type(f)
+            if f.name in unknown:
+                typed[f.name] = _wider(f.name, C.spark_type(f), typed.get(f.name))
     rest = [n for n in unknown if n not in typed]
     if rest:
         row = F.coalesce(F.col(_AFTER), F.col(_BEFORE))
@@ -531,3 +533,50 @@ def _new_columns(
         for n in rest:
             typed[n] = T._parse_datatype_string(_infer_ddl(sample[n] if sample else None).lower())
     return [T.StructField(n, typed[n], nullable=True) for n in unknown]
+
+
+def _fits(source: DataType, target: DataType) -> bool:
+    """Whether a Connect field's type is written into a column of `target` as it is: the sink's rule,
+    and any timestamp into either timestamp kind (a DATETIME kept as the source's wall time)."""
+    from pyspark.sql import types as T
+
+    from icetide.sink.sink import fits_column
+
+    timestamps = (T.TimestampType, T.TimestampNTZType)
+    return fits_column(source, target) or (isinstance(source, timestamps) and isinstance(target, timestamps))
+
+
+def _wider(name: str, source: DataType, current: DataType | None) -> DataType:
+    """The type of column `name` that holds both `current` and a schema's `source` values;
+    SchemaEvolutionError when none does (a value would have to be converted)."""
+    from icetide.errors import SchemaEvolutionError
+    from icetide.sink.evolution import widened
+
+    if current is None or _fits(source, current):
+        return current or source
+    if _fits(current, source):
+        return source
+    wider = widened(source, current)
+    if wider is None:
+        raise SchemaEvolutionError(
+            f"column {name!r}: the source now sends {source.simpleString()} where the table has "
+            f"{current.simpleString()}, which no schema change can hold without converting values; "
+            "the batch was not committed"
+        )
+    return wider
+
+
+def _evolved_types(table_schema: StructType, schemas: Mapping[int, C.EnvelopeSchema | None]) -> StructType:
+    """The table's columns as the batch's schemas send them: widened where a schema sends a wider
+    type (the sink then widens the column), SchemaEvolutionError where one sends an incompatible type."""
+    from pyspark.sql import types as T
+
+    fields = []
+    for column in table_schema.fields:
+        dtype = column.dataType
+        for envelope in schemas.values():
+            f = envelope.field(column.name) if envelope is not None else None
+            if f is not None:
+                dtype = _wider(column.name, C.spark_type(f), dtype)
+        fields.append(T.StructField(column.name, dtype, column.nullable))
+    return T.StructType(fields)

@@ -70,7 +70,7 @@ class BatchResult:
     writers: tuple[str, ...] = ()  # host:pid of the processes that wrote the files
 
 
-def _compatible(source: DataType, target: DataType) -> bool:
+def fits_column(source: DataType, target: DataType) -> bool:
     """May a batch column of type `source` be written to a table column of type `target`?"""
     from pyspark.sql import types as T
 
@@ -91,12 +91,12 @@ def _compatible(source: DataType, target: DataType) -> bool:
         return True
     if isinstance(source, T.StructType) and isinstance(target, T.StructType):
         return [f.name for f in source.fields] == [f.name for f in target.fields] and all(
-            _compatible(s.dataType, t.dataType) for s, t in zip(source.fields, target.fields, strict=True)
+            fits_column(s.dataType, t.dataType) for s, t in zip(source.fields, target.fields, strict=True)
         )
     if isinstance(source, T.ArrayType) and isinstance(target, T.ArrayType):
-        return _compatible(source.elementType, target.elementType)
+        return fits_column(source.elementType, target.elementType)
     if isinstance(source, T.MapType) and isinstance(target, T.MapType):
-        return _compatible(source.keyType, target.keyType) and _compatible(source.valueType, target.valueType)
+        return fits_column(source.keyType, target.keyType) and fits_column(source.valueType, target.valueType)
     return False
 
 
@@ -271,7 +271,7 @@ class UpsertSink:
                 table_struct,
                 df.schema,
                 ignore={OP_COLUMN, *([extra_order] if extra_order else [])},
-                fits=_compatible,
+                fits=fits_column,
                 table_name=self.table_name,
             )
             if change:
@@ -288,7 +288,7 @@ class UpsertSink:
                 if not field.nullable:
                     raise SchemaError(f"batch {batch_id}: NOT NULL column {name!r} of {self.table_name} is missing")
                 columns.append(F.lit(None).cast(field.dataType).alias(name))
-            elif not _compatible(batch_types[name], field.dataType):
+            elif not fits_column(batch_types[name], field.dataType):
                 raise SchemaError(
                     f"batch {batch_id}: column {name!r} is {batch_types[name].simpleString()}, "
                     f"table {self.table_name} has {field.dataType.simpleString()}"
