@@ -238,7 +238,9 @@ class FileSource:
         previous_listing = position.get(LISTED_AT) if position is not None else None
         chosen: list[LandedFile] = []
         found_late: list[LandedFile] = []
+        listed: dict[str, LandedFile] = {}
         for landed in self.list_files():
+            listed[landed.name] = landed
             if landed.name in done:
                 continue
             if position is not None and landed.mtime_ms < newest - window_ms:
@@ -263,7 +265,15 @@ class FileSource:
         # plan cannot mistake one that arrived just before this listing for a late arrival.
         this_plan = {f.name for f in chosen} | {f.name for f in found_late}
         done.update({f.name: f.mtime_ms for f in found_late})
-        kept = {name: mtime for name, mtime in sorted(done.items()) if mtime >= horizon or name in this_plan}
+
+        # A file that changed within the slack of this listing would look newly arrived to the next
+        # plan: it stays until its change time is safely older than a listing.
+        def recent(name: str) -> bool:
+            return name in listed and self._arrived_ms(listed[name]) >= listed_at_ms - CHANGE_TIME_SLACK_MS
+
+        kept = {
+            name: mtime for name, mtime in sorted(done.items()) if mtime >= horizon or name in this_plan or recent(name)
+        }
         if found_late:
             if late is None:
                 raise DataLossError(
