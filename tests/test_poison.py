@@ -321,7 +321,8 @@ class Landed:
 def run_pipeline(spark: Any, bootstrap: str, topic: str, name: str, fmt: str, **extra: Any) -> Landed:
     doc = {
         "pipeline": name,
-        "source": {"kafka": {"bootstrap_servers": bootstrap, "topic": topic}},
+        # A loaded machine can be slow to fetch to a partition's end (docs/runner.md): no early stop.
+        "source": {"kafka": {"bootstrap_servers": bootstrap, "topic": topic, "probe_timeout_seconds": 30}},
         "table": {"name": f"lake.poison.{name}", "schema": SCHEMA, "key": ["event_id"]},
         "format": fmt,
         "mode": "append" if fmt == "json" else "upsert",
