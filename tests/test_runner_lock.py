@@ -36,7 +36,7 @@ def _config(folder: Path, **extra: Any) -> PipelineConfig:
 def test_local_lock_is_exclusive_between_processes_and_reentrant_within_one(tmp_path: Path) -> None:
     config = _config(tmp_path / "wh")
     assert local_warehouse(config) == tmp_path / "wh"
-    assert local_warehouse(_config(tmp_path, warehouse="s3a://bucket/wh")) is None
+    assert local_warehouse(_config(tmp_path, warehouse="hdfs://namenode/wh")) is None  # not this machine
     remote = _config(tmp_path, catalog={"type": "rest", "uri": "http://127.0.0.1:1"})
     assert local_warehouse(remote) is None
     lock = RunnerLock(config)
