@@ -22,7 +22,7 @@ demo: install
 	$(BIN)/icetide demo
 
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=30 tests
 
 lint: install
 	$(BIN)/ruff check icetide tests bench
