@@ -69,7 +69,7 @@ def debezium_event(row: dict[str, Any], i: int) -> bytes:
         "row": 0,
     }
     payload = {"before": None, "after": row, "source": source, "op": "c", "ts_ms": row["produced_at"]}
-    return json.dumps({"schema": SCHEMA, "payload": payload}).encode()
+    return json.dumps({"schema": SCHEMA, "payload": payload}, separators=(",", ":")).encode()  # as Kafka JsonConverter
 
 
 def produce_both(bootstrap: str, plain_topic: str, dbz_topic: str, count: int, event: Any) -> tuple[int, int]:

@@ -272,6 +272,23 @@ def test_nesting_depth_ignores_brackets_in_strings() -> None:
         assert nesting_depth(text) == depth, text
 
 
+def test_sql_nesting_depth_is_pythons(spark: Any) -> None:
+    """decode/json.py computes the same depth as decode/limits.py for any text, malformed too."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from icetide.decode.json import _nesting_depth
+
+    rnd = random.Random(7)
+    texts = ["", "[[[", '"[', '\\"[{', '{"a":"\\\\"}'] + [
+        "".join(rnd.choice('[]{}"\\ab\n') for _ in range(rnd.randint(0, 24))) for _ in range(3000)
+    ]
+    df = spark.createDataFrame([(t,) for t in texts], "t STRING")
+    got = [r[0] for r in df.select(_nesting_depth(F.col("t"))).collect()]
+    assert got == [nesting_depth(t) for t in texts]
+
+
 # -- the pyarrow decoder, many examples (no Spark) -------------------------------------------------
 
 

@@ -73,6 +73,14 @@ _RAW_OP = "_icetide_raw_op"
 _BEFORE = "_icetide_before"
 _AFTER = "_icetide_after"
 _UNKNOWN = "_icetide_unknown"
+# The JSON converter writes {"schema":{...},"payload":{...}}: the text before "payload" names the schema.
+_HEAD_START, _PAYLOAD_KEY = '{"schema"', '"payload":'
+_HEAD = re.compile(r'\{"schema"\s*:\s*')
+# Schemas by id, across batches (see _schemas_by_id), with the heads that name them, newest last.
+_KNOWN_SCHEMAS: dict[int, C.EnvelopeSchema | None] = {}
+_KNOWN_HEADS: dict[int, str] = {}
+_KNOWN_SCHEMAS_MAX = 1000
+_HEADS_MATCHED = 16  # known heads a batch tests each message against before hashing its head
 
 
 @dataclass
@@ -267,6 +275,74 @@ def _infer_ddl(text: str | None) -> str:
     return "STRING"
 
 
+def schema_identity(text: Column, wrapped: Column) -> list[Column]:
+    """The columns that identify a message's schema without parsing it: _SCHEMA_ID, the hash of
+    the text before `"payload":` when the message starts `{"schema"` as the JSON converter writes
+    it, and _SCHEMA_TEXT, the schema's own text, only for other layouts (payload first, say),
+    read by a second parse of those rows alone."""
+    from pyspark.sql import functions as F
+
+    cut_at = F.instr(text, _PAYLOAD_KEY)
+    compact = text.startswith(_HEAD_START) & (cut_at > 0)
+    other = F.get_json_object(text, "$.schema")
+    # Finding "payload" costs more than parsing the rest: a head seen in an earlier batch is
+    # recognised by comparing the message's start with it.
+    known = list(_KNOWN_HEADS.items())[-_HEADS_MATCHED:]
+    head_id = F.when(F.lit(False), F.lit(None).cast("bigint"))
+    for sid, head in known:
+        head_id = head_id.when(text.startswith(head + _PAYLOAD_KEY), F.lit(sid))
+    head_id = head_id.when(compact, F.xxhash64(text.substr(F.lit(1), cut_at - 1)))
+    return [
+        F.when(wrapped & ~compact, other).alias(_SCHEMA_TEXT),
+        F.when(wrapped, F.coalesce(head_id, F.when(other.isNotNull(), F.xxhash64(other)))).alias(_SCHEMA_ID),
+    ]
+
+
+def _schema_of(text: str | None) -> C.EnvelopeSchema | None:
+    """A message's schema from the text `schema_identity` hashed: a compact message's head
+    (`{"schema":<schema>`) or a schema's own text. None for a null schema or one that describes
+    no row (its messages are then read as schemaless)."""
+    import json
+
+    try:
+        head = _HEAD.match(text or "")
+        if head is not None and text is not None:  # a head: {"schema": <schema>,
+            value, end = json.JSONDecoder().raw_decode(text, head.end())
+            if text[end:].strip() != ",":
+                raise ValueError("the message's schema is not followed by its payload")
+        else:
+            value = None if text is None else json.loads(text)
+        return None if value is None else C.parse_envelope_schema(json.dumps(value))
+    except (ValueError, TypeError) as exc:
+        log.warning("a message schema describes no row (%s); its messages are read as schemaless", exc)
+        return None
+
+
+def _schemas_by_id(env: DataFrame, ids: set[int]) -> dict[int, C.EnvelopeSchema | None]:
+    """The schemas of `ids`: remembered from earlier batches, else read from one message each
+    (one small Spark job when a batch brings new schemas) and parsed once."""
+    from pyspark.sql import functions as F
+
+    new = sorted(ids - _KNOWN_SCHEMAS.keys())
+    if new:
+        text = F.col(PAYLOAD)
+        head = text.substr(F.lit(1), F.instr(text, _PAYLOAD_KEY) - 1)
+        found = (
+            env.where(F.col(_SCHEMA_ID).isin(*new))
+            .groupBy(_SCHEMA_ID)
+            .agg(F.first(F.coalesce(F.col(_SCHEMA_TEXT), head)).alias("text"))
+            .collect()
+        )
+        if len(_KNOWN_SCHEMAS) + len(found) > _KNOWN_SCHEMAS_MAX:
+            _KNOWN_SCHEMAS.clear()
+            _KNOWN_HEADS.clear()
+        for r in found:
+            _KNOWN_SCHEMAS[r[_SCHEMA_ID]] = _schema_of(r["text"])
+            if r["text"] is not None and _HEAD.match(r["text"]):
+                _KNOWN_HEADS[r[_SCHEMA_ID]] = r["text"]
+    return {sid: _KNOWN_SCHEMAS.get(sid) for sid in ids}
+
+
 def _order(position_cols: Sequence[str], source: Column, ts_ms: Column) -> Column:
     """A text that sorts one key's changes: the source's own position (MySQL binlog file, pos,
     row; PostgreSQL LSN), else the source time; then the Kafka offset or file line."""
@@ -339,7 +415,6 @@ def decode_debezium(
     ]
     parse_schema = T.StructType(
         [
-            T.StructField("schema", T.StringType()),
             T.StructField("payload", T.StructType(envelope)),
             *envelope,
             T.StructField(CORRUPT_FIELD, T.StringType()),
@@ -384,9 +459,8 @@ def decode_debezium(
         _order(position_cols, part("source"), F.coalesce(part("source")["ts_ms"], part("ts_ms"))).alias(
             SOURCE_ORDER_COLUMN
         ),
-        F.when(wrapped, parsed["schema"]).alias(_SCHEMA_TEXT),
-        F.when(wrapped & parsed["schema"].isNotNull(), F.xxhash64(parsed["schema"])).alias(_SCHEMA_ID),
-        F.coalesce(F.filter(F.map_keys(row), lambda k: ~F.array_contains(known, k)), F.array()).alias(_UNKNOWN),
+        *schema_identity(F.col(PAYLOAD), wrapped),
+        F.coalesce(F.array_except(F.map_keys(row), known), F.array()).alias(_UNKNOWN),
     )
     if keep is not None:
         env = env.persist(StorageLevel.MEMORY_AND_DISK)
@@ -396,28 +470,18 @@ def decode_debezium(
     summary = (
         env.groupBy(_SCHEMA_ID, _UNKNOWN)
         .agg(
-            F.first(_SCHEMA_TEXT, ignorenulls=True).alias("schema"),
             F.count(F.lit(1)).alias("n"),
             F.max(truncate_order).alias("truncate_at"),
             F.count(truncate_order).alias("truncates"),
         )
         .collect()
     )
-    schemas: dict[int, C.EnvelopeSchema | None] = {}
+    schemas = _schemas_by_id(env, {s[_SCHEMA_ID] for s in summary if s[_SCHEMA_ID] is not None})
     unknown: dict[str, int] = {}
-    schemaless = False
+    schemaless = any(s[_SCHEMA_ID] is None for s in summary)
     cut: str | None = None
     truncates = 0
     for s in summary:
-        sid = s[_SCHEMA_ID]
-        if sid is None:
-            schemaless = True
-        elif sid not in schemas:
-            try:
-                schemas[sid] = C.parse_envelope_schema(s["schema"])
-            except (ValueError, TypeError) as exc:
-                log.warning("a message schema describes no row (%s); its messages are read as schemaless", exc)
-                schemas[sid] = None
         for name in s[_UNKNOWN]:
             unknown[name] = unknown.get(name, 0) + s["n"]
         truncates += s["truncates"]

@@ -45,6 +45,10 @@ _LONE_SURROGATE = re.compile(LONE_SURROGATE)
 # and quotes. One pattern for Python's re and Java's regex (Spark's regexp_replace).
 NOT_NESTING = r'(?s)\\.|[^\[\]{}"]'
 _NOT_NESTING = re.compile(NOT_NESTING)
+# The same removal in runs (decode/json.py, where a regex match costs per match), and what is
+# left of strings after it: a quote, anything but a quote, the closing quote or the end.
+NOT_NESTING_RUNS = r'(?s)\\.|[^\[\]{}"\\]+|\\'
+QUOTED = r'"[^"]*("|$)'
 
 
 @dataclass(frozen=True)
