@@ -156,7 +156,7 @@ def run(batches: int, events: int, warehouse: str, dedup: bool = True) -> str:
         df = ad_events(spark, b, config).cache()
         df.count()
         result = sink.write(df, batch_id=b)
-        blind_seconds += result.write_seconds + result.commit_seconds
+        blind_seconds += result.total_seconds
         totals["blind"][0] += result.rows_written
         totals["blind"][1] += result.delete_rows
         df.writeTo(raw).append()
@@ -168,7 +168,7 @@ def run(batches: int, events: int, warehouse: str, dedup: bool = True) -> str:
             seconds_of[name].append(processed(noop_query, b + 1)[0])
         df.unpersist()
         print(
-            f"batch {b}: blind {result.write_seconds + result.commit_seconds:.1f}s, {result.rows_written} rows / "
+            f"batch {b}: blind {result.total_seconds:.1f}s, {result.rows_written} rows / "
             f"{result.delete_rows} deletes; stateful {seconds:.1f}s, so far {totals['stateful'][0]} rows / "
             f"{totals['stateful'][1]} deletes; noop "
             + ", ".join(f"{name} {secs[-1]:.1f}s" for name, secs in seconds_of.items()),

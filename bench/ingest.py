@@ -297,10 +297,12 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
         "(pyarrow threads included).\n\n"
     )
     pick = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))]  # noqa: E731
+    phases = ("read_decode_seconds", "plan_seconds", "write_seconds", "refresh_seconds", "commit_seconds")
+    per_batch = " ".join(f"{sum(getattr(b, p) for p in phases):.1f}" for b in batches)
     return (
         f"{events:,} JSON events of about {len(event(0, 0))} bytes in 4 Kafka partitions (Tansu on 127.0.0.1), "
         f"{cores} cores; the runner took {len(batches)} batches of up to {max_records:,} records "
-        f"({' '.join(f'{b.read_decode_seconds + b.write_seconds + b.commit_seconds:.1f}' for b in batches)} s "
+        f"({per_batch} s "
         f"read+decode+write+commit), after a warm-up pipeline of {WARM_UP_EVENTS:,} events "
         f"({warm_s:.1f} s, not counted)."
         f"\n\n{table}\n\n"

@@ -62,7 +62,7 @@ def run(hours: int, per_hour: int, events: int, warehouse: str) -> tuple[str, di
             df.count()  # generation is not what is measured
             result = sink.write(df, batch_id=b)
             df.unpersist()
-            write_times.append(result.write_seconds)
+            write_times.append(result.plan_seconds + result.write_seconds)
             now_hour = start_hour + (b * config.minutes_per_batch) // 60
             for part, n in result.files_per_partition.items():
                 files_by_age[now_hour - int(part)] += n

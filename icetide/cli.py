@@ -189,8 +189,9 @@ def _run_held(args: argparse.Namespace, config: PipelineConfig) -> int:
         if interactive:
             console.print(
                 f"[bold]{config.pipeline}[/bold] batch {m.batch_id}: {m.records_in:,} in, {m.rows_written:,} rows, "
-                f"{m.bad_records} bad, {m.data_files}+{m.delete_files} files, write {m.write_seconds:.2f}s, "
-                f"commit {m.commit_seconds:.2f}s, lag {m.source_lag:,} | total {totals['rows']:,} rows"
+                f"{m.bad_records} bad, {m.data_files}+{m.delete_files} files, plan {m.plan_seconds:.2f}s, "
+                f"write {m.write_seconds:.2f}s, commit {m.refresh_seconds + m.commit_seconds:.2f}s, "
+                f"lag {m.source_lag:,} | total {totals['rows']:,} rows"
             )
 
     def on_restart(event: RestartMetrics) -> None:

@@ -45,7 +45,10 @@ def test_metrics_match_icebergs_footer_reader(spark: Any, table_name: str) -> No
     ]
     df = spark.createDataFrame(rows, SCHEMA.replace(" NOT NULL", ""))
     sink = icetide.UpsertSink(spark, table_name, pipeline_id="m")
-    sink.write(df, batch_id=1)
+    result = sink.write(df, batch_id=1)
+    phases = [result.plan_seconds, result.write_seconds, result.refresh_seconds, result.commit_seconds]
+    assert all(p > 0 for p in phases), phases  # each phase timed, none inside another
+    assert abs(result.total_seconds - sum(phases)) < 1e-9
     jvm = spark._jvm
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_name)
     config = jvm.org.apache.iceberg.MetricsConfig.forTable(table)

@@ -66,6 +66,8 @@ class BatchMetrics:
     truncated: bool = False  # a source TRUNCATE removed every row committed before this batch
     unknown_fields: dict[str, int] = field(default_factory=dict)  # fields the table lacks -> records
     lost_ranges: int = 0  # source ranges lost before being read, recorded in the dead-letter table
+    plan_seconds: float = 0.0  # the sink's preparation and distribution plan (its statistics job)
+    refresh_seconds: float = 0.0  # reading the table's committed state (before writing, before committing)
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -258,6 +260,8 @@ class Runner:
             truncated=decoded.truncated and result.committed,
             unknown_fields=decoded.unknown_fields,
             lost_ranges=len(plan.losses),
+            plan_seconds=round(result.plan_seconds, 3),
+            refresh_seconds=round(result.refresh_seconds, 3),
         )
 
     def _with_losses(self, bad: Any, plan: PlannedBatch) -> Any:
@@ -298,7 +302,7 @@ class Runner:
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
         outcome = self.sink.committer.commit(batch_id, out.files, plan.position)
-        commit_seconds = time.monotonic() - commit_started
+        commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds
         crash_point("after_commit", batch_id)
         data = [f for f in out.files if f.content == "data"]
         return BatchMetrics(
@@ -318,6 +322,7 @@ class Runner:
             source_lag=self._lag(plan.position),
             finished_at=datetime.now(UTC).isoformat(),
             lost_ranges=len(plan.losses),
+            refresh_seconds=round(outcome.refresh_seconds, 3),
         )
 
     def _lag(self, position: dict[str, Any]) -> int:

@@ -100,6 +100,7 @@ class CommitOutcome:
     snapshot_id: int | None
     attempts: int
     reason: str = ""
+    refresh_seconds: float = 0.0  # reading the table's state before the first attempt
 
 
 def state_property(pipeline_id: str) -> str:
@@ -197,13 +198,16 @@ class Committer:
         data: list[Any] | None = None
         deletes: list[Any] = []
         last_error = ""
+        refresh_seconds = 0.0
         for attempt in range(1, retries + 2):
+            refreshing = time.monotonic()
             try:
                 self.table.refresh()
             except Exception as exc:
                 log.debug("refresh before commit failed", exc_info=True)
                 raise self._unknown(batch_id, "cannot read the table before committing", exc) from exc
             state = read_pipeline_state(self.table, self.pipeline_id)
+            refresh_seconds += time.monotonic() - refreshing if attempt == 1 else 0.0
             if state is not None and batch_id <= state.batch_id:
                 if attempt > 1:
                     # Committed while this call was retrying: the files in hand may be the ones
@@ -211,18 +215,20 @@ class Committer:
                     log.warning("batch %s was committed while its commit was being retried; files kept", batch_id)
                     return CommitOutcome(False, None, attempt, f"batch {batch_id} committed during the retries")
                 self._delete_files(files, reason=f"batch {batch_id} is already committed")
-                return CommitOutcome(False, None, attempt, f"batch {batch_id} <= last committed {state.batch_id}")
+                reason = f"batch {batch_id} <= last committed {state.batch_id}"
+                return CommitOutcome(False, None, attempt, reason, refresh_seconds)
             if data is None:
                 data, deletes = self._content_files(files)
             try:
                 snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate, schema_change)
-                return CommitOutcome(True, snapshot_id, attempt)
+                return CommitOutcome(True, snapshot_id, attempt, refresh_seconds=refresh_seconds)
             except Exception as exc:
                 if java_exception_class(exc) in _CONFLICTS:
                     last_error = java_message(exc)
                     log.info("commit of batch %s lost a race (attempt %s): %s", batch_id, attempt, last_error)
                 elif self._resolve(batch_id, files, exc):
-                    return CommitOutcome(True, None, attempt, "confirmed by re-reading the committed batch")
+                    reason = "confirmed by re-reading the committed batch"
+                    return CommitOutcome(True, None, attempt, reason, refresh_seconds)
                 else:
                     last_error = f"state unknown, then found not committed ({java_message(exc)})"
                     log.info("commit of batch %s: %s; retrying (attempt %s)", batch_id, last_error, attempt)

@@ -63,11 +63,18 @@ class BatchResult:
     rows_written: int
     delete_rows: int
     bytes_written: int
-    write_seconds: float
-    commit_seconds: float
+    write_seconds: float  # the write job: executors write the batch's files
+    commit_seconds: float  # the catalog commit, its retries included
     files_per_partition: dict[str, int]
     skipped_reason: str = ""
     writers: tuple[str, ...] = ()  # host:pid of the processes that wrote the files
+    plan_seconds: float = 0.0  # preparing the batch and its distribution (the statistics job)
+    refresh_seconds: float = 0.0  # reading the table's committed state, before writing and committing
+
+    @property
+    def total_seconds(self) -> float:
+        """The batch's time in the sink, all phases."""
+        return self.plan_seconds + self.write_seconds + self.refresh_seconds + self.commit_seconds
 
 
 def fits_column(source: DataType, target: DataType) -> bool:
@@ -206,13 +213,14 @@ class UpsertSink:
         """
         started = time.monotonic()
         state = self.committer.last_committed()
+        refresh_seconds = time.monotonic() - started
         if state is not None and batch_id <= state.batch_id:
             log.info("batch %s of %s already committed (last %s): skipped", batch_id, self.pipeline_id, state.batch_id)
             return BatchResult(batch_id, False, None, 0, 0, 0, 0, 0, 0.0, 0.0, {}, "already committed")
         config, prepared, change = self._prepare(df, batch_id)
         cached = df.is_cached if input_cached is None else input_cached
-        files = self._write_files(prepared, config, source_cached=cached)
-        write_seconds = time.monotonic() - started
+        files, write_seconds = self._write_files(prepared, config, source_cached=cached)
+        plan_seconds = time.monotonic() - started - refresh_seconds - write_seconds
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
         if change:
@@ -223,7 +231,8 @@ class UpsertSink:
             self._check_table()
         else:
             outcome = self.committer.commit(batch_id, files, source_position, truncate=truncate)
-        commit_seconds = time.monotonic() - commit_started
+        refresh_seconds += outcome.refresh_seconds
+        commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds
         per_partition: dict[str, int] = {}
         for f in files:
             if f.content == "data":
@@ -243,6 +252,8 @@ class UpsertSink:
             files_per_partition=per_partition,
             skipped_reason=outcome.reason,
             writers=tuple(sorted({f.writer for f in files})),
+            plan_seconds=plan_seconds,
+            refresh_seconds=refresh_seconds,
         )
         log.debug("batch %s: %s", batch_id, result)
         return result
@@ -434,7 +445,11 @@ class UpsertSink:
         ).select(*df.columns)
         return collapsed if kept is None else kept.unionByName(collapsed)
 
-    def _write_files(self, prepared: DataFrame, config: WriterConfig, *, source_cached: bool) -> list[WrittenFile]:
+    def _write_files(
+        self, prepared: DataFrame, config: WriterConfig, *, source_cached: bool
+    ) -> tuple[list[WrittenFile], float]:
+        """The batch's files, written by one Spark job after the distribution's plan; and that
+        job's seconds."""
         from pyspark import StorageLevel
 
         parallelism = self.write_parallelism or self.spark.sparkContext.defaultParallelism
@@ -458,7 +473,9 @@ class UpsertSink:
                     value_columns=list(config.table_schema.names),
                 )
             self.last_plan = plan
+            writing = time.monotonic()
             rows = routed.mapInArrow(writer_function(config), WRITTEN_FILE_DDL).collect()  # type: ignore[arg-type]
+            write_seconds = time.monotonic() - writing
         except IcetideError:
             raise
         except Exception as exc:
@@ -484,7 +501,7 @@ class UpsertSink:
                 r["metadata_json"],
             )
             for r in rows
-        ]
+        ], write_seconds
 
     def _remove_batch_files(self, config: WriterConfig) -> None:
         """After a failed write job, delete what its tasks wrote (found by the batch's file prefix)."""
