@@ -210,18 +210,20 @@ def test_config_names_the_bad_key() -> None:
     assert override.table_config("lake.inventory.customers").partition_by == ()
 
 
-def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker: str) -> None:
+def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker: str, warehouse: str) -> None:
     prefix, namespace = f"db{unique()}", f"sync{unique()}"
     streams = inventory_streams()
-    records = {t: changes(s, seed=i, count=30) for i, (t, s) in enumerate(sorted(streams.items()))}
+    records = {t: changes(s, seed=i, count=20) for i, (t, s) in enumerate(sorted(streams.items()))}
     topics = {t: f"{prefix}.inventory.{t}" for t in streams}
     for t, recs in records.items():
         _create(kafka_broker, topics[t])
         produce(kafka_broker, topics[t], recs)
     config = PipelineConfig.from_dict(
-        pipeline_doc("inv", kafka_broker, prefix, namespace, trigger={"interval": "1s", "max_records": 40})
+        pipeline_doc("inv", kafka_broker, prefix, namespace, trigger={"interval": "1s", "max_records": 27})
     )
     runner = SyncRunner(config, spark)
+    request_close = runner.topics.close
+    reader = warehouse_reader(spark, "lake", warehouse)  # uncached: sees every commit at once
     keys = {"orders": "order_number", "customers": "id", "products": "id"}
     batches = 0
     while (metrics := runner.run_batch()) is not None:
@@ -229,7 +231,7 @@ def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker:
         for t in streams:
             name = f"lake.{namespace}.{t}"
             held = runner.state.tables[name].position[topics[t]]["0"]
-            assert same(rows_of(spark, name, keys[t]), model_of(records[t], held)), (name, metrics.batch_id)
+            assert same(rows_of(reader, name, keys[t]), model_of(records[t], held)), (name, metrics.batch_id)
     assert batches >= 3
     assert sorted(runner.table_names()) == sorted(f"lake.{namespace}.{t}" for t in streams)
     partitioning = spark.sql(f"DESCRIBE TABLE EXTENDED lake.{namespace}.orders").collect()
@@ -247,10 +249,13 @@ def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker:
     passed = maintain_tables(spark, sorted(statuses), MaintenancePolicy(time_budget_seconds=0.0))
     assert len(passed.reports) == 1 and passed.next_start == 1  # a spent budget still maintains one table
     for t in streams:
-        assert same(rows_of(spark, f"lake.{namespace}.{t}", keys[t]), model_of(records[t]))
+        assert same(rows_of(reader, f"lake.{namespace}.{t}", keys[t]), model_of(records[t]))
+    request_close()
 
 
-def test_new_topic_while_running_and_a_column_added_to_one_table(spark: Any, kafka_broker: str) -> None:
+def test_new_topic_while_running_and_a_column_added_to_one_table(
+    spark: Any, kafka_broker: str, warehouse: str
+) -> None:
     prefix, namespace = f"db{unique()}", f"sync{unique()}"
     streams = inventory_streams()
     first = {t: changes(streams[t], seed=3, count=12) for t in ("orders", "customers")}
@@ -286,14 +291,15 @@ def test_new_topic_while_running_and_a_column_added_to_one_table(spark: Any, kaf
         runner.stop()
         thread.join(60)
     assert not errors, errors
-    columns = {t: spark.table(f"lake.{namespace}.{t}").columns for t in streams}
+    reader = warehouse_reader(spark, "lake", warehouse)
+    columns = {t: reader.table(f"lake.{namespace}.{t}").columns for t in streams}
     assert "color" in columns["products"]
     assert "color" not in columns["orders"] and "color" not in columns["customers"]
     products_model = model_of(before + after)
     # The two product streams share ids: the model replays both in order, as the table did.
-    assert same(rows_of(spark, f"lake.{namespace}.products", "id"), products_model)
+    assert same(rows_of(reader, f"lake.{namespace}.products", "id"), products_model)
     for t in first:
-        assert same(rows_of(spark, f"lake.{namespace}.{t}", "order_number" if t == "orders" else "id"), model_of(first[t]))
+        assert same(rows_of(reader, f"lake.{namespace}.{t}", "order_number" if t == "orders" else "id"), model_of(first[t]))
 
 
 @pytest.mark.parametrize("point", ["after_table_commit", "after_dead_letter", "random"])

@@ -159,8 +159,8 @@ class SyncRunner:
             resume, self.config.trigger.max_records, topics=topics, skip_losses=self.config.on_data_loss == "skip"
         )
         for t in topics:
-            if resume[t] is None:
-                self._unfed[t] = dict(plan.starts.get(t, {}))
+            if resume[t] is None and t in plan.starts:
+                self._unfed[t] = dict(plan.starts[t])
         return plan
 
     def run_batch(self) -> SyncBatchMetrics | None:
@@ -202,7 +202,7 @@ class SyncRunner:
                 )
             fed = {t for s in self.state.tables.values() for t in s.topics()}
             if bad_count or plan.losses or registry_changed or (read - fed):
-                self._write_dead_letters(bad, plan, batch_id)
+                self._write_dead_letters(bad if bad_count else None, plan, batch_id)
                 crash_point("after_dead_letter", batch_id)
             results = self._commit_tables(batch_id, plan, decoded)
         except IcetideError:
@@ -329,11 +329,15 @@ class SyncRunner:
             bad = bad.unionByName(self.spark.createDataFrame(rows, BAD_DDL))
         return bad
 
-    def _write_dead_letters(self, bad: DataFrame, plan: TopicsPlan, batch_id: int) -> None:
-        """Commit the batch's bad records with the registry and the dead-letter position, before any table."""
+    def _write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
+        """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
+        registry and the dead-letter position, before any table."""
         position = advance(self.state.dead_letter_position, {t: plan.ends[t] for t in plan.ends})
         summary = {"position": position, "tables": self.state.registry()}
-        self.dead_letter.write(bad, batch_id=batch_id, plan={}, source_position=summary)
+        if bad is None:
+            self.dead_letter.sink.committer.commit(batch_id, [], summary)
+        else:
+            self.dead_letter.write(bad, batch_id=batch_id, plan={}, source_position=summary)
         self.state.dead_letter_position = position
         self.state.dead_letter_batch = batch_id
 

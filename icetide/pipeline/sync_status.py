@@ -102,6 +102,7 @@ def _status(
     jtable.refresh()
     snapshot = jtable.currentSnapshot()
     summary = dict(snapshot.summary()) if snapshot is not None else {}
+    spark.catalog.refreshTable(name)  # a cached table object would count an old snapshot
     rows = int(spark.table(name).count())
     return TableStatus(
         table=name,

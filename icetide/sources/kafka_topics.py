@@ -106,9 +106,9 @@ class KafkaTopics:
 
         `positions[topic]` is where that topic resumes (partition -> next offset; a partition it
         lacks starts at its earliest offset); None or absent starts it at `starting_offsets`. The
-        budget is shared over the topics by their backlog (max-min fair); every topic gets at
-        least one offset's worth when the budget allows, since a broker's reported end can lag
-        (module docstring of icetide.sources.kafka). With `skip_losses`, records lost before
+        budget is shared over the topics by their reported backlog (max-min fair), and what
+        that leaves is shared equally, since a broker's reported end can lag (module docstring
+        of icetide.sources.kafka). With more topics than `max_records`, some wait for a later batch. With `skip_losses`, records lost before
         being read are returned in `losses` instead of raising DataLossError.
         """
         names = sorted(self.topics() if topics is None else topics)
@@ -119,15 +119,19 @@ class KafkaTopics:
             lags = dict(
                 zip(names, pool.map(lambda t: self.source(t).lag(_position(positions.get(t))), names), strict=True)
             )
-            budgets = allocate({t: max(1, lags[t]) for t in names}, max_records)
+            budgets = allocate({t: lags[t] for t in names}, max_records)
+            # A broker's reported end can lag what it holds (Tansu), so what the backlogs leave of
+            # the budget is shared by every topic: the plans' fetches find the true ends.
+            spare = max(0, max_records - sum(budgets.values()))
+            for i, t in enumerate(names):
+                budgets[t] += spare // len(names) + (1 if i < spare % len(names) else 0)
 
             def plan_one(topic: str) -> tuple[list[OffsetRange], dict[str, int], list[DataLoss]]:
                 losses: list[DataLoss] | None = [] if skip_losses else None
-                ranges, end = self.source(topic).plan(
-                    _position(positions.get(topic)), max(1, budgets[topic]), losses=losses
-                )
+                ranges, end = self.source(topic).plan(_position(positions.get(topic)), budgets[topic], losses=losses)
                 return ranges, end, losses or []
 
+            names = [t for t in names if budgets[t] > 0]  # more topics than max_records: the rest wait
             planned = list(pool.map(plan_one, names))
         for topic, (ranges, end, losses) in zip(names, planned, strict=True):
             out.ranges.extend(ranges)
