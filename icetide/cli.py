@@ -156,7 +156,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     line in a terminal."""
     from icetide.config import load_config
     from icetide.pipeline.runner_lock import RunnerLock
-
     from icetide.pipeline.sync import lock_config
 
     config = load_config(args.pipeline)  # bad config fails here, before Spark starts

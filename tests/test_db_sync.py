@@ -90,8 +90,18 @@ def new_row(table: str, key: int, version: int) -> dict[str, Any]:
             "product_id": 101 + key % 9,
         }
     if table == "customers":
-        return {"id": key, "first_name": f"f{key}", "last_name": f"l{version}", "email": f"c{key}.{version}@example.com"}
-    return {"id": key, "name": f"p{key}", "description": None if version % 2 else f"v{version}", "weight": 0.5 + version}
+        return {
+            "id": key,
+            "first_name": f"f{key}",
+            "last_name": f"l{version}",
+            "email": f"c{key}.{version}@example.com",
+        }
+    return {
+        "id": key,
+        "name": f"p{key}",
+        "description": None if version % 2 else f"v{version}",
+        "weight": 0.5 + version,
+    }
 
 
 def changes(
@@ -205,7 +215,9 @@ def test_config_names_the_bad_key() -> None:
             PipelineConfig.from_dict({**base, **change})
     orders = config.table_config("lake.inventory.orders")
     assert orders.partition_by == ()
-    override = PipelineConfig.from_dict({**base, "tables": {"lake.inventory.orders": {"partition_by": ["bucket(4, id)"]}}})
+    override = PipelineConfig.from_dict(
+        {**base, "tables": {"lake.inventory.orders": {"partition_by": ["bucket(4, id)"]}}}
+    )
     assert override.table_config("lake.inventory.orders").partition_by == ("bucket(4, id)",)
     assert override.table_config("lake.inventory.customers").partition_by == ()
 
@@ -253,9 +265,7 @@ def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker:
     request_close()
 
 
-def test_new_topic_while_running_and_a_column_added_to_one_table(
-    spark: Any, kafka_broker: str, warehouse: str
-) -> None:
+def test_new_topic_while_running_and_a_column_added_to_one_table(spark: Any, kafka_broker: str, warehouse: str) -> None:
     prefix, namespace = f"db{unique()}", f"sync{unique()}"
     streams = inventory_streams()
     first = {t: changes(streams[t], seed=3, count=12) for t in ("orders", "customers")}
@@ -299,23 +309,30 @@ def test_new_topic_while_running_and_a_column_added_to_one_table(
     # The two product streams share ids: the model replays both in order, as the table did.
     assert same(rows_of(reader, f"lake.{namespace}.products", "id"), products_model)
     for t in first:
-        assert same(rows_of(reader, f"lake.{namespace}.{t}", "order_number" if t == "orders" else "id"), model_of(first[t]))
+        assert same(
+            rows_of(reader, f"lake.{namespace}.{t}", "order_number" if t == "orders" else "id"), model_of(first[t])
+        )
 
 
 @pytest.mark.parametrize("point", ["after_table_commit", "after_dead_letter", "random"])
 def test_every_table_equals_its_source_after_kill_9(spark: Any, kafka_broker: str, tmp_path: Path, point: str) -> None:
     prefix, namespace = f"db{unique()}", f"kill{unique()}"
     streams = inventory_streams()
-    records = {t: changes(s, seed=10 + i, count=24) for i, (t, s) in enumerate(sorted(streams.items()))}
+    records = {t: changes(s, seed=10 + i, count=16) for i, (t, s) in enumerate(sorted(streams.items()))}
     # One record per batch that names no table: the dead-letter table must hold each exactly once.
-    bad = (0, None, json.dumps({"payload": {"op": "c", "after": {"id": 1}, "source": {"db": "inventory"}}}).encode(), None)
+    bad = (
+        0,
+        None,
+        json.dumps({"payload": {"op": "c", "after": {"id": 1}, "source": {"db": "inventory"}}}).encode(),
+        None,
+    )
     for t, recs in records.items():
         recs.insert(len(recs) // 2, bad)
         _create(kafka_broker, f"{prefix}.inventory.{t}")
         produce(kafka_broker, f"{prefix}.inventory.{t}", recs)
     warehouse = tmp_path / "wh"
     doc = pipeline_doc("kill", kafka_broker, prefix, namespace, warehouse=str(warehouse))
-    doc["trigger"] = {"interval": "1s", "max_records": 30}
+    doc["trigger"] = {"interval": "1s", "max_records": 21}
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc))
     crash_and_restart(config_path, point, batch="2", kill_after=(12, 20))
@@ -351,4 +368,3 @@ def _wait(done: Callable[[], bool], errors: list[BaseException], timeout: float 
         assert not errors, errors
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.3)
-

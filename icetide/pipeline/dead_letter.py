@@ -44,9 +44,7 @@ class DeadLetterTable:
         plan = state.source_position.get("plan")
         return plan if isinstance(plan, dict) else None
 
-    def write(
-        self, bad: DataFrame, *, batch_id: int, plan: dict[str, Any], source_position: Any = None
-    ) -> BatchResult:
+    def write(self, bad: DataFrame, *, batch_id: int, plan: dict[str, Any], source_position: Any = None) -> BatchResult:
         """Commit the batch's bad records (already counted non-empty by the caller).
 
         `source_position` replaces the recorded plan as the commit's position (a pipeline of

@@ -170,7 +170,7 @@ class SyncRunner:
         batch_id = self.state.next_batch_id()
         started = time.monotonic()
         plan = self.plan()
-        self._last_plan_full = plan.records >= self.config.trigger.max_records
+        self._last_plan_full = plan.full
         read = plan.topics_read()
         if not read and not plan.losses:
             return None
@@ -427,7 +427,9 @@ class SyncRunner:
                         at=datetime.now(UTC).isoformat(),
                     )
                     summary.restarts.append(event)
-                    log.warning("%s: %s; restart %d in %.1fs", self.config.pipeline, event.error, attempt, event.backoff_seconds)
+                    log.warning(
+                        "%s: %s; restart %d in %.1fs", self.config.pipeline, event.error, attempt, event.backoff_seconds
+                    )
                     if on_restart is not None:
                         on_restart(event)
                     self.topics.close()
@@ -510,9 +512,7 @@ def _below(held: dict[tuple[str, int], int], topic: Column, partition: Column, o
     """SQL: the record's offset is below what is already held for its topic-partition."""
     from pyspark.sql import functions as F
 
-    terms = [
-        (topic == F.lit(t)) & (partition == F.lit(p)) & (offset < F.lit(o)) for (t, p), o in sorted(held.items())
-    ]
+    terms = [(topic == F.lit(t)) & (partition == F.lit(p)) & (offset < F.lit(o)) for (t, p), o in sorted(held.items())]
     return reduce(lambda a, b: a | b, terms, F.lit(False))
 
 

@@ -72,9 +72,7 @@ def ensure_table_from_stream(spark: SparkSession, config: PipelineConfig, source
     create_from_definition(spark, t, found)
 
 
-def create_from_definition(
-    spark: SparkSession, t: TableConfig, found: tuple[EnvelopeSchema, list[str]] | None
-) -> None:
+def create_from_definition(spark: SparkSession, t: TableConfig, found: tuple[EnvelopeSchema, list[str]] | None) -> None:
     """Create table `t` from a stream's (row schema, key columns), as `definition_from_messages` found them."""
     if found is None:
         raise SourceError(

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from icetide.errors import ConfigError, DataLossError, SourceError
 from icetide.secrets import redacted_repr
@@ -159,7 +159,9 @@ class KafkaSourceConfig:
                 raise ConfigError(f"{prefix}.consumer.{name}: must be a string, number or boolean")
         topics = d.get("topics")
         if topics is not None and (
-            isinstance(topics, str) or not isinstance(topics, list | tuple) or not all(isinstance(t, str) for t in topics)
+            isinstance(topics, str)
+            or not isinstance(topics, list | tuple)
+            or not all(isinstance(t, str) for t in topics)
         ):
             raise ConfigError(f"{prefix}.topics: expected a list of topic names")
         pattern = d.get("topic_pattern")
@@ -199,7 +201,9 @@ class KafkaSourceConfig:
 def _check_topics(values: Mapping[str, Any], prefix: str) -> None:
     """Exactly one of topic, topics and topic_pattern; each well formed."""
     topic, topics, pattern = values.get("topic"), values.get("topics") or (), values.get("topic_pattern")
-    given = [n for n, v in (("topic", topic), ("topics", topics), ("topic_pattern", pattern)) if v not in (None, "", ())]
+    given = [
+        n for n, v in (("topic", topic), ("topics", topics), ("topic_pattern", pattern)) if v not in (None, "", ())
+    ]
     if not given:
         raise ConfigError(f"{prefix}.topic: required (or topics: [...], or topic_pattern: <regex>)")
     if len(given) > 1:
@@ -243,7 +247,10 @@ def _check_fields(values: Mapping[str, Any], prefix: str) -> None:
             raise ConfigError(f"{prefix}.{name}: must be a positive number of seconds, got {value!r}")
 
 
-def allocate(available: Mapping[int, int], budget: int, *, rotation: int = 0) -> dict[int, int]:
+_Share = TypeVar("_Share", int, str)  # what a budget is shared over: partitions, or topics
+
+
+def allocate(available: Mapping[_Share, int], budget: int, *, rotation: int = 0) -> dict[_Share, int]:
     """Split `budget` records across partitions fairly (max-min fair, i.e. water-filling).
 
     Every partition gets min(its backlog, an equal share), the unused share is spread again over

@@ -45,6 +45,7 @@ class TopicsPlan:
     starts: dict[str, TopicPosition] = field(default_factory=dict)  # topic -> partition -> first offset
     ends: dict[str, TopicPosition] = field(default_factory=dict)  # topic -> partition -> next offset after
     losses: list[DataLoss] = field(default_factory=list)
+    full: bool = False  # some topic got all the budget it was given: it may hold more
 
     @property
     def records(self) -> int:
@@ -108,8 +109,9 @@ class KafkaTopics:
         lacks starts at its earliest offset); None or absent starts it at `starting_offsets`. The
         budget is shared over the topics by their reported backlog (max-min fair), and what
         that leaves is shared equally, since a broker's reported end can lag (module docstring
-        of icetide.sources.kafka). With more topics than `max_records`, some wait for a later batch. With `skip_losses`, records lost before
-        being read are returned in `losses` instead of raising DataLossError.
+        of icetide.sources.kafka). With more topics than `max_records`, some wait for a later
+        batch. With `skip_losses`, records lost before being read are returned in `losses`
+        instead of raising DataLossError.
         """
         names = sorted(self.topics() if topics is None else topics)
         out = TopicsPlan()
@@ -141,6 +143,7 @@ class KafkaTopics:
                 starts[str(r.partition)] = r.start
             out.starts[topic] = starts
             out.losses.extend(losses)
+            out.full |= sum(r.count for r in ranges) >= budgets[topic]
         return out
 
     def lag_by_partition(self, positions: Mapping[str, Mapping[str, int] | None]) -> dict[str, int]:
@@ -149,9 +152,7 @@ class KafkaTopics:
         if not names:
             return {}
         with ThreadPoolExecutor(max_workers=min(PLANNER_THREADS, len(names))) as pool:
-            lags = list(
-                pool.map(lambda t: self.source(t).lag_by_partition(_position(positions.get(t)) or {}), names)
-            )
+            lags = list(pool.map(lambda t: self.source(t).lag_by_partition(_position(positions.get(t)) or {}), names))
         return {f"{t}/{p}": n for t, lag in zip(names, lags, strict=True) for p, n in sorted(lag.items())}
 
     def read(self, spark: SparkSession, ranges: Iterable[OffsetRange]) -> DataFrame:
