@@ -347,6 +347,7 @@ def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy:
             f"pass over {len(passed.reports)} of {len(tables)} table(s) in {passed.seconds:.1f}s"
             + (f"; next pass starts with {passed.not_reached[0]}" if passed.not_reached else ""),
             highlight=False,
+            soft_wrap=True,
         )
         if every is None:
             return 0

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from icetide.config import PipelineConfig
+from icetide.config import PipelineConfig, load_config
 from icetide.errors import ConfigError
 from icetide.pipeline.sync import SyncRunner
 from tests.commands import crash_and_restart, run_cli, warehouse_reader
@@ -220,6 +220,8 @@ def test_config_names_the_bad_key() -> None:
     )
     assert override.table_config("lake.inventory.orders").partition_by == ("bucket(4, id)",)
     assert override.table_config("lake.inventory.customers").partition_by == ()
+    example = load_config(Path(__file__).resolve().parent.parent / "examples" / "inventory-sync.yaml")
+    assert example.routes_tables and example.dead_letter and example.table.name == "lake.inventory.{table}"
 
 
 def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker: str, warehouse: str) -> None:

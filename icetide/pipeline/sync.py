@@ -60,6 +60,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TABLE_THREADS = 4  # tables decoded, written and committed at once (Spark runs their jobs side by side)
+# A table's share of a batch up to this many records is written by one task, hashed by key, without
+# the dynamic distribution's statistics pass: one Spark job less per table (docs/design.md, "Many tables").
+SMALL_SHARE_RECORDS = 50_000
 POSITION_COLUMNS = ["topic", "partition", "offset"]
 
 
@@ -89,6 +92,7 @@ class _TableBatch:
     order_by: str | None = None
     truncated: bool = False
     unknown_fields: dict[str, int] = field(default_factory=dict)
+    records: int = 0  # records routed to the table in this batch
 
 
 class SyncRunner:
@@ -180,15 +184,19 @@ class SyncRunner:
         try:
             counts = routed.groupBy(ROUTE_COLUMN, "topic").count().collect()
             routes: dict[str, set[str]] = {}
+            shares: dict[str, int] = {}
             for r in counts:
                 if r[ROUTE_COLUMN] is not None:
                     routes.setdefault(r[ROUTE_COLUMN], set()).add(r["topic"])
+                    shares[r[ROUTE_COLUMN]] = shares.get(r[ROUTE_COLUMN], 0) + int(r["count"])
             records_in = sum(int(r["count"]) for r in counts)
             created = [name for name in sorted(routes) if self._ensure_table(name, routed)]
             registry_changed = False
             for name, topics in sorted(routes.items()):
                 registry_changed |= self.state.register(name, {t: plan.starts[t] for t in topics})
             decoded = self._decode_tables(sorted(routes), routed, plan, kept)
+            for name, batch in decoded.items():
+                batch.records = shares.get(name, 0)
             read_seconds = time.monotonic() - started
             bad = self._bad_records(routed, decoded, plan)
             bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
@@ -356,6 +364,9 @@ class SyncRunner:
             if batch is not None:
                 sink = self.sinks[name]
                 sink.order_by = batch.order_by
+                small = batch.records <= SMALL_SHARE_RECORDS and self.config.distribution == "dynamic"
+                sink.distribution = "key" if small else self.config.distribution
+                sink.write_parallelism = 1 if small else self.config.write_parallelism
                 result = sink.write(
                     batch.good, batch_id=batch_id, source_position=position, input_cached=True, truncate=batch.truncated
                 )
