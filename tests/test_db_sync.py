@@ -267,13 +267,17 @@ def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker:
     request_close()
 
 
-def test_new_topic_while_running_and_a_column_added_to_one_table(spark: Any, kafka_broker: str, warehouse: str) -> None:
+def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_one_table(
+    spark: Any, kafka_broker: str, warehouse: str
+) -> None:
     prefix, namespace = f"db{unique()}", f"sync{unique()}"
     streams = inventory_streams()
     first = {t: changes(streams[t], seed=3, count=12) for t in ("orders", "customers")}
-    for t, recs in first.items():
-        _create(kafka_broker, f"{prefix}.inventory.{t}")
-        produce(kafka_broker, f"{prefix}.inventory.{t}", recs)
+    # One topic that carries two tables: the source blocks route them.
+    mixed = [r for pair in zip(first["orders"], first["customers"], strict=False) for r in pair]
+    mixed += first["orders"][len(first["customers"]) :] + first["customers"][len(first["orders"]) :]
+    _create(kafka_broker, f"{prefix}.inventory.mixed")
+    produce(kafka_broker, f"{prefix}.inventory.mixed", mixed)
     config = PipelineConfig.from_dict(
         pipeline_doc("live", kafka_broker, prefix, namespace, trigger={"interval": "0.3s", "max_records": 1000})
     )
@@ -289,7 +293,7 @@ def test_new_topic_while_running_and_a_column_added_to_one_table(spark: Any, kaf
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        _wait(lambda: all(_committed(runner, f"lake.{namespace}.{t}", 12) for t in first), errors)
+        _wait(lambda: all(_committed(runner, f"lake.{namespace}.{t}", len(mixed)) for t in first), errors)
         products = streams["products"]
         before = changes(products, seed=5, count=6)
         products.add_column("color", "string")
