@@ -93,6 +93,7 @@ class _TableBatch:
     truncated: bool = False
     unknown_fields: dict[str, int] = field(default_factory=dict)
     records: int = 0  # records routed to the table in this batch
+    bad_count: int = 0
 
 
 class SyncRunner:
@@ -178,32 +179,43 @@ class SyncRunner:
         read = plan.topics_read()
         if not read and not plan.losses:
             return None
-        raw = self.topics.read(self.spark, plan.ranges)
-        routed = with_routes(raw, self.config.table.name).persist(StorageLevel.MEMORY_AND_DISK)
-        kept: list[Any] = [routed]
+        from pyspark.sql import functions as F
+
+        kept: list[Any] = []
         try:
-            counts = routed.groupBy(ROUTE_COLUMN, "topic").count().collect()
+            # One pass over the whole batch: which tables it feeds, from which topics. Each table
+            # then reads only its own topics' ranges: a table's Spark jobs have as many tasks as
+            # it has ranges, not as many as the batch has (which would grow with tables squared).
+            counts = (
+                self._routed(plan, read)
+                .groupBy(ROUTE_COLUMN, "topic")
+                .agg(F.count(F.lit(1)).alias("records"), F.count(ROUTE_ERROR_COLUMN).alias("errors"))
+                .collect()
+            )
             routes: dict[str, set[str]] = {}
             shares: dict[str, int] = {}
             for r in counts:
                 if r[ROUTE_COLUMN] is not None:
                     routes.setdefault(r[ROUTE_COLUMN], set()).add(r["topic"])
-                    shares[r[ROUTE_COLUMN]] = shares.get(r[ROUTE_COLUMN], 0) + int(r["count"])
-            records_in = sum(int(r["count"]) for r in counts)
-            created = [name for name in sorted(routes) if self._ensure_table(name, routed)]
+                    shares[r[ROUTE_COLUMN]] = shares.get(r[ROUTE_COLUMN], 0) + int(r["records"])
+            records_in = sum(int(r["records"]) for r in counts)
+            unroutable = {r["topic"] for r in counts if r["errors"]}
+            created = [name for name in sorted(routes) if self._ensure_table(name, self._routed(plan, routes[name]))]
             registry_changed = False
             for name, topics in sorted(routes.items()):
                 registry_changed |= self.state.register(name, {t: plan.starts[t] for t in topics})
-            decoded = self._decode_tables(sorted(routes), routed, plan, kept)
+            decoded = self._decode_tables(routes, plan, kept)
             for name, batch in decoded.items():
                 batch.records = shares.get(name, 0)
             read_seconds = time.monotonic() - started
-            bad = self._bad_records(routed, decoded, plan)
-            bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
-            kept.append(bad)
-            bad_count = bad.count()
+            bad_count = 0
+            bad = None
+            if unroutable or plan.losses or any(d.bad_count for d in decoded.values()):
+                bad = self._bad_records(plan, unroutable, decoded).persist(StorageLevel.MEMORY_AND_DISK)
+                kept.append(bad)
+                bad_count = bad.count()
             if records_in and bad_count / records_in > self.config.max_bad_fraction:
-                first = bad.first()
+                first = bad.first() if bad is not None else None
                 raise TooManyBadRecordsError(
                     f"batch {batch_id}: {bad_count} of {records_in} records are bad, more than max_bad_fraction "
                     f"{self.config.max_bad_fraction}; first error: {first['error'] if first else '?'}"
@@ -270,10 +282,14 @@ class SyncRunner:
         self._sink(name)
         return True
 
-    def _decode_tables(
-        self, names: list[str], routed: DataFrame, plan: TopicsPlan, kept: list[Any]
-    ) -> dict[str, _TableBatch]:
-        """Each table's records of the batch (those it does not hold yet), decoded with its own schema."""
+    def _routed(self, plan: TopicsPlan, topics: set[str] | list[str]) -> DataFrame:
+        """The batch's records of `topics`, read from Kafka, each with its route (decode.route)."""
+        ranges = [r for r in plan.ranges if r.topic in topics and r.end > r.start]
+        return with_routes(self.topics.read(self.spark, ranges), self.config.table.name)
+
+    def _decode_tables(self, routes: dict[str, set[str]], plan: TopicsPlan, kept: list[Any]) -> dict[str, _TableBatch]:
+        """Each table's records of the batch (those it does not hold yet), decoded with its own
+        schema, its bad records counted; several tables at once."""
         from pyspark.sql import functions as F
 
         from icetide.decode.debezium import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, decode_debezium
@@ -284,7 +300,7 @@ class SyncRunner:
             sink = self.sinks[name]
             state = self.state.tables[name]
             held = skipped_below(state.effective(), plan.starts, state.topics())
-            rows = routed.where(F.col(ROUTE_COLUMN) == name)
+            rows = self._routed(plan, routes[name]).where(F.col(ROUTE_COLUMN) == name)
             if held:
                 rows = rows.where(~_below(held, F.col("topic"), F.col("partition"), F.col("offset")))
             rows = rows.select("topic", "partition", "offset", "timestamp", "key", "value")
@@ -305,36 +321,45 @@ class SyncRunner:
             kept.extend(local)
             order_by = c.order_by or changes.order_by
             good = changes.good.drop(*[x for x in (SOURCE_TS_COLUMN, SOURCE_ORDER_COLUMN) if x != order_by])
-            return _TableBatch(name, good, changes.bad, order_by, changes.truncated, changes.unknown_fields)
+            bad_count = changes.bad.count()  # materializes the decoded cache that good and bad share
+            return _TableBatch(
+                name, good, changes.bad, order_by, changes.truncated, changes.unknown_fields, bad_count=bad_count
+            )
 
+        names = sorted(routes)
         if not names:
             return {}
         with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(names))) as pool:
             return {b.name: b for b in pool.map(decode, names)}
 
-    def _bad_records(self, routed: DataFrame, decoded: dict[str, _TableBatch], plan: TopicsPlan) -> DataFrame:
+    def _bad_records(self, plan: TopicsPlan, unroutable: set[str], decoded: dict[str, _TableBatch]) -> DataFrame:
         """The batch's bad records not yet in the dead-letter table: unroutable ones and each table's."""
         from pyspark.sql import functions as F
 
         from icetide.decode.json import BAD_DDL, source_position
 
-        unroutable = routed.where(F.col(ROUTE_ERROR_COLUMN).isNotNull()).select(
-            F.col("value").cast("string").alias("payload"),
-            F.col(ROUTE_ERROR_COLUMN).alias("error"),
-            source_position(POSITION_COLUMNS).alias("source_position"),
-        )
-        frames = [unroutable, *(d.bad.select("payload", "error", "source_position") for d in decoded.values())]
+        frames = [d.bad.select("payload", "error", "source_position") for d in decoded.values() if d.bad_count]
+        if unroutable:
+            records = self._routed(plan, unroutable)
+            frames.append(
+                records.where(F.col(ROUTE_ERROR_COLUMN).isNotNull()).select(
+                    F.col("value").cast("string").alias("payload"),
+                    F.col(ROUTE_ERROR_COLUMN).alias("error"),
+                    source_position(POSITION_COLUMNS).alias("source_position"),
+                )
+            )
+        if plan.losses:
+            rows = [(None, f"data loss: {loss.reason}", loss.where()) for loss in plan.losses]
+            frames.append(self.spark.createDataFrame(rows, BAD_DDL))
         bad = reduce(lambda a, b: a.unionByName(b), frames)
         held = skipped_below(self.state.dead_letter_position, plan.starts, plan.starts)
         if held:
-            where = F.regexp_extract(F.col("source_position"), r"^(.*)/(\d+)@(\d+)$", 0)
-            topic = F.regexp_extract(F.col("source_position"), r"^(.*)/(\d+)@(\d+)$", 1)
-            partition = F.regexp_extract(F.col("source_position"), r"^(.*)/(\d+)@(\d+)$", 2).cast("int")
-            offset = F.regexp_extract(F.col("source_position"), r"^(.*)/(\d+)@(\d+)$", 3).cast("bigint")
-            bad = bad.where((where == "") | ~_below(held, topic, partition, offset))
-        if plan.losses:
-            rows = [(None, f"data loss: {loss.reason}", loss.where()) for loss in plan.losses]
-            bad = bad.unionByName(self.spark.createDataFrame(rows, BAD_DDL))
+            pattern = r"^(.*)/(\d+)@(\d+)$"
+            topic = F.regexp_extract(F.col("source_position"), pattern, 1)
+            partition = F.regexp_extract(F.col("source_position"), pattern, 2).cast("int")
+            offset = F.regexp_extract(F.col("source_position"), pattern, 3).cast("bigint")
+            where = F.col("source_position").rlike(pattern)
+            bad = bad.where(~where | ~_below(held, topic, partition, offset))
         return bad
 
     def _write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
