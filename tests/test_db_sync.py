@@ -323,7 +323,7 @@ def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_o
 @pytest.mark.parametrize("point", ["after_table_commit", "after_dead_letter", "random"])
 def test_every_table_equals_its_source_after_kill_9(spark: Any, kafka_broker: str, tmp_path: Path, point: str) -> None:
     prefix, namespace = f"db{unique()}", f"kill{unique()}"
-    streams = inventory_streams()
+    streams = {t: s for t, s in inventory_streams().items() if t != "products"}  # two tables keep it short
     records = {t: changes(s, seed=10 + i, count=16) for i, (t, s) in enumerate(sorted(streams.items()))}
     # One record per batch that names no table: the dead-letter table must hold each exactly once.
     bad = (
@@ -338,7 +338,7 @@ def test_every_table_equals_its_source_after_kill_9(spark: Any, kafka_broker: st
         produce(kafka_broker, f"{prefix}.inventory.{t}", recs)
     warehouse = tmp_path / "wh"
     doc = pipeline_doc("kill", kafka_broker, prefix, namespace, warehouse=str(warehouse))
-    doc["trigger"] = {"interval": "1s", "max_records": 21}
+    doc["trigger"] = {"interval": "1s", "max_records": 14}
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc))
     crash_and_restart(config_path, point, batch="2", kill_after=(12, 20))
