@@ -368,6 +368,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     policy = MaintenancePolicy(fold_deletes=args.fold_deletes, time_budget_seconds=budget)
     config = _routing_pipeline(args)
     if config is not None:
+        if args.orphans:
+            raise ConfigError("--orphans: name one table of the pipeline (icetide maintain TABLE --pipeline FILE)")
         return _maintain_pipeline(args, config, policy, every)
     console = Console(stderr=True)
     with console.status("starting Spark ...") if console.is_terminal else _nothing():
