@@ -1,6 +1,7 @@
 """Benchmark: Kafka -> Iceberg append through the runner, beside the practical limits.
 
     .venv/bin/python bench/ingest.py [--events 1000000] [--freshness-seconds 30] [--record]
+    .venv/bin/python bench/ingest.py --tables 50 [--events-per-table 20000] [--rounds 1]   (bench/ingest_tables.py)
 
 Starts a Tansu broker on 127.0.0.1, produces `events` JSON events of about 200 bytes into 4
 partitions, and measures in one run:
@@ -325,8 +326,32 @@ def main() -> None:
         metavar="N",
         help="instead: N rows as plain JSON and as Debezium messages with schemas (bench/ingest_debezium.py)",
     )
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of --debezium")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of --debezium or --tables")
+    p.add_argument(
+        "--tables",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N topics into N tables through one pipeline, against one table (bench/ingest_tables.py)",
+    )
+    p.add_argument("--events-per-table", type=int, default=20_000, help="messages per table with --tables")
     args = p.parse_args()
+    if args.tables:
+        from bench.ingest_tables import run_tables
+
+        body = in_temp_warehouse(
+            lambda wh: run_tables(
+                args.tables,
+                args.events_per_table,
+                wh,
+                Path(wh) / "tansu.log",
+                args.max_records,
+                args.rounds,
+                SCHEMA,
+            )
+        )
+        report("bench/ingest.py --tables: a database of many tables through one pipeline", body, save=args.record)
+        return
     if args.debezium:
         from bench.ingest_debezium import run_debezium
 

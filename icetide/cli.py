@@ -156,9 +156,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     line in a terminal."""
     from icetide.config import load_config
     from icetide.pipeline.runner_lock import RunnerLock
+    from icetide.pipeline.sync import lock_config
 
     config = load_config(args.pipeline)  # bad config fails here, before Spark starts
-    lock = RunnerLock(config)
+    lock = RunnerLock(lock_config(config))
     lock.acquire()  # a local warehouse's runner lock, also before Spark starts: a second runner exits at once
     try:
         return _run_held(args, config)
@@ -170,13 +171,16 @@ def _run_held(args: argparse.Namespace, config: PipelineConfig) -> int:
     from rich.console import Console
 
     from icetide.pipeline.runner import BatchMetrics, RestartMetrics, Runner
+    from icetide.pipeline.sync import SyncRunner
     from icetide.pipeline.two_stage import TwoStageRunner
 
     console = Console(stderr=True)
     interactive = console.is_terminal
     with console.status(f"starting pipeline {config.pipeline} ...") if interactive else _nothing():
         if config.stateful is not None:
-            runner: Runner | TwoStageRunner = TwoStageRunner(config)
+            runner: Runner | TwoStageRunner | SyncRunner = TwoStageRunner(config)
+        elif config.routes_tables:
+            runner = SyncRunner(config)
         else:
             runner = Runner(config)
     totals = {"batches": 0, "rows": 0, "bad": 0}
@@ -227,6 +231,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from icetide.maintenance.health import files_over_time_html, table_health
 
+    config = _routing_pipeline(args)
+    if config is not None:
+        return _pipeline_status(args, config)
     spark, table, catalog = _table_session(args)
     health = table_health(spark, table)
     if args.chart:
@@ -272,6 +279,82 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _routing_pipeline(args: argparse.Namespace) -> PipelineConfig | None:
+    """The pipeline file's config when it routes to many tables and no single table is named."""
+    if not args.pipeline or args.table:
+        return None
+    from icetide.config import load_config
+
+    config = load_config(args.pipeline)
+    if not config.routes_tables:
+        return None
+    if args.warehouse or args.catalog_option:
+        raise ConfigError("--pipeline: the pipeline file names the catalog; drop --warehouse / --catalog-option")
+    return config
+
+
+def _pipeline_status(args: argparse.Namespace, config: PipelineConfig) -> int:
+    """`icetide status --pipeline FILE` of a pipeline of many tables: one line per table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from icetide.pipeline.runner import pipeline_session
+    from icetide.pipeline.sync_status import pipeline_status, status_json
+
+    statuses = pipeline_status(pipeline_session(config), config)
+    if args.json:
+        print(status_json(statuses))
+        return 0
+    view = Table(title=f"pipeline {config.pipeline}: {len(statuses) - 1} table(s) and the dead-letter table")
+    for column in ("table", "last batch", "position", "lag", "last commit", "rows", "data files", "delete files"):
+        view.add_column(column, justify="left" if column in ("table", "position", "last commit") else "right")
+    for s in statuses:
+        where = ", ".join(f"{t}/{p}@{o}" for t, parts in sorted(s.position.items()) for p, o in sorted(parts.items()))
+        view.add_row(
+            s.table + (" (dead letters)" if s.dead_letter else ""),
+            "-" if s.last_batch is None else str(s.last_batch),
+            where[:60] + ("..." if len(where) > 60 else ""),
+            "-" if s.lag is None else f"{s.lag:,}",
+            s.last_commit or "-",
+            "-" if s.rows is None else f"{s.rows:,}",
+            str(s.data_files),
+            str(s.delete_files),
+        )
+    Console(width=200).print(view)
+    return 0
+
+
+def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy: Any, every: float | None) -> int:
+    """`icetide maintain --pipeline FILE` of a pipeline of many tables: passes over all of them,
+    each within --time-budget; a pass starts where the last one stopped."""
+    from rich.console import Console
+
+    from icetide.maintenance.maintain import maintain_tables
+    from icetide.pipeline.runner import pipeline_session
+    from icetide.pipeline.sync import read_sync_state
+
+    console = Console(stderr=True)
+    spark = pipeline_session(config)
+    start = 0
+    while True:
+        assert config.dead_letter is not None
+        tables = [*sorted(read_sync_state(spark, config).tables), config.dead_letter]
+        passed = maintain_tables(spark, tables, policy, start=start)
+        start = passed.next_start
+        for report in passed.reports:
+            for line in report.lines():
+                console.print(f"{report.table}: {line}", highlight=False, soft_wrap=True)
+        console.print(
+            f"pass over {len(passed.reports)} of {len(tables)} table(s) in {passed.seconds:.1f}s"
+            + (f"; next pass starts with {passed.not_reached[0]}" if passed.not_reached else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+        if every is None:
+            return 0
+        time.sleep(every)
+
+
 def cmd_maintain(args: argparse.Namespace) -> int:
     """One maintenance run, or one every --every interval until interrupted; progress bars in a terminal."""
     from rich.console import Console
@@ -284,6 +367,11 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     every = parse_duration(args.every, "--every") if args.every else None
     budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
     policy = MaintenancePolicy(fold_deletes=args.fold_deletes, time_budget_seconds=budget)
+    config = _routing_pipeline(args)
+    if config is not None:
+        if args.orphans:
+            raise ConfigError("--orphans: name one table of the pipeline (icetide maintain TABLE --pipeline FILE)")
+        return _maintain_pipeline(args, config, policy, every)
     console = Console(stderr=True)
     with console.status("starting Spark ...") if console.is_terminal else _nothing():
         spark, table, _ = _table_session(args)

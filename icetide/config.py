@@ -54,7 +54,11 @@ TOP_LEVEL_KEYS = {
     "max_nesting_depth",
     "restart",
     "on_data_loss",
+    "tables",
 }
+# The placeholders a table-name template may hold (Debezium's source block, and the Kafka topic).
+TABLE_NAME_PLACEHOLDERS = ("db", "schema", "table", "topic")
+TABLE_OVERRIDE_KEYS = {"partition_by", "properties", "target_file_size"}
 FAST_PATH_MODES = ("auto", "off")
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024  # a bigger payload is a bad record (README: bad records)
 MAX_RECORD_BYTES_LIMIT = 16 * 1024 * 1024  # Spark's JSON reader (Jackson) refuses strings over 20M chars
@@ -164,6 +168,63 @@ class TableConfig:
             partition_by=tuple(str(p) for p in partition_by),
             properties={str(k): str(v) for k, v in (d.get("properties") or {}).items()},
             target_file_size=parse_size(size, "table.target_file_size") if size is not None else None,
+        )
+
+
+def table_name_placeholders(name: str, key: str = "table.name") -> tuple[str, ...]:
+    """The placeholders of a table-name template (`lake.inventory.{table}` -> ("table",)), in order.
+
+    A name without any is a plain table name. Raises ConfigError naming `key` for a placeholder
+    other than {db}, {schema}, {table} and {topic}, a malformed brace, or one in the catalog part
+    (a pipeline writes to one catalog).
+    """
+    import string
+
+    try:
+        parts = list(string.Formatter().parse(name))
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {name!r} is not a valid template ({exc})") from None
+    fields: list[str] = []
+    for _, field_name, spec, conversion in parts:
+        if field_name is None:
+            continue
+        if field_name not in TABLE_NAME_PLACEHOLDERS or spec or conversion:
+            raise ConfigError(
+                f"{key}: unknown placeholder {{{field_name}}} in {name!r} "
+                f"(allowed: {', '.join('{' + p + '}' for p in TABLE_NAME_PLACEHOLDERS)})"
+            )
+        fields.append(field_name)
+    if fields and "{" in name.split(".")[0]:
+        raise ConfigError(f"{key}: the catalog part of {name!r} must be fixed (a pipeline writes to one catalog)")
+    return tuple(fields)
+
+
+@dataclass(frozen=True)
+class TableOverride:
+    """Settings for one table of a pipeline that routes to many (`tables: {<name>: {...}}`)."""
+
+    partition_by: tuple[str, ...] | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    target_file_size: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> TableOverride:
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, e.g. {{partition_by: ['bucket(16, id)']}}")
+        _unknown(d, TABLE_OVERRIDE_KEYS, f"{where}.")
+        partition_by = d.get("partition_by")
+        if partition_by is not None and (
+            isinstance(partition_by, str) or not all(isinstance(p, str) for p in partition_by)
+        ):
+            raise ConfigError(f"{where}.partition_by: expected a list, e.g. ['bucket(16, id)']")
+        properties = d.get("properties") or {}
+        if not isinstance(properties, Mapping):
+            raise ConfigError(f"{where}.properties: expected a mapping of table properties")
+        size = d.get("target_file_size")
+        return cls(
+            partition_by=tuple(partition_by) if partition_by is not None else None,
+            properties={str(k): str(v) for k, v in properties.items()},
+            target_file_size=parse_size(size, f"{where}.target_file_size") if size is not None else None,
         )
 
 
@@ -417,6 +478,31 @@ class PipelineConfig:
     max_nesting_depth: int = DEFAULT_MAX_NESTING_DEPTH
     restart: RestartConfig = field(default_factory=RestartConfig)
     on_data_loss: Literal["fail", "skip"] = "fail"  # source records lost before being read (docs/runner.md)
+    tables: dict[str, TableOverride] = field(default_factory=dict)  # per-table settings of a routing pipeline
+
+    @property
+    def routes_tables(self) -> bool:
+        """Does this pipeline route records to many tables (a template name, or several topics)?
+
+        Such a pipeline runs on icetide.pipeline.sync.SyncRunner: one table per source table.
+        """
+        if self.source_kind != "kafka":
+            return False
+        kafka = self.source["kafka"]
+        return bool(table_name_placeholders(self.table.name)) or "topics" in kafka or "topic_pattern" in kafka
+
+    def table_config(self, name: str) -> TableConfig:
+        """The definition of routed table `name`: the `table` block with `tables.<name>` over it."""
+        t = self.table
+        o = self.tables.get(name, TableOverride())
+        return TableConfig(
+            name=name,
+            schema=t.schema,
+            key=t.key,
+            partition_by=o.partition_by if o.partition_by is not None else t.partition_by,
+            properties={**t.properties, **o.properties},
+            target_file_size=o.target_file_size if o.target_file_size is not None else t.target_file_size,
+        )
 
     @property
     def source_kind(self) -> str:
@@ -443,7 +529,22 @@ class PipelineConfig:
         kind = next(iter(source))
         if not isinstance(source[kind], Mapping):
             raise ConfigError(f"source.{kind}: expected a mapping of settings")
-        fmt = d.get("format", "json")
+        table_block = d.get("table")
+        template = (
+            table_name_placeholders(str(table_block["name"]))
+            if isinstance(table_block, Mapping) and table_block.get("name")
+            else ()
+        )
+        many_topics = kind == "kafka" and ("topics" in source[kind] or "topic_pattern" in source[kind])
+        routing = bool(template) or many_topics
+        fmt = d.get("format", "debezium" if routing else "json")
+        if routing and fmt != "debezium":
+            raise ConfigError(
+                "format: a pipeline with a table-name template or several topics reads Debezium change events; "
+                "use format: debezium"
+            )
+        if template and kind != "kafka":
+            raise ConfigError("table.name: a template routes Kafka records; source.files writes one table")
         if fmt not in ("json", "debezium"):
             raise ConfigError(f"format: {fmt!r} is not one of json, debezium")
         mode = d.get("mode", "upsert")
@@ -530,7 +631,12 @@ class PipelineConfig:
             max_nesting_depth=max_nesting_depth,
             restart=RestartConfig.from_dict(d.get("restart")),
             on_data_loss=on_data_loss,
+            tables=_table_overrides(d.get("tables")),
         )
+        if routing:
+            _check_routing(config)
+        elif config.tables:
+            raise ConfigError("tables: per-table settings need a table-name template or several topics")
         if table.schema is None and config.stateful is not None:
             raise ConfigError("table.schema: a stateful pipeline needs its table's schema and key in the file")
         if config.stateful is not None and mode != "upsert":
@@ -540,6 +646,47 @@ class PipelineConfig:
         if config.dead_letter and len(config.dead_letter.split(".")) < 3:
             raise ConfigError(f"dead_letter: {config.dead_letter!r} must be <catalog>.<namespace>.<table>")
         return config
+
+
+def _table_overrides(d: Any) -> dict[str, TableOverride]:
+    if d is None:
+        return {}
+    if not isinstance(d, Mapping):
+        raise ConfigError("tables: expected a mapping of table name to settings, e.g. {lake.db.orders: {...}}")
+    out = {}
+    for name, settings in d.items():
+        if len(str(name).split(".")) < 3 or "{" in str(name):
+            raise ConfigError(f"tables.{name}: must be a table's full name <catalog>.<namespace>.<table>")
+        out[str(name)] = TableOverride.from_dict(settings, f"tables.{name}")
+    return out
+
+
+def _check_routing(config: PipelineConfig) -> None:
+    """A pipeline that routes to many tables: validated at load, each error naming its key."""
+    from icetide.sources.kafka import KafkaSourceConfig
+
+    KafkaSourceConfig.from_dict(config.source["kafka"])
+    if config.dead_letter is None:
+        raise ConfigError(
+            "dead_letter: required for a pipeline that routes to many tables (its one dead-letter table "
+            "also records which tables the pipeline feeds)"
+        )
+    if config.stateful is not None:
+        raise ConfigError("merge: a stateful pipeline writes one table; it cannot route to many")
+    if config.metrics is not None:
+        raise ConfigError("metrics: the Prometheus endpoint serves one table's pipeline; not yet one of many tables")
+    if config.maintenance is not None and config.maintenance.on_thread:
+        raise ConfigError(
+            "maintenance.every: a pipeline of many tables maintains them between batches; use every_batches"
+        )
+    catalog = config.catalog
+    for name in config.tables:
+        if name.split(".")[0] != catalog:
+            raise ConfigError(f"tables.{name}: not in the pipeline's catalog {catalog!r}")
+    if "{" in config.dead_letter:
+        raise ConfigError(f"dead_letter: {config.dead_letter!r} must be one fixed table (the pipeline keeps one)")
+    if config.dead_letter.split(".")[0] != catalog:
+        raise ConfigError(f"dead_letter: {config.dead_letter!r} is not in the pipeline's catalog {catalog!r}")
 
 
 def load_config(path: str | Path) -> PipelineConfig:

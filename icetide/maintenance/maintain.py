@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -199,3 +199,51 @@ def maintain(
     )
     log.info("maintenance of %s: %s", table, "; ".join(report.lines()))
     return report
+
+
+@dataclass(frozen=True)
+class TablesPass:
+    """One maintenance pass over several tables: what it did, and where the next pass starts."""
+
+    reports: list[MaintenanceReport]
+    not_reached: list[str]  # tables the time budget left for the next pass
+    next_start: int  # index (into the pass's table list) the next pass starts from
+    seconds: float
+
+
+def maintain_tables(
+    spark: SparkSession,
+    tables: list[str],
+    policy: MaintenancePolicy | None = None,
+    *,
+    start: int = 0,
+    progress: ProgressCallback | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> TablesPass:
+    """One pass of `maintain` over `tables` (a pipeline's), within the policy's time budget for the whole pass.
+
+    Tables are taken in turn from index `start` (wrapping around); each gets what is left of the
+    budget. Once it is spent, the remaining tables wait for the next pass, which starts with the
+    first of them (`next_start`), so every table is reached over a few passes however many there are.
+    """
+    p = policy or MaintenancePolicy()
+    started = time.monotonic()
+    budget = p.time_budget_seconds
+    reports: list[MaintenanceReport] = []
+    n = len(tables)
+    order = [tables[(start + i) % n] for i in range(n)] if n else []
+    done = 0
+    for table in order:
+        left = None if budget is None else budget - (time.monotonic() - started)
+        if (left is not None and left <= 0 and done) or (stop is not None and stop()):
+            break
+        table_policy = p if left is None else replace(p, time_budget_seconds=max(0.0, left))
+        reports.append(maintain(spark, table, table_policy, progress=progress, stop=stop))
+        done += 1
+    not_reached = order[done:]
+    return TablesPass(
+        reports=reports,
+        not_reached=not_reached,
+        next_start=(start + done) % n if n else 0,
+        seconds=time.monotonic() - started,
+    )

@@ -44,8 +44,11 @@ class DeadLetterTable:
         plan = state.source_position.get("plan")
         return plan if isinstance(plan, dict) else None
 
-    def write(self, bad: DataFrame, *, batch_id: int, plan: dict[str, Any]) -> BatchResult:
-        """Commit the batch's bad records (already counted non-empty by the caller)."""
+    def write(self, bad: DataFrame, *, batch_id: int, plan: dict[str, Any], source_position: Any = None) -> BatchResult:
+        """Commit the batch's bad records (already counted non-empty by the caller).
+
+        `source_position` replaces the recorded plan as the commit's position (a pipeline of
+        many tables records its registry there, icetide.pipeline.sync_state)."""
         from pyspark.sql import functions as F
 
         rows = bad.select(
@@ -57,7 +60,8 @@ class DeadLetterTable:
             F.current_timestamp().alias("failed_at"),
             F.lit("INSERT").alias("_op"),
         )
-        return self.sink.write(rows, batch_id=batch_id, source_position={"plan": plan})
+        position = source_position if source_position is not None else {"plan": plan}
+        return self.sink.write(rows, batch_id=batch_id, source_position=position)
 
     def remove_abandoned_files(self) -> int:
         """Delete files of dead-letter batches that never committed (after a crash)."""

@@ -21,7 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig, TableConfig
-from icetide.errors import IcetideError, SourceError, TerminalError, is_transient, one_line
+from icetide.errors import ConfigError, IcetideError, SourceError, TerminalError, is_transient, one_line
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.dead_letter import DeadLetterTable
@@ -138,6 +138,11 @@ class Runner:
     """Runs one pipeline config against its table until stopped (or once through the backlog)."""
 
     def __init__(self, config: PipelineConfig, spark: SparkSession | None = None) -> None:
+        if config.routes_tables:
+            raise ConfigError(
+                "table.name: this pipeline routes to many tables; run it with icetide.pipeline.sync.SyncRunner "
+                "(icetide.run and `icetide run` do)"
+            )
         self.config = config
         self.spark = spark = spark or pipeline_session(config)
         t = config.table
@@ -523,4 +528,8 @@ def run(config: PipelineConfig | str, *, once: bool = False, spark: SparkSession
             return TwoStageRunner(cfg, spark).run(once=once)
         finally:
             lock.release()
+    if cfg.routes_tables:
+        from icetide.pipeline.sync import SyncRunner
+
+        return SyncRunner(cfg, spark).run(once=once)
     return Runner(cfg, spark).run(once=once)

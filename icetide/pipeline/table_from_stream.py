@@ -12,7 +12,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from icetide.config import PipelineConfig
+from icetide.config import PipelineConfig, TableConfig
 from icetide.decode.connect import EnvelopeSchema, column_ddl, parse_envelope_schema, parse_key_schema
 from icetide.errors import ConfigError, SourceError
 from icetide.table.catalog import create_table, table_exists
@@ -69,6 +69,11 @@ def ensure_table_from_stream(spark: SparkSession, config: PipelineConfig, source
         raw = source.read(spark, plan, StructType([]))
         rows = raw.where(F.col("value").isNotNull()).select("key", "value").limit(SAMPLE_MESSAGES).collect()
         found = definition_from_messages([(r["key"], r["value"]) for r in rows])
+    create_from_definition(spark, t, found)
+
+
+def create_from_definition(spark: SparkSession, t: TableConfig, found: tuple[EnvelopeSchema, list[str]] | None) -> None:
+    """Create table `t` from a stream's (row schema, key columns), as `definition_from_messages` found them."""
     if found is None:
         raise SourceError(
             f"cannot create {t.name} from the stream yet: no Debezium message with a schema and a key among the "
@@ -77,7 +82,7 @@ def ensure_table_from_stream(spark: SparkSession, config: PipelineConfig, source
     envelope, key = found
     missing = [k for k in key if envelope.field(k) is None]
     if missing:
-        raise SourceError(f"the message key names {', '.join(missing)}, which the row schema lacks")
+        raise SourceError(f"{t.name}: the message key names {', '.join(missing)}, which the row schema lacks")
     ddl = ", ".join(f"`{f.name}` {column_ddl(f)}{' NOT NULL' if f.name in key else ''}" for f in envelope.fields)
     log.info("creating %s from the stream's schema: %s; key %s", t.name, ddl, ", ".join(key))
     create_table(

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from icetide.errors import ConfigError, DataLossError, SourceError
 from icetide.secrets import redacted_repr
@@ -76,6 +76,8 @@ POSITION_COLUMNS = ["topic", "partition", "offset"]  # for decode's source_posit
 _CONFIG_KEYS = (
     "bootstrap_servers",
     "topic",
+    "topics",
+    "topic_pattern",
     "starting_offsets",
     "consumer",
     "read_timeout_seconds",
@@ -115,12 +117,14 @@ class KafkaSourceConfig:
     """
 
     bootstrap_servers: str
-    topic: str
+    topic: str = ""  # one topic; or `topics`, or `topic_pattern` (exactly one of the three)
     starting_offsets: str = EARLIEST
     consumer: Mapping[str, str] = field(default_factory=dict)
     read_timeout_seconds: float = 60.0  # a range read making no progress this long fails
     metadata_timeout_seconds: float = 10.0  # each metadata / watermark request on the driver
     probe_timeout_seconds: float = 5.0  # fetching to the true end of the partitions a batch drains
+    topics: tuple[str, ...] = ()  # several topics (icetide.sources.kafka_topics)
+    topic_pattern: str | None = None  # every topic whose whole name matches; new ones are picked up
 
     __repr__ = redacted_repr  # sasl.password and the like show as ***
 
@@ -153,9 +157,21 @@ class KafkaSourceConfig:
                 settings[str(name)] = str(value)
             else:
                 raise ConfigError(f"{prefix}.consumer.{name}: must be a string, number or boolean")
+        topics = d.get("topics")
+        if topics is not None and (
+            isinstance(topics, str)
+            or not isinstance(topics, list | tuple)
+            or not all(isinstance(t, str) for t in topics)
+        ):
+            raise ConfigError(f"{prefix}.topics: expected a list of topic names")
+        pattern = d.get("topic_pattern")
+        if pattern is not None and not isinstance(pattern, str):
+            raise ConfigError(f"{prefix}.topic_pattern: expected a regular expression (a string)")
         values: dict[str, Any] = {
             "bootstrap_servers": d.get("bootstrap_servers"),
-            "topic": d.get("topic"),
+            "topic": d.get("topic") if d.get("topic") is not None else "",
+            "topics": tuple(topics) if topics is not None else (),
+            "topic_pattern": pattern,
             "starting_offsets": str(d.get("starting_offsets", EARLIEST)),
             "consumer": settings,
         }
@@ -182,8 +198,35 @@ class KafkaSourceConfig:
         return settings
 
 
+def _check_topics(values: Mapping[str, Any], prefix: str) -> None:
+    """Exactly one of topic, topics and topic_pattern; each well formed."""
+    topic, topics, pattern = values.get("topic"), values.get("topics") or (), values.get("topic_pattern")
+    given = [
+        n for n, v in (("topic", topic), ("topics", topics), ("topic_pattern", pattern)) if v not in (None, "", ())
+    ]
+    if not given:
+        raise ConfigError(f"{prefix}.topic: required (or topics: [...], or topic_pattern: <regex>)")
+    if len(given) > 1:
+        raise ConfigError(f"{prefix}.{given[1]}: give exactly one of topic, topics and topic_pattern")
+    if topic not in (None, "") and not isinstance(topic, str):
+        raise ConfigError(f"{prefix}.topic: must be a string, got {topic!r}")
+    if topic not in (None, "") and not str(topic).strip():
+        raise ConfigError(f"{prefix}.topic: required")
+    for t in topics:
+        if not isinstance(t, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", t):
+            raise ConfigError(f"{prefix}.topics: {t!r} is not a Kafka topic name")
+    if len(set(topics)) != len(topics):
+        raise ConfigError(f"{prefix}.topics: a topic is listed twice")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"{prefix}.topic_pattern: {pattern!r} is not a regular expression ({exc})") from None
+
+
 def _check_fields(values: Mapping[str, Any], prefix: str) -> None:
-    for name in ("bootstrap_servers", "topic"):
+    _check_topics(values, prefix)
+    for name in ("bootstrap_servers",):
         value = values.get(name)
         if value is None or (isinstance(value, str) and not value.strip()):
             raise ConfigError(f"{prefix}.{name}: required")
@@ -204,7 +247,10 @@ def _check_fields(values: Mapping[str, Any], prefix: str) -> None:
             raise ConfigError(f"{prefix}.{name}: must be a positive number of seconds, got {value!r}")
 
 
-def allocate(available: Mapping[int, int], budget: int, *, rotation: int = 0) -> dict[int, int]:
+_Share = TypeVar("_Share", int, str)  # what a budget is shared over: partitions, or topics
+
+
+def allocate(available: Mapping[_Share, int], budget: int, *, rotation: int = 0) -> dict[_Share, int]:
     """Split `budget` records across partitions fairly (max-min fair, i.e. water-filling).
 
     Every partition gets min(its backlog, an equal share), the unused share is spread again over

@@ -1,0 +1,144 @@
+"""A database of many tables through one pipeline, beside one table with the same events
+(bench/ingest.py --tables N [--events-per-table E]).
+
+N topics of E Debezium JSON-converter messages each (`schemas.enable=true`, a MySQL source block
+naming table t<i>), drained by one `table.name: lake.bench_sync.{table}` pipeline (SyncRunner)
+into N tables; and the same N x E messages in one topic (4 partitions) drained by the
+single-table runner into one table. Both in upsert mode with the same table schema, key and
+batch size, in alternating order. rows/s per core is rows over the CPU seconds this benchmark's
+processes (driver, Spark JVM, Python workers, broker) spent during the run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from bench.common import median, render_table
+from bench.ingest_debezium import debezium_event
+
+
+def produce_tables(bootstrap: str, prefix: str, tables: int, per_table: int, event: Any) -> tuple[list[str], str]:
+    """`per_table` messages into each of `tables` topics, and all of them into one more topic."""
+    from confluent_kafka import Producer
+
+    from tests.kafka_broker import create_topic
+
+    topics = [create_topic(bootstrap, partitions=1, prefix=f"{prefix}.t{i:03d}") for i in range(tables)]
+    single = create_topic(bootstrap, partitions=4, prefix=f"{prefix}-all")
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 500000})
+    now = int(time.time() * 1000)
+    n = 0
+    for i, topic in enumerate(topics):
+        for j in range(per_table):
+            row = json.loads(event(n, now))
+            value = debezium_event(row, n).replace(b'"table": "events"', f'"table": "t{i:03d}"'.encode())
+            for target, partition in ((topic, 0), (single, n % 4)):
+                while True:
+                    try:
+                        producer.produce(target, value=value, partition=partition)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            n += 1
+            del j
+    producer.flush(300)
+    return topics, single
+
+
+def _config(bootstrap: str, name: str, source: dict[str, Any], table: str, schema: str, max_records: int) -> Any:
+    from icetide.config import PipelineConfig
+
+    return PipelineConfig.from_dict(
+        {
+            "pipeline": name,
+            "source": {"kafka": {"bootstrap_servers": bootstrap, "starting_offsets": "earliest", **source}},
+            "format": "debezium",
+            "table": {"name": table, "schema": schema, "key": ["event_id", "event_time"]},
+            "mode": "upsert",
+            "trigger": {"interval": "1s", "max_records": max_records},
+            "dead_letter": f"lake.bench_sync.{name}_dead_letter",
+        }
+    )
+
+
+def run_tables(
+    tables: int, per_table: int, warehouse: str, broker_log: Any, max_records: int, rounds: int, schema: str
+) -> str:
+    """Alternating rounds: N tables through one SyncRunner, and one table with the same events."""
+    from bench.common import bench_session
+    from bench.ingest import event, process_cpu_seconds
+    from icetide.pipeline.runner import Runner
+    from icetide.pipeline.sync import SyncRunner
+    from tests.kafka_broker import tansu_broker
+
+    total = tables * per_table
+    results: dict[str, list[float]] = {"many": [], "one": []}
+    batches: dict[str, list[int]] = {"many": [], "one": []}
+    with tansu_broker(broker_log) as bootstrap:
+        spark = bench_session(warehouse)
+        # Warm-up (JVM JIT, Spark's Python workers), not measured: both kinds of pipeline, small.
+        topics, single = produce_tables(bootstrap, "warm", 2, 2_000, event)
+        SyncRunner(
+            _config(bootstrap, "warm_many", {"topics": topics}, "lake.bench_warm.{table}", schema, max_records), spark
+        ).run(once=True, handle_signals=False)
+        Runner(
+            _config(bootstrap, "warm_one", {"topic": single}, "lake.bench_warm.one", schema, max_records), spark
+        ).run(once=True, handle_signals=False)
+        for r in range(rounds):
+            prefix = f"sync{r}x{int(time.time())}"
+            topics, single = produce_tables(bootstrap, prefix, tables, per_table, event)
+            order = ["many", "one"] if r % 2 == 0 else ["one", "many"]
+            for kind in order:
+                if kind == "many":
+                    cfg = _config(
+                        bootstrap,
+                        f"many{r}",
+                        {"topic_pattern": prefix.replace(".", "\\.") + r"\.t[0-9]+-.*"},
+                        f"lake.bench_sync_{r}.{{table}}",
+                        schema,
+                        max_records,
+                    )
+                    runner: Any = SyncRunner(cfg, spark)
+                else:
+                    cfg = _config(
+                        bootstrap, f"one{r}", {"topic": single}, f"lake.bench_sync.one{r}", schema, max_records
+                    )
+                    runner = Runner(cfg, spark)
+                busy = sum(process_cpu_seconds().values())
+                summary = runner.run(once=True, handle_signals=False)
+                core_seconds = sum(process_cpu_seconds().values()) - busy
+                rows = sum(b.records_in for b in summary.batches)
+                assert rows == total and sum(b.bad_records for b in summary.batches) == 0, (kind, rows)
+                results[kind].append(rows / core_seconds)
+                batches[kind].append(len(summary.batches))
+            written = [spark.table(f"lake.bench_sync_{r}.t{i:03d}").count() for i in (0, tables - 1)]
+            assert written == [per_table, per_table], written
+        spark.stop()
+    table = render_table(
+        ["pipeline", "tables", "rows/s per core (median)", "runs", "batches"],
+        [
+            [
+                f"{tables} topics -> {tables} tables (SyncRunner)",
+                str(tables),
+                f"{median(results['many']):,.0f}",
+                " ".join(f"{v:,.0f}" for v in results["many"]),
+                " ".join(map(str, batches["many"])),
+            ],
+            [
+                "1 topic (4 partitions) -> 1 table (Runner)",
+                "1",
+                f"{median(results['one']):,.0f}",
+                " ".join(f"{v:,.0f}" for v in results["one"]),
+                " ".join(map(str, batches["one"])),
+            ],
+        ],
+    )
+    ratio = median(results["many"]) / median(results["one"])
+    return (
+        f"{tables} tables x {per_table:,} Debezium messages with schemas = {total:,} events, against one table "
+        f"with the same {total:,}; upsert mode, batches of up to {max_records:,} records, {rounds} round(s) in "
+        f"alternating order; CPU seconds of this benchmark's processes.\n\n{table}\n\n"
+        f"{tables} tables / one table: {ratio:.2f}x (target: at least 0.7x).\n"
+    )

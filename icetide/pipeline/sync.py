@@ -1,0 +1,585 @@
+"""Sync a whole database: one pipeline, many Debezium topics, one Iceberg table per source table.
+
+Each batch: list the matching topics (new ones are picked up here), plan them from the lowest
+position of the tables each partition feeds (icetide.pipeline.sync_state), read every range in
+one Spark job, compute each record's table from the template (icetide.decode.route) and cache
+that once. Then, per table: create it from the stream if it is new, skip what it already holds,
+decode its records with its own schema and key (icetide.decode.debezium). The batch's bad
+records, from every table, and the registry of tables go to the one dead-letter table first;
+then the tables commit, several at a time, each with its own source position. A table fed by a
+topic the batch read but that got no record is committed too (a metadata-only commit), so its
+position keeps up and the next plan does not read that topic again.
+
+A SIGKILL anywhere leaves every table equal to its source after a restart: a table that
+committed skips the records it holds, one that did not reads them again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import reduce
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from icetide.config import PipelineConfig
+from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
+from icetide.errors import ConfigError, IcetideError, SourceError, is_transient, one_line
+from icetide.faults import crash_point
+from icetide.pipeline.adapter import payload_limits
+from icetide.pipeline.dead_letter import DeadLetterTable
+from icetide.pipeline.runner import (
+    BatchMetrics,
+    RestartMetrics,
+    RunSummary,
+    TooManyBadRecordsError,
+    create_config_table,
+    pipeline_session,
+)
+from icetide.pipeline.runner_lock import RunnerLock
+from icetide.pipeline.sync_state import Position, SyncState, TableState, advance, parse_position, skipped_below
+from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES, create_from_definition, definition_from_messages
+from icetide.sink.committer import Committer
+from icetide.sink.sink import UpsertSink
+from icetide.sources.base import source_error_in
+from icetide.sources.kafka import KafkaSourceConfig
+from icetide.sources.kafka_topics import KafkaTopics, TopicsPlan
+from icetide.table.catalog import table_exists
+from icetide.table.iceberg import spark_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+TABLE_THREADS = 4  # tables decoded, written and committed at once (Spark runs their jobs side by side)
+# A table's share of a batch up to this many records is written by one task, hashed by key, without
+# the dynamic distribution's statistics pass: one Spark job less per table (docs/design.md, "Many tables").
+SMALL_SHARE_RECORDS = 50_000
+POSITION_COLUMNS = ["topic", "partition", "offset"]
+
+
+@dataclass(frozen=True)
+class SyncBatchMetrics(BatchMetrics):
+    """One batch of a pipeline of many tables: the totals, and rows written per table."""
+
+    tables_committed: int = 0
+    table_rows: dict[str, int] = field(default_factory=dict)  # table -> rows written, tables with rows only
+    created_tables: tuple[str, ...] = ()
+
+
+def lock_config(config: PipelineConfig) -> PipelineConfig:
+    """The config a RunnerLock holds the pipeline by: a routing pipeline's is its dead-letter table."""
+    if not config.routes_tables or config.dead_letter is None:
+        return config
+    return dataclasses.replace(config, table=dataclasses.replace(config.table, name=config.dead_letter))
+
+
+@dataclass
+class _TableBatch:
+    """One table's share of a batch, decoded."""
+
+    name: str
+    good: Any = None
+    bad: Any = None
+    order_by: str | None = None
+    truncated: bool = False
+    unknown_fields: dict[str, int] = field(default_factory=dict)
+    records: int = 0  # records routed to the table in this batch
+    bad_count: int = 0
+
+
+class SyncRunner:
+    """Runs a pipeline whose records go to many tables (`table.name` a template, or several topics)."""
+
+    def __init__(self, config: PipelineConfig, spark: SparkSession | None = None) -> None:
+        if not config.routes_tables:
+            raise ConfigError("table.name: SyncRunner runs pipelines with a table-name template or several topics")
+        assert config.dead_letter is not None  # checked at load
+        self.config = config
+        self.spark = spark = spark or pipeline_session(config)
+        self.topics = KafkaTopics(KafkaSourceConfig.from_dict(config.source["kafka"]))
+        self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline)
+        self.sinks: dict[str, UpsertSink] = {}
+        self.state = SyncState()
+        self._unfed: dict[str, dict[str, int]] = {}  # topics with no position yet, resolved once per process
+        self._stop = threading.Event()
+        self._last_plan_full = False
+        self.maintenance_runs: list[Any] = []
+        self._maintenance_cursor = 0
+        self.load_state()
+
+    # -- state -------------------------------------------------------------------------------
+
+    def load_state(self) -> SyncState:
+        """Read where every table stands from the tables themselves (after a start or a failure)."""
+        self.state = read_sync_state(self.spark, self.config, lambda name: self._sink(name).committer)
+        return self.state
+
+    def _sink(self, name: str) -> UpsertSink:
+        if name not in self.sinks:
+            c = self.config
+            self.sinks[name] = UpsertSink(
+                self.spark,
+                name,
+                pipeline_id=c.pipeline,
+                changelog=c.changelog or c.mode == "append",
+                keep_inserts=c.mode == "append",
+                distribution=c.distribution,
+                write_parallelism=c.write_parallelism,
+                target_file_size=c.table_config(name).target_file_size,
+                schema_evolution=c.schema_evolution,
+            )
+        return self.sinks[name]
+
+    def table_names(self) -> list[str]:
+        """Every table the pipeline has fed (registered in its dead-letter table)."""
+        return sorted(self.state.tables)
+
+    # -- one batch ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the run to stop after the batch in flight."""
+        self._stop.set()
+
+    def plan(self) -> TopicsPlan:
+        """The next batch over the topics that match now."""
+        topics = self.topics.topics()
+        resume: dict[str, dict[str, int] | None] = {}
+        for t in topics:
+            position = self.state.resume_position(t)
+            if position is None:
+                # A topic first seen after the pipeline started is read from its beginning, as a
+                # new partition is; starting_offsets applies to the topics of a new pipeline.
+                position = self._unfed.get(t, {} if self.state.started else None)
+            resume[t] = position
+        plan = self.topics.plan(
+            resume, self.config.trigger.max_records, topics=topics, skip_losses=self.config.on_data_loss == "skip"
+        )
+        for t in topics:
+            if resume[t] is None and t in plan.starts:
+                self._unfed[t] = dict(plan.starts[t])
+        return plan
+
+    def run_batch(self) -> SyncBatchMetrics | None:
+        """Run one batch; None when no topic had anything new."""
+        from pyspark import StorageLevel
+
+        batch_id = self.state.next_batch_id()
+        started = time.monotonic()
+        plan = self.plan()
+        self._last_plan_full = plan.full
+        read = plan.topics_read()
+        if not read and not plan.losses:
+            return None
+        from pyspark.sql import functions as F
+
+        kept: list[Any] = []
+        try:
+            # One pass over the whole batch: which tables it feeds, from which topics. Each table
+            # then reads only its own topics' ranges: a table's Spark jobs have as many tasks as
+            # it has ranges, not as many as the batch has (which would grow with tables squared).
+            counts = (
+                self._routed(plan, read)
+                .groupBy(ROUTE_COLUMN, "topic")
+                .agg(F.count(F.lit(1)).alias("records"), F.count(ROUTE_ERROR_COLUMN).alias("errors"))
+                .collect()
+            )
+            routes: dict[str, set[str]] = {}
+            shares: dict[str, int] = {}
+            for r in counts:
+                if r[ROUTE_COLUMN] is not None:
+                    routes.setdefault(r[ROUTE_COLUMN], set()).add(r["topic"])
+                    shares[r[ROUTE_COLUMN]] = shares.get(r[ROUTE_COLUMN], 0) + int(r["records"])
+            records_in = sum(int(r["records"]) for r in counts)
+            unroutable = {r["topic"] for r in counts if r["errors"]}
+            created = [name for name in sorted(routes) if self._ensure_table(name, self._routed(plan, routes[name]))]
+            registry_changed = False
+            for name, topics in sorted(routes.items()):
+                registry_changed |= self.state.register(name, {t: plan.starts[t] for t in topics})
+            decoded = self._decode_tables(routes, plan, kept)
+            for name, batch in decoded.items():
+                batch.records = shares.get(name, 0)
+            read_seconds = time.monotonic() - started
+            bad_count = 0
+            bad = None
+            if unroutable or plan.losses or any(d.bad_count for d in decoded.values()):
+                bad = self._bad_records(plan, unroutable, decoded).persist(StorageLevel.MEMORY_AND_DISK)
+                kept.append(bad)
+                bad_count = bad.count()
+            if records_in and bad_count / records_in > self.config.max_bad_fraction:
+                first = bad.first() if bad is not None else None
+                raise TooManyBadRecordsError(
+                    f"batch {batch_id}: {bad_count} of {records_in} records are bad, more than max_bad_fraction "
+                    f"{self.config.max_bad_fraction}; first error: {first['error'] if first else '?'}"
+                )
+            fed = {t for s in self.state.tables.values() for t in s.topics()}
+            if bad_count or plan.losses or registry_changed or (read - fed):
+                self._write_dead_letters(bad if bad_count else None, plan, batch_id)
+                crash_point("after_dead_letter", batch_id)
+            results = self._commit_tables(batch_id, plan, decoded)
+        except IcetideError:
+            raise
+        except Exception as exc:
+            source_error = source_error_in(exc)
+            if source_error is not None:
+                raise source_error from exc
+            raise
+        finally:
+            for frame in kept:
+                frame.unpersist()
+        crash_point("after_commit", batch_id)
+        return SyncBatchMetrics(
+            pipeline=self.config.pipeline,
+            batch_id=batch_id,
+            committed=any(r.committed for r in results.values()),
+            records_in=records_in,
+            rows_written=sum(r.rows_written for r in results.values()),
+            delete_rows=sum(r.delete_rows for r in results.values()),
+            bad_records=bad_count,
+            data_files=sum(r.data_files for r in results.values()),
+            delete_files=sum(r.delete_files for r in results.values()),
+            bytes_written=sum(r.bytes_written for r in results.values()),
+            read_decode_seconds=round(read_seconds, 3),
+            write_seconds=round(max([r.write_seconds for r in results.values()] or [0.0]), 3),
+            commit_seconds=round(max([r.commit_seconds for r in results.values()] or [0.0]), 3),
+            source_lag=self._lag(),
+            finished_at=datetime.now(UTC).isoformat(),
+            truncated=any(d.truncated for d in decoded.values()),
+            unknown_fields={f"{d.name}.{k}": v for d in decoded.values() for k, v in d.unknown_fields.items()},
+            lost_ranges=len(plan.losses),
+            tables_committed=sum(1 for r in results.values() if r.committed),
+            table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
+            created_tables=tuple(created),
+        )
+
+    def _ensure_table(self, name: str, routed: DataFrame) -> bool:
+        """Create table `name` if it does not exist (from its first messages' schema and key, or from
+        the pipeline's `table.schema`); True if it was created."""
+        from pyspark.sql import functions as F
+
+        if name in self.sinks or table_exists(self.spark, name):
+            self._sink(name)
+            return False
+        t = self.config.table_config(name)
+        if t.schema is not None:
+            create_config_table(self.spark, t)
+        else:
+            rows = (
+                routed.where((F.col(ROUTE_COLUMN) == name) & F.col("value").isNotNull() & F.col("key").isNotNull())
+                .select("key", "value")
+                .limit(SAMPLE_MESSAGES)
+                .collect()
+            )
+            create_from_definition(self.spark, t, definition_from_messages([(r["key"], r["value"]) for r in rows]))
+        self._sink(name)
+        return True
+
+    def _routed(self, plan: TopicsPlan, topics: set[str] | list[str]) -> DataFrame:
+        """The batch's records of `topics`, read from Kafka, each with its route (decode.route)."""
+        ranges = [r for r in plan.ranges if r.topic in topics and r.end > r.start]
+        return with_routes(self.topics.read(self.spark, ranges), self.config.table.name)
+
+    def _decode_tables(self, routes: dict[str, set[str]], plan: TopicsPlan, kept: list[Any]) -> dict[str, _TableBatch]:
+        """Each table's records of the batch (those it does not hold yet), decoded with its own
+        schema, its bad records counted; several tables at once."""
+        from pyspark.sql import functions as F
+
+        from icetide.decode.debezium import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, decode_debezium
+
+        c = self.config
+
+        def decode(name: str) -> _TableBatch:
+            sink = self.sinks[name]
+            state = self.state.tables[name]
+            held = skipped_below(state.effective(), plan.starts, state.topics())
+            rows = self._routed(plan, routes[name]).where(F.col(ROUTE_COLUMN) == name)
+            if held:
+                rows = rows.where(~_below(held, F.col("topic"), F.col("partition"), F.col("offset")))
+            rows = rows.select("topic", "partition", "offset", "timestamp", "key", "value")
+            local: list[Any] = []
+            changes = decode_debezium(
+                rows,
+                "value",
+                spark_schema(self.spark, sink.committer.table),
+                list(sink.key),
+                c.mode,
+                POSITION_COLUMNS,
+                keep=local,
+                limits=payload_limits(c),
+                settings=c.debezium,
+                on_truncate=c.on_truncate,
+                schema_evolution=c.schema_evolution,
+            )
+            kept.extend(local)
+            order_by = c.order_by or changes.order_by
+            good = changes.good.drop(*[x for x in (SOURCE_TS_COLUMN, SOURCE_ORDER_COLUMN) if x != order_by])
+            bad_count = changes.bad.count()  # materializes the decoded cache that good and bad share
+            return _TableBatch(
+                name, good, changes.bad, order_by, changes.truncated, changes.unknown_fields, bad_count=bad_count
+            )
+
+        names = sorted(routes)
+        if not names:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(names))) as pool:
+            return {b.name: b for b in pool.map(decode, names)}
+
+    def _bad_records(self, plan: TopicsPlan, unroutable: set[str], decoded: dict[str, _TableBatch]) -> DataFrame:
+        """The batch's bad records not yet in the dead-letter table: unroutable ones and each table's."""
+        from pyspark.sql import functions as F
+
+        from icetide.decode.json import BAD_DDL, source_position
+
+        frames = [d.bad.select("payload", "error", "source_position") for d in decoded.values() if d.bad_count]
+        if unroutable:
+            records = self._routed(plan, unroutable)
+            frames.append(
+                records.where(F.col(ROUTE_ERROR_COLUMN).isNotNull()).select(
+                    F.col("value").cast("string").alias("payload"),
+                    F.col(ROUTE_ERROR_COLUMN).alias("error"),
+                    source_position(POSITION_COLUMNS).alias("source_position"),
+                )
+            )
+        if plan.losses:
+            rows = [(None, f"data loss: {loss.reason}", loss.where()) for loss in plan.losses]
+            frames.append(self.spark.createDataFrame(rows, BAD_DDL))
+        bad = reduce(lambda a, b: a.unionByName(b), frames)
+        held = skipped_below(self.state.dead_letter_position, plan.starts, plan.starts)
+        if held:
+            pattern = r"^(.*)/(\d+)@(\d+)$"
+            topic = F.regexp_extract(F.col("source_position"), pattern, 1)
+            partition = F.regexp_extract(F.col("source_position"), pattern, 2).cast("int")
+            offset = F.regexp_extract(F.col("source_position"), pattern, 3).cast("bigint")
+            where = F.col("source_position").rlike(pattern)
+            bad = bad.where(~where | ~_below(held, topic, partition, offset))
+        return bad
+
+    def _write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
+        """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
+        registry and the dead-letter position, before any table."""
+        position = advance(self.state.dead_letter_position, {t: plan.ends[t] for t in plan.ends})
+        summary = {"position": position, "tables": self.state.registry()}
+        if bad is None:
+            self.dead_letter.sink.committer.commit(batch_id, [], summary)
+        else:
+            self.dead_letter.write(bad, batch_id=batch_id, plan={}, source_position=summary)
+        self.state.dead_letter_position = position
+        self.state.dead_letter_batch = batch_id
+
+    def _commit_tables(self, batch_id: int, plan: TopicsPlan, decoded: dict[str, _TableBatch]) -> dict[str, Any]:
+        """Write and commit every table the batch feeds, several at a time, each with its own position."""
+        from icetide.sink.sink import BatchResult
+
+        read = plan.topics_read()
+        due = sorted(n for n, s in self.state.tables.items() if n in decoded or s.topics() & read)
+
+        def commit(name: str) -> tuple[str, BatchResult]:
+            state = self.state.tables[name]
+            ends = {t: plan.ends[t] for t in state.topics() if t in plan.ends}
+            position = advance(state.effective(), ends)
+            batch = decoded.get(name)
+            if batch is not None:
+                sink = self.sinks[name]
+                sink.order_by = batch.order_by
+                small = batch.records <= SMALL_SHARE_RECORDS and self.config.distribution == "dynamic"
+                sink.distribution = "key" if small else self.config.distribution
+                sink.write_parallelism = 1 if small else self.config.write_parallelism
+                result = sink.write(
+                    batch.good, batch_id=batch_id, source_position=position, input_cached=True, truncate=batch.truncated
+                )
+            else:
+                sink = self._sink(name)
+                outcome = sink.committer.commit(batch_id, [], position)
+                result = BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
+            crash_point("after_table_commit", batch_id)
+            state.batch_id = max(state.batch_id, batch_id)
+            state.position = position
+            state.committed_at = datetime.now(UTC).isoformat()
+            return name, result
+
+        if not due:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(due))) as pool:
+            return dict(pool.map(commit, due))
+
+    def _lag(self) -> int:
+        try:
+            return sum(self.lag_by_partition().values())
+        except (SourceError, OSError):
+            log.debug("could not measure source lag", exc_info=True)
+            return -1
+
+    def lag_by_partition(self) -> dict[str, int]:
+        """Records not yet in every table they feed, per `topic/partition`."""
+        topics = self.topics.topics()
+        return self.topics.lag_by_partition({t: self.state.resume_position(t) or {} for t in topics})
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def run(
+        self,
+        *,
+        once: bool = False,
+        on_batch: Callable[[BatchMetrics], None] | None = None,
+        on_restart: Callable[[RestartMetrics], None] | None = None,
+        handle_signals: bool = True,
+    ) -> RunSummary:
+        """Run batches until stopped (with `once`, until the topics are drained), as Runner.run does:
+        one runner per pipeline, transient failures restart from what the tables hold."""
+        summary = RunSummary()
+        lock = RunnerLock(lock_config(self.config))
+        lock.acquire(self.spark)
+        previous = self._install_signals() if handle_signals else {}
+        attempt = 0
+        try:
+            while True:
+                before = len(summary.batches)
+                try:
+                    self._run_batches(summary, lock, once=once, on_batch=on_batch)
+                    break
+                except Exception as exc:
+                    if len(summary.batches) > before:
+                        attempt = 0
+                    if not is_transient(exc) or attempt >= self.config.restart.max_attempts or self._stop.is_set():
+                        raise
+                    attempt += 1
+                    event = RestartMetrics(
+                        pipeline=self.config.pipeline,
+                        event="restart",
+                        attempt=attempt,
+                        max_attempts=self.config.restart.max_attempts,
+                        error_type=type(exc).__name__,
+                        error=one_line(exc),
+                        backoff_seconds=self.config.restart.delay(attempt),
+                        last_committed_batch=self.state.next_batch_id() - 1,
+                        at=datetime.now(UTC).isoformat(),
+                    )
+                    summary.restarts.append(event)
+                    log.warning(
+                        "%s: %s; restart %d in %.1fs", self.config.pipeline, event.error, attempt, event.backoff_seconds
+                    )
+                    if on_restart is not None:
+                        on_restart(event)
+                    self.topics.close()
+                    if self._stop.wait(event.backoff_seconds):
+                        break
+                    self.load_state()
+            summary.stopped_by_signal = self._stop.is_set() and not once
+        finally:
+            self.topics.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            lock.release()
+        return summary
+
+    def _run_batches(
+        self,
+        summary: RunSummary,
+        lock: RunnerLock,
+        *,
+        once: bool,
+        on_batch: Callable[[BatchMetrics], None] | None,
+    ) -> None:
+        # Safe only because this process holds the pipeline (see Runner._run_batches).
+        for name in self.table_names():
+            if table_exists(self.spark, name):
+                summary.abandoned_files_removed += self._sink(name).remove_abandoned_files()
+        summary.abandoned_files_removed += self.dead_letter.remove_abandoned_files()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            lock.renew()
+            metrics = self.run_batch()
+            if metrics is not None:
+                summary.batches.append(metrics)
+                self._maybe_maintain(metrics.batch_id)
+                log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
+                if on_batch is not None:
+                    on_batch(metrics)
+            if once and (metrics is None or not self._last_plan_full):
+                break
+            if once or (metrics is not None and metrics.source_lag > 0):
+                continue
+            self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
+
+    def _maybe_maintain(self, batch_id: int) -> None:
+        """Every `maintenance.every_batches`: one pass over the pipeline's tables within its time budget."""
+        every = self.config.maintain_every_batches
+        if not every or batch_id % every or self.config.maintenance is None:
+            return
+        from icetide.maintenance.maintain import maintain_tables
+        from icetide.pipeline.maintenance_thread import maintenance_policy
+
+        try:
+            tables = [*self.table_names(), self.dead_letter.name]
+            passed = maintain_tables(
+                self.spark, tables, maintenance_policy(self.config.maintenance), start=self._maintenance_cursor
+            )
+            self._maintenance_cursor = passed.next_start
+            self.maintenance_runs.extend(passed.reports)
+        except Exception:
+            log.warning("maintenance of %s's tables failed; the pipeline goes on", self.config.pipeline, exc_info=True)
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self._stop.is_set():
+                raise KeyboardInterrupt
+            log.warning("signal %s: stopping after the batch in flight", signal.Signals(signum).name)
+            self._stop.set()
+
+        previous: dict[int, Any] = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, handler)
+        return previous
+
+
+def _below(held: dict[tuple[str, int], int], topic: Column, partition: Column, offset: Column) -> Column:
+    """SQL: the record's offset is below what is already held for its topic-partition."""
+    from pyspark.sql import functions as F
+
+    terms = [(topic == F.lit(t)) & (partition == F.lit(p)) & (offset < F.lit(o)) for (t, p), o in sorted(held.items())]
+    return reduce(lambda a, b: a | b, terms, F.lit(False))
+
+
+def read_sync_state(
+    spark: SparkSession, config: PipelineConfig, committer_for: Callable[[str], Committer] | None = None
+) -> SyncState:
+    """Where a routing pipeline stands, read from its dead-letter table (the registry and its
+    position) and from each registered table's last commit."""
+    assert config.dead_letter is not None
+    state = SyncState()
+    if not table_exists(spark, config.dead_letter):
+        return state
+    last = Committer(spark, config.dead_letter, config.pipeline).last_committed()
+    if last is not None:
+        state.load_dead_letter(last.batch_id, last.source_position)
+    for name in sorted(state.tables):
+        if not table_exists(spark, name):
+            continue
+        committer = committer_for(name) if committer_for is not None else Committer(spark, name, config.pipeline)
+        committed = committer.last_committed()
+        if committed is not None:
+            table = state.tables[name]
+            table.batch_id = committed.batch_id
+            table.position = parse_position(committed.source_position)
+            table.committed_at = committed.committed_at
+    return state
+
+
+def table_states(config: PipelineConfig, spark: SparkSession) -> list[TableState]:
+    """Every table of a routing pipeline with what it last committed (for `icetide status`)."""
+    return list(read_sync_state(spark, config).tables.values())
+
+
+__all__ = ["Position", "SyncBatchMetrics", "SyncRunner", "lock_config", "table_states"]

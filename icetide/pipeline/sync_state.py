@@ -1,0 +1,142 @@
+"""Where a pipeline of many tables stands: each table's own source position, and the registry.
+
+Exactly once per table rests on three facts kept in the tables themselves:
+
+- each table's commit carries the position of every topic that feeds it (topic -> partition ->
+  next offset): the records it has, and nothing after;
+- the dead-letter table's commit carries the pipeline's registry, the tables it feeds with, for
+  each topic that feeds a table, the offsets that table's data starts from (its *floor*). A new
+  table, or a table fed by a new topic, is registered before its first commit on that topic;
+- the dead-letter table's commit also carries its own position: the bad records up to there
+  are committed.
+
+A batch is planned, per topic-partition, from the lowest position of the tables that partition
+feeds (a table's floor where it has not committed yet), so after a crash between two tables'
+commits the batch is read again; each table then skips what it already holds (offsets below
+its own position), and the dead-letter table skips bad records below its position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Position = dict[str, dict[str, int]]  # topic -> partition (as a string) -> next offset
+
+
+def advance(position: Mapping[str, Mapping[str, int]], ends: Mapping[str, Mapping[str, int]]) -> Position:
+    """`position` moved on to `ends` where those are further; a position never goes back."""
+    out: Position = {t: dict(p) for t, p in position.items()}
+    for topic, partitions in ends.items():
+        mine = out.setdefault(topic, {})
+        for p, offset in partitions.items():
+            mine[p] = max(offset, mine.get(p, offset))
+    return out
+
+
+def parse_position(value: Any) -> Position:
+    """A committed position as ints; anything malformed reads as empty."""
+    if not isinstance(value, Mapping):
+        return {}
+    out: Position = {}
+    for topic, partitions in value.items():
+        if isinstance(partitions, Mapping):
+            out[str(topic)] = {str(p): int(o) for p, o in partitions.items() if isinstance(o, int)}
+    return out
+
+
+@dataclass
+class TableState:
+    """One table of the pipeline: its last commit, and where it starts on topics it has not committed."""
+
+    name: str
+    batch_id: int = 0
+    position: Position = field(default_factory=dict)
+    floor: Position = field(default_factory=dict)
+    committed_at: str | None = None
+
+    def effective(self) -> Position:
+        """Per topic, what the table holds up to: its committed position, else its floor."""
+        out = {t: dict(p) for t, p in self.floor.items()}
+        out.update({t: dict(p) for t, p in self.position.items()})
+        return out
+
+    def topics(self) -> set[str]:
+        """The topics that feed this table."""
+        return set(self.floor) | set(self.position)
+
+
+@dataclass
+class SyncState:
+    """The pipeline's tables and its dead-letter table's position, as committed."""
+
+    tables: dict[str, TableState] = field(default_factory=dict)
+    dead_letter_position: Position = field(default_factory=dict)
+    dead_letter_batch: int = 0
+
+    @property
+    def started(self) -> bool:
+        """Has the pipeline committed anything yet?"""
+        return bool(self.dead_letter_batch or any(t.batch_id for t in self.tables.values()))
+
+    def next_batch_id(self) -> int:
+        """One more than any batch id committed to any of the pipeline's tables."""
+        return 1 + max([self.dead_letter_batch, *(t.batch_id for t in self.tables.values())])
+
+    def registry(self) -> dict[str, Position]:
+        """What the dead-letter table records: table -> topic -> the table's floor."""
+        return {name: {t: dict(p) for t, p in s.floor.items()} for name, s in sorted(self.tables.items())}
+
+    def feeding(self, topic: str) -> list[TableState]:
+        """The tables `topic` feeds."""
+        return [s for s in self.tables.values() if topic in s.topics()]
+
+    def resume_position(self, topic: str) -> dict[str, int] | None:
+        """Where `topic` is read from next: per partition, the lowest of the positions of the tables
+        it feeds (a partition some table has no offset for is read from its earliest offset); for a
+        topic that feeds no table, the dead-letter table's position; None when neither has one."""
+        tables = self.feeding(topic)
+        if not tables:
+            known = self.dead_letter_position.get(topic)
+            return dict(known) if known is not None else None
+        positions = [s.effective()[topic] for s in tables]
+        common = set(positions[0]).intersection(*positions[1:])
+        return {p: min(pos[p] for pos in positions) for p in sorted(common)}
+
+    def register(self, table: str, floors: Mapping[str, Mapping[str, int]]) -> bool:
+        """Record that `table` is fed by these topics from these offsets; True if anything was new."""
+        state = self.tables.setdefault(table, TableState(table))
+        new = False
+        for topic, offsets in floors.items():
+            if topic not in state.topics():
+                state.floor[topic] = dict(offsets)
+                new = True
+        return new
+
+    def dead_letter_summary(self) -> dict[str, Any]:
+        """The dead-letter table's committed source position: its own position and the registry."""
+        return {"position": self.dead_letter_position, "tables": self.registry()}
+
+    def load_dead_letter(self, batch_id: int, summary: Any) -> None:
+        """Take the registry and the dead-letter position from the dead-letter table's last commit."""
+        self.dead_letter_batch = batch_id
+        if not isinstance(summary, Mapping):
+            return
+        self.dead_letter_position = parse_position(summary.get("position"))
+        for name, floors in (summary.get("tables") or {}).items():
+            self.tables.setdefault(str(name), TableState(str(name))).floor = parse_position(floors)
+
+
+def skipped_below(
+    position: Mapping[str, Mapping[str, int]], starts: Mapping[str, Mapping[str, int]], topics: Iterable[str]
+) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> the offset below which a table (or the dead-letter table) already
+    holds what the batch reads, for the partitions where that is above the batch's start."""
+    out: dict[tuple[str, int], int] = {}
+    for topic in topics:
+        held = position.get(topic, {})
+        for p, start in starts.get(topic, {}).items():
+            if held.get(p, start) > start:
+                out[(topic, int(p))] = held[p]
+    return out

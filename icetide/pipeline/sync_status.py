@@ -1,0 +1,122 @@
+"""Where every table of a pipeline of many tables stands: position, lag, last commit, rows, files."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from icetide.config import PipelineConfig
+from icetide.errors import SourceError
+from icetide.pipeline.sync_state import Position
+from icetide.table.catalog import table_exists
+from icetide.table.iceberg import load_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """One table of the pipeline (the dead-letter table included, `dead_letter` true)."""
+
+    table: str
+    last_batch: int | None
+    position: Position
+    lag: int | None  # records of its topics not in the table yet (None: the broker could not say)
+    last_commit: str | None
+    rows: int | None  # live rows, deletes applied (None: the table does not exist)
+    data_files: int
+    delete_files: int
+    dead_letter: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+def pipeline_status(spark: SparkSession, config: PipelineConfig, *, with_lag: bool = True) -> list[TableStatus]:
+    """Every table the pipeline feeds, then its dead-letter table; rows are counted with a scan of each."""
+    from icetide.pipeline.sync import table_states
+    from icetide.sources.kafka import KafkaSourceConfig
+    from icetide.sources.kafka_topics import KafkaTopics
+
+    assert config.dead_letter is not None
+    topics = KafkaTopics(KafkaSourceConfig.from_dict(config.source["kafka"])) if with_lag else None
+    out = []
+    try:
+        states = table_states(config, spark)
+        for s in sorted(states, key=lambda s: s.name):
+            lag = _lag(topics, s.effective()) if topics is not None else None
+            out.append(_status(spark, s.name, s.batch_id or None, s.position, lag, s.committed_at))
+        from icetide.sink.committer import Committer
+
+        dl = (
+            Committer(spark, config.dead_letter, config.pipeline).last_committed()
+            if table_exists(spark, config.dead_letter)
+            else None
+        )
+        summary = dl.source_position if dl is not None and isinstance(dl.source_position, dict) else {}
+        position = summary.get("position") or {}
+        out.append(
+            _status(
+                spark,
+                config.dead_letter,
+                dl.batch_id if dl else None,
+                position,
+                None,
+                dl.committed_at if dl else None,
+                dead_letter=True,
+            )
+        )
+    finally:
+        if topics is not None:
+            topics.close()
+    return out
+
+
+def _lag(topics: Any, position: Position) -> int | None:
+    try:
+        return sum(topics.lag_by_partition(position).values())
+    except (SourceError, OSError):
+        log.debug("could not measure lag", exc_info=True)
+        return None
+
+
+def _status(
+    spark: SparkSession,
+    name: str,
+    batch: int | None,
+    position: Position,
+    lag: int | None,
+    committed_at: str | None,
+    *,
+    dead_letter: bool = False,
+) -> TableStatus:
+    if not table_exists(spark, name):
+        return TableStatus(name, batch, position, lag, committed_at, None, 0, 0, dead_letter)
+    jtable = load_table(spark, name)
+    jtable.refresh()
+    snapshot = jtable.currentSnapshot()
+    summary = dict(snapshot.summary()) if snapshot is not None else {}
+    spark.catalog.refreshTable(name)  # a cached table object would count an old snapshot
+    rows = int(spark.table(name).count())
+    return TableStatus(
+        table=name,
+        last_batch=batch,
+        position=position,
+        lag=lag,
+        last_commit=committed_at,
+        rows=rows,
+        data_files=int(summary.get("total-data-files", 0)),
+        delete_files=int(summary.get("total-delete-files", 0)),
+        dead_letter=dead_letter,
+    )
+
+
+def status_json(statuses: list[TableStatus]) -> str:
+    """The statuses as one JSON document."""
+    return json.dumps([s.to_json() for s in statuses], sort_keys=True)

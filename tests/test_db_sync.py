@@ -1,0 +1,376 @@
+"""A whole database into Iceberg through one pipeline: one Kafka topic per source table on a real
+Kafka-protocol broker (Tansu), one Iceberg table each, checked against a reference model of every
+source table (a dict key -> row) after each batch, across SIGKILLs, a topic created while the
+pipeline runs, and a new column in one table only.
+
+The change events are built from real Debezium messages: the MySQL `orders` and `customers`
+messages (and their keys) of tests/data/debezium/debezium_server_iceberg_mysql_inventory.jsonl
+(debezium-server-iceberg's test resources) and the `products` message of
+tests/data/debezium/flink_mysql_products_schema.jsonl (Debezium's tutorial, via Flink); each
+stream reuses its message's Connect schema, source block and key schema, with rows and binlog
+positions of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from icetide.config import PipelineConfig, load_config
+from icetide.errors import ConfigError
+from icetide.pipeline.sync import SyncRunner
+from tests.commands import crash_and_restart, run_cli, warehouse_reader
+from tests.debezium_messages import messages
+from tests.kafka_broker import produce
+
+INVENTORY = "debezium_server_iceberg_mysql_inventory"  # line 1: orders (op r), line 2: customers (op d)
+Record = tuple[int, bytes | None, bytes | None, None]
+
+
+class TableStream:
+    """Changes to one MySQL table in the schema, source block and key schema of a real message."""
+
+    def __init__(self, message: dict[str, Any], key_schema: dict[str, Any]) -> None:
+        self.schema = copy.deepcopy(message["schema"])
+        self.source = message["payload"]["source"]
+        self.table = self.source["table"]
+        self.key_schema = key_schema
+        self.key_field = key_schema["fields"][0]["field"]
+        self.pos = 1000
+
+    def add_column(self, name: str, connect_type: str) -> None:
+        """The source table gains a nullable column (ALTER TABLE ... ADD COLUMN)."""
+        for part in self.schema["fields"]:
+            if part["field"] in ("before", "after"):
+                part["fields"].append({"type": connect_type, "optional": True, "field": name})
+
+    def change(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> bytes:
+        self.pos += 100
+        source = {**self.source, "file": "mysql-bin.000003", "pos": self.pos, "row": 0, "snapshot": "false"}
+        payload = {"before": before, "after": after, "source": source, "op": op, "ts_ms": 1718486007972}
+        return json.dumps({"schema": self.schema, "payload": payload}).encode()
+
+    def key(self, value: int) -> bytes:
+        return json.dumps({"schema": self.key_schema, "payload": {self.key_field: value}}).encode()
+
+
+def inventory_streams() -> dict[str, TableStream]:
+    """orders and customers from the debezium-server-iceberg messages, products from Flink's."""
+    orders, customers = messages(INVENTORY)
+    order_key, customer_key = (m["schema"] for m in messages(f"{INVENTORY}_keys"))
+    products = messages("flink_mysql_products_schema")[0]
+    product_key = {
+        "type": "struct",
+        "name": "dbserver1.inventory.products.Key",
+        "optional": False,
+        "fields": [{"type": "int32", "optional": False, "field": "id"}],
+    }
+    streams = [TableStream(orders, order_key), TableStream(customers, customer_key), TableStream(products, product_key)]
+    return {s.table: s for s in streams}
+
+
+def new_row(table: str, key: int, version: int) -> dict[str, Any]:
+    if table == "orders":
+        return {
+            "order_number": key,
+            "order_date": 16852 + version,
+            "purchaser": 1001 + version % 4,
+            "quantity": version % 7 + 1,
+            "product_id": 101 + key % 9,
+        }
+    if table == "customers":
+        return {
+            "id": key,
+            "first_name": f"f{key}",
+            "last_name": f"l{version}",
+            "email": f"c{key}.{version}@example.com",
+        }
+    return {
+        "id": key,
+        "name": f"p{key}",
+        "description": None if version % 2 else f"v{version}",
+        "weight": 0.5 + version,
+    }
+
+
+def changes(
+    stream: TableStream, seed: int, count: int, *, extra: Callable[[int], dict[str, Any]] | None = None
+) -> list[Record]:
+    """`count` change events (inserts, updates, deletes followed by their tombstones) of one table."""
+    rng = random.Random(seed)
+    live: dict[int, dict[str, Any]] = {}
+    out: list[Record] = []
+    next_key = 1000
+    while len(out) < count:
+        roll = rng.random()
+        if not live or roll < 0.45:
+            next_key += 1
+            row = {**new_row(stream.table, next_key, len(out)), **(extra(len(out)) if extra else {})}
+            live[next_key] = row
+            out.append((0, stream.key(next_key), stream.change("c", None, row), None))
+        elif roll < 0.8:
+            key = rng.choice(sorted(live))
+            row = {**new_row(stream.table, key, len(out)), **(extra(len(out)) if extra else {})}
+            out.append((0, stream.key(key), stream.change("u", live[key], row), None))
+            live[key] = row
+        else:
+            key = rng.choice(sorted(live))
+            out.append((0, stream.key(key), stream.change("d", live.pop(key), None), None))
+            out.append((0, stream.key(key), None, None))  # the tombstone after a delete
+    return out
+
+
+def model_of(records: list[Record], upto: int | None = None) -> dict[int, dict[str, Any]]:
+    """The reference model: the source table after the records below offset `upto` (all by default)."""
+    model: dict[int, dict[str, Any]] = {}
+    for offset, (_, _, value, _) in enumerate(records):
+        if upto is not None and offset >= upto:
+            break
+        key = records[offset][1]
+        if value is None or key is None:
+            continue  # a tombstone, or the dead-letter test's record that names no table
+        event = json.loads(value)["payload"]
+        key_field = next(iter(json.loads(key)["payload"]))
+        if event["op"] == "d":
+            model.pop(event["before"][key_field], None)
+        else:
+            model[event["after"][key_field]] = event["after"]
+    return model
+
+
+def rows_of(spark: Any, table: str, key: str) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for r in spark.table(table).collect():
+        row = r.asDict()
+        assert row[key] not in out, f"duplicate key {row[key]} in {table}"
+        if isinstance(row.get("order_date"), date):
+            row["order_date"] = (row["order_date"] - date(1970, 1, 1)).days
+        out[row[key]] = row
+    return out
+
+
+def same(table_rows: dict[int, dict[str, Any]], model: dict[int, dict[str, Any]]) -> bool:
+    """Equal, a column the model lacks reading NULL (rows written before the column existed)."""
+    if set(table_rows) != set(model):
+        return False
+    return all({**{c: None for c in table_rows[k]}, **model[k]} == table_rows[k] for k in model)
+
+
+def pipeline_doc(name: str, bootstrap: str, prefix: str, namespace: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "pipeline": name,
+        "source": {
+            "kafka": {
+                "bootstrap_servers": bootstrap,
+                "topic_pattern": prefix.replace(".", "\\.") + r"\.inventory\..*",
+                "starting_offsets": "earliest",
+            }
+        },
+        "table": {"name": f"lake.{namespace}.{{table}}"},
+        "tables": {f"lake.{namespace}.orders": {"partition_by": ["bucket(4, order_number)"]}},
+        "schema_evolution": True,
+        "mode": "upsert",
+        "dead_letter": f"lake.{namespace}.dead_letter",
+        **extra,
+    }
+
+
+def unique() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def test_config_names_the_bad_key() -> None:
+    base = {
+        "pipeline": "p",
+        "source": {"kafka": {"bootstrap_servers": "b:9092", "topic_pattern": "db\\..*"}},
+        "table": {"name": "lake.inventory.{table}"},
+        "dead_letter": "lake.inventory.dead_letter",
+    }
+    config = PipelineConfig.from_dict(base)
+    assert config.routes_tables and config.format == "debezium" and config.table.schema is None
+    cases = [
+        ({"source": {"kafka": {"bootstrap_servers": "b", "topic": "a", "topics": ["b"]}}}, "source.kafka.topics"),
+        ({"source": {"kafka": {"bootstrap_servers": "b", "topic_pattern": "("}}}, "source.kafka.topic_pattern"),
+        ({"source": {"kafka": {"bootstrap_servers": "b", "topics": "a"}}}, "source.kafka.topics"),
+        ({"table": {"name": "lake.inventory.{tabel}"}}, "table.name"),
+        ({"table": {"name": "{db}.inventory.{table}"}}, "table.name"),
+        ({"format": "json"}, "format"),
+        ({"dead_letter": None}, "dead_letter"),
+        ({"tables": {"lake.inventory.orders": {"partition_by": "days(ts)"}}}, "tables.lake.inventory.orders"),
+        ({"tables": {"orders": {}}}, "tables.orders"),
+    ]
+    for change, key in cases:
+        with pytest.raises(ConfigError, match=f"^{key}"):
+            PipelineConfig.from_dict({**base, **change})
+    orders = config.table_config("lake.inventory.orders")
+    assert orders.partition_by == ()
+    override = PipelineConfig.from_dict(
+        {**base, "tables": {"lake.inventory.orders": {"partition_by": ["bucket(4, id)"]}}}
+    )
+    assert override.table_config("lake.inventory.orders").partition_by == ("bucket(4, id)",)
+    assert override.table_config("lake.inventory.customers").partition_by == ()
+    example = load_config(Path(__file__).resolve().parent.parent / "examples" / "inventory-sync.yaml")
+    assert example.routes_tables and example.dead_letter and example.table.name == "lake.inventory.{table}"
+
+
+def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker: str, warehouse: str) -> None:
+    prefix, namespace = f"db{unique()}", f"sync{unique()}"
+    streams = inventory_streams()
+    records = {t: changes(s, seed=i, count=20) for i, (t, s) in enumerate(sorted(streams.items()))}
+    topics = {t: f"{prefix}.inventory.{t}" for t in streams}
+    for t, recs in records.items():
+        _create(kafka_broker, topics[t])
+        produce(kafka_broker, topics[t], recs)
+    config = PipelineConfig.from_dict(
+        pipeline_doc("inv", kafka_broker, prefix, namespace, trigger={"interval": "1s", "max_records": 27})
+    )
+    runner = SyncRunner(config, spark)
+    request_close = runner.topics.close
+    reader = warehouse_reader(spark, "lake", warehouse)  # uncached: sees every commit at once
+    keys = {"orders": "order_number", "customers": "id", "products": "id"}
+    batches = 0
+    while (metrics := runner.run_batch()) is not None:
+        batches += 1
+        for t in streams:
+            name = f"lake.{namespace}.{t}"
+            held = runner.state.tables[name].position[topics[t]]["0"]
+            assert same(rows_of(reader, name, keys[t]), model_of(records[t], held)), (name, metrics.batch_id)
+    assert batches >= 3
+    assert sorted(runner.table_names()) == sorted(f"lake.{namespace}.{t}" for t in streams)
+    partitioning = spark.sql(f"DESCRIBE TABLE EXTENDED lake.{namespace}.orders").collect()
+    assert any("bucket(4, order_number)" in str(r) for r in partitioning)
+    from icetide.pipeline.sync_status import pipeline_status
+
+    statuses = {s.table: s for s in pipeline_status(spark, config)}
+    for t in streams:
+        s = statuses[f"lake.{namespace}.{t}"]
+        assert s.lag == 0 and s.rows == len(model_of(records[t])) and s.data_files > 0 and s.last_commit
+        assert s.position == {topics[t]: {"0": len(records[t])}}
+    assert statuses[config.dead_letter or ""].rows == 0
+    from icetide.maintenance.maintain import MaintenancePolicy, maintain_tables
+
+    passed = maintain_tables(spark, sorted(statuses), MaintenancePolicy(time_budget_seconds=0.0))
+    assert len(passed.reports) == 1 and passed.next_start == 1  # a spent budget still maintains one table
+    for t in streams:
+        assert same(rows_of(reader, f"lake.{namespace}.{t}", keys[t]), model_of(records[t]))
+    request_close()
+
+
+def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_one_table(
+    spark: Any, kafka_broker: str, warehouse: str
+) -> None:
+    prefix, namespace = f"db{unique()}", f"sync{unique()}"
+    streams = inventory_streams()
+    first = {t: changes(streams[t], seed=3, count=12) for t in ("orders", "customers")}
+    # One topic that carries two tables: the source blocks route them.
+    mixed = [r for pair in zip(first["orders"], first["customers"], strict=False) for r in pair]
+    mixed += first["orders"][len(first["customers"]) :] + first["customers"][len(first["orders"]) :]
+    _create(kafka_broker, f"{prefix}.inventory.mixed")
+    produce(kafka_broker, f"{prefix}.inventory.mixed", mixed)
+    config = PipelineConfig.from_dict(
+        pipeline_doc("live", kafka_broker, prefix, namespace, trigger={"interval": "0.3s", "max_records": 1000})
+    )
+    runner = SyncRunner(config, spark)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run(handle_signals=False)
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: all(_committed(runner, f"lake.{namespace}.{t}", len(mixed)) for t in first), errors)
+        products = streams["products"]
+        before = changes(products, seed=5, count=6)
+        products.add_column("color", "string")
+        after = changes(products, seed=6, count=6, extra=lambda v: {"color": f"c{v}"})
+        after = [(p, k, v, ts) for p, k, v, ts in after]
+        topic = f"{prefix}.inventory.products"
+        _create(kafka_broker, topic)  # a topic created while the pipeline runs
+        produce(kafka_broker, topic, before + after)
+        _wait(lambda: _committed(runner, f"lake.{namespace}.products", len(before) + len(after)), errors)
+    finally:
+        runner.stop()
+        thread.join(60)
+    assert not errors, errors
+    reader = warehouse_reader(spark, "lake", warehouse)
+    columns = {t: reader.table(f"lake.{namespace}.{t}").columns for t in streams}
+    assert "color" in columns["products"]
+    assert "color" not in columns["orders"] and "color" not in columns["customers"]
+    products_model = model_of(before + after)
+    # The two product streams share ids: the model replays both in order, as the table did.
+    assert same(rows_of(reader, f"lake.{namespace}.products", "id"), products_model)
+    for t in first:
+        assert same(
+            rows_of(reader, f"lake.{namespace}.{t}", "order_number" if t == "orders" else "id"), model_of(first[t])
+        )
+
+
+@pytest.mark.parametrize("point", ["after_table_commit", "after_dead_letter", "random"])
+def test_every_table_equals_its_source_after_kill_9(spark: Any, kafka_broker: str, tmp_path: Path, point: str) -> None:
+    prefix, namespace = f"db{unique()}", f"kill{unique()}"
+    streams = {t: s for t, s in inventory_streams().items() if t != "products"}  # two tables keep it short
+    records = {t: changes(s, seed=10 + i, count=16) for i, (t, s) in enumerate(sorted(streams.items()))}
+    # One record per batch that names no table: the dead-letter table must hold each exactly once.
+    bad = (
+        0,
+        None,
+        json.dumps({"payload": {"op": "c", "after": {"id": 1}, "source": {"db": "inventory"}}}).encode(),
+        None,
+    )
+    for t, recs in records.items():
+        recs.insert(len(recs) // 2, bad)
+        _create(kafka_broker, f"{prefix}.inventory.{t}")
+        produce(kafka_broker, f"{prefix}.inventory.{t}", recs)
+    warehouse = tmp_path / "wh"
+    doc = pipeline_doc("kill", kafka_broker, prefix, namespace, warehouse=str(warehouse))
+    doc["trigger"] = {"interval": "1s", "max_records": 14}
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc))
+    crash_and_restart(config_path, point, batch="2", kill_after=(12, 20))
+    other = warehouse_reader(spark, "killcheck", warehouse)
+    keys = {"orders": "order_number", "customers": "id", "products": "id"}
+    for t in streams:
+        assert same(rows_of(other, f"killcheck.{namespace}.{t}", keys[t]), model_of(records[t])), t
+    dead = other.table(f"killcheck.{namespace}.dead_letter").collect()
+    assert len(dead) == len(streams) and all("source.table is missing" in r["error"] for r in dead)
+    status = run_cli("status", "--pipeline", str(config_path), "--json")
+    assert status.returncode == 0, status.stderr[-2000:]
+    listed = {s["table"]: s for s in json.loads(status.stdout)}
+    assert {f"lake.{namespace}.{t}" for t in streams} < set(listed)
+    assert all(listed[f"lake.{namespace}.{t}"]["lag"] == 0 for t in streams)
+
+
+def _create(bootstrap: str, name: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)]).values():
+        future.result(timeout=20)
+
+
+def _committed(runner: SyncRunner, table: str, offsets: int) -> bool:
+    state = runner.state.tables.get(table)
+    return state is not None and any(p.get("0", 0) >= offsets for p in state.position.values())
+
+
+def _wait(done: Callable[[], bool], errors: list[BaseException], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert not errors, errors
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.3)
