@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
@@ -80,6 +81,7 @@ _HEAD = re.compile(r'\{"schema"\s*:\s*')
 _KNOWN_SCHEMAS: dict[int, C.EnvelopeSchema | None] = {}
 _KNOWN_HEADS: dict[int, str] = {}
 _KNOWN_SCHEMAS_MAX = 1000
+_KNOWN_LOCK = threading.Lock()  # a pipeline of many tables decodes them in threads
 _HEADS_MATCHED = 16  # known heads a batch tests each message against before hashing its head
 
 
@@ -287,7 +289,8 @@ def schema_identity(text: Column, wrapped: Column) -> list[Column]:
     other = F.get_json_object(text, "$.schema")
     # Finding "payload" costs more than parsing the rest: a head seen in an earlier batch is
     # recognised by comparing the message's start with it.
-    known = list(_KNOWN_HEADS.items())[-_HEADS_MATCHED:]
+    with _KNOWN_LOCK:
+        known = list(_KNOWN_HEADS.items())[-_HEADS_MATCHED:]
     head_id = F.when(F.lit(False), F.lit(None).cast("bigint"))
     for sid, head in known:
         head_id = head_id.when(text.startswith(head + _PAYLOAD_KEY), F.lit(sid))
@@ -323,7 +326,8 @@ def _schemas_by_id(env: DataFrame, ids: set[int]) -> dict[int, C.EnvelopeSchema 
     (one small Spark job when a batch brings new schemas) and parsed once."""
     from pyspark.sql import functions as F
 
-    new = sorted(ids - _KNOWN_SCHEMAS.keys())
+    with _KNOWN_LOCK:
+        new = sorted(ids - _KNOWN_SCHEMAS.keys())
     if new:
         text = F.col(PAYLOAD)
         head = text.substr(F.lit(1), F.instr(text, _PAYLOAD_KEY) - 1)
@@ -333,14 +337,18 @@ def _schemas_by_id(env: DataFrame, ids: set[int]) -> dict[int, C.EnvelopeSchema 
             .agg(F.first(F.coalesce(F.col(_SCHEMA_TEXT), head)).alias("text"))
             .collect()
         )
-        if len(_KNOWN_SCHEMAS) + len(found) > _KNOWN_SCHEMAS_MAX:
-            _KNOWN_SCHEMAS.clear()
-            _KNOWN_HEADS.clear()
-        for r in found:
-            _KNOWN_SCHEMAS[r[_SCHEMA_ID]] = _schema_of(r["text"])
-            if r["text"] is not None and _HEAD.match(r["text"]):
-                _KNOWN_HEADS[r[_SCHEMA_ID]] = r["text"]
-    return {sid: _KNOWN_SCHEMAS.get(sid) for sid in ids}
+        parsed = {r[_SCHEMA_ID]: (_schema_of(r["text"]), r["text"]) for r in found}
+        with _KNOWN_LOCK:
+            if len(_KNOWN_SCHEMAS) + len(parsed) > _KNOWN_SCHEMAS_MAX:
+                _KNOWN_SCHEMAS.clear()
+                _KNOWN_HEADS.clear()
+            for sid, (schema, text) in parsed.items():
+                _KNOWN_SCHEMAS[sid] = schema
+                if text is not None and _HEAD.match(text):
+                    _KNOWN_HEADS[sid] = text
+        return {sid: parsed[sid][0] if sid in parsed else _KNOWN_SCHEMAS.get(sid) for sid in ids}
+    with _KNOWN_LOCK:
+        return {sid: _KNOWN_SCHEMAS.get(sid) for sid in ids}
 
 
 def _order(position_cols: Sequence[str], source: Column, ts_ms: Column) -> Column:

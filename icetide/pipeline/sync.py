@@ -255,6 +255,8 @@ class SyncRunner:
             truncated=any(d.truncated for d in decoded.values()),
             unknown_fields={f"{d.name}.{k}": v for d in decoded.values() for k, v in d.unknown_fields.items()},
             lost_ranges=len(plan.losses),
+            plan_seconds=round(max([r.plan_seconds for r in results.values()] or [0.0]), 3),
+            refresh_seconds=round(max([r.refresh_seconds for r in results.values()] or [0.0]), 3),
             tables_committed=sum(1 for r in results.values() if r.committed),
             table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
             created_tables=tuple(created),
