@@ -269,7 +269,7 @@ def test_a_concurrent_schema_change_is_revalidated_at_commit(spark: Any, table_n
     sink = icetide.UpsertSink(spark, table_name, pipeline_id="evo", schema_evolution=True)
     df = spark.createDataFrame([(1, "a")], "id long, note string")
     config, prepared, change = sink._prepare(df, 1)
-    files = sink._write_files(prepared, config, source_cached=False)
+    files, _ = sink._write_files(prepared, config, source_cached=False)
     spark.sql(f"ALTER TABLE {table_name} ADD COLUMN other STRING")  # takes the id `note` was written with
     with pytest.raises(IcetideError, match="schema changed while the batch was written"):
         sink.committer.commit(1, files, None, schema_change=change)
@@ -308,7 +308,7 @@ def test_a_spec_that_became_live_during_the_write_is_rechecked_at_commit(spark: 
     assert fast.write(_df(spark, first), batch_id=1).committed
     model.apply(1, first)
     config, prepared, _ = slow._prepare(_df(spark, _rows(range(10), v="slow")), 1)
-    files = slow._write_files(prepared, config, source_cached=False)
+    files, _ = slow._write_files(prepared, config, source_cached=False)
     spark.sql(f"ALTER TABLE {table_name} REPLACE PARTITION FIELD days(ts) WITH hours(ts)")
     second = _rows(range(10, 30), v="two")
     assert fast.write(_df(spark, second), batch_id=2).committed
