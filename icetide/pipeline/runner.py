@@ -497,20 +497,26 @@ class Runner:
         ).start()
 
     def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
+        return install_stop_signals(self._stop)
 
-        def handler(signum: int, frame: FrameType | None) -> None:
-            if self._stop.is_set():
-                raise KeyboardInterrupt
-            log.warning("signal %s: stopping after the batch in flight", signal.Signals(signum).name)
-            self._stop.set()
 
-        previous: dict[int, Any] = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, handler)
-        return previous
+def install_stop_signals(stop: threading.Event) -> dict[int, Any]:
+    """SIGINT and SIGTERM set `stop` (the batch in flight finishes); a second one interrupts.
+    Returns the previous handlers; nothing is installed outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.warning("signal %s: stopping after the batch in flight", signal.Signals(signum).name)
+        stop.set()
+
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.getsignal(sig)
+        signal.signal(sig, handler)
+    return previous
 
 
 def run(config: PipelineConfig | str, *, once: bool = False, spark: SparkSession | None = None) -> RunSummary:

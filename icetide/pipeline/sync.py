@@ -26,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import reduce
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
@@ -41,6 +40,7 @@ from icetide.pipeline.runner import (
     RunSummary,
     TooManyBadRecordsError,
     create_config_table,
+    install_stop_signals,
     pipeline_session,
 )
 from icetide.pipeline.runner_lock import RunnerLock
@@ -530,20 +530,7 @@ class SyncRunner:
             log.warning("maintenance of %s's tables failed; the pipeline goes on", self.config.pipeline, exc_info=True)
 
     def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            if self._stop.is_set():
-                raise KeyboardInterrupt
-            log.warning("signal %s: stopping after the batch in flight", signal.Signals(signum).name)
-            self._stop.set()
-
-        previous: dict[int, Any] = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, handler)
-        return previous
+        return install_stop_signals(self._stop)
 
 
 def _below(held: dict[tuple[str, int], int], topic: Column, partition: Column, offset: Column) -> Column:
