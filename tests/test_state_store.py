@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -40,20 +41,44 @@ def test_without_javac_there_is_no_jar(tmp_path: Path, monkeypatch: pytest.Monke
     assert os.listdir(tmp_path) == []
 
 
+def _run_driver(warehouse: Path, provider: str) -> subprocess.CompletedProcess[str]:
+    warehouse.mkdir(parents=True)
+    # A JVM that crashes writes its report into the warehouse, where the test can show it.
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": f"-XX:ErrorFile={warehouse}/hs_err_%p.log"}
+    return subprocess.run(
+        [sys.executable, "-m", "tests.state_store_driver", str(warehouse), provider],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def _jvm_died(done: subprocess.CompletedProcess[str], warehouse: Path) -> bool:
+    return done.returncode != 0 and (any(warehouse.glob("hs_err_*.log")) or "Connection refused" in done.stderr)
+
+
+def _crash_report(under: Path) -> str:
+    """The head of any JVM crash report under a directory ('' if there is none)."""
+    reports = sorted(under.rglob("hs_err_*.log"))
+    return "".join(f"{r.name}:\n" + "".join(r.read_text(errors="replace").splitlines(True)[:40]) for r in reports)
+
+
 @pytest.mark.parametrize("provider", [PROVIDER_CLASS, SPARK_PROVIDER_CLASS], ids=["icetide", "spark"])
 def test_a_failed_state_task_is_retried_on_correct_state(provider: str, tmp_path: Path) -> None:
     """A streaming sum per key whose state task fails midway through one micro-batch: the retry
     (same JVM, same provider) starts from the last committed state, so every total is exact.
     icetide's provider loads the state from the checkpoint once per partition (and once more for
     the failed task); Spark's own loads it at every micro-batch."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.state_store_driver", str(tmp_path), provider],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run_driver(tmp_path / "1", provider)
+    if provider == SPARK_PROVIDER_CLASS and _jvm_died(done, tmp_path / "1"):
+        # Spark's own provider is the baseline here, not the thing under test. Its JVM died once in
+        # CI (the driver's py4j calls got "Connection refused" midway through the failing batch):
+        # report what the JVM left and run the baseline once more.
+        warnings.warn(f"Spark's RocksDB provider: the JVM died; {_crash_report(tmp_path / '1')}", stacklevel=1)
+        done = _run_driver(tmp_path / "2", provider)
+    assert done.returncode == 0, _crash_report(tmp_path) + done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["error"] is None
     assert result["failures"] == [f"batch {FAILING_BATCH} partition 0 attempt 0"]
