@@ -430,10 +430,8 @@ def soak(args: Any, work: Path) -> str:
                 "bootstrap_servers": bootstrap,
                 "topic": TOPIC,
                 "starting_offsets": "earliest",
-                # icetide's range readers default to fetch.wait.max.ms 10; against Tansu 0.6.0's
-                # memory storage, once partitions hold ~100k+ records on a loaded machine, such
-                # short fetches come back (nearly) empty and a batch stalls ("no records for 60s").
-                # Measured mid-soak: 8,000 records in 1.3 s with 500 ms, 2,228 in 35 s with 10 ms.
+                # The range readers' fetch.wait.max.ms (default 500 ms) can be overridden to
+                # reproduce the stall an earlier soak found with 10 ms (docs/benchmarks.md).
                 **({"consumer": {"fetch.wait.max.ms": args.fetch_wait_ms}} if args.fetch_wait_ms else {}),
             }
         },
@@ -652,8 +650,8 @@ def main() -> None:
     p.add_argument("--broker-down", type=float, default=20, help="seconds the broker stays down at its restart")
     p.add_argument(
         "--fetch-wait-ms",
-        default="500",
-        help="the pipeline's consumer fetch.wait.max.ms ('': the reader default, 10 ms, which stalls on Tansu)",
+        default="",
+        help="the pipeline's consumer fetch.wait.max.ms ('': the range readers' default, 500 ms)",
     )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep", action="store_true", help="keep the work folder (warehouse, logs)")
