@@ -339,8 +339,11 @@ def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy:
     while True:
         assert config.dead_letter is not None
         tables = [*sorted(read_sync_state(spark, config).tables), config.dead_letter]
-        passed = maintain_tables(spark, tables, policy, start=start)
+        # Once: an error ends the command. With --every: a failing table is named and skipped.
+        passed = maintain_tables(spark, tables, policy, start=start, keep_going=every is not None)
         start = passed.next_start
+        for table, error in passed.failed.items():
+            console.print(f"{table}: maintenance failed: {error}", highlight=False, soft_wrap=True)
         for report in passed.reports:
             for line in report.lines():
                 console.print(f"{report.table}: {line}", highlight=False, soft_wrap=True)

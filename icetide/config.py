@@ -673,12 +673,6 @@ def _check_routing(config: PipelineConfig) -> None:
         )
     if config.stateful is not None:
         raise ConfigError("merge: a stateful pipeline writes one table; it cannot route to many")
-    if config.metrics is not None:
-        raise ConfigError("metrics: the Prometheus endpoint serves one table's pipeline; not yet one of many tables")
-    if config.maintenance is not None and config.maintenance.on_thread:
-        raise ConfigError(
-            "maintenance.every: a pipeline of many tables maintains them between batches; use every_batches"
-        )
     catalog = config.catalog
     for name in config.tables:
         if name.split(".")[0] != catalog:

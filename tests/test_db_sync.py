@@ -33,6 +33,7 @@ from icetide.pipeline.sync import SyncRunner
 from tests.commands import crash_and_restart, run_cli, warehouse_reader
 from tests.debezium_messages import messages
 from tests.kafka_broker import produce
+from tests.test_prometheus import _scrape
 
 INVENTORY = "debezium_server_iceberg_mysql_inventory"  # line 1: orders (op r), line 2: customers (op d)
 Record = tuple[int, bytes | None, bytes | None, None]
@@ -262,6 +263,10 @@ def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker:
 
     passed = maintain_tables(spark, sorted(statuses), MaintenancePolicy(time_budget_seconds=0.0))
     assert len(passed.reports) == 1 and passed.next_start == 1  # a spent budget still maintains one table
+    # Beside a stream, a table that cannot be maintained is named and the pass goes on.
+    missing = f"lake.{namespace}.missing"
+    passed = maintain_tables(spark, [missing, config.dead_letter or ""], MaintenancePolicy(), keep_going=True)
+    assert list(passed.failed) == [missing] and [r.table for r in passed.reports] == [config.dead_letter]
     for t in streams:
         assert same(rows_of(reader, f"lake.{namespace}.{t}", keys[t]), model_of(records[t]))
     request_close()
@@ -278,9 +283,10 @@ def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_o
     mixed += first["orders"][len(first["customers"]) :] + first["customers"][len(first["orders"]) :]
     _create(kafka_broker, f"{prefix}.inventory.mixed")
     produce(kafka_broker, f"{prefix}.inventory.mixed", mixed)
-    config = PipelineConfig.from_dict(
-        pipeline_doc("live", kafka_broker, prefix, namespace, trigger={"interval": "0.3s", "max_records": 1000})
-    )
+    # Served metrics and maintenance on a thread of its own, over every table, beside the stream.
+    doc = pipeline_doc("live", kafka_broker, prefix, namespace, trigger={"interval": "0.3s", "max_records": 1000})
+    doc.update(metrics={"prometheus_port": 0}, maintenance={"every": "2s"})
+    config = PipelineConfig.from_dict(doc)
     runner = SyncRunner(config, spark)
     errors: list[BaseException] = []
 
@@ -303,10 +309,25 @@ def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_o
         _create(kafka_broker, topic)  # a topic created while the pipeline runs
         produce(kafka_broker, topic, before + after)
         _wait(lambda: _committed(runner, f"lake.{namespace}.products", len(before) + len(after)), errors)
+        _wait(lambda: len({r.table for r in runner.maintenance_runs}) >= 2, errors)
+        assert runner.prometheus is not None and runner.prometheus.port
+        scraped = _scrape(runner.prometheus.port)
     finally:
         runner.stop()
         thread.join(60)
     assert not errors, errors
+    for t in first:
+        labels = (("pipeline", "live"), ("table", f"lake.{namespace}.{t}"))
+        routed = sum(1 for _, _, value, _ in first[t] if value is not None)  # tombstones route nowhere
+        assert scraped[("icetide_records_in_total", labels)] == routed
+        assert scraped[("icetide_rows_written_total", labels)] > 0
+        assert scraped[("icetide_commit_seconds_count", labels)] >= 1
+    mixed_lag = (("partition", f"{prefix}.inventory.mixed/0"), ("pipeline", "live"), ("source", "kafka"))
+    assert scraped[("icetide_source_lag", mixed_lag)] == 0
+    fed = {f"lake.{namespace}.{t}" for t in streams} | {config.dead_letter}
+    runs = "icetide_maintenance_runs_total"
+    maintained = {dict(labels)["table"]: n for (name, labels), n in scraped.items() if name == runs}
+    assert {r.table for r in runner.maintenance_runs} <= fed and sum(maintained.values()) >= 2
     reader = warehouse_reader(spark, "lake", warehouse)
     columns = {t: reader.table(f"lake.{namespace}.{t}").columns for t in streams}
     assert "color" in columns["products"]

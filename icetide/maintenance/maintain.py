@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from icetide.errors import ConfigError
+from icetide.errors import ConfigError, one_line
 from icetide.maintenance.actions import ManifestRewriteResult, remove_dangling_deletes, rewrite_manifests
 from icetide.maintenance.compaction import compact
 from icetide.maintenance.expire import ExpireResult, expire_snapshots
@@ -209,6 +209,7 @@ class TablesPass:
     not_reached: list[str]  # tables the time budget left for the next pass
     next_start: int  # index (into the pass's table list) the next pass starts from
     seconds: float
+    failed: dict[str, str] = field(default_factory=dict)  # table -> error, with keep_going
 
 
 def maintain_tables(
@@ -219,8 +220,13 @@ def maintain_tables(
     start: int = 0,
     progress: ProgressCallback | None = None,
     stop: Callable[[], bool] | None = None,
+    keep_going: bool = False,
 ) -> TablesPass:
     """One pass of `maintain` over `tables` (a pipeline's), within the policy's time budget for the whole pass.
+
+    With `keep_going` (maintenance beside a long-running pipeline), a table whose maintenance
+    fails is logged and named in `failed`, and the pass goes on to the next table: one broken
+    table never keeps the others from being maintained. Without it the error is raised.
 
     Tables are taken in turn from index `start` (wrapping around); each gets what is left of the
     budget. Once it is spent, the remaining tables wait for the next pass, which starts with the
@@ -230,6 +236,7 @@ def maintain_tables(
     started = time.monotonic()
     budget = p.time_budget_seconds
     reports: list[MaintenanceReport] = []
+    failed: dict[str, str] = {}
     n = len(tables)
     order = [tables[(start + i) % n] for i in range(n)] if n else []
     done = 0
@@ -238,7 +245,14 @@ def maintain_tables(
         if (left is not None and left <= 0 and done) or (stop is not None and stop()):
             break
         table_policy = p if left is None else replace(p, time_budget_seconds=max(0.0, left))
-        reports.append(maintain(spark, table, table_policy, progress=progress, stop=stop))
+        try:
+            reports.append(maintain(spark, table, table_policy, progress=progress, stop=stop))
+        except Exception as exc:
+            if not keep_going:
+                raise
+            failed[table] = one_line(exc)
+            log.warning("maintenance of %s failed (%s); going on with the next table", table, failed[table])
+            log.debug("the maintenance failure", exc_info=True)
         done += 1
     not_reached = order[done:]
     return TablesPass(
@@ -246,4 +260,5 @@ def maintain_tables(
         not_reached=not_reached,
         next_start=(start + done) % n if n else 0,
         seconds=time.monotonic() - started,
+        failed=failed,
     )

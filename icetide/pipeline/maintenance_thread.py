@@ -1,21 +1,23 @@
 """Maintenance on a schedule, on a thread of the pipeline's own Spark application.
 
-The runner starts a `MaintenanceThread` when the pipeline config says `maintenance: {every: 5m}`
-and stops it when the run ends (`--once` drained, SIGINT/SIGTERM, an error). Batches keep
-committing meanwhile; what keeps the two apart is Iceberg's validation, not a lock:
-compaction commits with the starting sequence number and skips a conflicting group, a delete
-conversion that conflicts lands nothing, and the stream's commit retries a lost race. A run
-that fails is logged and the thread goes on; it never fails the stream.
+The runner (and the sync runner, for all of its tables) starts a `MaintenanceThread` when the
+pipeline config says `maintenance: {every: 5m}` and stops it when the run ends (`--once`
+drained, SIGINT/SIGTERM, an error). Batches keep committing meanwhile; what keeps the two apart
+is Iceberg's validation, not a lock: compaction commits with the starting sequence number and
+skips a conflicting group, a delete conversion that conflicts lands nothing, and the stream's
+commit retries a lost race. A run that fails is logged and the thread goes on; it never fails
+the stream, and a table that fails never keeps the others from their turn.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from icetide.config import MaintenanceConfig
-from icetide.maintenance.maintain import MaintenancePolicy, MaintenanceReport, maintain
+from icetide.maintenance.maintain import MaintenancePolicy, MaintenanceReport, maintain_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,25 +36,31 @@ def maintenance_policy(config: MaintenanceConfig) -> MaintenancePolicy:
 class MaintenanceThread:
     """Runs `maintain` every `every_seconds` on a daemon thread until `stop()`.
 
-    The first run starts `every_seconds` after `start()`. Reports are appended to `reports`
-    (a list the caller may share, such as `Runner.maintenance_runs`) and logged.
+    `tables` is one table, or a function returning the tables to keep (a sync pipeline's, which
+    grow as topics appear): each run is one pass over them within the policy's time budget, and
+    the next run starts where that pass stopped (maintenance.maintain_tables). The first run
+    starts `every_seconds` after `start()`. Reports are appended to `reports` (a list the caller
+    may share, such as `Runner.maintenance_runs`) and logged.
     """
 
     def __init__(
         self,
         spark: SparkSession,
-        table: str,
+        tables: str | Callable[[], list[str]],
         policy: MaintenancePolicy,
         every_seconds: float,
         *,
         reports: list[MaintenanceReport] | None = None,
+        name: str | None = None,
     ) -> None:
         self.spark = spark
-        self.table = table
+        self.tables: Callable[[], list[str]] = (lambda: [tables]) if isinstance(tables, str) else tables
+        self.table = name or (tables if isinstance(tables, str) else "the pipeline's tables")
         self.policy = policy
         self.every_seconds = every_seconds
         self.reports: list[MaintenanceReport] = reports if reports is not None else []
         self.failures = 0
+        self._next_start = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
 
@@ -84,10 +92,24 @@ class MaintenanceThread:
         self.spark.sparkContext.setJobDescription(f"icetide maintenance of {self.table}")
         while not self._stop.wait(self.every_seconds):
             try:
-                report = maintain(self.spark, self.table, self.policy, stop=self._stop.is_set)
+                passed = maintain_tables(
+                    self.spark,
+                    self.tables(),
+                    self.policy,
+                    start=self._next_start,
+                    stop=self._stop.is_set,
+                    keep_going=True,
+                )
             except Exception:
                 self.failures += 1
                 log.warning("maintenance of %s failed; the pipeline goes on", self.table, exc_info=True)
                 continue
-            self.reports.append(report)
-            log.info("maintenance of %s (thread) in %.1fs: %s", self.table, report.seconds, "; ".join(report.lines()))
+            self._next_start = passed.next_start
+            self.failures += len(passed.failed)
+            for report in passed.reports:
+                self.reports.append(report)
+                log.info(
+                    "maintenance of %s (thread) in %.1fs: %s", report.table, report.seconds, "; ".join(report.lines())
+                )
+            if passed.not_reached:
+                log.info("maintenance: %d table(s) wait for the next run (time budget)", len(passed.not_reached))

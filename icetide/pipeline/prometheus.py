@@ -178,6 +178,10 @@ class PipelineMetrics:
         if partition_lag is not None:
             self.record_lag(partition_lag)
 
+    def record_bad(self, count: int) -> None:
+        """Count bad records that reached no table of the pipeline (a sync's unroutable ones)."""
+        self._series.bad.labels(pipeline=self.pipeline, table=self.table).inc(count)
+
     def record_lag(self, partition_lag: Mapping[str, int]) -> None:
         """The source lag per partition (a partition no longer reported is dropped)."""
         gauge = self._series.lag
@@ -202,8 +206,8 @@ class PipelineMetrics:
 
         def update() -> None:
             nonlocal seen
-            for _ in range(len(reports) - seen):
-                self.record_maintenance()
+            for report in reports[seen:]:
+                self.record_maintenance(getattr(report, "table", None))
             seen = len(reports)
 
         return update

@@ -21,13 +21,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig, TableConfig
-from icetide.errors import ConfigError, IcetideError, SourceError, TerminalError, is_transient, one_line
+from icetide.errors import ConfigError, IcetideError, SourceError, TerminalError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.fast_append import FastAppend, FastBatch
 from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.runner_lock import RunnerLock
+from icetide.pipeline.supervision import RestartMetrics, supervise
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import source_error_in
@@ -68,25 +69,6 @@ class BatchMetrics:
     lost_ranges: int = 0  # source ranges lost before being read, recorded in the dead-letter table
     plan_seconds: float = 0.0  # the sink's preparation and distribution plan (its statistics job)
     refresh_seconds: float = 0.0  # reading the table's committed state (before writing, before committing)
-
-    def to_json(self) -> str:
-        """One line of JSON."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-
-@dataclass(frozen=True)
-class RestartMetrics:
-    """One restart after a transient failure, as printed in its JSON metrics line."""
-
-    pipeline: str
-    event: str  # always "restart": tells the line from a batch's
-    attempt: int  # restarts in a row without a committed batch, this one included
-    max_attempts: int
-    error_type: str
-    error: str
-    backoff_seconds: float
-    last_committed_batch: int | None
-    at: str
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -370,37 +352,17 @@ class Runner:
             self.prometheus.committed_before(last.committed_at if last is not None else None)
         previous = self._install_signals() if handle_signals else {}
         maintenance = self._start_maintenance_thread()
-        attempt = 0
         try:
-            while True:
-                committed_before = len(summary.batches)
-                try:
-                    self._run_batches(summary, lock, once=once, on_batch=on_batch)
-                    break
-                except Exception as exc:
-                    if len(summary.batches) > committed_before:
-                        attempt = 0  # the budget counts restarts in a row without progress
-                    if not is_transient(exc) or attempt >= self.config.restart.max_attempts or self._stop.is_set():
-                        raise
-                    attempt += 1
-                    event = self._restart_event(exc, attempt)
-                    summary.restarts.append(event)
-                    log.warning(
-                        "%s: %s; restart %d of %d in %.1fs",
-                        self.config.pipeline,
-                        event.error,
-                        attempt,
-                        self.config.restart.max_attempts,
-                        event.backoff_seconds,
-                    )
-                    log.debug("the failure that caused the restart", exc_info=True)
-                    if self.prometheus is not None:
-                        self.prometheus.record_restart()
-                    if on_restart is not None:
-                        on_restart(event)
-                    self.source.close()  # a fresh connection after the wait
-                    if self._stop.wait(event.backoff_seconds):
-                        break
+            supervise(
+                lambda: self._run_batches(summary, lock, once=once, on_batch=on_batch),
+                pipeline=self.config.pipeline,
+                restart=self.config.restart,
+                stop=self._stop,
+                committed=lambda: len(summary.batches),
+                last_committed_batch=self._last_committed_batch,
+                restarts=summary.restarts,
+                after_failure=lambda event: self._after_failure(event, on_restart),
+            )
             summary.stopped_by_signal = self._stop.is_set() and not once
         finally:
             self.source.close()
@@ -411,24 +373,16 @@ class Runner:
             lock.release()
         return summary
 
-    def _restart_event(self, exc: BaseException, attempt: int) -> RestartMetrics:
-        try:
-            state = self.sink.last_committed()
-            last: int | None = state.batch_id if state is not None else None
-        except Exception:
-            log.debug("could not read the last committed batch for the restart line", exc_info=True)
-            last = None
-        return RestartMetrics(
-            pipeline=self.config.pipeline,
-            event="restart",
-            attempt=attempt,
-            max_attempts=self.config.restart.max_attempts,
-            error_type=type(exc).__name__,
-            error=one_line(exc),
-            backoff_seconds=self.config.restart.delay(attempt),
-            last_committed_batch=last,
-            at=datetime.now(UTC).isoformat(),
-        )
+    def _last_committed_batch(self) -> int | None:
+        state = self.sink.last_committed()
+        return state.batch_id if state is not None else None
+
+    def _after_failure(self, event: RestartMetrics, on_restart: Callable[[RestartMetrics], None] | None) -> None:
+        if self.prometheus is not None:
+            self.prometheus.record_restart()
+        if on_restart is not None:
+            on_restart(event)
+        self.source.close()  # a fresh connection after the wait
 
     def _run_batches(
         self,

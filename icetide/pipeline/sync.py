@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
 from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
-from icetide.errors import ConfigError, IcetideError, SourceError, is_transient, one_line
+from icetide.errors import ConfigError, IcetideError, SourceError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import payload_limits
 from icetide.pipeline.dead_letter import DeadLetterTable
+from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
 from icetide.pipeline.runner import (
     BatchMetrics,
-    RestartMetrics,
     RunSummary,
     TooManyBadRecordsError,
     create_config_table,
@@ -44,6 +44,7 @@ from icetide.pipeline.runner import (
     pipeline_session,
 )
 from icetide.pipeline.runner_lock import RunnerLock
+from icetide.pipeline.supervision import RestartMetrics, supervise
 from icetide.pipeline.sync_state import Position, SyncState, TableState, advance, parse_position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES, create_from_definition, definition_from_messages
 from icetide.sink.committer import Committer
@@ -82,6 +83,17 @@ def lock_config(config: PipelineConfig) -> PipelineConfig:
     return dataclasses.replace(config, table=dataclasses.replace(config.table, name=config.dead_letter))
 
 
+@dataclass(frozen=True)
+class TableCounts:
+    """One table's share of a batch, as the Prometheus series count it (prometheus.CommittedBatch)."""
+
+    committed: bool
+    records_in: int
+    rows_written: int
+    bad_records: int
+    commit_seconds: float
+
+
 @dataclass
 class _TableBatch:
     """One table's share of a batch, decoded."""
@@ -114,6 +126,14 @@ class SyncRunner:
         self._last_plan_full = False
         self.maintenance_runs: list[Any] = []
         self._maintenance_cursor = 0
+        self._partition_lag: dict[str, int] | None = None
+        # Prometheus: the pipeline's series (source lag, restarts, unroutable records, labelled
+        # with its dead-letter table) and one set per table, made as tables appear.
+        self.prometheus = pipeline_metrics(
+            config.metrics, pipeline=config.pipeline, table=config.dead_letter, source="kafka"
+        )
+        self._table_metrics: dict[str, PipelineMetrics] = {}
+        self._count_maintenance = self.prometheus.count_maintenance(self.maintenance_runs) if self.prometheus else None
         self.load_state()
 
     # -- state -------------------------------------------------------------------------------
@@ -236,6 +256,8 @@ class SyncRunner:
             for frame in kept:
                 frame.unpersist()
         crash_point("after_commit", batch_id)
+        source_lag = self._lag()
+        self._record_metrics(results, decoded, unrouted=bad_count - sum(d.bad_count for d in decoded.values()))
         return SyncBatchMetrics(
             pipeline=self.config.pipeline,
             batch_id=batch_id,
@@ -250,7 +272,7 @@ class SyncRunner:
             read_decode_seconds=round(read_seconds, 3),
             write_seconds=round(max([r.write_seconds for r in results.values()] or [0.0]), 3),
             commit_seconds=round(max([r.commit_seconds for r in results.values()] or [0.0]), 3),
-            source_lag=self._lag(),
+            source_lag=source_lag,
             finished_at=datetime.now(UTC).isoformat(),
             truncated=any(d.truncated for d in decoded.values()),
             unknown_fields={f"{d.name}.{k}": v for d in decoded.values() for k, v in d.unknown_fields.items()},
@@ -412,9 +434,31 @@ class SyncRunner:
         with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(due))) as pool:
             return dict(pool.map(commit, due))
 
+    def _record_metrics(self, results: dict[str, Any], decoded: dict[str, _TableBatch], unrouted: int) -> None:
+        """The batch in the Prometheus series: each table's counts, the lag, unroutable records."""
+        if self.prometheus is None:
+            return
+        for name, result in results.items():
+            if name not in self._table_metrics:
+                self._table_metrics[name] = PipelineMetrics(self.config.pipeline, name, source="kafka")
+            d = decoded.get(name)
+            counts = TableCounts(
+                committed=result.committed,
+                records_in=d.records if d is not None else 0,
+                rows_written=result.rows_written,
+                bad_records=d.bad_count if d is not None else 0,
+                commit_seconds=result.commit_seconds,
+            )
+            self._table_metrics[name].record_batch(counts)
+        if unrouted > 0:
+            self.prometheus.record_bad(unrouted)
+        if self._partition_lag is not None:
+            self.prometheus.record_lag(self._partition_lag)
+
     def _lag(self) -> int:
         try:
-            return sum(self.lag_by_partition().values())
+            self._partition_lag = self.lag_by_partition()
+            return sum(self._partition_lag.values())
         except (SourceError, OSError):
             log.debug("could not measure source lag", exc_info=True)
             return -1
@@ -440,47 +484,52 @@ class SyncRunner:
         lock = RunnerLock(lock_config(self.config))
         lock.acquire(self.spark)
         previous = self._install_signals() if handle_signals else {}
-        attempt = 0
+        maintenance = self._start_maintenance_thread()
         try:
-            while True:
-                before = len(summary.batches)
-                try:
-                    self._run_batches(summary, lock, once=once, on_batch=on_batch)
-                    break
-                except Exception as exc:
-                    if len(summary.batches) > before:
-                        attempt = 0
-                    if not is_transient(exc) or attempt >= self.config.restart.max_attempts or self._stop.is_set():
-                        raise
-                    attempt += 1
-                    event = RestartMetrics(
-                        pipeline=self.config.pipeline,
-                        event="restart",
-                        attempt=attempt,
-                        max_attempts=self.config.restart.max_attempts,
-                        error_type=type(exc).__name__,
-                        error=one_line(exc),
-                        backoff_seconds=self.config.restart.delay(attempt),
-                        last_committed_batch=self.state.next_batch_id() - 1,
-                        at=datetime.now(UTC).isoformat(),
-                    )
-                    summary.restarts.append(event)
-                    log.warning(
-                        "%s: %s; restart %d in %.1fs", self.config.pipeline, event.error, attempt, event.backoff_seconds
-                    )
-                    if on_restart is not None:
-                        on_restart(event)
-                    self.topics.close()
-                    if self._stop.wait(event.backoff_seconds):
-                        break
-                    self.load_state()
+            supervise(
+                lambda: self._run_batches(summary, lock, once=once, on_batch=on_batch),
+                pipeline=self.config.pipeline,
+                restart=self.config.restart,
+                stop=self._stop,
+                committed=lambda: len(summary.batches),
+                last_committed_batch=lambda: self.state.next_batch_id() - 1,
+                restarts=summary.restarts,
+                after_failure=lambda event: self._after_failure(event, on_restart),
+                before_retry=self.load_state,
+            )
             summary.stopped_by_signal = self._stop.is_set() and not once
         finally:
             self.topics.close()
+            if maintenance is not None:
+                maintenance.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             lock.release()
         return summary
+
+    def _after_failure(self, event: RestartMetrics, on_restart: Callable[[RestartMetrics], None] | None) -> None:
+        if self.prometheus is not None:
+            self.prometheus.record_restart()
+        if on_restart is not None:
+            on_restart(event)
+        self.topics.close()
+
+    def _start_maintenance_thread(self) -> Any:
+        """With `maintenance: {every: ...}`: passes over every table of the pipeline (and its
+        dead-letter table) on a thread of their own, each within the time budget; else None."""
+        settings = self.config.maintenance
+        if settings is None or settings.every_seconds is None:
+            return None
+        from icetide.pipeline.maintenance_thread import MaintenanceThread, maintenance_policy
+
+        return MaintenanceThread(
+            self.spark,
+            lambda: [*self.table_names(), self.dead_letter.name],
+            maintenance_policy(settings),
+            settings.every_seconds,
+            reports=self.maintenance_runs,
+            name=f"{self.config.pipeline}'s tables",
+        ).start()
 
     def _run_batches(
         self,
@@ -499,6 +548,8 @@ class SyncRunner:
             started = time.monotonic()
             lock.renew()
             metrics = self.run_batch()
+            if self._count_maintenance is not None:
+                self._count_maintenance()  # the thread's runs too, between batches or not
             if metrics is not None:
                 summary.batches.append(metrics)
                 self._maybe_maintain(metrics.batch_id)
@@ -522,7 +573,11 @@ class SyncRunner:
         try:
             tables = [*self.table_names(), self.dead_letter.name]
             passed = maintain_tables(
-                self.spark, tables, maintenance_policy(self.config.maintenance), start=self._maintenance_cursor
+                self.spark,
+                tables,
+                maintenance_policy(self.config.maintenance),
+                start=self._maintenance_cursor,
+                keep_going=True,
             )
             self._maintenance_cursor = passed.next_start
             self.maintenance_runs.extend(passed.reports)
