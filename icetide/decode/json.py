@@ -226,16 +226,19 @@ def malformed_error(payload: Column, corrupt: Column) -> Column:
     )
 
 
-def limit_error(payload: Column, limits: PayloadLimits) -> Column:
+def limit_error(
+    payload: Column, limits: PayloadLimits, *, size: Column | None = None, too_deep: Column | None = None
+) -> Column:
     """The first limit of icetide.decode.limits the payload breaks, as its error, else null.
 
     Checked in the order (and with the errors) of `icetide.decode.limits.payload_error`. A
     Kafka payload cast from binary keeps its bytes, valid UTF-8 or not: decoding it and encoding
-    it again changes it exactly when it is not valid UTF-8.
+    it again changes it exactly when it is not valid UTF-8. `size` and `too_deep` (true: nested
+    too deep whatever `payload` is) for a payload that is part of its record (decode/debezium.py).
     """
     from pyspark.sql import functions as F
 
-    size = F.octet_length(payload)
+    size = F.octet_length(payload) if size is None else size
     raw = payload.cast("binary")
     # Counted by byte-level replace: Spark's translate builds a string per character (10x slower).
     openers = (
@@ -243,6 +246,9 @@ def limit_error(payload: Column, limits: PayloadLimits) -> Column:
         - F.octet_length(F.replace(payload, F.lit("["), F.lit("")))
         - F.octet_length(F.replace(payload, F.lit("{"), F.lit("")))
     )
+    deep = (openers > limits.max_nesting_depth) & (_nesting_depth(payload) > limits.max_nesting_depth)
+    if too_deep is not None:
+        deep = too_deep | deep
     return (
         F.when(
             size > limits.max_record_bytes,
@@ -253,10 +259,7 @@ def limit_error(payload: Column, limits: PayloadLimits) -> Column:
             ),
         )
         .when(F.encode(F.decode(raw, "UTF-8"), "UTF-8") != raw, F.lit(lim.invalid_utf8_error()))
-        .when(
-            (openers > limits.max_nesting_depth) & (_nesting_depth(payload) > limits.max_nesting_depth),
-            F.lit(lim.depth_error(limits)),
-        )
+        .when(deep, F.lit(lim.depth_error(limits)))
         .when(F.instr(payload, "\\") > 0, F.when(payload.rlike(lim.LONE_SURROGATE), F.lit(lim.surrogate_error())))
     )
 
@@ -290,6 +293,7 @@ def finish(
     conversions: Mapping[str, Column] | None = None,
     *,
     limits: PayloadLimits | None = None,
+    check_limits: bool = True,
 ) -> tuple[DataFrame, DataFrame]:
     """Convert and check the raw columns of `rows`, and split them into good and bad.
 
@@ -297,6 +301,7 @@ def finish(
     field than its JSON text, e.g. Debezium's Connect schema). A payload over `limits` (default
     PayloadLimits()), not valid UTF-8 or escaping a lone surrogate is bad before anything else
     (icetide.decode.limits); its dead letter holds the payload with U+FFFD where its bytes are not UTF-8.
+    Without `check_limits`, the caller has checked them (into PRE_ERROR).
 
     With `keep` (a list), the checked records are persisted and appended to it: good and bad
     then read one cache, the source is read and parsed once, and the caller unpersists it.
@@ -322,7 +327,8 @@ def finish(
     )
     keys = set(key)
     not_delete = F.col(OP_COLUMN) != F.lit(DELETE)
-    checks: list[Column] = [limit_error(F.col(PAYLOAD), limits or PayloadLimits()), F.col(PRE_ERROR)]
+    checks: list[Column] = [limit_error(F.col(PAYLOAD), limits or PayloadLimits())] if check_limits else []
+    checks.append(F.col(PRE_ERROR))
     for i, f in enumerate(fields):
         raw, value = F.col(_raw(i)), F.col(_typed(i))
         if f.name in keys:
