@@ -102,6 +102,7 @@ def test_decoding_split_values_equals_decoding_whole_values(spark: Any) -> None:
         compact({"schema": stream[0]["schema"], "payload": None}),  # a tombstone
         None,
         compact({"payload": stream[3]["payload"], "schema": stream[3]["schema"]}),  # payload first
+        values[0].replace(b'"scooter"', b'"sc\xffooter"'),  # not UTF-8 after the head
         b"not json",
     ]
     envelope = parse_envelope_schema(json.dumps(stream[0]["schema"]))
@@ -128,10 +129,11 @@ def test_decoding_split_values_equals_decoding_whole_values(spark: Any) -> None:
     assert results[0] == results[1]
     good, bad, _ = results[1]
     assert not good and len(bad) == len(values) - 2  # over max_record_bytes: all but the tombstones
-    assert {r[0].encode() for r in bad} == {v for v in values if v is not None} - {values[-4]}
+    sent = {v.decode("utf-8", "replace"): v for v in values if v is not None and v != values[len(stream) + 3]}
+    assert {r[0] for r in bad} == sent.keys()  # the whole records, not only what was left after the head
     for payload, error, _ in bad:
         if payload != "not json":
-            assert error == f"payload is {len(payload.encode())} bytes, over max_record_bytes (1500)"
+            assert error == f"payload is {len(sent[payload])} bytes, over max_record_bytes (1500)"
 
     loose = PayloadLimits(max_nesting_depth=16)
     results = []
@@ -160,5 +162,6 @@ def test_decoding_split_values_equals_decoding_whole_values(spark: Any) -> None:
     assert any(e.startswith("column weight") for e in errors)
     assert "JSON nested deeper than max_nesting_depth (16)" in errors
     assert errors.count("malformed JSON") + errors.count("malformed JSON: not an object") == 2
-    cut_short = values[len(stream) + 1]
-    assert {r[0].encode() for r in bad} == {compact(bad_value), cut_short, compact(deep_schema), b"not json"}
+    assert "payload is not valid UTF-8" in errors
+    cut_short, not_utf8 = values[len(stream) + 1], values[-2].decode("utf-8", "replace").encode()
+    assert {r[0].encode() for r in bad} == {compact(bad_value), cut_short, compact(deep_schema), not_utf8, b"not json"}
