@@ -54,6 +54,7 @@ PARSED = "_icetide_parsed"
 PRE_ERROR = "_icetide_pre_error"
 ERROR = "_icetide_error"
 BARRIER = "_icetide_barrier"
+_UNKNOWN = "_icetide_unknown"  # a record's top-level keys that are not columns
 _EPOCH_DIGITS = {"s": 12, "ms": 15, "us": 18}  # up to about the year 33658, far from overflowing
 _EPOCH_PER_SECOND = {"s": 1, "ms": 1000, "us": 1_000_000}
 
@@ -391,6 +392,7 @@ def decode_json(
     extra_cols: Sequence[str] = (),
     keep: list[DataFrame] | None = None,
     limits: PayloadLimits | None = None,
+    unknown_fields: dict[str, int] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Decode JSON objects in `df[value_col]` (string or binary) into `table_schema`'s columns.
 
@@ -401,11 +403,16 @@ def decode_json(
     (the raw text), `error` (one line naming the problem and the column) and `source_position`
     (from `position_cols`, see `source_position`). Every non-null payload lands in exactly one of
     the two, in input order within a Spark partition; null payloads are skipped.
+
+    With `unknown_fields` (a dict) and `keep`, the top-level keys of good records that are not
+    columns (nor `_op`) are counted into it, field -> records, and named in one warning: they
+    are not written. This runs one Spark job, which materializes `keep`'s cache.
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     check_arguments(df, table_schema, key, op_mode, position_cols, extra_cols, epoch_unit)
+    count_unknown = unknown_fields is not None and keep is not None
     payload = payload_text(df, value_col)
     fields = list(table_schema.fields)
     parse_schema = T.StructType(
@@ -419,6 +426,12 @@ def decode_json(
         *extra_cols,
         F.from_json(payload, parse_schema, options).alias(PARSED),
     )
+    carried = list(extra_cols)
+    if count_unknown:  # the keys alone, a second but shallow read (Jackson skips the values)
+        known = F.array(*[F.lit(f.name) for f in fields], F.lit(OP_COLUMN))
+        keys = F.coalesce(F.array_except(F.json_object_keys(F.col(PAYLOAD)), known), F.array().cast("array<string>"))
+        staged = staged.withColumn(_UNKNOWN, keys)
+        carried.append(_UNKNOWN)
     parsed = F.col(PARSED)
     raw_op = parsed[OP_COLUMN]
     op = F.upper(F.trim(raw_op))
@@ -430,9 +443,25 @@ def decode_json(
     rows = staged.select(
         PAYLOAD,
         POSITION,
-        *extra_cols,
+        *carried,
         F.when(raw_op.isNull(), F.lit(default_op)).otherwise(op).alias(OP_COLUMN),
         pre_error.alias(PRE_ERROR),
         *[parsed[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
     )
-    return finish(rows, table_schema, key, extra_cols, epoch_unit, keep, limits=limits)
+    good, bad = finish(rows, table_schema, key, carried, epoch_unit, keep, limits=limits)
+    if count_unknown and unknown_fields is not None:
+        counts = (
+            good.where(F.size(_UNKNOWN) > 0)
+            .select(F.explode(_UNKNOWN).alias("field"))
+            .groupBy("field")
+            .count()
+            .collect()
+        )
+        unknown_fields.update({r["field"]: r["count"] for r in counts})
+        good = good.drop(_UNKNOWN)
+        if unknown_fields:
+            log.warning(
+                "the table lacks field(s) the source sends, not written: %s",
+                ", ".join(f"{n} ({c} records)" for n, c in sorted(unknown_fields.items())),
+            )
+    return good, bad

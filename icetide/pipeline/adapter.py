@@ -249,6 +249,7 @@ class SourceAdapter:
 
         # Without order_by, arrival order decides: a Kafka range is read in offset order, a file
         # in line order, and the sink keeps that order through monotonically_increasing_id.
+        unknown: dict[str, int] = {}
         good, bad = decode_json(
             raw,
             value_col,
@@ -259,5 +260,6 @@ class SourceAdapter:
             keep=keep,
             extra_cols=extra_cols or (),
             limits=payload_limits(self.config),
+            unknown_fields=unknown,
         )
-        return Decoded(good, bad, self.config.order_by)
+        return Decoded(good, bad, self.config.order_by, unknown_fields=unknown)
