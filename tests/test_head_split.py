@@ -16,6 +16,7 @@ from icetide.decode.connect import parse_envelope_schema, table_schema
 from icetide.decode.debezium import decode_debezium
 from icetide.decode.limits import PayloadLimits
 from icetide.sources.head_split import HeadSplitter, JsonHeadSplit, rejoin
+from icetide.sources.kafka_reader import SPLIT_RECORD_ARROW_SCHEMA, OffsetRange, RangeReader
 from tests.debezium_messages import messages
 
 SPLIT = JsonHeadSplit("schema", "payload")
@@ -65,6 +66,68 @@ def test_other_shapes_are_left_whole() -> None:
     assert rests.to_pylist()[:-1] == others
     assert ids.to_pylist()[:-1] == [None] * len(others) and heads.to_pylist()[:-1] == [None] * len(others)
     assert ids.to_pylist()[-1] is not None
+
+
+class _Message:
+    def __init__(self, offset: int, value: bytes | None) -> None:
+        self.offset_, self.value_ = offset, value
+
+    def error(self) -> None:
+        return None
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self.offset_)
+
+    def key(self) -> bytes | None:
+        return None
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+
+class _Consumer:
+    """Serves `values` from offset 0, two records per consume."""
+
+    def __init__(self, values: list[bytes | None]) -> None:
+        self.values, self.at = values, 0
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.at = partitions[0][2]
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        end = min(len(self.values), self.at + min(2, num_messages))
+        out = [_Message(o, self.values[o]) for o in range(self.at, end)]
+        self.at += len(out)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def test_range_reader_ships_each_head_once_per_arrow_batch() -> None:
+    values: list[bytes | None] = [*products()[:5], None, b"garbage", *products()[5:9]]
+    reader = RangeReader(
+        _Consumer(values),
+        OffsetRange("cdc", 0, 0, len(values)),
+        read_timeout=5.0,
+        batch_rows=4,
+        topic_partition=lambda t, p, o: (t, p, o),
+        split=SPLIT,
+    )
+    batches = list(reader.batches())
+    assert [b.num_rows for b in batches] == [4, 4, 3] and all(b.schema == SPLIT_RECORD_ARROW_SCHEMA for b in batches)
+    heads = [b.column("value_head").to_pylist() for b in batches]
+    assert [sum(h is not None for h in hs) for hs in heads] == [1, 1, 1]  # the same schema in all
+    head = next(h for h in heads[0] if h is not None)
+    got = [
+        v if i is None else rejoin(head, v.decode()).encode()
+        for b in batches
+        for v, i in zip(b.column("value").to_pylist(), b.column("value_head_id").to_pylist(), strict=True)
+    ]
+    assert got == values
 
 
 def _frame(spark: Any, values: list[bytes | None], *, split: bool) -> Any:
