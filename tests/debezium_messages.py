@@ -25,9 +25,11 @@ def lines(name: str) -> list[str]:
 class ProductsStream:
     """MySQL changes to Debezium's tutorial `products` table (id, name, description, weight),
     in the schema and source block of the real message in flink_mysql_products_schema.jsonl,
-    with binlog positions that rise with every change, as a MySQL binlog's do."""
+    with binlog positions that rise with every change, as a MySQL binlog's do. `compact`: written
+    as Kafka's JsonConverter writes them (no whitespace), else with a space after `:` and `,`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, compact: bool = True) -> None:
+        self.separators = (",", ":") if compact else (", ", ": ")
         first = messages("flink_mysql_products_schema")[0]
         self.schema = first["schema"]
         self.source = first["payload"]["source"]
@@ -49,16 +51,16 @@ class ProductsStream:
     def change(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> bytes:
         """One change event, encoded as the JSON converter does with schemas.enable=true."""
         payload = {"before": before, "after": after, "source": self._source(), "op": op, "ts_ms": 1589362330904}
-        return json.dumps({"schema": self.schema, "payload": payload}).encode()
+        return json.dumps({"schema": self.schema, "payload": payload}, separators=self.separators).encode()
 
     def truncate(self) -> bytes:
         """A truncate event (op t: no before, no after); its key is null."""
         payload = {"before": None, "after": None, "source": self._source(), "op": "t", "ts_ms": 1589362330904}
-        return json.dumps({"schema": self.schema, "payload": payload}).encode()
+        return json.dumps({"schema": self.schema, "payload": payload}, separators=self.separators).encode()
 
     def key(self, row_id: int) -> bytes:
         """The message key, with its schema, as the JSON converter writes it."""
-        return json.dumps({"schema": self.key_schema, "payload": {"id": row_id}}).encode()
+        return json.dumps({"schema": self.key_schema, "payload": {"id": row_id}}, separators=self.separators).encode()
 
 
 def apply_changes(model: dict[int, tuple[Any, ...]], event: dict[str, Any]) -> None:

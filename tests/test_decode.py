@@ -141,6 +141,41 @@ def test_json_from_files_keeps_the_line_and_extra_columns(spark: Any) -> None:
     }
 
 
+def test_json_fields_the_table_lacks_are_counted_never_dropped_silently(spark: Any, caplog: Any) -> None:
+    """Keys that are no column (nor `_op`) are counted per field over the good records, and named
+    in one warning; the rows are written without them. Nested keys are not fields."""
+    base = {"ad_id": 1, "name": "a"}
+    values = [
+        json.dumps({**base, "color": "red", "size": 3, "_op": "upsert"}),
+        json.dumps({**base, "ad_id": 2, "color": None, "meta": {"inner": 1}}),
+        json.dumps({**base, "ad_id": 3, "tags": ["x"]}),
+        json.dumps({"ad_id": "x", "name": "bad", "color": "blue"}),  # bad: not counted
+        "not json",
+        "[1, 2]",
+    ]
+    unknown: dict[str, int] = {}
+    keep: list[Any] = []
+    with caplog.at_level("WARNING", logger="icetide.decode.json"):
+        good, bad = decode_json(
+            kafka_frame(spark, values),
+            "value",
+            ADS,
+            ["ad_id"],
+            "upsert",
+            KAFKA_POSITION,
+            keep=keep,
+            unknown_fields=unknown,
+        )
+    assert unknown == {"color": 2, "meta": 1, "size": 1}
+    assert good.columns == [f.name for f in ADS.fields] + ["_op"]
+    assert sorted(r["ad_id"] for r in good.collect()) == [1, 2, 3] and bad.count() == 3
+    assert [r.getMessage() for r in caplog.records if "lacks" in r.getMessage()] == [
+        "the table lacks field(s) the source sends, not written: color (2 records), meta (1 records), size (1 records)"
+    ]
+    for df in keep:
+        df.unpersist()
+
+
 def test_decode_arguments_are_checked(spark: Any) -> None:
     frame = kafka_frame(spark, ["{}"])
     with pytest.raises(ConfigError, match="key column 'nope'"):

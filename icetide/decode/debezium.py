@@ -74,6 +74,8 @@ _RAW_OP = "_icetide_raw_op"
 _BEFORE = "_icetide_before"
 _AFTER = "_icetide_after"
 _UNKNOWN = "_icetide_unknown"
+_SPLIT_ID = "_icetide_split_id"  # the head id of a value whose head the source split off, else null
+_SPLIT_HEAD = "_icetide_split_head"
 # The JSON converter writes {"schema":{...},"payload":{...}}: the text before "payload" names the schema.
 _HEAD_START, _PAYLOAD_KEY = '{"schema"', '"payload":'
 _HEAD = re.compile(r'\{"schema"\s*:\s*')
@@ -277,15 +279,18 @@ def _infer_ddl(text: str | None) -> str:
     return "STRING"
 
 
-def schema_identity(text: Column, wrapped: Column) -> list[Column]:
+def schema_identity(text: Column, wrapped: Column, split_id: Column | None = None) -> list[Column]:
     """The columns that identify a message's schema without parsing it: _SCHEMA_ID, the hash of
     the text before `"payload":` when the message starts `{"schema"` as the JSON converter writes
     it, and _SCHEMA_TEXT, the schema's own text, only for other layouts (payload first, say),
-    read by a second parse of those rows alone."""
+    read by a second parse of those rows alone. `split_id`: the id of the head the source split
+    off (null where it did not), which is then the schema's id."""
     from pyspark.sql import functions as F
 
     cut_at = F.instr(text, _PAYLOAD_KEY)
     compact = text.startswith(_HEAD_START) & (cut_at > 0)
+    if split_id is not None:
+        wrapped = wrapped & split_id.isNull()
     other = F.get_json_object(text, "$.schema")
     # Finding "payload" costs more than parsing the rest: a head seen in an earlier batch is
     # recognised by comparing the message's start with it.
@@ -295,10 +300,10 @@ def schema_identity(text: Column, wrapped: Column) -> list[Column]:
     for sid, head in known:
         head_id = head_id.when(text.startswith(head + _PAYLOAD_KEY), F.lit(sid))
     head_id = head_id.when(compact, F.xxhash64(text.substr(F.lit(1), cut_at - 1)))
-    return [
-        F.when(wrapped & ~compact, other).alias(_SCHEMA_TEXT),
-        F.when(wrapped, F.coalesce(head_id, F.when(other.isNotNull(), F.xxhash64(other)))).alias(_SCHEMA_ID),
-    ]
+    schema_id = F.when(wrapped, F.coalesce(head_id, F.when(other.isNotNull(), F.xxhash64(other))))
+    if split_id is not None:
+        schema_id = F.when(split_id.isNotNull(), split_id).otherwise(schema_id)
+    return [F.when(wrapped & ~compact, other).alias(_SCHEMA_TEXT), schema_id.alias(_SCHEMA_ID)]
 
 
 def _schema_of(text: str | None) -> C.EnvelopeSchema | None:
@@ -321,22 +326,29 @@ def _schema_of(text: str | None) -> C.EnvelopeSchema | None:
         return None
 
 
+def _schema_texts(env: DataFrame, ids: Sequence[int]) -> list[Any]:
+    """Rows (_SCHEMA_ID, text) of `ids`: the text schema_identity hashed, from one message each."""
+    from pyspark.sql import functions as F
+
+    text = F.col(PAYLOAD)
+    head = F.coalesce(F.col(_SCHEMA_TEXT), text.substr(F.lit(1), F.instr(text, _PAYLOAD_KEY) - 1))
+    if _SPLIT_ID in env.columns:  # a split value's head is on its first row of each Arrow batch
+        head = F.when(F.col(_SPLIT_ID).isNotNull(), F.col(_SPLIT_HEAD)).otherwise(head)
+    return (
+        env.where(F.col(_SCHEMA_ID).isin(*ids))
+        .groupBy(_SCHEMA_ID)
+        .agg(F.first(head, ignorenulls=True).alias("text"))
+        .collect()
+    )
+
+
 def _schemas_by_id(env: DataFrame, ids: set[int]) -> dict[int, C.EnvelopeSchema | None]:
     """The schemas of `ids`: remembered from earlier batches, else read from one message each
     (one small Spark job when a batch brings new schemas) and parsed once."""
-    from pyspark.sql import functions as F
-
     with _KNOWN_LOCK:
         new = sorted(ids - _KNOWN_SCHEMAS.keys())
     if new:
-        text = F.col(PAYLOAD)
-        head = text.substr(F.lit(1), F.instr(text, _PAYLOAD_KEY) - 1)
-        found = (
-            env.where(F.col(_SCHEMA_ID).isin(*new))
-            .groupBy(_SCHEMA_ID)
-            .agg(F.first(F.coalesce(F.col(_SCHEMA_TEXT), head)).alias("text"))
-            .collect()
-        )
+        found = _schema_texts(env, new)
         parsed = {r[_SCHEMA_ID]: (_schema_of(r["text"]), r["text"]) for r in found}
         with _KNOWN_LOCK:
             if len(_KNOWN_SCHEMAS) + len(parsed) > _KNOWN_SCHEMAS_MAX:
@@ -349,6 +361,49 @@ def _schemas_by_id(env: DataFrame, ids: set[int]) -> dict[int, C.EnvelopeSchema 
         return {sid: parsed[sid][0] if sid in parsed else _KNOWN_SCHEMAS.get(sid) for sid in ids}
     with _KNOWN_LOCK:
         return {sid: _KNOWN_SCHEMAS.get(sid) for sid in ids}
+
+
+def _heads_by_id(env: DataFrame, ids: set[int]) -> dict[int, str]:
+    """The heads the source split off, by id: remembered (see _schemas_by_id), else read again."""
+    with _KNOWN_LOCK:
+        heads = {sid: _KNOWN_HEADS[sid] for sid in ids if sid in _KNOWN_HEADS}
+    missing = sorted(ids - heads.keys())
+    if missing:
+        heads.update({r[_SCHEMA_ID]: r["text"] for r in _schema_texts(env, missing)})
+    return heads
+
+
+def _split_checks(
+    rest: Column, split_id: Column, heads: Mapping[int, str], limits: PayloadLimits
+) -> tuple[Column, Column]:
+    """(the whole record, its payload limits' error) of records whose head the source split off
+    (`split_id` not null, `rest` the value without it) and of the others (`rest` is then the value).
+
+    The limits are checked as on the whole record without building it: its size is the rest's
+    plus the head's, it nests as deep as the deeper of the two, and a split head is valid UTF-8
+    and holds no escape (icetide.sources.head_split). The whole record is built for dead letters."""
+    from pyspark.sql import functions as F
+
+    from icetide.decode.json import limit_error
+    from icetide.decode.limits import nesting_depth
+
+    def by_head(values: Mapping[int, Any]) -> Column:
+        distinct = set(values.values())
+        if len(distinct) == 1:
+            return F.lit(next(iter(distinct)))
+        chain = F.when(F.lit(False), F.lit(None))
+        for sid, value in values.items():
+            chain = chain.when(split_id == sid, F.lit(value))
+        return chain
+
+    if not heads:
+        return rest, limit_error(rest, limits)
+    head_bytes = by_head({sid: len(h.encode()) - 1 for sid, h in heads.items()})  # the rest's "{" is not the record's
+    deep = [sid for sid, h in heads.items() if nesting_depth(h) > limits.max_nesting_depth]
+    size = F.octet_length(rest) + F.when(split_id.isNotNull(), head_bytes).otherwise(F.lit(0))
+    error = limit_error(rest, limits, size=size, too_deep=split_id.isin(*deep) if deep else None)
+    whole = F.when(split_id.isNull(), rest).otherwise(F.concat(by_head(heads), rest.substr(F.lit(2), F.lit(2**31 - 1))))
+    return whole, error
 
 
 def _order(position_cols: Sequence[str], source: Column, ts_ms: Column) -> Column:
@@ -389,6 +444,7 @@ def decode_debezium(
     on_truncate: OnTruncate = "apply",
     schema_evolution: bool = False,
     limits: PayloadLimits | None = None,
+    split: tuple[str, str] | None = None,
 ) -> DecodedChanges:
     """Decode Debezium change events in `df[value_col]` (string or binary) into the table's columns.
 
@@ -398,6 +454,10 @@ def decode_debezium(
     one of good and bad, except a truncate that is applied and the events before it in the batch,
     which the truncate removes. Runs one Spark job to read the batch's distinct schemas (and
     materialize `keep`'s cache). `epoch_unit` is kept for callers; schemas decide units.
+
+    `split`: the columns (head id, head text) of a source that split the JSON converter's schema
+    off its values (icetide.sources.head_split with JsonHeadSplit("schema", "payload")); the
+    schema is then known by its id, and dead letters still hold the whole record.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -436,8 +496,10 @@ def decode_debezium(
         *extra_cols,
         *order_inputs,
         F.from_json(payload, parse_schema, options).alias(PARSED),
+        *([F.col(split[0]).alias(_SPLIT_ID), F.col(split[1]).alias(_SPLIT_HEAD)] if split else []),
         F.spark_partition_id().alias(BARRIER),
     )
+    split_cols = [_SPLIT_ID, _SPLIT_HEAD] if split else []
     parsed = F.col(PARSED)
     wrapped = parsed["payload"].isNotNull()
 
@@ -467,8 +529,9 @@ def decode_debezium(
         _order(position_cols, part("source"), F.coalesce(part("source")["ts_ms"], part("ts_ms"))).alias(
             SOURCE_ORDER_COLUMN
         ),
-        *schema_identity(F.col(PAYLOAD), wrapped),
+        *schema_identity(F.col(PAYLOAD), wrapped, F.col(_SPLIT_ID) if split else None),
         F.coalesce(F.array_except(F.map_keys(row), known), F.array()).alias(_UNKNOWN),
+        *split_cols,
     )
     if keep is not None:
         env = env.persist(StorageLevel.MEMORY_AND_DISK)
@@ -481,6 +544,7 @@ def decode_debezium(
             F.count(F.lit(1)).alias("n"),
             F.max(truncate_order).alias("truncate_at"),
             F.count(truncate_order).alias("truncates"),
+            (F.max(F.col(_SPLIT_ID).isNotNull()) if split else F.lit(False)).alias("split"),
         )
         .collect()
     )
@@ -527,6 +591,7 @@ def decode_debezium(
         "_icetide_ts",
         SOURCE_ORDER_COLUMN,
         _SCHEMA_ID,
+        *split_cols[:1],
         F.explode(changes).alias("_icetide_change"),
     )
     cop, crow = F.col("_icetide_change.op"), F.col("_icetide_change.row")
@@ -540,12 +605,18 @@ def decode_debezium(
     )
     upsert = INSERT if op_mode == "append" else UPSERT
     ts_text = F.col("_icetide_ts")
+    whole, pre_errors = F.col(PAYLOAD), [F.col("_icetide_malformed"), op_error]
+    if split:  # the payload limits are checked here, on the rest and the head
+        split_ids = {s[_SCHEMA_ID] for s in summary if s["split"] and s[_SCHEMA_ID] is not None}
+        heads = _heads_by_id(env, split_ids)
+        whole, limit = _split_checks(F.col(PAYLOAD), F.col(_SPLIT_ID), heads, limits or PayloadLimits())
+        pre_errors.insert(0, limit)
     rows = exploded.select(
-        PAYLOAD,
+        whole.alias(PAYLOAD),
         POSITION,
         *extra_cols,
         F.when(cop == "d", F.lit(DELETE)).otherwise(F.lit(upsert)).alias(OP_COLUMN),
-        F.coalesce(F.col("_icetide_malformed"), op_error).alias(PRE_ERROR),
+        F.coalesce(*pre_errors).alias(PRE_ERROR),
         F.when(ts_text.rlike("^-?[0-9]{1,15}$"), F.expr("timestamp_millis(CAST(_icetide_ts AS BIGINT))")).alias(
             SOURCE_TS_COLUMN
         ),
@@ -565,6 +636,7 @@ def decode_debezium(
         keep,
         conversions,
         limits=limits,
+        check_limits=not split,
     )
     truncated = on_truncate == "apply" and cut is not None
     if truncated:

@@ -54,6 +54,7 @@ PARSED = "_icetide_parsed"
 PRE_ERROR = "_icetide_pre_error"
 ERROR = "_icetide_error"
 BARRIER = "_icetide_barrier"
+_UNKNOWN = "_icetide_unknown"  # a record's top-level keys that are not columns
 _EPOCH_DIGITS = {"s": 12, "ms": 15, "us": 18}  # up to about the year 33658, far from overflowing
 _EPOCH_PER_SECOND = {"s": 1, "ms": 1000, "us": 1_000_000}
 
@@ -226,16 +227,19 @@ def malformed_error(payload: Column, corrupt: Column) -> Column:
     )
 
 
-def limit_error(payload: Column, limits: PayloadLimits) -> Column:
+def limit_error(
+    payload: Column, limits: PayloadLimits, *, size: Column | None = None, too_deep: Column | None = None
+) -> Column:
     """The first limit of icetide.decode.limits the payload breaks, as its error, else null.
 
     Checked in the order (and with the errors) of `icetide.decode.limits.payload_error`. A
     Kafka payload cast from binary keeps its bytes, valid UTF-8 or not: decoding it and encoding
-    it again changes it exactly when it is not valid UTF-8.
+    it again changes it exactly when it is not valid UTF-8. `size` and `too_deep` (true: nested
+    too deep whatever `payload` is) for a payload that is part of its record (decode/debezium.py).
     """
     from pyspark.sql import functions as F
 
-    size = F.octet_length(payload)
+    size = F.octet_length(payload) if size is None else size
     raw = payload.cast("binary")
     # Counted by byte-level replace: Spark's translate builds a string per character (10x slower).
     openers = (
@@ -243,6 +247,9 @@ def limit_error(payload: Column, limits: PayloadLimits) -> Column:
         - F.octet_length(F.replace(payload, F.lit("["), F.lit("")))
         - F.octet_length(F.replace(payload, F.lit("{"), F.lit("")))
     )
+    deep = (openers > limits.max_nesting_depth) & (_nesting_depth(payload) > limits.max_nesting_depth)
+    if too_deep is not None:
+        deep = too_deep | deep
     return (
         F.when(
             size > limits.max_record_bytes,
@@ -253,10 +260,7 @@ def limit_error(payload: Column, limits: PayloadLimits) -> Column:
             ),
         )
         .when(F.encode(F.decode(raw, "UTF-8"), "UTF-8") != raw, F.lit(lim.invalid_utf8_error()))
-        .when(
-            (openers > limits.max_nesting_depth) & (_nesting_depth(payload) > limits.max_nesting_depth),
-            F.lit(lim.depth_error(limits)),
-        )
+        .when(deep, F.lit(lim.depth_error(limits)))
         .when(F.instr(payload, "\\") > 0, F.when(payload.rlike(lim.LONE_SURROGATE), F.lit(lim.surrogate_error())))
     )
 
@@ -290,6 +294,7 @@ def finish(
     conversions: Mapping[str, Column] | None = None,
     *,
     limits: PayloadLimits | None = None,
+    check_limits: bool = True,
 ) -> tuple[DataFrame, DataFrame]:
     """Convert and check the raw columns of `rows`, and split them into good and bad.
 
@@ -297,6 +302,7 @@ def finish(
     field than its JSON text, e.g. Debezium's Connect schema). A payload over `limits` (default
     PayloadLimits()), not valid UTF-8 or escaping a lone surrogate is bad before anything else
     (icetide.decode.limits); its dead letter holds the payload with U+FFFD where its bytes are not UTF-8.
+    Without `check_limits`, the caller has checked them (into PRE_ERROR).
 
     With `keep` (a list), the checked records are persisted and appended to it: good and bad
     then read one cache, the source is read and parsed once, and the caller unpersists it.
@@ -322,7 +328,8 @@ def finish(
     )
     keys = set(key)
     not_delete = F.col(OP_COLUMN) != F.lit(DELETE)
-    checks: list[Column] = [limit_error(F.col(PAYLOAD), limits or PayloadLimits()), F.col(PRE_ERROR)]
+    checks: list[Column] = [limit_error(F.col(PAYLOAD), limits or PayloadLimits())] if check_limits else []
+    checks.append(F.col(PRE_ERROR))
     for i, f in enumerate(fields):
         raw, value = F.col(_raw(i)), F.col(_typed(i))
         if f.name in keys:
@@ -385,6 +392,7 @@ def decode_json(
     extra_cols: Sequence[str] = (),
     keep: list[DataFrame] | None = None,
     limits: PayloadLimits | None = None,
+    unknown_fields: dict[str, int] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Decode JSON objects in `df[value_col]` (string or binary) into `table_schema`'s columns.
 
@@ -395,11 +403,16 @@ def decode_json(
     (the raw text), `error` (one line naming the problem and the column) and `source_position`
     (from `position_cols`, see `source_position`). Every non-null payload lands in exactly one of
     the two, in input order within a Spark partition; null payloads are skipped.
+
+    With `unknown_fields` (a dict) and `keep`, the top-level keys of good records that are not
+    columns (nor `_op`) are counted into it, field -> records, and named in one warning: they
+    are not written. This runs one Spark job, which materializes `keep`'s cache.
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     check_arguments(df, table_schema, key, op_mode, position_cols, extra_cols, epoch_unit)
+    count_unknown = unknown_fields is not None and keep is not None
     payload = payload_text(df, value_col)
     fields = list(table_schema.fields)
     parse_schema = T.StructType(
@@ -413,6 +426,12 @@ def decode_json(
         *extra_cols,
         F.from_json(payload, parse_schema, options).alias(PARSED),
     )
+    carried = list(extra_cols)
+    if count_unknown:  # the keys alone, a second but shallow read (Jackson skips the values)
+        known = F.array(*[F.lit(f.name) for f in fields], F.lit(OP_COLUMN))
+        keys = F.coalesce(F.array_except(F.json_object_keys(F.col(PAYLOAD)), known), F.array().cast("array<string>"))
+        staged = staged.withColumn(_UNKNOWN, keys)
+        carried.append(_UNKNOWN)
     parsed = F.col(PARSED)
     raw_op = parsed[OP_COLUMN]
     op = F.upper(F.trim(raw_op))
@@ -424,9 +443,25 @@ def decode_json(
     rows = staged.select(
         PAYLOAD,
         POSITION,
-        *extra_cols,
+        *carried,
         F.when(raw_op.isNull(), F.lit(default_op)).otherwise(op).alias(OP_COLUMN),
         pre_error.alias(PRE_ERROR),
         *[parsed[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
     )
-    return finish(rows, table_schema, key, extra_cols, epoch_unit, keep, limits=limits)
+    good, bad = finish(rows, table_schema, key, carried, epoch_unit, keep, limits=limits)
+    if count_unknown and unknown_fields is not None:
+        counts = (
+            good.where(F.size(_UNKNOWN) > 0)
+            .select(F.explode(_UNKNOWN).alias("field"))
+            .groupBy("field")
+            .count()
+            .collect()
+        )
+        unknown_fields.update({r["field"]: r["count"] for r in counts})
+        good = good.drop(_UNKNOWN)
+        if unknown_fields:
+            log.warning(
+                "the table lacks field(s) the source sends, not written: %s",
+                ", ".join(f"{n} ({c} records)" for n, c in sorted(unknown_fields.items())),
+            )
+    return good, bad

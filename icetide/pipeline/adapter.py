@@ -130,12 +130,21 @@ class SourceAdapter:
         files, _ = self.files.plan(position, 1_000_000, late=[])  # late files are the batch's to report
         return {"files": len(files)}
 
-    def read(self, spark: SparkSession, batch: PlannedBatch, schema: StructType) -> DataFrame:
-        """The raw records of a planned batch, read on the executors."""
+    def read(
+        self, spark: SparkSession, batch: PlannedBatch, schema: StructType, *, whole_values: bool = False
+    ) -> DataFrame:
+        """The raw records of a planned batch, read on the executors, for `decode`.
+
+        Debezium messages from Kafka have the JSON converter's schema split off where they are
+        read (icetide.sources.head_split): it is most of their bytes and the same in every message.
+        `whole_values`: never split (the values as they are, for other readers than `decode`)."""
         if self.kind == "kafka":
+            from icetide.sources.head_split import JsonHeadSplit
             from icetide.sources.kafka import OffsetRange
 
-            return self.kafka.read(spark, [OffsetRange(**r) for r in batch.items])
+            split = self.config.format == "debezium" and not whole_values
+            ranges = [OffsetRange(**r) for r in batch.items]
+            return self.kafka.read(spark, ranges, split=JsonHeadSplit("schema", "payload") if split else None)
         return self.files.read(spark, list(batch.items), schema=schema)
 
     def decode(self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]) -> Decoded:
@@ -207,6 +216,9 @@ class SourceAdapter:
             return Decoded(good, raw.sparkSession.createDataFrame([], BAD_DDL), self.config.order_by)
         if self.config.format == "debezium":
             from icetide.decode.debezium import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, decode_debezium
+            from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX
+
+            head_id, head = value_col + HEAD_ID_SUFFIX, value_col + HEAD_SUFFIX
 
             changes = decode_debezium(
                 raw,
@@ -221,6 +233,7 @@ class SourceAdapter:
                 settings=self.config.debezium,
                 on_truncate=self.config.on_truncate,
                 schema_evolution=self.config.schema_evolution,
+                split=(head_id, head) if head_id in raw.columns else None,
             )
             order_by = self.config.order_by or changes.order_by
             # The sink takes table columns, `_op` and one order column: the other change columns go.
@@ -236,6 +249,7 @@ class SourceAdapter:
 
         # Without order_by, arrival order decides: a Kafka range is read in offset order, a file
         # in line order, and the sink keeps that order through monotonically_increasing_id.
+        unknown: dict[str, int] = {}
         good, bad = decode_json(
             raw,
             value_col,
@@ -246,5 +260,6 @@ class SourceAdapter:
             keep=keep,
             extra_cols=extra_cols or (),
             limits=payload_limits(self.config),
+            unknown_fields=unknown,
         )
-        return Decoded(good, bad, self.config.order_by)
+        return Decoded(good, bad, self.config.order_by, unknown_fields=unknown)

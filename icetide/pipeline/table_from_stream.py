@@ -66,7 +66,7 @@ def ensure_table_from_stream(spark: SparkSession, config: PipelineConfig, source
     plan = source.plan(None)
     found = None
     if plan.items:
-        raw = source.read(spark, plan, StructType([]))
+        raw = source.read(spark, plan, StructType([]), whole_values=True)
         rows = raw.where(F.col("value").isNotNull()).select("key", "value").limit(SAMPLE_MESSAGES).collect()
         found = definition_from_messages([(r["key"], r["value"]) for r in rows])
     create_from_definition(spark, t, found)

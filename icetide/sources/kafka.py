@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from icetide.errors import ConfigError, DataLossError, SourceError
 from icetide.secrets import redacted_repr
+from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX, JsonHeadSplit
 from icetide.sources.kafka_reader import (
     _AUTO_OFFSET_RESET,
     _OFFSET_OUT_OF_RANGE,
@@ -72,6 +73,7 @@ READER_DEFAULTS = {
     "fetch.wait.max.ms": "500",
 }
 RECORD_DDL = "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY"
+SPLIT_RECORD_DDL = f"{RECORD_DDL}, value{HEAD_ID_SUFFIX} BIGINT, value{HEAD_SUFFIX} STRING"
 RANGE_DDL = "topic STRING, partition INT, start BIGINT, end BIGINT"
 POSITION_COLUMNS = ["topic", "partition", "offset"]  # for decode's source_position: "ads/0@1234"
 
@@ -697,11 +699,15 @@ class KafkaSource:
 
     # -- executor side -----------------------------------------------------------------------
 
-    def read(self, spark: SparkSession, ranges: Iterable[OffsetRange]) -> DataFrame:
+    def read(
+        self, spark: SparkSession, ranges: Iterable[OffsetRange], *, split: JsonHeadSplit | None = None
+    ) -> DataFrame:
         """A lazy DataFrame of the records in `ranges`, one Spark partition per range.
 
         Columns: topic string, partition int, offset bigint, timestamp timestamp (null when the
         record has none), key binary, value binary; within a Spark partition in offset order.
+        With `split`, the values' heads are split off where they are read, and two more columns
+        say how (value_head_id bigint, value_head string: icetide.sources.head_split).
         Each task opens its own consumer, assigns the range's start and reads up to its end;
         offsets deleted by retention are skipped (logged on the executor). A task that makes no
         progress for read_timeout_seconds fails with a SourceError naming topic/partition@offset
@@ -709,12 +715,14 @@ class KafkaSource:
         DataFrame reads Kafka again: persist it if it is used more than once.
         """
         todo = [(r.topic, r.partition, r.start, r.end) for r in ranges if r.end > r.start]
+        ddl = RECORD_DDL if split is None else SPLIT_RECORD_DDL
         if not todo:
-            return spark.createDataFrame([], RECORD_DDL)
+            return spark.createDataFrame([], ddl)
         frame = spark.createDataFrame(spark.sparkContext.parallelize(todo, len(todo)), RANGE_DDL)
         task = functools.partial(
             read_ranges_task,
             self.config.reader_settings(),
             self.config.read_timeout_seconds,
+            split=split,
         )
-        return frame.mapInArrow(task, RECORD_DDL)
+        return frame.mapInArrow(task, ddl)

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from icetide.errors import ConfigError
 from icetide.sources.base import ExecutorSourceError
+from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX, HeadSplitter, JsonHeadSplit
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ RECORD_ARROW_SCHEMA = pa.schema(
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
     ]
+)
+# With a JsonHeadSplit: the value's head split off (icetide.sources.head_split).
+SPLIT_RECORD_ARROW_SCHEMA = RECORD_ARROW_SCHEMA.append(pa.field("value" + HEAD_ID_SUFFIX, pa.int64())).append(
+    pa.field("value" + HEAD_SUFFIX, pa.string())
 )
 
 # librdkafka error codes (confluent_kafka.KafkaError), copied so this module imports without it.
@@ -109,6 +114,7 @@ class RangeReader:
         poll_timeout: float = 0.2,
         topic_partition: Callable[[str, int, int], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        split: JsonHeadSplit | None = None,
     ) -> None:
         self.consumer = consumer
         self.range = offset_range
@@ -117,9 +123,11 @@ class RangeReader:
         self.poll_timeout = poll_timeout
         self._tp = topic_partition or (lambda t, p, o: _kafka().TopicPartition(t, p, o))
         self._clock = clock
+        self._splitter = HeadSplitter(split) if split is not None else None
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        """Record batches of at most batch_rows rows, in RECORD_ARROW_SCHEMA."""
+        """Record batches of at most batch_rows rows, in RECORD_ARROW_SCHEMA (SPLIT_RECORD_ARROW_SCHEMA
+        with a split: the value's head split off as icetide.sources.head_split says)."""
         for messages in self.message_blocks():
             stamps = []
             for message in messages:
@@ -217,17 +225,16 @@ class RangeReader:
         self, offsets: list[int], stamps: list[int | None], keys: list[bytes | None], values: list[bytes | None]
     ) -> pa.RecordBatch:
         n = len(offsets)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array([self.range.topic] * n, pa.string()),
-                pa.array([self.range.partition] * n, pa.int32()),
-                pa.array(offsets, pa.int64()),
-                pa.array(stamps, pa.timestamp("us", tz="UTC")),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-            ],
-            schema=RECORD_ARROW_SCHEMA,
-        )
+        columns = [
+            pa.array([self.range.topic] * n, pa.string()),
+            pa.array([self.range.partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.timestamp("us", tz="UTC")),
+            pa.array(keys, pa.binary()),
+        ]
+        if self._splitter is None:
+            return pa.RecordBatch.from_arrays([*columns, pa.array(values, pa.binary())], schema=RECORD_ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays([*columns, *self._splitter.arrays(values)], schema=SPLIT_RECORD_ARROW_SCHEMA)
 
 
 def range_settings(settings: Mapping[str, str], offset_range: OffsetRange) -> dict[str, str]:
@@ -242,9 +249,13 @@ def range_settings(settings: Mapping[str, str], offset_range: OffsetRange) -> di
 
 
 def read_ranges_task(
-    settings: Mapping[str, str], read_timeout: float, batches: Iterable[pa.RecordBatch]
+    settings: Mapping[str, str],
+    read_timeout: float,
+    batches: Iterable[pa.RecordBatch],
+    split: JsonHeadSplit | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: read every range (rows of RANGE_DDL) of this Spark partition, in order."""
+    """mapInArrow body: read every range (rows of RANGE_DDL) of this Spark partition, in order,
+    the values' heads split off with `split`."""
     kafka = _kafka()
     for ranges in batches:
         for row in ranges.to_pylist():
@@ -256,7 +267,11 @@ def read_ranges_task(
                 raise ExecutorSourceError(f"{where}: cannot create a consumer: {exc}") from exc
             try:
                 reader = RangeReader(
-                    consumer, offset_range, read_timeout=read_timeout, topic_partition=kafka.TopicPartition
+                    consumer,
+                    offset_range,
+                    read_timeout=read_timeout,
+                    topic_partition=kafka.TopicPartition,
+                    split=split,
                 )
                 yield from reader.batches()
             finally:
