@@ -19,7 +19,7 @@ from icetide.config import PipelineConfig
 from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.errors import ConfigError
 from icetide.pipeline.fast_append import split_ranges
-from icetide.pipeline.runner import Runner, TooManyBadRecordsError
+from icetide.pipeline.runner import Runner, RunSummary, TooManyBadRecordsError
 from icetide.sink.transforms import arrow_partition_values
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.table.spec import PartitionTransform
@@ -96,9 +96,11 @@ def expected(recs: list[tuple[int, bytes, bytes | None, None]]) -> set[str]:
     return {k[0] for k in model.rows}
 
 
-def run_pipeline(spark: Any, config_doc: dict[str, Any]) -> Runner:
+def run_pipeline(spark: Any, config_doc: dict[str, Any], summaries: list[RunSummary] | None = None) -> Runner:
     runner = Runner(PipelineConfig.from_dict(config_doc), spark)
-    runner.run(once=True, handle_signals=False)
+    summary = runner.run(once=True, handle_signals=False)
+    if summaries is not None:
+        summaries.append(summary)
     return runner
 
 
@@ -114,6 +116,27 @@ def test_split_ranges_covers_every_offset_once() -> None:
     covered = sorted((r.partition, o) for g in groups for r in g for o in range(r.start, r.end))
     assert covered == sorted((r.partition, o) for r in ranges for o in range(r.start, r.end))
     assert split_ranges(ranges, 1) == [ranges]
+
+
+def test_decoder_counts_keys_that_are_no_column_on_both_paths() -> None:
+    """Fields the table lacks are never dropped without a word (issue 14): both decoding paths
+    count, per key, the good records that carry it with a value; the rows are unchanged."""
+    schema = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("n", pa.int64())])
+    decoder = ArrowJsonDecoder(schema, ["id"])
+    values = [
+        b'{"id": "a", "n": 1, "color": "red"}',
+        b'{"id": "b", "n": 2, "color": null, "size": {"w": 3}}',
+        b'{"id": "c", "n": 3, "_op": "INSERT", "color": "blue"}',
+    ]
+    block = decoder.decode(values, str)
+    assert block.unknown_fields == {"color": 2, "size": 1} and block.rows.num_rows == 3 and not block.bad
+    # A bad record sends the block record by record: the same counts, its own keys not counted.
+    mixed = decoder.decode([*values, b'{"id": "x", "n": "no", "color": "green"}'], str)
+    assert mixed.unknown_fields == {"color": 2, "size": 1} and mixed.rows == block.rows and len(mixed.bad) == 1
+    # An extra key whose type changes within a block: pyarrow cannot infer it; the records still count.
+    changing = decoder.decode([b'{"id": "a", "v": 1}', b'{"id": "b", "v": "x"}'], str)
+    assert changing.unknown_fields == {"v": 2} and changing.rows.num_rows == 2
+    assert decoder.decode([b'{"id": "a", "n": 1}'], str).unknown_fields == {}
 
 
 def test_decoder_block_and_record_paths_agree() -> None:
@@ -187,8 +210,13 @@ def test_fast_path_matches_the_spark_path(spark: Any, kafka_broker: str) -> None
     topic = create_topic(kafka_broker, partitions=3)
     recs = records(900, bad_every=41)
     produce(kafka_broker, topic, recs)
-    fast = run_pipeline(spark, doc("same_fast", kafka_broker, topic))
-    slow = run_pipeline(spark, doc("same_slow", kafka_broker, topic, fast_path="off"))
+    summaries: list[RunSummary] = []
+    fast = run_pipeline(spark, doc("same_fast", kafka_broker, topic), summaries)
+    slow = run_pipeline(spark, doc("same_slow", kafka_broker, topic, fast_path="off"), summaries)
+    # A key the table lacks ("extra") is counted per batch on both paths, never dropped silently.
+    with_extra = sum(1 for _, _, v, _ in recs if v is not None and v not in BAD and b'"extra"' in v)
+    for summary in summaries:
+        assert sum(b.unknown_fields.get("extra", 0) for b in summary.batches) == with_extra > 0
     assert fast.fast is not None and fast.sink.last_plan is None  # the fast path ran, not the sink's
     assert slow.fast is None and slow.sink.last_plan is not None
     fast_rows = table_rows(spark, "lake.fast.same_fast", COLUMNS, KEY)

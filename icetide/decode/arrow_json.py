@@ -26,7 +26,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -131,6 +131,7 @@ class Decoded:
     rows: pa.Table
     bad: list[BadRecord]
     changes: bool = False
+    unknown_fields: dict[str, int] = field(default_factory=dict)  # key that is no column -> good records with it
 
 
 def _raw_text(value: Any) -> str:
@@ -161,6 +162,7 @@ class ArrowJsonDecoder:
         self.key = tuple(key)
         self.time_zone = time_zone
         self.limits = limits or PayloadLimits()
+        self._known = frozenset([*schema.names, OP_COLUMN])
 
     # -- block decoding ----------------------------------------------------------------------
 
@@ -236,8 +238,10 @@ class ArrowJsonDecoder:
             parsed = pj.read_json(
                 io.BytesIO(joined),
                 read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(joined) // 4 + 1)),
+                # Keys that are no column are parsed too ("infer"), to be counted: free when
+                # there are none; a block whose extra keys change type goes record by record.
                 parse_options=pj.ParseOptions(
-                    explicit_schema=self._parse_schema(sample), unexpected_field_behavior="ignore"
+                    explicit_schema=self._parse_schema(sample), unexpected_field_behavior="infer"
                 ),
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -259,7 +263,13 @@ class ArrowJsonDecoder:
             if column.null_count and (f.name in self.key or not f.nullable):
                 return None
             columns.append(column)
-        return Decoded(pa.Table.from_arrays(columns, schema=self.schema), [], changes)
+        unknown = {}
+        for name in parsed.column_names:
+            if name not in self._known:
+                present = len(parsed[name]) - parsed[name].null_count
+                if present:
+                    unknown[name] = present
+        return Decoded(pa.Table.from_arrays(columns, schema=self.schema), [], changes, unknown)
 
     def _within_limits(self, joined: bytes) -> bool:
         """Whether every line of the block passes icetide.decode.limits.payload_error (cheap
@@ -345,12 +355,13 @@ class ArrowJsonDecoder:
         columns: list[list[Any]] = [[] for _ in names]
         bad: list[BadRecord] = []
         changes = False
+        unknown: dict[str, int] = {}
         for i, raw in enumerate(values):
             text, error = lim.payload_error(raw, self.limits)
             if error is not None:
                 bad.append(BadRecord(text, error, position(i)))
                 continue
-            row, error, op = self.record(text)
+            row, error, op = self.record(text, unknown)
             if error is not None:
                 bad.append(BadRecord(text, error, position(i)))
                 continue
@@ -359,10 +370,11 @@ class ArrowJsonDecoder:
             for j, v in enumerate(row):
                 columns[j].append(v)
         arrays = [pa.array(c, type=f.type) for c, f in zip(columns, self.schema, strict=True)]
-        return Decoded(pa.Table.from_arrays(arrays, schema=self.schema), bad, changes)
+        return Decoded(pa.Table.from_arrays(arrays, schema=self.schema), bad, changes, unknown)
 
-    def record(self, text: str) -> tuple[list[Any] | None, str | None, str]:
-        """One payload: (typed values in schema order, None, op) or (None, error, op)."""
+    def record(self, text: str, unknown: dict[str, int] | None = None) -> tuple[list[Any] | None, str | None, str]:
+        """One payload: (typed values in schema order, None, op) or (None, error, op). A good
+        record's keys that are no column and hold a value are counted into `unknown`."""
         stripped = text.strip()
         if not stripped:
             return None, "malformed JSON: empty payload", INSERT
@@ -401,6 +413,10 @@ class ArrowJsonDecoder:
         if errors:  # key columns first, then the others, each in schema order (as decode/json.py)
             ordered = [n for n in self.schema.names if n in self.key] + [n for n in self.schema.names]
             return None, next(errors[n] for n in ordered if n in errors), op
+        if unknown is not None:
+            for name in obj.keys() - self._known:
+                if obj[name] is not None:
+                    unknown[name] = unknown.get(name, 0) + 1
         return typed, None, op
 
     def _value(self, raw: str, t: pa.DataType) -> Any:

@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +84,7 @@ class AppendTaskResult:
     bad: list[BadRecord] = field(default_factory=list)
     records: int = 0
     changes: bool = False  # a record carries an `_op` other than INSERT: nothing was written
+    unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
     read_seconds: float = 0.0
     wait_seconds: float = 0.0
     decode_seconds: float = 0.0
@@ -214,6 +215,14 @@ class _BlockReader:
                 consumer.close()
 
 
+def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for name, n in c.items():
+            out[name] = out.get(name, 0) + n
+    return out
+
+
 def append_task(config: AppendTaskConfig, ranges: list[OffsetRange], tag: str) -> AppendTaskResult:
     """Read, decode and write one task's ranges (on an executor)."""
     result = AppendTaskResult(started_at=time.time())
@@ -243,6 +252,8 @@ def append_task(config: AppendTaskConfig, ranges: list[OffsetRange], tag: str) -
                 decoded = decoder.decode_joined(block.joined, len(messages), values, position)
             result.records += decoded.rows.num_rows + len(decoded.bad)
             result.bad.extend(decoded.bad)
+            for name, count in decoded.unknown_fields.items():
+                result.unknown_fields[name] = result.unknown_fields.get(name, 0) + count
             result.decode_seconds += time.thread_time() - decoding
             if decoded.changes:
                 result.changes = True
@@ -284,6 +295,7 @@ class FastBatch:
     read_decode_seconds: float
     write_seconds: float
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # AppendTaskResult.timings()
+    unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
 
 
 class FastAppend:
@@ -426,6 +438,7 @@ class FastAppend:
             read_decode_seconds=max(0.0, elapsed - write_seconds),
             write_seconds=write_seconds,
             task_timings=[r.timings() for r in results],
+            unknown_fields=_summed(r.unknown_fields for r in results),
         )
 
     def discard(self, batch_id: int) -> None:

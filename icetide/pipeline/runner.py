@@ -271,6 +271,12 @@ class Runner:
             self.fast.discard(batch_id)
             return None
         bad_count = len(out.bad)
+        if out.unknown_fields:
+            log.warning(
+                "batch %s: the table lacks field(s) the source sends, not written: %s",
+                batch_id,
+                ", ".join(f"{n} ({c} records)" for n, c in sorted(out.unknown_fields.items())),
+            )
         if out.records_in and bad_count / out.records_in > self.config.max_bad_fraction:
             self.fast.discard(batch_id)
             raise TooManyBadRecordsError(
@@ -310,6 +316,7 @@ class Runner:
             finished_at=datetime.now(UTC).isoformat(),
             lost_ranges=len(plan.losses),
             refresh_seconds=round(outcome.refresh_seconds, 3),
+            unknown_fields=dict(sorted(out.unknown_fields.items())),
         )
 
     def _lag(self, position: dict[str, Any]) -> int:
