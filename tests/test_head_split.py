@@ -172,25 +172,28 @@ def test_decoding_split_values_equals_decoding_whole_values(spark: Any) -> None:
     schema = T.StructType(
         [T.StructField(f.name, f.dataType, f.name != "id") for f in table_schema(envelope, ["id"]).fields]
     )
+
+    def both_ways(limits: PayloadLimits) -> tuple[Any, Any, Any]:
+        """(good rows, bad rows, unknown fields) of whole and split values, which must agree."""
+        results = []
+        for split in (False, True):
+            decoded = decode_debezium(
+                _frame(spark, values, split=split),
+                "value",
+                schema,
+                ["id"],
+                "upsert",
+                KAFKA_POSITION,
+                limits=limits,
+                split=("value_head_id", "value_head") if split else None,
+            )
+            good = sorted(tuple(r) for r in decoded.good.collect())
+            results.append((good, sorted(tuple(r) for r in decoded.bad.collect()), decoded.unknown_fields))
+        assert results[0] == results[1]
+        return results[1]
+
     # Every message is about 1,900 bytes, its payload part about 400: only the whole is over.
-    limits = PayloadLimits(max_record_bytes=1_500, max_nesting_depth=16)
-    results = []
-    for split in (False, True):
-        decoded = decode_debezium(
-            _frame(spark, values, split=split),
-            "value",
-            schema,
-            ["id"],
-            "upsert",
-            KAFKA_POSITION,
-            limits=limits,
-            split=("value_head_id", "value_head") if split else None,
-        )
-        good = sorted(tuple(r) for r in decoded.good.collect())
-        bad = sorted(tuple(r) for r in decoded.bad.collect())
-        results.append((good, bad, decoded.unknown_fields))
-    assert results[0] == results[1]
-    good, bad, _ = results[1]
+    good, bad, _ = both_ways(PayloadLimits(max_record_bytes=1_500, max_nesting_depth=16))
     assert not good and len(bad) == len(values) - 2  # over max_record_bytes: all but the tombstones
     sent = {v.decode("utf-8", "replace"): v for v in values if v is not None and v != values[len(stream) + 3]}
     assert {r[0] for r in bad} == sent.keys()  # the whole records, not only what was left after the head
@@ -198,28 +201,7 @@ def test_decoding_split_values_equals_decoding_whole_values(spark: Any) -> None:
         if payload != "not json":
             assert error == f"payload is {len(sent[payload])} bytes, over max_record_bytes (1500)"
 
-    loose = PayloadLimits(max_nesting_depth=16)
-    results = []
-    for split in (False, True):
-        decoded = decode_debezium(
-            _frame(spark, values, split=split),
-            "value",
-            schema,
-            ["id"],
-            "upsert",
-            KAFKA_POSITION,
-            limits=loose,
-            split=("value_head_id", "value_head") if split else None,
-        )
-        results.append(
-            (
-                sorted(tuple(r) for r in decoded.good.collect()),
-                sorted(tuple(r) for r in decoded.bad.collect()),
-                decoded.unknown_fields,
-            )
-        )
-    assert results[0] == results[1]
-    good, bad, _ = results[1]
+    good, bad, _ = both_ways(PayloadLimits(max_nesting_depth=16))
     errors = sorted(r[1] for r in bad)
     assert len(good) == len(stream) + 1  # each change once, the payload-first one again
     assert any(e.startswith("column weight") for e in errors)
