@@ -13,7 +13,7 @@ from icetide.errors import ConfigError, IcetideError, SchemaError, one_line
 from icetide.faults import crash_point
 from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.committer import CommitOutcome, Committer, PipelineState, WrittenFile
-from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute
+from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute, is_small_batch, plan_estimated_bytes
 from icetide.sink.evolution import SchemaChange, evolved_schema, plan_change
 from icetide.sink.writer import (
     EXECUTOR_ERROR_MARKER,
@@ -453,9 +453,12 @@ class UpsertSink:
         from pyspark import StorageLevel
 
         parallelism = self.write_parallelism or self.spark.sparkContext.defaultParallelism
+        # A batch Spark knows to be small skips the statistics pass (distribution.is_small_batch).
+        estimate = plan_estimated_bytes(prepared) if self.distribution == "dynamic" else None
+        small = is_small_batch(estimate, config.target_file_size)
         # The statistics pass and the write must not read the source twice: persist the batch,
         # unless the caller already did (the runner persists what it read).
-        cached = self.distribution == "dynamic" and not source_cached
+        cached = self.distribution == "dynamic" and not small and not source_cached
         if cached:
             prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -471,6 +474,8 @@ class UpsertSink:
                     target_file_size=config.target_file_size,
                     compression_ratio=self.compression_ratio,
                     value_columns=list(config.table_schema.names),
+                    estimated_bytes=estimate,
+                    cached_input=source_cached,
                 )
             self.last_plan = plan
             writing = time.monotonic()
