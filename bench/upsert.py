@@ -137,7 +137,7 @@ def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str, *, mer
             print(
                 f"size {size:,} batch {b}: sink {s:.2f}s (plan {result.plan_seconds:.2f} write "
                 f"{result.write_seconds:.2f} refresh {result.refresh_seconds:.2f} commit {result.commit_seconds:.2f}), "
-                f"floor {job + bare:.2f}s (job {job:.2f} commit {bare:.2f}), MERGE {m:.2f}s",
+                f"floor {job + bare:.2f}s (job {job:.2f} commit {bare:.2f})" + (f", MERGE {m:.2f}s" if merge else ""),
                 flush=True,
             )
         if merge:

@@ -351,14 +351,14 @@ class UpsertSink:
         Live specs come from the current snapshot's manifest list, cached per snapshot. When the
         current spec is unpartitioned its deletes are global and reach every spec already.
         """
-        if not has_fields:
-            return []
+        specs = jtable.specs()
+        if not has_fields or specs.size() == 1:
+            return []  # one spec ever: every data file is under it (no manifest list to read)
         snapshot = jtable.currentSnapshot()
         snapshot_id = int(snapshot.snapshotId()) if snapshot is not None else -1
         if self._live_specs is None or self._live_specs[0] != snapshot_id:
             self._live_specs = (snapshot_id, frozenset(live_spec_ids(jtable)))
         current = int(jtable.spec().specId())
-        specs = jtable.specs()
         result = []
         for spec_id in sorted(self._live_specs[1] - {current}):
             fields = spec_fields(specs.get(spec_id), jtable.schema())
