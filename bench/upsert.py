@@ -6,6 +6,10 @@ against Spark's native Iceberg append. Not part of the test suite.
 For each table size, two identical tables are loaded; then the same batches of 20,000 keys
 (20% updates of existing keys) go to one through the sink and to the other through MERGE INTO.
 Reported: the median batch latency of each (after one warm-up batch), and their ratio.
+Beside each sink batch, in the same run, its floor: one Python-worker Spark job over the same
+cached rows (`mapInArrow` + collect of a count) plus one bare Iceberg commit (a RowDelta without
+validation or pipeline state) of the same files into a twin table loaded like the sink's.
+The sink's phases (plan, write, refresh, commit) are shown beside the floor's two parts.
 Then one INSERT-only DataFrame of 2M rows is written through the sink and by
 `df.writeTo(table).append()`, alternating, and the median throughputs compared.
 """
@@ -49,6 +53,39 @@ def batch_df(spark: Any, size: int, batch: int, keys: int = 20_000, update_share
     return existing.unionByName(new).cache()
 
 
+def count_rows(batches: Any) -> Any:
+    """The floor job's task: read every Arrow batch, yield one row count."""
+    import pyarrow as pa
+
+    n = 0
+    for b in batches:
+        n += b.num_rows
+    yield pa.RecordBatch.from_pydict({"n": [n]})
+
+
+def floor_commit(spark: Any, source_table: str, floor_table: str) -> float:
+    """Seconds of one bare commit, into `floor_table`, of the files the last snapshot of
+    `source_table` added: a RowDelta with no validation, no summary and no table property."""
+    from icetide.table.iceberg import load_table
+
+    source = load_table(spark, source_table)
+    snapshot = source.currentSnapshot()
+    data = list(snapshot.addedDataFiles(source.io()))
+    deletes = list(snapshot.addedDeleteFiles(source.io()))
+    target = load_table(spark, floor_table)
+
+    def commit() -> None:
+        delta = target.newRowDelta()
+        for f in data:
+            delta.addRows(f)
+        for f in deletes:
+            delta.addDeletes(f)
+        delta.commit()
+
+    seconds, _ = timed(commit)
+    return seconds
+
+
 def load(spark: Any, table: str, size: int) -> None:
     import icetide
 
@@ -56,50 +93,124 @@ def load(spark: Any, table: str, size: int) -> None:
     spark.sql(rows_sql(id_range(0, size), 0)).writeTo(table).append()
 
 
-def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str) -> str:
+def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str, *, merge: bool, insert: bool) -> str:
     import icetide
 
     spark = bench_session(warehouse)
-    rows = []
+    rows, floor_rows = [], []
     for size in sizes:
         sink_table, merge_table = f"lake.bench.sink_{size}", f"lake.bench.merge_{size}"
-        for t in (sink_table, merge_table):
+        twin_table = f"lake.bench.floor_{size}"
+        for t in (sink_table, twin_table, *([merge_table] if merge else [])):
             load(spark, t, size)
         sink = icetide.UpsertSink(spark, sink_table, pipeline_id="bench")
         sink_times, merge_times = [], []
+        phases: dict[str, list[float]] = {k: [] for k in ("plan", "write", "refresh", "commit", "job", "bare commit")}
         for b in range(batches + 1):  # batch 0 warms up
             df = batch_df(spark, size, b)
             df.count()
-            s, _ = timed(lambda df=df, b=b, sink=sink: sink.write(df, batch_id=b + 1))
-            df.createOrReplaceTempView("_src")
-            m, _ = timed(
-                lambda merge_table=merge_table: spark.sql(
-                    f"MERGE INTO {merge_table} t USING _src s ON t.id = s.id AND t.ts = s.ts "
-                    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-                ).collect()
-            )
+            s, result = timed(lambda df=df, b=b, sink=sink: sink.write(df, batch_id=b + 1))
+            job, _ = timed(lambda df=df: df.mapInArrow(count_rows, "n long").collect())
+            bare = floor_commit(spark, sink_table, twin_table)
+            m = 0.0
+            if merge:
+                df.createOrReplaceTempView("_src")
+                m, _ = timed(
+                    lambda merge_table=merge_table: spark.sql(
+                        f"MERGE INTO {merge_table} t USING _src s ON t.id = s.id AND t.ts = s.ts "
+                        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+                    ).collect()
+                )
             df.unpersist()
             if b:
                 sink_times.append(s)
                 merge_times.append(m)
-            print(f"size {size:,} batch {b}: sink {s:.2f}s, MERGE {m:.2f}s", flush=True)
-        a = spark.table(sink_table).exceptAll(spark.table(merge_table)).count()
-        z = spark.table(merge_table).exceptAll(spark.table(sink_table)).count()
-        assert a == z == 0, f"sink and MERGE tables differ at {size}: {a} / {z} rows"
-        ms, mm = median(sink_times), median(merge_times)
-        rows.append(
+                for k, v in (
+                    ("plan", result.plan_seconds),
+                    ("write", result.write_seconds),
+                    ("refresh", result.refresh_seconds),
+                    ("commit", result.commit_seconds),
+                    ("job", job),
+                    ("bare commit", bare),
+                ):
+                    phases[k].append(v)
+            print(
+                f"size {size:,} batch {b}: sink {s:.2f}s (plan {result.plan_seconds:.2f} write "
+                f"{result.write_seconds:.2f} refresh {result.refresh_seconds:.2f} commit {result.commit_seconds:.2f}), "
+                f"floor {job + bare:.2f}s (job {job:.2f} commit {bare:.2f})" + (f", MERGE {m:.2f}s" if merge else ""),
+                flush=True,
+            )
+        if merge:
+            a = spark.table(sink_table).exceptAll(spark.table(merge_table)).count()
+            z = spark.table(merge_table).exceptAll(spark.table(sink_table)).count()
+            assert a == z == 0, f"sink and MERGE tables differ at {size}: {a} / {z} rows"
+        twin_rows = spark.table(twin_table).count()
+        assert twin_rows == spark.table(sink_table).count(), "the floor's twin table should hold the sink's rows"
+        ms = median(sink_times)
+        floors = [j + c for j, c in zip(phases["job"], phases["bare commit"], strict=True)]
+        ratios = [t / f for t, f in zip(sink_times, floors, strict=True)]
+        floor_rows.append(
             (
                 f"{size:,}",
                 f"{ms:.2f}",
-                f"{mm:.2f}",
-                f"{mm / ms:.1f}x",
-                " ".join(f"{t:.2f}" for t in sink_times),
-                " ".join(f"{t:.2f}" for t in merge_times),
+                *(f"{median(phases[k]):.2f}" for k in ("plan", "write", "refresh", "commit")),
+                f"{median(floors):.2f}",
+                f"{median(phases['job']):.2f}",
+                f"{median(phases['bare commit']):.3f}",
+                f"{median(ratios):.2f}x",
+                " ".join(f"{r:.2f}" for r in ratios),
             )
         )
-    upsert_table = render_table(
-        ["table rows", "sink median s", "MERGE median s", "MERGE/sink", "sink batches s", "MERGE batches s"], rows
+        if merge:
+            mm = median(merge_times)
+            rows.append(
+                (
+                    f"{size:,}",
+                    f"{ms:.2f}",
+                    f"{mm:.2f}",
+                    f"{mm / ms:.1f}x",
+                    " ".join(f"{t:.2f}" for t in sink_times),
+                    " ".join(f"{t:.2f}" for t in merge_times),
+                )
+            )
+    floor_table = render_table(
+        [
+            "table rows",
+            "sink batch s",
+            "plan",
+            "write",
+            "refresh",
+            "commit",
+            "floor s",
+            "floor job",
+            "floor commit",
+            "batch/floor",
+            "per batch",
+        ],
+        floor_rows,
     )
+    body = (
+        f"Upsert batches of 20,000 keys (20% updates), medians of {batches} batches after a warm-up; "
+        "the floor (one Python-worker job over the same rows + one bare commit of the same files) "
+        "measured beside each batch, batch/floor the median of the per-batch ratios:\n\n"
+        f"{floor_table}\n"
+    )
+    if merge:
+        upsert_table = render_table(
+            ["table rows", "sink median s", "MERGE median s", "MERGE/sink", "sink batches s", "MERGE batches s"],
+            rows,
+        )
+        body += f"\nThe same batches through MERGE INTO:\n\n{upsert_table}\n"
+    if insert:
+        body += "\n" + insert_rounds(spark, insert_rows)
+    spark.stop()
+    return body
+
+
+def insert_rounds(spark: Any, insert_rows: int) -> str:
+    """The INSERT-only comparison: the sink (changelog INSERT, INSERT with deletes) against
+    Spark's native append, 3 alternating rounds."""
+    import icetide
 
     src = spark.sql(rows_sql(id_range(10**9, insert_rows), 3)).cache()
     src.count()
@@ -123,12 +234,8 @@ def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str) -> str
         med = median(values)
         ins_rows.append((name, f"{med:.2f}", f"{insert_rows / med:,.0f}", f"{native / med:.2f}x"))
     insert_table = render_table(["writer", "median s", "rows/s", "vs native"], ins_rows)
-    spark.stop()
-    return (
-        f"Upsert batches of 20,000 keys (20% updates), medians of {batches} batches after a warm-up:\n\n"
-        f"{upsert_table}\n\nINSERT-only batch of {insert_rows:,} rows, medians of 3 alternating rounds:\n\n"
-        f"{insert_table}\n"
-    )
+    src.unpersist()
+    return f"INSERT-only batch of {insert_rows:,} rows, medians of 3 alternating rounds:\n\n{insert_table}\n"
 
 
 def main() -> None:
@@ -136,9 +243,13 @@ def main() -> None:
     p.add_argument("--sizes", default="1000000,10000000")
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--insert-rows", type=int, default=2_000_000)
+    p.add_argument("--no-merge", action="store_true", help="skip MERGE INTO (the floor comparison only)")
+    p.add_argument("--no-insert", action="store_true", help="skip the INSERT-only comparison")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    body = in_temp_warehouse(lambda wh: run(sizes, args.batches, args.insert_rows, wh))
+    body = in_temp_warehouse(
+        lambda wh: run(sizes, args.batches, args.insert_rows, wh, merge=not args.no_merge, insert=not args.no_insert)
+    )
     report("bench/upsert.py: UpsertSink vs MERGE INTO, and INSERT vs native append", body, save=args.record)
 
 

@@ -3,7 +3,9 @@
 import pytest
 
 from icetide.sink.distribution import (
+    SMALL_BATCH_MARGIN,
     PartitionStats,
+    is_small_batch,
     plan_slots,
     slots_for_partition,
     spark_hash_int,
@@ -35,6 +37,14 @@ def test_tiny_batch_uses_few_tasks() -> None:
     )
     assert plan.tasks == 1  # 60 bytes need one task, which writes both partitions' files
     assert plan.files_expected() == 2
+
+
+def test_only_a_known_size_far_below_the_target_skips_the_statistics() -> None:
+    target = 512 * 1024 * 1024
+    assert is_small_batch(target // SMALL_BATCH_MARGIN, target)
+    assert not is_small_batch(target // SMALL_BATCH_MARGIN + 1, target)
+    assert not is_small_batch(None, target)  # no estimate: the statistics decide
+    assert not is_small_batch(2**63 - 1, target)  # Spark's default size for an unknown source
 
 
 def test_load_is_balanced_largest_first() -> None:

@@ -57,6 +57,23 @@ def to_df(spark: Any, rows: list[dict[str, Any]]) -> Any:
     return spark.createDataFrame([tuple(r.get(c) for c in [*COLUMNS, "_op"]) for r in rows], DDL)
 
 
+def values_df(spark: Any, rows: list[dict[str, Any]]) -> Any:
+    """The rows as an inline table (a local relation, whose size Spark knows), typed like to_df."""
+
+    def lit(v: Any) -> str:
+        if v is None:
+            return "NULL"
+        if isinstance(v, datetime):
+            return f"TIMESTAMP'{v.isoformat(sep=' ')}'"
+        return f"'{v}'" if isinstance(v, str) else str(v)
+
+    values = ", ".join("(" + ", ".join(lit(r.get(c)) for c in [*COLUMNS, "_op"]) + ")" for r in rows)
+    return spark.sql(
+        "SELECT CAST(id AS BIGINT) AS id, CAST(ts AS TIMESTAMP) AS ts, CAST(v AS STRING) AS v, "
+        f"CAST(seq AS BIGINT) AS seq, CAST(_op AS STRING) AS _op FROM VALUES {values} AS t(id, ts, v, seq, _op)"
+    )
+
+
 def check(spark: Any, table: str, model: ReferenceModel) -> None:
     assert table_rows(spark, table, COLUMNS, KEY) == model.rows
 
@@ -83,6 +100,39 @@ def test_random_batches_match_the_model(spark: Any, table_name: str, distributio
             check(spark, table_name, model)
     state = sink.last_committed()
     assert state is not None and state.batch_id == batches and state.source_position == {"n": batches}
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_small_batch_skips_the_statistics_job_and_matches_the_model(spark: Any, table_name: str, cached: bool) -> None:
+    """A batch Spark knows to be far below a target file goes to one writer task without the
+    statistics job: one Spark job, one data file per partition, the same rows as the model."""
+    make_table(spark, table_name, partition_by=["hours(ts)", "bucket(4, id)"])
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="small", order_by="seq")
+    model = ReferenceModel(KEY, COLUMNS, "seq")
+    rng = random.Random(16)
+    tracker = spark.sparkContext.statusTracker()
+    for batch_id in range(1, 5):
+        rows = random_batch(rng, keys=25, size=rng.randrange(20, 60))
+        if cached:  # a materialized cache: Spark knows its exact size
+            df = to_df(spark, rows).cache()
+            df.count()
+        else:  # an inline table: a local relation of known size, not cached
+            df = values_df(spark, rows)
+        jobs_before = len(tracker.getJobIdsForGroup())
+        result = sink.write(df, batch_id=batch_id)
+        jobs = len(tracker.getJobIdsForGroup()) - jobs_before
+        assert sink.last_plan is not None and sink.last_plan.estimated
+        assert jobs == 1 if cached else jobs <= 2  # the write (and its shuffle's map stage when not cached)
+        assert result.committed
+        assert sorted(result.files_per_partition.values()) == [1] * len(result.files_per_partition)
+        model.apply(batch_id, rows)
+        check(spark, table_name, model)
+    # Spark's default size for an RDD is unknown: the statistics job still plans such a batch.
+    rows = random_batch(rng, keys=25, size=30)
+    sink.write(to_df(spark, rows), batch_id=5)
+    assert sink.last_plan is not None and not sink.last_plan.estimated
+    model.apply(5, rows)
+    check(spark, table_name, model)
 
 
 def test_delete_of_absent_key_and_repeated_insert(spark: Any, table_name: str) -> None:

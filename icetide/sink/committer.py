@@ -329,6 +329,8 @@ class Committer:
         on the metadata the commit builds on, in case another writer changed the layout meanwhile.
         """
         specs = self.table.specs()
+        if specs.size() == 1:
+            return  # one spec ever: the deletes are under it, and so is every data file
         covered = {int(d.specId()) for d in deletes}
         if any(specs.get(s).fields().isEmpty() for s in covered):
             return  # an unpartitioned spec's deletes apply to every data file

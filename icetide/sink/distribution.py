@@ -6,6 +6,8 @@ Modes (seed 003, section 4):
 - `dynamic` (default): one aggregation pass over the batch gives each partition's estimated
   bytes; a partition gets `ceil(bytes / target file size)` slots (capped by the parallelism),
   slots are packed onto tasks largest first, and keys are hashed within a partition's slots.
+  A batch whose size Spark already knows to be far below one target file skips that pass: its
+  plan would be one task anyway (one file per partition), so it goes to one task directly.
 - `none`: Spark's current partitioning; duplicate keys are collapsed by a Spark aggregation.
 
 The planning below is pure; `distribute` applies a plan to a DataFrame.
@@ -25,6 +27,11 @@ if TYPE_CHECKING:
 Distribution = Literal["none", "key", "partition", "dynamic"]
 DISTRIBUTIONS: tuple[str, ...] = ("none", "key", "partition", "dynamic")
 TASK_COLUMN = "_icetide_task"
+# A batch Spark estimates at no more than target file size / this margin skips the statistics
+# pass. The margin absorbs estimates below the bytes written (Spark's columnar cache reports its
+# compressed size); an estimate that is still too low costs parallelism, never correctness: the
+# one task still rolls files at the target size.
+SMALL_BATCH_MARGIN = 16
 SPARK_HASH_SEED = 42  # the seed of Spark's hash() and of HashPartitioning
 
 
@@ -43,6 +50,7 @@ class SlotPlan:
 
     tasks: int
     slots: dict[tuple[object, ...], list[int]]
+    estimated: bool = False  # planned from Spark's size estimate, without the statistics pass (slots empty)
 
     def files_expected(self) -> int:
         """Data files the plan aims for: one per slot."""
@@ -117,6 +125,23 @@ def task_routing_values(tasks: int) -> list[int]:
     return [found[t] for t in range(tasks)]
 
 
+def plan_estimated_bytes(df: DataFrame) -> int | None:
+    """Spark's estimate of a DataFrame's size in bytes, from its optimized plan; no job runs.
+
+    Exact row counts and sizes for a materialized cache, file sizes for scans; unknown sources
+    (RDDs) report Spark's default size (about 8 EB). None if the plan gives no estimate.
+    """
+    try:
+        return int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+    except Exception:  # an estimate is an optimization only
+        return None
+
+
+def is_small_batch(estimated_bytes: int | None, target_file_size: int) -> bool:
+    """True when a batch is so far below one target file that its plan is a single task."""
+    return estimated_bytes is not None and 0 <= estimated_bytes * SMALL_BATCH_MARGIN <= target_file_size
+
+
 def estimated_row_bytes(df: DataFrame, columns: Sequence[str]) -> Column:
     """A cheap per-row estimate of the bytes a row adds to a file, before compression."""
     from pyspark.sql import functions as F
@@ -158,8 +183,15 @@ def distribute(
     target_file_size: int,
     compression_ratio: float,
     value_columns: Sequence[str],
+    estimated_bytes: int | None = None,
+    cached_input: bool = False,
 ) -> tuple[DataFrame, SlotPlan | None]:
-    """Repartition a prepared batch for the writers; all changes to one key reach one task."""
+    """Repartition a prepared batch for the writers; all changes to one key reach one task.
+
+    `estimated_bytes` is Spark's size estimate of `df` (plan_estimated_bytes): for `dynamic`, a
+    small batch (is_small_batch) goes to one task without the statistics pass. A `cached_input`
+    is read by that one task directly (no shuffle); otherwise a shuffle keeps the reading parallel.
+    """
     from pyspark.sql import functions as F
 
     if mode == "key":
@@ -169,6 +201,8 @@ def distribute(
         return df.repartition(parallelism, *cols), None
     if mode != "dynamic":
         raise ValueError(f"unknown distribution {mode!r}")
+    if is_small_batch(estimated_bytes, target_file_size):
+        return (df.coalesce(1) if cached_input else df.repartition(1)), SlotPlan(1, {}, estimated=True)
     row_bytes = estimated_row_bytes(df, value_columns)
     grouped = df.groupBy(*partition_columns) if partition_columns else df.groupBy()
     stats_rows = grouped.agg(F.count(F.lit(1)).alias("rows"), F.sum(row_bytes).alias("raw")).collect()

@@ -13,7 +13,7 @@ from icetide.errors import ConfigError, IcetideError, SchemaError, one_line
 from icetide.faults import crash_point
 from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.committer import CommitOutcome, Committer, PipelineState, WrittenFile
-from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute
+from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute, is_small_batch, plan_estimated_bytes
 from icetide.sink.evolution import SchemaChange, evolved_schema, plan_change
 from icetide.sink.writer import (
     EXECUTOR_ERROR_MARKER,
@@ -351,14 +351,14 @@ class UpsertSink:
         Live specs come from the current snapshot's manifest list, cached per snapshot. When the
         current spec is unpartitioned its deletes are global and reach every spec already.
         """
-        if not has_fields:
-            return []
+        specs = jtable.specs()
+        if not has_fields or specs.size() == 1:
+            return []  # one spec ever: every data file is under it (no manifest list to read)
         snapshot = jtable.currentSnapshot()
         snapshot_id = int(snapshot.snapshotId()) if snapshot is not None else -1
         if self._live_specs is None or self._live_specs[0] != snapshot_id:
             self._live_specs = (snapshot_id, frozenset(live_spec_ids(jtable)))
         current = int(jtable.spec().specId())
-        specs = jtable.specs()
         result = []
         for spec_id in sorted(self._live_specs[1] - {current}):
             fields = spec_fields(specs.get(spec_id), jtable.schema())
@@ -453,9 +453,12 @@ class UpsertSink:
         from pyspark import StorageLevel
 
         parallelism = self.write_parallelism or self.spark.sparkContext.defaultParallelism
+        # A batch Spark knows to be small skips the statistics pass (distribution.is_small_batch).
+        estimate = plan_estimated_bytes(prepared) if self.distribution == "dynamic" else None
+        small = is_small_batch(estimate, config.target_file_size)
         # The statistics pass and the write must not read the source twice: persist the batch,
         # unless the caller already did (the runner persists what it read).
-        cached = self.distribution == "dynamic" and not source_cached
+        cached = self.distribution == "dynamic" and not small and not source_cached
         if cached:
             prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -471,6 +474,8 @@ class UpsertSink:
                     target_file_size=config.target_file_size,
                     compression_ratio=self.compression_ratio,
                     value_columns=list(config.table_schema.names),
+                    estimated_bytes=estimate,
+                    cached_input=source_cached,
                 )
             self.last_plan = plan
             writing = time.monotonic()
