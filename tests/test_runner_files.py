@@ -147,7 +147,7 @@ def test_kill_9_and_restart_lands_everything_once(spark: Any, tmp_path: Path, cr
     import yaml
 
     warehouse = tmp_path / "warehouse"
-    lines, bad = land_files(tmp_path / "landing", 6, seed=hash(crash_at) & 0xFF)
+    lines, bad = land_files(tmp_path / "landing", 6, seed=sum(crash_at.encode()))
     doc = pipeline_doc("crash", tmp_path / "landing", str(warehouse))
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc))
