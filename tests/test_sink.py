@@ -102,6 +102,30 @@ def test_random_batches_match_the_model(spark: Any, table_name: str, distributio
     assert state is not None and state.batch_id == batches and state.source_position == {"n": batches}
 
 
+def test_a_reader_in_the_same_session_sees_every_commit_after_its_cache_entry_expired(
+    spark: Any, table_name: str
+) -> None:
+    """Spark reads go through the catalog's table cache, whose entry expires after 30 s without
+    access (or is collected) and is then another Java object than the sink's: the sink drops the
+    entry at each commit, so `spark.table` never stays on an old snapshot. (This is how the model
+    checks above failed on a machine so loaded that a batch took over 30 s.)"""
+    from icetide.table.iceberg import iceberg_catalog
+
+    make_table(spark, table_name)
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="cache")
+    model = ReferenceModel(KEY, COLUMNS, None)
+    catalog, identifier = table_name.split(".", 1)
+    expire = iceberg_catalog(spark, catalog).invalidateTable
+    ident = spark._jvm.org.apache.iceberg.catalog.TableIdentifier.parse(identifier)
+    for batch_id, v in enumerate(["one", "two", "three"], start=1):
+        rows = [{"id": 1, "ts": naive(T0), "v": v, "seq": batch_id, "_op": "UPSERT"}]
+        assert sink.write(to_df(spark, rows), batch_id=batch_id).committed
+        model.apply(batch_id, rows)
+        check(spark, table_name, model)
+        expire(ident)  # as the cache does after 30 s idle: the next read loads another object
+        check(spark, table_name, model)
+
+
 @pytest.mark.parametrize("cached", [True, False])
 def test_small_batch_skips_the_statistics_job_and_matches_the_model(spark: Any, table_name: str, cached: bool) -> None:
     """A batch Spark knows to be far below a target file goes to one writer task without the

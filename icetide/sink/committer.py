@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, SchemaError
 from icetide.faults import fault_point
 from icetide.sink.evolution import SchemaChange, apply_in_transaction
-from icetide.table.iceberg import java_exception_class, java_message, jvm, live_spec_ids, load_table
+from icetide.table.iceberg import (
+    iceberg_catalog,
+    java_exception_class,
+    java_message,
+    jvm,
+    live_spec_ids,
+    load_table,
+    split_name,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -221,12 +229,14 @@ class Committer:
                 data, deletes = self._content_files(files)
             try:
                 snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate, schema_change)
+                self._forget_cached_table()
                 return CommitOutcome(True, snapshot_id, attempt, refresh_seconds=refresh_seconds)
             except Exception as exc:
                 if java_exception_class(exc) in _CONFLICTS:
                     last_error = java_message(exc)
                     log.info("commit of batch %s lost a race (attempt %s): %s", batch_id, attempt, last_error)
                 elif self._resolve(batch_id, files, exc):
+                    self._forget_cached_table()
                     reason = "confirmed by re-reading the committed batch"
                     return CommitOutcome(True, None, attempt, reason, refresh_seconds)
                 else:
@@ -240,6 +250,19 @@ class Committer:
         raise CommitConflictError(
             f"commit of batch {batch_id} to {self.table_name} failed {retries + 1} times; last: {last_error}"
         )
+
+    def _forget_cached_table(self) -> None:
+        """Make readers in this Spark session see the commit. They get the table through the
+        catalog's cache (Iceberg's CachingCatalog), whose entry is another Java object than this
+        committer's once it expired (30 s without access) or was collected; a commit through
+        this one never updates that one, so `spark.table(...)` would stay on an old snapshot for
+        as long as it is read. Dropping the entry makes the next read load the table again."""
+        try:
+            catalog, identifier = split_name(self.table_name)
+            ident = jvm(self.spark).org.apache.iceberg.catalog.TableIdentifier.parse(identifier)
+            iceberg_catalog(self.spark, catalog).invalidateTable(ident)
+        except Exception:  # readers then see the commit when the cache entry expires
+            log.debug("could not drop %s from the catalog's cache", self.table_name, exc_info=True)
 
     def _resolve(self, batch_id: int, files: Sequence[WrittenFile], exc: Exception) -> bool:
         """After a commit call failed other than by a conflict: True if the batch landed anyway;
