@@ -192,6 +192,12 @@ def _convert(r: str, dtype: DataType, epoch_unit: str) -> Column:
         return F.expr(
             f"CASE WHEN {days} THEN date_add(DATE'1970-01-01', CAST({r} AS INT)) ELSE try_cast({r} AS DATE) END"
         )
+    if isinstance(dtype, T.DoubleType | T.FloatType):
+        # A JSON number beyond a double (1e400) reaches a STRING field as '"Infinity"', quotes
+        # included (Jackson's text for it); Python's json, and so the fast path, read infinity.
+        infinite = f"{r} IN ('\"Infinity\"', '\"-Infinity\"')"
+        unquoted = f"CASE WHEN {infinite} THEN substring({r}, 2, length({r}) - 2) ELSE {r} END"
+        return F.expr(f"try_cast({unquoted} AS {dtype.simpleString()})")
     if isinstance(dtype, T.BinaryType):
         return F.expr(f"try_to_binary({r}, 'base64')")
     if isinstance(dtype, T.StructType | T.ArrayType | T.MapType):
