@@ -59,7 +59,11 @@ _DECODER = json.JSONDecoder()
 # malformed JSON there, so it is here too (and Python's int() refuses over 4300 digits anyway).
 MAX_NUMBER_LENGTH = 1000
 _LONG_DIGITS_TEXT = re.compile(f"[0-9]{{{MAX_NUMBER_LENGTH + 1}}}")
-_LONG_DIGITS = re.compile(_LONG_DIGITS_TEXT.pattern.encode())
+# A block is searched for such a run as bytes: digits mapped to b"0", all else to b" ", then one
+# substring search (about 15x faster on a 9 MB block than the regular expression, which tries
+# every digit as a start).
+_DIGITS_ONLY = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
+_LONG_DIGIT_RUN = b"0" * (MAX_NUMBER_LENGTH + 1)
 
 
 def _checked_int(text: str) -> int:
@@ -282,7 +286,7 @@ class ArrowJsonDecoder:
                 return False
         if b"\\u" in joined and _LONE_SURROGATE_BYTES.search(joined):
             return False
-        if _LONG_DIGITS.search(joined):  # perhaps a number too long for Spark's reader
+        if _LONG_DIGIT_RUN in joined.translate(_DIGITS_ONLY):  # perhaps a number too long for Spark's reader
             return False
         big = len(joined) > limits.max_record_bytes
         deep = lim.openers(joined) > limits.max_nesting_depth
