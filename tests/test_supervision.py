@@ -111,12 +111,13 @@ def test_runner_rides_out_a_broker_restart(spark: Any, broker: Broker, tmp_path:
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))
     out = tmp_path / "stdout.jsonl"
-    with open(out, "wb") as stdout:
+    err = tmp_path / "stderr.log"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
         runner = subprocess.Popen(
-            [sys.executable, "-m", "icetide.cli", "run", str(config_path)],
+            [sys.executable, "-m", "icetide.cli", "-v", "run", str(config_path)],
             cwd=ROOT,
             stdout=stdout,
-            stderr=subprocess.DEVNULL,
+            stderr=stderr,
         )
     try:
 
@@ -139,6 +140,10 @@ def test_runner_rides_out_a_broker_restart(spark: Any, broker: Broker, tmp_path:
         _wait("the records produced after the restart", lambda: records_in() == 150, runner)
         runner.send_signal(signal.SIGTERM)
         assert runner.wait(timeout=120) == 0
+    except AssertionError:
+        lines = err.read_text(errors="replace").splitlines()
+        print("\n".join(line for line in lines if "icetide" in line or "Error" in line)[-8000:])
+        raise
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -149,6 +154,30 @@ def test_runner_rides_out_a_broker_restart(spark: Any, broker: Broker, tmp_path:
     assert all(e["backoff_seconds"] == 4.0 and e["max_attempts"] == 30 for e in events_seen)
     other = warehouse_reader(spark, "ksupcheck", warehouse)
     assert table_rows(other, "ksupcheck.kafka.ksup", COLUMNS, KEY) == model_of(first + second)
+
+
+def test_a_probe_fails_fast_when_the_broker_goes_away(broker: Broker) -> None:
+    """The fetch probe behind data-loss checks treats silence as 'no loss'; with the broker gone,
+    silence proves nothing, and the probe fails at once (not after probe_timeout_seconds) so that
+    supervision backs off and retries. (CI once waited 2 x 30 s here before giving up.)"""
+    from icetide.errors import SourceError
+    from icetide.sources.kafka import KafkaSource, KafkaSourceConfig
+
+    broker.create_topic("probed", 1)
+    produce(broker.bootstrap, "probed", [(0, r[1], r[2], None) for r in events(0, 5)])
+    source = KafkaSource(
+        KafkaSourceConfig(bootstrap_servers=broker.bootstrap, topic="probed", probe_timeout_seconds=60)
+    )
+    try:
+        with source._driver_consumer() as consumer:
+            assert source._fetch_ends(consumer, {0: 2}) == {0: 5}
+            broker.stop()
+            started = time.monotonic()
+            with pytest.raises(SourceError, match=r"brokers are down|connection failed"):
+                source._fetch_ends(consumer, {0: 2})
+        assert time.monotonic() - started < 30
+    finally:
+        source.close()
 
 
 def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broker: Broker, tmp_path: Path) -> None:

@@ -35,9 +35,11 @@ from icetide.errors import ConfigError, DataLossError, SourceError
 from icetide.secrets import redacted_repr
 from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX, JsonHeadSplit
 from icetide.sources.kafka_reader import (
+    _ALL_BROKERS_DOWN,
     _AUTO_OFFSET_RESET,
     _OFFSET_OUT_OF_RANGE,
     _PARTITION_EOF,
+    _TRANSPORT,
     _UNKNOWN_TOPIC_OR_PART,
     OffsetRange,
     _kafka,
@@ -326,6 +328,10 @@ class KafkaSource:
         self._start = parse_starting_offsets(config.starting_offsets)
         self._consumer: Any | None = None  # the driver's, kept between plans and lag checks
         self._consumer_lock = threading.Lock()
+        # The driver consumer's client-level errors (librdkafka's error_cb, served by poll), as
+        # (monotonic time, code, text): a fetch probe that hears nothing asks whether it was
+        # because the brokers are unreachable.
+        self._broker_errors: list[tuple[float, int, str]] = []
 
     def close(self) -> None:
         """Close the driver's consumer; a later call opens a new one."""
@@ -496,7 +502,8 @@ class KafkaSource:
         an error it is closed, so the next call starts from a clean consumer."""
         with self._consumer_lock:
             if self._consumer is None:
-                settings = self.config.consumer_settings(**{"fetch.wait.max.ms": "50"})
+                settings: dict[str, Any] = self.config.consumer_settings(**{"fetch.wait.max.ms": "50"})
+                settings["error_cb"] = self._on_broker_error
                 try:
                     self._consumer = _kafka().Consumer(settings)
                 except Exception as exc:
@@ -507,6 +514,20 @@ class KafkaSource:
             except BaseException:
                 self._close_consumer()
                 raise
+
+    def _on_broker_error(self, error: Any) -> None:
+        if error.code() in (_TRANSPORT, _ALL_BROKERS_DOWN):
+            del self._broker_errors[:-20]
+            self._broker_errors.append((time.monotonic(), error.code(), error.str()))
+
+    def _unreachable_since(self, started: float, *, codes: tuple[int, ...]) -> str | None:
+        """The latest broker error of `codes` reported at or after `started`, else None."""
+        for at, code, text in reversed(self._broker_errors):
+            if at < started:
+                return None
+            if code in codes:
+                return text
+        return None
 
     def _partitions(self, consumer: Any) -> list[int]:
         topic = self.config.topic
@@ -580,13 +601,17 @@ class KafkaSource:
         ends: dict[int, int] = {}
         paused: list[Any] = []
         consumer.assign([kafka.TopicPartition(topic, p, offset) for p, offset in froms.items()])
-        deadline = time.monotonic() + self.config.probe_timeout_seconds
+        started = time.monotonic()
+        deadline = started + self.config.probe_timeout_seconds
         try:
             while len(ends) < len(froms):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 message = consumer.poll(min(left, 0.2))
+                down = self._unreachable_since(started, codes=(_ALL_BROKERS_DOWN,))
+                if down is not None:  # silence would prove nothing: fail, and let supervision retry
+                    raise SourceError(f"kafka {self.config.bootstrap_servers}: {down} while probing {topic}")
                 if message is None:
                     continue
                 p, error = message.partition(), message.error()
@@ -608,6 +633,12 @@ class KafkaSource:
             if paused:  # librdkafka keeps a partition paused across assignments
                 consumer.resume(paused)
             consumer.unassign()
+        unreachable = self._unreachable_since(started, codes=(_TRANSPORT, _ALL_BROKERS_DOWN))
+        if len(ends) < len(froms) and unreachable is not None:
+            raise SourceError(
+                f"kafka {self.config.bootstrap_servers}: no fetch answered {topic} within "
+                f"{self.config.probe_timeout_seconds:g}s; the broker connection failed: {unreachable}"
+            )
         for p in froms:
             if p not in ends:
                 log.debug("%s/%d: no end-of-partition event within the probe timeout; ending at %d", topic, p, seen[p])

@@ -57,6 +57,8 @@ _PARTITION_EOF = -191
 _AUTO_OFFSET_RESET = -140
 _OFFSET_OUT_OF_RANGE = 1
 _UNKNOWN_TOPIC_OR_PART = 3
+_TRANSPORT = -195  # a broker connection failed or dropped
+_ALL_BROKERS_DOWN = -187
 # Messages' error(): None or a KafkaError, which is always true (and must not be compared with
 # None: KafkaError.__eq__ raises TypeError for it).
 _ERROR = operator.methodcaller("error")
