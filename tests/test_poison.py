@@ -272,6 +272,23 @@ def test_nesting_depth_ignores_brackets_in_strings() -> None:
         assert nesting_depth(text) == depth, text
 
 
+def test_one_deep_record_in_a_block_of_flat_ones_is_caught() -> None:
+    """The fast path bounds each line's depth by the block's openers less one per other line (every
+    line opens with "{"): a block of many flat records must not hide one nested too deep, wherever
+    it sits, nor one whose line opens otherwise."""
+    schema = pa.schema([("id", pa.int64(), False), ("s", pa.string())])
+    decoder = ArrowJsonDecoder(schema, ["id"], limits=PayloadLimits(max_nesting_depth=8))
+    deep = '{"id": 7, "s": "x", "n": ' + "[" * 8 + "]" * 8 + "}"
+    for where in (0, 7, 19):
+        lines = [json.dumps({"id": i, "s": "x"}) for i in range(20)]
+        lines[where] = deep
+        for shape in (deep, " " + deep):
+            lines[where] = shape
+            decoded = decoder.decode([line.encode() for line in lines], lambda i: f"t/0@{i}")
+            assert [b.error for b in decoded.bad] == ["JSON nested deeper than max_nesting_depth (8)"], (where, shape)
+            assert decoded.rows.num_rows == 19
+
+
 def test_sql_nesting_depth_is_pythons(spark: Any) -> None:
     """decode/json.py computes the same depth as decode/limits.py for any text, malformed too."""
     import random

@@ -232,7 +232,7 @@ class ArrowJsonDecoder:
         first, last = joined.partition(b"\n")[0], joined.rpartition(b"\n")[2]
         if not first.strip() or not last.strip():
             return None
-        if not self._within_limits(joined):
+        if not self._within_limits(joined, count):
             return None
         try:
             sample = json.loads(first)
@@ -275,9 +275,9 @@ class ArrowJsonDecoder:
                     unknown[name] = present
         return Decoded(pa.Table.from_arrays(columns, schema=self.schema), [], changes, unknown)
 
-    def _within_limits(self, joined: bytes) -> bool:
-        """Whether every line of the block passes icetide.decode.limits.payload_error (cheap
-        whole-block tests first; the lines themselves only when those cannot tell)."""
+    def _within_limits(self, joined: bytes, count: int) -> bool:
+        """Whether every line of the block (`count` lines) passes icetide.decode.limits.payload_error
+        (cheap whole-block tests first; the lines themselves only when those cannot tell)."""
         limits = self.limits
         if not joined.isascii():
             try:
@@ -289,14 +289,18 @@ class ArrowJsonDecoder:
         if _LONG_DIGIT_RUN in joined.translate(_DIGITS_ONLY):  # perhaps a number too long for Spark's reader
             return False
         big = len(joined) > limits.max_record_bytes
-        deep = lim.openers(joined) > limits.max_nesting_depth
-        if not big and not deep:
+        openers = lim.openers(joined)
+        if not big and openers <= limits.max_nesting_depth:
             return True
         data = np.frombuffer(joined, dtype=np.uint8)
         ends = np.append(np.flatnonzero(data == 10), len(data))
         starts = np.append(0, ends[:-1] + 1)
         if big and int((ends - starts).max()) > limits.max_record_bytes:
             return False
+        if openers > limits.max_nesting_depth and bool((data[starts] == 123).all()):
+            # Every line opens with "{": no line has more openers than the others leave over.
+            openers -= count - 1
+        deep = openers > limits.max_nesting_depth
         if deep:
             opened = np.append(0, np.cumsum((data == 91) | (data == 123)))
             for i in np.flatnonzero(opened[ends] - opened[starts] > limits.max_nesting_depth).tolist():
