@@ -213,6 +213,21 @@ def test_files_roll_at_target_size_and_carry_pipeline_and_batch(spark: Any, tabl
     assert spark.table(table_name).count() == 60_000
 
 
+def test_writer_config_version_follows_writer_properties_not_pipeline_state(spark: Any, table_name: str) -> None:
+    """The append fast path rebuilds its task config only when this version changes: a commit
+    (which rewrites the pipeline-state property) must not change it, a writer property must."""
+    make_table(spark, table_name, partition_by=[])
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="version")
+    before = sink.writer_config_version()
+    rows = spark.range(10).selectExpr("id", "timestamp'2026-01-01 10:00:00' AS ts", "'x' AS v", "id AS seq")
+    sink.write(rows, batch_id=1)
+    assert sink.writer_config_version() == before
+    spark.sql(f"ALTER TABLE {table_name} SET TBLPROPERTIES ('write.parquet.compression-codec' = 'snappy')")
+    sink.committer.table.refresh()
+    assert sink.writer_config_version() != before
+    assert sink.writer_config(2, ()).compression == "snappy"
+
+
 def test_another_writer_commits_between_write_and_commit(spark: Any, table_name: str) -> None:
     make_table(spark, table_name)
     mine = icetide.UpsertSink(spark, table_name, pipeline_id="mine", order_by="seq")

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from icetide.maintenance.inventory import java_iter
+from icetide.spark.py4j_collections import java_iter
 from icetide.table.iceberg import jvm, load_table
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, ConfigError, one_line
 from icetide.maintenance.deletes import LiveDataFile, removable_deletes
-from icetide.maintenance.inventory import SnapshotChanges, SnapshotGoneError, TableFiles, java_iter
+from icetide.maintenance.inventory import SnapshotChanges, SnapshotGoneError, TableFiles
 from icetide.maintenance.planning import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionOptions,
@@ -37,6 +37,7 @@ from icetide.maintenance.planning import (
 )
 from icetide.maintenance.progress import ProgressCallback, notify
 from icetide.maintenance.results import CompactionResult, GroupResult, StagedGroup
+from icetide.spark.py4j_collections import java_iter
 from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table, table_property
 
 if TYPE_CHECKING:

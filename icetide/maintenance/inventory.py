@@ -8,13 +8,14 @@ to drop). `changes_since` tells what later snapshots did to the files of an earl
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, TransientError, one_line
 from icetide.maintenance.deletes import LiveDataFile
 from icetide.maintenance.planning import DataFileRef, DeleteRef, PartitionKey
+from icetide.spark.py4j_collections import java_iter
 from icetide.table.iceberg import jvm, key_columns
 
 if TYPE_CHECKING:
@@ -37,13 +38,6 @@ class SnapshotChanges:
     removed_data: dict[str, int] = field(default_factory=dict)  # path -> snapshot that removed it
     removed_deletes: set[str] = field(default_factory=set)
     added_data: list[LiveDataFile] = field(default_factory=list)
-
-
-def java_iter(iterable: Any) -> Iterator[Any]:
-    """Iterate a Java Iterable through py4j."""
-    iterator = iterable.iterator()
-    while iterator.hasNext():
-        yield iterator.next()
 
 
 class TableFiles:

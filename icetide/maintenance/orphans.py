@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pyarrow.fs as pafs
 
 from icetide.errors import ConfigError
-from icetide.maintenance.inventory import java_iter
 from icetide.maintenance.progress import ProgressCallback, notify
 from icetide.sink.committer import all_pipeline_states
 from icetide.sink.writer import file_prefix, filesystem_for
+from icetide.spark.py4j_collections import java_iter
 from icetide.table.iceberg import jvm, load_table
 
 if TYPE_CHECKING:

@@ -362,8 +362,7 @@ class FastAppend:
         Built once per table schema, spec and properties (about 0.1 s of py4j calls), then
         only the batch id changes.
         """
-        jtable = self.sink.committer.table
-        version = (int(jtable.schema().schemaId()), int(jtable.spec().specId()), dict(jtable.properties()))
+        version = self.sink.writer_config_version()
         if self._task_config is None or self._task_config[0] != version:
             self._task_config = (version, self._build_task_config(batch_id))
         config = self._task_config[1]

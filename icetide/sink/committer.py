@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, SchemaError
 from icetide.faults import fault_point
 from icetide.sink.evolution import SchemaChange, apply_in_transaction
+from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import (
     iceberg_catalog,
     java_exception_class,
@@ -125,7 +126,7 @@ def read_pipeline_state(jtable: Any, pipeline_id: str) -> PipelineState | None:
 def all_pipeline_states(jtable: Any) -> list[PipelineState]:
     """Every pipeline's last committed batch on this table."""
     states = []
-    for entry in jtable.properties().entrySet():
+    for entry in java_list(jtable.properties().entrySet()):
         key = str(entry.getKey())
         if key.startswith(STATE_PROPERTY_PREFIX):
             states.append(PipelineState.from_json(key[len(STATE_PROPERTY_PREFIX) :], str(entry.getValue())))

@@ -24,6 +24,7 @@ from icetide.sink.writer import (
     filesystem_for,
     writer_function,
 )
+from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import (
     PartitionField,
     arrow_schema,
@@ -48,6 +49,15 @@ DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size
 DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024
 DEFAULT_COMPRESSION_RATIO = 0.4
 PARTITION_COLUMN_PREFIX = "_icetide_p"
+# The table properties writer_config reads (data_location's included).
+WRITER_PROPERTIES = (
+    "write.target-file-size-bytes",
+    "write.parquet.compression-level",
+    "write.parquet.row-group-size-bytes",
+    "write.parquet.compression-codec",
+    "write.data.path",
+    "write.folder-storage.path",
+)
 OLD_SPEC_COLUMN_PREFIX = "_icetide_s"  # partition values under an earlier spec: _icetide_s<spec id>_<i>
 
 
@@ -184,7 +194,7 @@ class UpsertSink:
             raise ConfigError(
                 f"table {self.table_name} has no primary key (identifier fields); create it with key=[...]"
             )
-        self.columns = [f.name() for f in jtable.schema().columns()]
+        self.columns = [f.name() for f in java_list(jtable.schema().columns())]
 
     def last_committed(self) -> PipelineState | None:
         """This pipeline's last committed batch and source position, from the table."""
@@ -372,6 +382,18 @@ class UpsertSink:
             )
             result.append((layout, fields))
         return result
+
+    def writer_config_version(self) -> tuple[Any, ...]:
+        """What `writer_config` depends on besides the batch id: schema, spec and the writer's
+        table properties (not all properties: pipeline state changes them every commit)."""
+        jtable = self.committer.table
+        properties = jtable.properties()
+        return (
+            int(jtable.schema().schemaId()),
+            int(jtable.spec().specId()),
+            str(jtable.location()),
+            tuple(str(properties.get(key)) for key in WRITER_PROPERTIES),
+        )
 
     def writer_config(
         self,

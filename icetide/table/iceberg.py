@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icetide.errors import ConfigError, SchemaError
+from icetide.spark.py4j_collections import java_list
 from icetide.table.spec import PartitionTransform
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def arrow_type(jtype: JavaObject) -> pa.DataType:
     if type_id == "FIXED":
         return pa.binary(jtype.length())
     if type_id == "STRUCT":
-        return pa.struct([arrow_field(f) for f in jtype.asStructType().fields()])
+        return pa.struct([arrow_field(f) for f in java_list(jtype.asStructType().fields())])
     if type_id == "LIST":
         lt = jtype.asListType()
         element = _with_id("element", arrow_type(lt.elementType()), lt.isElementOptional(), lt.elementId())
@@ -115,7 +116,7 @@ def arrow_field(jfield: JavaObject) -> pa.Field:
 
 def arrow_schema(jschema: JavaObject) -> pa.Schema:
     """The Arrow schema (with field ids) that data files of this Iceberg schema are written in."""
-    return pa.schema([arrow_field(f) for f in jschema.columns()])
+    return pa.schema([arrow_field(f) for f in java_list(jschema.columns())])
 
 
 @dataclass(frozen=True)
@@ -135,9 +136,9 @@ def partition_fields(jtable: JavaObject) -> list[PartitionField]:
 
 def spec_fields(spec: JavaObject, schema: JavaObject) -> list[PartitionField]:
     """A partition spec as plain values; refuses partition types the writer cannot produce."""
-    result_types = spec.partitionType().fields()
+    result_types = java_list(spec.partitionType().fields())
     fields = []
-    for i, pf in enumerate(spec.fields()):
+    for i, pf in enumerate(java_list(spec.fields())):
         transform = pf.transform().toString()
         result_type = result_types[i].type().typeId().toString().lower()
         result_type = "int" if result_type == "integer" else result_type
@@ -165,7 +166,7 @@ def live_spec_ids(jtable: JavaObject) -> set[int]:
         return set()
     return {
         int(m.partitionSpecId())
-        for m in snapshot.dataManifests(jtable.io())
+        for m in java_list(snapshot.dataManifests(jtable.io()))
         if m.hasAddedFiles() or m.hasExistingFiles()
     }
 
@@ -173,8 +174,8 @@ def live_spec_ids(jtable: JavaObject) -> set[int]:
 def key_columns(jtable: JavaObject) -> list[str]:
     """The table's identifier fields (its primary key), in schema order."""
     schema = jtable.schema()
-    ids = set(schema.identifierFieldIds())
-    return [f.name() for f in schema.columns() if f.fieldId() in ids]
+    ids = {int(i) for i in java_list(schema.identifierFieldIds())}
+    return [f.name() for f in java_list(schema.columns()) if f.fieldId() in ids]
 
 
 def key_field_ids(jtable: JavaObject) -> list[int]:

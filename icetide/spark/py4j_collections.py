@@ -1,0 +1,31 @@
+"""Java collections through py4j without the cost of their end.
+
+Iterating a Java collection as a Python iterable (`for x in jlist`, `dict(jmap)`, `set(jset)`)
+ends with a java.util.NoSuchElementException that py4j turns into StopIteration; PySpark's
+exception hook first converts that exception, about a dozen JVM round trips: 8-11 ms per loop
+on this project's machines, against 0.4-0.6 ms for the loop itself (measured with a 9-element
+ArrayList and a 2-entry HashMap; docs/design.md, "Java collections"). A streaming batch walks
+several (schema columns, spec fields, identifier ids), so these helpers end by count instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+
+def java_list(collection: Any) -> list[Any]:
+    """A java.util.Collection's elements, in its order (one `toArray` call, then one per element)."""
+    return list(collection.toArray())
+
+
+def java_dict(mapping: Any) -> dict[Any, Any]:
+    """A java.util.Map as a dict."""
+    return {e.getKey(): e.getValue() for e in java_list(mapping.entrySet())}
+
+
+def java_iter(iterable: Any) -> Iterator[Any]:
+    """Iterate a java.lang.Iterable that is not a Collection (a CloseableIterable, say)."""
+    iterator = iterable.iterator()
+    while iterator.hasNext():
+        yield iterator.next()
