@@ -23,6 +23,7 @@ for each row, the time from production to the commit that made it visible.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import random
@@ -43,6 +44,7 @@ SCHEMA = (
 COUNTRIES = ["JP", "US", "GB", "DE", "FR", "KR", "TW", "BR"]
 DEVICES = ["ios", "android", "web"]
 WARM_UP_EVENTS = 60_000
+PHASES = ("read_decode_seconds", "plan_seconds", "write_seconds", "refresh_seconds", "commit_seconds")  # BatchMetrics
 
 
 def event(i: int, produced_ms: int) -> bytes:
@@ -231,10 +233,13 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
         count = 10_000 * freshness_seconds
         producer = threading.Thread(target=produce, args=(bootstrap, fresh_topic, 0, count, 10_000.0))
         stop = threading.Timer(freshness_seconds + 8, fresh.stop)
+        fresh_batches: list[tuple[float, Any]] = []  # (monotonic time at the end of the batch, metrics)
+        fresh_busy = machine_busy_seconds()
         producer.start()
         stop.start()
-        fresh.run(handle_signals=False)
+        fresh.run(handle_signals=False, on_batch=lambda m: fresh_batches.append((time.monotonic(), m)))
         producer.join()
+        fresh_busy = machine_busy_seconds() - fresh_busy
         lags = [
             r[0]
             for r in spark.sql(
@@ -298,8 +303,22 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
         "(pyarrow threads included).\n\n"
     )
     pick = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))]  # noqa: E731
-    phases = ("read_decode_seconds", "plan_seconds", "write_seconds", "refresh_seconds", "commit_seconds")
-    per_batch = " ".join(f"{sum(getattr(b, p) for p in phases):.1f}" for b in batches)
+    gaps = sorted(b[0] - a[0] for a, b in itertools.pairwise(fresh_batches))
+    slowest = max((m for _, m in fresh_batches), key=lambda m: sum(getattr(m, p) for p in PHASES), default=None)
+    fresh_text = (
+        f"{len(fresh_batches)} batches, one every {median(gaps):.2f}s (median; longest gap {gaps[-1]:.2f}s); "
+        + (
+            "slowest batch "
+            + ", ".join(f"{p.removesuffix('_seconds')} {getattr(slowest, p):.2f}s" for p in PHASES)
+            + f" ({slowest.records_in:,} records); "
+            if slowest is not None
+            else ""
+        )
+        + f"machine busy {fresh_busy / (freshness_seconds + 8) / cores:.0%} of {cores} cores."
+        if len(gaps) > 1
+        else ""
+    )
+    per_batch = " ".join(f"{sum(getattr(b, p) for p in PHASES):.1f}" for b in batches)
     return (
         f"{events:,} JSON events of about {len(event(0, 0))} bytes in 4 Kafka partitions (Tansu on 127.0.0.1), "
         f"{cores} cores; the runner took {len(batches)} batches of up to {max_records:,} records "
@@ -310,7 +329,7 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
         f"{cpu_text}"
         f"Freshness at a steady 10,000 events/s for {freshness_seconds}s, trigger interval 1s "
         f"({len(lags):,} rows): produced -> visible median {pick(0.5):.1f}s, p95 {pick(0.95):.1f}s, "
-        f"p99 {pick(0.99):.1f}s, max {lags[-1]:.1f}s.\n"
+        f"p99 {pick(0.99):.1f}s, max {lags[-1]:.1f}s. {fresh_text}\n"
     )
 
 
