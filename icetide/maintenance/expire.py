@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, TerminalError
 from icetide.sink.committer import SUMMARY_BATCH, SUMMARY_PIPELINE, PipelineState, all_pipeline_states
+from icetide.spark.py4j_collections import java_list
 from icetide.table.catalog import MAX_SNAPSHOT_AGE_MS, MIN_SNAPSHOTS_TO_KEEP
 from icetide.table.iceberg import load_table
 
@@ -53,7 +54,7 @@ class ExpireResult:
 def _summary_batches(metadata: Any) -> dict[str, int]:
     """The newest batch each pipeline's snapshots record, from the snapshot summaries."""
     newest: dict[str, int] = {}
-    for snapshot in metadata.snapshots():
+    for snapshot in java_list(metadata.snapshots()):
         summary = snapshot.summary()
         pipeline = summary.get(SUMMARY_PIPELINE)
         batch = summary.get(SUMMARY_BATCH)
@@ -82,7 +83,9 @@ def _expirable(metadata: Any, cutoff_ms: int, retain: int) -> int:
         parent = snapshot.parentId()
         snapshot = metadata.snapshot(parent) if parent is not None else None
     return sum(
-        1 for s in metadata.snapshots() if int(s.snapshotId()) not in kept and int(s.timestampMillis()) < cutoff_ms
+        1
+        for s in java_list(metadata.snapshots())
+        if int(s.snapshotId()) not in kept and int(s.timestampMillis()) < cutoff_ms
     )
 
 
@@ -132,7 +135,7 @@ def expire_snapshots(
                 f"expire {table}: pipeline {pipeline!r} committed batch {batch} but its state property records "
                 f"{state.batch_id if state else 'nothing'}; expiring could lose its position, so nothing was expired"
             )
-    before = {int(s.snapshotId()) for s in metadata.snapshots()}
+    before = {int(s.snapshotId()) for s in java_list(metadata.snapshots())}
     if not _expirable(metadata, cutoff_ms, retain_last):
         log.debug(
             "%s: no snapshot older than %s beyond the newest %d; nothing to expire", table, cutoff_ms, retain_last
@@ -140,7 +143,7 @@ def expire_snapshots(
         return ExpireResult(0, len(before), tuple(states.values()), cutoff_ms=cutoff_ms, retained=retain_last)
     jtable.expireSnapshots().expireOlderThan(cutoff_ms).retainLast(retain_last).cleanExpiredFiles(clean_files).commit()
     jtable.refresh()
-    after = {int(s.snapshotId()) for s in jtable.operations().current().snapshots()}
+    after = {int(s.snapshotId()) for s in java_list(jtable.operations().current().snapshots())}
     pipelines = tuple(all_pipeline_states(jtable))
     expired = len(before - after)  # the stream may have added snapshots meanwhile
     log.info("expired %d snapshot(s) of %s, %d left", expired, table, len(after))

@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, SchemaError
+from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import iceberg_catalog, jvm, load_table, spec_fields, split_name
 from icetide.table.spec import TableSpec
 
@@ -63,10 +64,10 @@ def apply_retention_defaults(spark: SparkSession, name: str) -> dict[str, str]:
 
 def _definition(jschema: Any, jspec: Any) -> dict[str, Any]:
     """Schema, key and partitioning in a form two tables can be compared by."""
-    ids = set(jschema.identifierFieldIds())
-    columns = [(f.name(), f.type().toString(), f.isRequired()) for f in jschema.columns()]
-    key = sorted(f.name() for f in jschema.columns() if f.fieldId() in ids)
-    parts = [(f.transform().toString(), jschema.findColumnName(f.sourceId())) for f in jspec.fields()]
+    ids = {int(i) for i in java_list(jschema.identifierFieldIds())}
+    columns = [(f.name(), f.type().toString(), f.isRequired()) for f in java_list(jschema.columns())]
+    key = sorted(f.name() for f in java_list(jschema.columns()) if f.fieldId() in ids)
+    parts = [(f.transform().toString(), jschema.findColumnName(f.sourceId())) for f in java_list(jspec.fields())]
     return {"columns": columns, "key": key, "partition_by": parts}
 
 
@@ -77,7 +78,7 @@ def _build_schema_and_spec(spark: SparkSession, spec: TableSpec) -> tuple[Any, A
     except Exception as exc:
         raise ConfigError(f"schema: cannot parse {spec.schema!r}: {str(exc).splitlines()[0]}") from exc
     fresh = j.org.apache.iceberg.spark.SparkSchemaUtil.convert(struct)
-    names = [f.name() for f in fresh.columns()]
+    names = [f.name() for f in java_list(fresh.columns())]
     ids = []
     for column in spec.key:
         field = fresh.findField(column)
