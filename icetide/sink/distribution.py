@@ -32,6 +32,11 @@ TASK_COLUMN = "_icetide_task"
 # compressed size); an estimate that is still too low costs parallelism, never correctness: the
 # one task still rolls files at the target size.
 SMALL_BATCH_MARGIN = 16
+# Estimated (uncompressed) bytes a writer task is worth: a batch of at least twice this is shared
+# by two or more tasks even when its files would fit one task. A 2M-row INSERT batch (48 hourly
+# partitions, about 100 MB) went to one task and ran at 0.51x Spark's native append on 2 cores
+# (docs/benchmarks.md, 2026-11-24).
+MIN_TASK_BYTES = 8 * 1024 * 1024
 SPARK_HASH_SEED = 42  # the seed of Spark's hash() and of HashPartitioning
 
 
@@ -65,20 +70,23 @@ def slots_for_partition(estimated_bytes: int, target_file_size: int, parallelism
 def plan_slots(stats: Sequence[PartitionStats], *, target_file_size: int, parallelism: int) -> SlotPlan:
     """Give each partition its slots and pack the slots onto tasks, largest partitions first.
 
-    Tasks = the hottest partition's slots or the batch's bytes over the target size, whichever
-    is more, capped by the parallelism. A slot always goes to the least-loaded task not already
-    holding a slot of the same partition, so a hot partition spreads over distinct tasks and
-    small ones share tasks: a long-tail partition costs one file, and a small batch few tasks.
+    Tasks = the hottest partition's slots, the batch's bytes over the target size, or its bytes
+    over MIN_TASK_BYTES, whichever is most, capped by the parallelism and the number of slots.
+    A slot always goes to the least-loaded task not already holding a slot of the same
+    partition, so a hot partition spreads over distinct tasks and small ones share tasks: a
+    long-tail partition costs one file, and a small batch few tasks.
     """
     if parallelism < 1:
         raise ValueError("parallelism must be at least 1")
     ordered = sorted(stats, key=lambda s: s.estimated_bytes, reverse=True)
     wanted = {s.values: slots_for_partition(s.estimated_bytes, target_file_size, parallelism) for s in ordered}
-    # Enough tasks for the hottest partition's slots and for the batch's bytes at one target file
-    # each; small partitions then share tasks instead of each starting its own.
+    # Enough tasks for the hottest partition's slots, for the batch's bytes at one target file
+    # each, and for every core once the batch is worth sharing (MIN_TASK_BYTES a task); never
+    # more than there are slots. Small partitions share tasks instead of each starting its own;
+    # the files are the slots whatever the task count.
     total_bytes = sum(s.estimated_bytes for s in stats)
-    by_bytes = math.ceil(total_bytes / max(1, target_file_size))
-    tasks = max(1, min(parallelism, max(max(wanted.values(), default=1), by_bytes)))
+    by_bytes = max(math.ceil(total_bytes / max(1, target_file_size)), total_bytes // MIN_TASK_BYTES)
+    tasks = max(1, min(parallelism, sum(wanted.values()), max(max(wanted.values(), default=1), by_bytes)))
     loads: list[tuple[float, int]] = [(0.0, t) for t in range(tasks)]
     heapq.heapify(loads)
     slots: dict[tuple[object, ...], list[int]] = {}
