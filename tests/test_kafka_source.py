@@ -389,6 +389,22 @@ def test_plan_under_steady_production_ends_at_records_it_saw(kafka_broker: str, 
         src.close()
 
 
+def test_the_data_loss_probe_reads_to_the_true_end(kafka_broker: str) -> None:
+    """Only the plan may stop chasing an end early: the data-loss check's probe from the log start
+    must reach the true end, or records that exist would be reported lost (and, with
+    on_data_loss: skip, read again)."""
+    topic = create_topic(kafka_broker, 1)
+    produce(kafka_broker, topic, [(0, None, value(0, i), None) for i in range(20_000)])
+    src = source(kafka_broker, topic)
+    try:
+        with src._driver_consumer() as consumer:
+            assert src._fetch_ends(consumer, {0: 0}, {0: 20_000}) == {0: 20_000}
+            short = src._fetch_ends(consumer, {0: 0}, {0: 20_000}, chase=0.0)[0]
+            assert 0 < short <= 20_000  # the plan's chase ends at a record it saw, perhaps sooner
+    finally:
+        src.close()
+
+
 def test_lag_counts_unread_records(kafka_broker: str) -> None:
     topic = create_topic(kafka_broker, 2)
     produce(kafka_broker, topic, [(p, None, b"x", None) for p in range(2) for _ in range(4)], batched=False)

@@ -386,7 +386,9 @@ class KafkaSource:
             # Partitions this batch would drain: their end comes from a fetch, not from ListOffsets.
             draining = {p: ends[p] for p in partitions if shares[p] == ends[p] - starts[p]}
             if draining:
-                probed = self._fetch_ends(consumer, draining, {p: starts[p] + max_records for p in draining})
+                enough = {p: starts[p] + max_records for p in draining}
+                # An end short of the true one only leaves records to the next batch: chase briefly.
+                probed = self._fetch_ends(consumer, draining, enough, chase=PROBE_CHASE_SECONDS)
                 for p, end in probed.items():
                     ends[p] = max(end, starts[p])
                 shares = allocate({p: ends[p] - starts[p] for p in partitions}, max_records, rotation=rotation)
@@ -589,14 +591,17 @@ class KafkaSource:
         enough: Mapping[int, int] | None = None,
         *,
         silent: set[int] | None = None,
+        chase: float | None = None,
     ) -> dict[int, int]:
         """Per partition, the end offset the broker's Fetch responses report, fetching from `froms`.
 
         Records past `froms` are fetched and dropped: at most the tail a lagging ListOffsets hides,
         and never past `enough[p]` (a partition busy enough to reach it needs no exact end, which
-        bounds the work against a topic that never goes quiet), and for at most PROBE_CHASE_SECONDS
-        after a partition's first record (under steady production the end moves on as fast as
-        the probe reads; what comes later is the next batch's). Without an EOF or a record within
+        bounds the work against a topic that never goes quiet), and with `chase`, for at most that
+        many seconds after a partition's first record (under steady production the end moves on
+        as fast as the probe reads). Only callers that may end short of the true end pass `chase`:
+        the plan (the rest is the next batch's), never the data-loss check, where an end found too
+        early would report records as lost. Without an EOF or a record within
         probe_timeout_seconds, the end is one past the last offset seen (or `froms`). Every offset
         below a returned end was seen to exist or lies below the broker's own high watermark.
         Partitions that ended by the timeout are added to `silent`.
@@ -633,7 +638,8 @@ class KafkaSource:
                     continue
                 if error is None:
                     seen[p] = max(seen[p], message.offset() + 1)
-                    chased.setdefault(p, time.monotonic() + PROBE_CHASE_SECONDS)
+                    if chase is not None:
+                        chased.setdefault(p, time.monotonic() + chase)
                     if enough is not None and p in enough and seen[p] >= enough[p]:
                         ends[p] = seen[p]
                         paused.append(kafka.TopicPartition(topic, p))

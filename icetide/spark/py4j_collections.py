@@ -19,11 +19,6 @@ def java_list(collection: Any) -> list[Any]:
     return list(collection.toArray())
 
 
-def java_dict(mapping: Any) -> dict[Any, Any]:
-    """A java.util.Map as a dict."""
-    return {e.getKey(): e.getValue() for e in java_list(mapping.entrySet())}
-
-
 def java_iter(iterable: Any) -> Iterator[Any]:
     """Iterate a java.lang.Iterable that is not a Collection (a CloseableIterable, say)."""
     iterator = iterable.iterator()

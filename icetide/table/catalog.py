@@ -65,8 +65,9 @@ def apply_retention_defaults(spark: SparkSession, name: str) -> dict[str, str]:
 def _definition(jschema: Any, jspec: Any) -> dict[str, Any]:
     """Schema, key and partitioning in a form two tables can be compared by."""
     ids = {int(i) for i in java_list(jschema.identifierFieldIds())}
-    columns = [(f.name(), f.type().toString(), f.isRequired()) for f in java_list(jschema.columns())]
-    key = sorted(f.name() for f in java_list(jschema.columns()) if f.fieldId() in ids)
+    fields = java_list(jschema.columns())
+    columns = [(f.name(), f.type().toString(), f.isRequired()) for f in fields]
+    key = sorted(f.name() for f in fields if f.fieldId() in ids)
     parts = [(f.transform().toString(), jschema.findColumnName(f.sourceId())) for f in java_list(jspec.fields())]
     return {"columns": columns, "key": key, "partition_by": parts}
 
