@@ -22,6 +22,7 @@ for each row, the time from production to the commit that made it visible.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import json
@@ -165,7 +166,7 @@ def cpu_timed(fn: Any, runs: int = 3) -> tuple[list[float], float]:
     return walls, median(cpus)
 
 
-def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, max_records: int) -> str:
+def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, max_records: int, runs: int) -> str:
     from icetide.pipeline.runner import Runner
     from tests.kafka_broker import create_topic, tansu_broker
 
@@ -183,27 +184,46 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
         warm = Runner(pipeline(bootstrap, warm_topic, "warmup", "1s", 250_000), spark)
         warm_s, _ = timed(lambda: warm.run(once=True, handle_signals=False))
         print(f"warm-up: {WARM_UP_EVENTS:,} events in {warm_s:.1f}s", flush=True)
-        runner = Runner(pipeline(bootstrap, topic, "ingest", "1s", max_records), spark)
+        # Measured: the same topic drained into a new table per run, alternating trigger.overlap_commit
+        # on (the default) and off, so the two are compared side by side on the same machine state.
         tasks: list[tuple[float, ...]] = []
-        if runner.fast is not None:
-            fast_write = runner.fast.write
+        times: dict[bool, list[float]] = {True: [], False: []}
+        busy, cpu = 0.0, {}
+        batches: list[Any] = []
+        for run_index in range(2 * runs):
+            overlap = run_index % 2 == 0 if (run_index // 2) % 2 == 0 else run_index % 2 == 1
+            name = f"ingest{run_index}"
+            cfg = pipeline(bootstrap, topic, name, "1s", max_records)
+            cfg = dataclasses.replace(cfg, trigger=dataclasses.replace(cfg.trigger, overlap_commit=overlap))
+            runner = Runner(cfg, spark)
+            run_tasks: list[tuple[float, ...]] = []
+            if runner.fast is not None:
+                fast_write = runner.fast.write
 
-            def write(batch_id: int, ranges: Any) -> Any:
-                out = fast_write(batch_id, ranges)
-                tasks.extend(out.task_timings)
-                return out
+                def write(batch_id: int, ranges: Any, fast_write: Any = fast_write, out: Any = run_tasks) -> Any:
+                    result = fast_write(batch_id, ranges)
+                    out.extend(result.task_timings)
+                    return result
 
-            runner.fast.write = write  # type: ignore[method-assign]
-        busy_before, cpu_before = machine_busy_seconds(), process_cpu_seconds()
-        icetide_s, summary = timed(
-            lambda: runner.run(once=True, handle_signals=False, on_batch=lambda m: print(m.to_json(), flush=True))
-        )
-        busy = machine_busy_seconds() - busy_before
-        cpu_after = process_cpu_seconds()
-        cpu = {k: cpu_after.get(k, 0.0) - cpu_before.get(k, 0.0) for k in cpu_after}
-        rows = spark.table("lake.bench.ingest").count()
-        assert rows == events, f"{rows} rows for {events} events"
-        batches = summary.batches
+                runner.fast.write = write  # type: ignore[method-assign]
+            busy_before, cpu_before = machine_busy_seconds(), process_cpu_seconds()
+            run_s, summary = timed(
+                lambda runner=runner: runner.run(
+                    once=True, handle_signals=False, on_batch=lambda m: print(m.to_json(), flush=True)
+                )
+            )
+            print(f"run {run_index + 1}: overlap_commit {overlap}: {run_s:.2f}s", flush=True)
+            times[overlap].append(run_s)
+            rows = spark.table(f"lake.bench.{name}").count()
+            assert rows == events, f"{rows} rows for {events} events"
+            if overlap:
+                busy += machine_busy_seconds() - busy_before
+                cpu_after = process_cpu_seconds()
+                for k in cpu_after:
+                    cpu[k] = cpu.get(k, 0.0) + cpu_after.get(k, 0.0) - cpu_before.get(k, 0.0)
+                tasks.extend(run_tasks)
+                batches = summary.batches
+        icetide_s, serial_s = median(times[True]), median(times[False])
 
         # The same events, decoded once, for the two reference writers.
         payload = b"\n".join(event(i, 1_767_225_600_000) for i in range(events))
@@ -221,7 +241,7 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
 
         bare_times, bare_cpu = cpu_timed(bare)
         write_times, write_cpu = cpu_timed(bare_write)
-        decoded = spark.table("lake.bench.ingest").cache()
+        decoded = spark.table("lake.bench.ingest0").cache()
         decoded.count()
         spark.sql(f"CREATE TABLE lake.bench.native ({SCHEMA}) USING iceberg PARTITIONED BY (hours(event_time))")
         native_times = [timed(lambda: decoded.writeTo("lake.bench.native").append())[0] for _ in range(3)]
@@ -266,6 +286,14 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
                 f"{icetide_rate / write_rate:.2f}x",
             ),
             (
+                "icetide runner, overlap_commit off",
+                f"{serial_s:.1f}",
+                f"{events / serial_s:,.0f}",
+                f"{events / serial_s / cores:,.0f}",
+                f"{events / serial_s / bare_rate:.2f}x",
+                f"{events / serial_s / write_rate:.2f}x",
+            ),
+            (
                 "bare PyArrow: JSON decode + Parquet write",
                 f"{median(bare_times):.2f}",
                 f"{bare_rate:,.0f}",
@@ -291,13 +319,13 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
             ),
         ],
     )
-    per_m = 1_000_000 / events
+    per_m = 1_000_000 / (events * runs)  # CPU of the overlap_commit runs, per million rows
     cpu_line = ", ".join(f"{k} {v * per_m:.2f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if v > 0.005)
     step_names = ("read cpu", "wait for a block", "decode cpu", "partition+write wall", "task process cpu")
     step_line = ", ".join(f"{n} {sum(t[i] for t in tasks) * per_m:.2f}" for i, n in enumerate(step_names))
     cpu_text = (
         f"CPU during the icetide run, core-seconds per million rows: machine {busy * per_m:.2f} "
-        f"({busy / icetide_s / cores:.0%} of {cores} cores over {icetide_s:.1f}s); by process: {cpu_line}. "
+        f"({busy / sum(times[True]) / cores:.0%} of {cores} cores over the overlap runs); by process: {cpu_line}. "
         f"Fast path tasks ({len(tasks)}), summed seconds per million rows: {step_line}. "
         f"Bare PyArrow CPU per million rows: decode+write {bare_cpu * per_m:.2f}, write alone {write_cpu * per_m:.2f} "
         "(pyarrow threads included).\n\n"
@@ -324,7 +352,9 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
         f"{cores} cores; the runner took {len(batches)} batches of up to {max_records:,} records "
         f"({per_batch} s "
         f"read+decode+write+commit), after a warm-up pipeline of {WARM_UP_EVENTS:,} events "
-        f"({warm_s:.1f} s, not counted)."
+        f"({warm_s:.1f} s, not counted). {runs} runs each with trigger.overlap_commit on and off, alternating "
+        f"(on: {' '.join(f'{t:.2f}' for t in times[True])} s; off: {' '.join(f'{t:.2f}' for t in times[False])} s); "
+        f"overlap on/off rows/s: {serial_s / icetide_s:.2f}x."
         f"\n\n{table}\n\n"
         f"{cpu_text}"
         f"Freshness at a steady 10,000 events/s for {freshness_seconds}s, trigger interval 1s "
@@ -346,6 +376,7 @@ def main() -> None:
         help="instead: N rows as plain JSON and as Debezium messages with schemas (bench/ingest_debezium.py)",
     )
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of --debezium or --tables")
+    p.add_argument("--runs", type=int, default=3, help="measured runner drains per overlap_commit setting")
     p.add_argument(
         "--tables",
         type=int,
@@ -382,7 +413,7 @@ def main() -> None:
         report("bench/ingest.py --debezium: schema-aware Debezium decoding beside plain JSON", body, save=args.record)
         return
     body = in_temp_warehouse(
-        lambda wh: run(args.events, args.freshness_seconds, wh, Path(wh) / "tansu.log", args.max_records)
+        lambda wh: run(args.events, args.freshness_seconds, wh, Path(wh) / "tansu.log", args.max_records, args.runs)
     )
     report("bench/ingest.py: Kafka to Iceberg append", body, save=args.record)
 

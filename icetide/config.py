@@ -247,6 +247,9 @@ class TriggerConfig:
     interval: float = 5.0
     max_records: int = 100_000
     max_files: int = 100
+    # While a backlog drains, the next append fast-path batch is read and written while this one
+    # commits (docs/runner.md, "Overlapped commits"); false: each batch commits before the next plans.
+    overlap_commit: bool = True
 
     @classmethod
     def from_dict(cls, d: Any) -> TriggerConfig:
@@ -254,11 +257,15 @@ class TriggerConfig:
             return cls()
         if not isinstance(d, Mapping):
             raise ConfigError("trigger: expected a mapping, e.g. {interval: 5s, max_records: 100000}")
-        _unknown(d, {"interval", "max_records", "max_files"}, "trigger.")
+        _unknown(d, {"interval", "max_records", "max_files", "overlap_commit"}, "trigger.")
+        overlap = d.get("overlap_commit", True)
+        if not isinstance(overlap, bool):
+            raise ConfigError(f"trigger.overlap_commit: expected true or false, got {overlap!r}")
         out = cls(
             interval=parse_duration(d.get("interval", 5.0), "trigger.interval"),
             max_records=int(d.get("max_records", 100_000)),
             max_files=int(d.get("max_files", 100)),
+            overlap_commit=overlap,
         )
         if out.max_records < 1:
             raise ConfigError("trigger.max_records: must be at least 1")

@@ -300,3 +300,94 @@ def test_fast_path_kill_9_then_restart(spark: Any, kafka_broker: str, tmp_path: 
     }
     present = {str(p) for p in (warehouse / "fast" / "fcrash" / "data").rglob("*.parquet")}
     assert present and present <= referenced  # the crashed batch's files were deleted on restart
+
+
+# -- overlapped commits (trigger.overlap_commit) -----------------------------------------------
+
+
+def _batch_files(warehouse: Path, name: str, batch_id: int) -> list[Path]:
+    return list((warehouse / "fast" / name / "data").rglob(f"icetide-{name}-b{batch_id:012d}-*.parquet"))
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_backlog_is_written_while_the_batch_before_commits(
+    spark: Any, kafka_broker: str, warehouse: str, overlap: bool
+) -> None:
+    """With a backlog, batch N+1's files are on disk by the time batch N is reported committed
+    (it was read and written while N committed); with overlap_commit off, never. Either way the
+    table holds every good record once, batch ids run 1..N and positions only move forward."""
+    name = f"overlap_{str(overlap).lower()}"
+    topic = create_topic(kafka_broker, partitions=3)
+    recs = records(2_000, bad_every=31)
+    produce(kafka_broker, topic, recs)
+    config = doc(name, kafka_broker, topic, trigger={"interval": "1s", "max_records": 400, "overlap_commit": overlap})
+    runner = Runner(PipelineConfig.from_dict(config), spark)
+    next_written: list[bool] = []
+
+    def on_batch(metrics: Any) -> None:
+        next_written.append(bool(_batch_files(Path(warehouse), name, metrics.batch_id + 1)))
+
+    summary = runner.run(once=True, handle_signals=False, on_batch=on_batch)
+    assert [b.batch_id for b in summary.batches] == list(range(1, len(summary.batches) + 1))
+    assert len(summary.batches) >= 5 and all(b.committed for b in summary.batches)
+    full = len(summary.batches) - 1  # every batch but the last was full: a backlog behind it
+    assert next_written[:full] == [overlap] * full
+    ids = [r[0] for r in spark.table(f"lake.fast.{name}").select("event_id").collect()]
+    assert len(ids) == len(set(ids)) and set(ids) == expected(recs)
+    dead = [r["source_position"] for r in spark.table(f"lake.fast.{name}_dead_letter").collect()]
+    assert len(dead) == len(set(dead)) == sum(1 for _, _, v, _ in recs if v in BAD)
+    commits = spark.sql(
+        "SELECT CAST(summary['icetide.batch-id'] AS INT) AS batch, summary['icetide.source-position'] AS position "
+        f"FROM lake.fast.{name}.snapshots WHERE summary['icetide.pipeline-id'] = '{name}' ORDER BY committed_at"
+    ).collect()
+    assert [r["batch"] for r in commits] == [b.batch_id for b in summary.batches]  # one snapshot each, in order
+    offsets = [sum(json.loads(r["position"]).values()) for r in commits]
+    assert offsets == sorted(offsets) and offsets[-1] == len(recs)
+
+
+def test_a_failed_commit_in_flight_discards_the_batch_written_after_it(
+    spark: Any, kafka_broker: str, warehouse: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batch 1's commit fails for good (every attempt reports an unknown state that did not land,
+    ICETIDE_FAIL_AT) while batch 2 is written from its position: batch 2's files are deleted,
+    the run restarts from the table and the table ends with every good record once."""
+    from icetide import faults
+
+    name = "overlap_fail"
+    topic = create_topic(kafka_broker, partitions=3)
+    recs = records(1_200)
+    produce(kafka_broker, topic, recs)
+    retries = {
+        "icetide.commit.retry.num-retries": "1",
+        "commit.retry.min-wait-ms": "10",
+        "commit.retry.max-wait-ms": "20",
+    }
+    config = doc(
+        name, kafka_broker, topic, table={"properties": retries}, restart={"max_attempts": 2, "backoff": "0.1s"}
+    )
+    monkeypatch.setenv(faults.FAIL_AT, "before_commit_call")
+    monkeypatch.setenv(faults.FAIL_TIMES, "2")  # both attempts of batch 1's first commit
+    faults._failed.clear()
+    written_while_failing: list[int] = []
+    runner = Runner(PipelineConfig.from_dict(config), spark)
+    assert runner.fast is not None
+    discarded: list[int] = []
+    discard = runner.fast.discard
+    monkeypatch.setattr(runner.fast, "discard", lambda batch_id: (discarded.append(batch_id), discard(batch_id)))
+    try:
+        summary = runner.run(
+            once=True,
+            handle_signals=False,
+            on_restart=lambda _: written_while_failing.append(len(_batch_files(Path(warehouse), name, 2))),
+        )
+    finally:
+        faults._failed.clear()
+    assert len(summary.restarts) == 1 and "failed 2 times" in summary.restarts[0].error
+    assert discarded == [2] and written_while_failing == [0]  # batch 2 was written, then deleted
+    ids = [r[0] for r in spark.table(f"lake.fast.{name}").select("event_id").collect()]
+    assert len(ids) == len(set(ids)) and set(ids) == expected(recs)
+    referenced = {
+        r[0].replace("file:", "") for r in spark.sql(f"SELECT file_path FROM lake.fast.{name}.all_files").collect()
+    }
+    present = {str(p) for p in (Path(warehouse) / "fast" / name / "data").rglob("*.parquet")}
+    assert present and present <= referenced

@@ -15,13 +15,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig, TableConfig
-from icetide.errors import ConfigError, IcetideError, SourceError, TerminalError
+from icetide.errors import CommitConflictError, ConfigError, IcetideError, SourceError, TerminalError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.dead_letter import DeadLetterTable
@@ -73,6 +74,15 @@ class BatchMetrics:
     def to_json(self) -> str:
         """One line of JSON."""
         return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """A fast-path batch committing on the commit thread while the next batch is read and written."""
+
+    batch_id: int
+    position: dict[str, Any]
+    commit: Future[BatchMetrics]
 
 
 @dataclass
@@ -158,6 +168,9 @@ class Runner:
         self._last_plan_full = False
         self.maintenance_runs: list[Any] = []
         self._partition_lag: dict[str, int] | None = None
+        self._in_flight: _InFlight | None = None  # a batch committing while the next one is written
+        self._finished: list[BatchMetrics] = []  # committed batches not yet reported
+        self._committer_pool: ThreadPoolExecutor | None = None
         self.prometheus = pipeline_metrics(
             config.metrics, pipeline=config.pipeline, table=t.name, source=config.source_kind
         )
@@ -169,6 +182,10 @@ class Runner:
 
     def _next(self) -> tuple[int, PlannedBatch]:
         """The next batch id and its plan (replayed if its dead letters recorded it)."""
+        if self._in_flight is not None:
+            # It starts where the batch being committed ends. No plan of its id can be recorded:
+            # dead letters are committed only after the batch before them.
+            return self._in_flight.batch_id + 1, self.source.plan(self._in_flight.position)
         state = self.sink.last_committed()
         batch_id = state.batch_id + 1 if state is not None else 1
         # Before the first commit, an empty plan's position is kept in memory: a `latest` or
@@ -181,17 +198,84 @@ class Runner:
         return batch_id, self.source.plan(position)
 
     def run_batch(self) -> BatchMetrics | None:
-        """Run one batch; None when the source had nothing new."""
-        batch_id, plan = self._next()
-        self._last_plan_full = plan.records_planned >= self.source.batch_limit
-        if not plan.items and not plan.losses:
-            if batch_id == 1:
-                self._first_position = plan.position
-            return None
-        if plan.items and self.fast is not None and self.fast.unavailable() is None:
-            metrics = self._run_fast(batch_id, plan)
-            if metrics is not None:
-                return metrics
+        """Run one batch and commit it; None when the source had nothing new."""
+        self._step(overlap=False)
+        done = self._take_finished()
+        return done[-1] if done else None
+
+    def _step(self, *, overlap: bool) -> None:
+        """Plan, read and write one batch. It commits here, or, with `overlap`, on the fast path
+        while a backlog drains, on the commit thread while the next step reads and writes the
+        batch after it (docs/runner.md, "Overlapped commits"). Batches whose commit finished are
+        queued for `_take_finished`: the one that was in flight first, then this one.
+
+        A batch in flight always finishes before the next one writes dead letters or commits,
+        and before any error leaves this method: its commit never races the restart's cleanup.
+        """
+        try:
+            batch_id, plan = self._next()
+            self._last_plan_full = plan.records_planned >= self.source.batch_limit
+            if not plan.items and not plan.losses:
+                if batch_id == 1:
+                    self._first_position = plan.position
+                self._finish_in_flight()
+                return
+            if plan.items and self.fast is not None and self.fast.unavailable() is None:
+                out = self._write_fast(batch_id, plan)
+                if out is not None:
+                    self._finish_in_flight(discard=batch_id)
+                    self._dead_letters_fast(batch_id, plan, out)
+                    if overlap and self._last_plan_full and not self._maintenance_due(batch_id):
+                        commit = self._commit_thread().submit(self._commit_fast, batch_id, plan, out)
+                        self._in_flight = _InFlight(batch_id, plan.position, commit)
+                    else:
+                        self._finished.append(self._commit_fast(batch_id, plan, out))
+                    return
+            self._finish_in_flight()
+            self._finished.append(self._run_spark_path(batch_id, plan))
+        except BaseException:
+            self._finish_in_flight(quiet=True)
+            raise
+
+    def _take_finished(self) -> list[BatchMetrics]:
+        """The batches committed since the last call, oldest first."""
+        done, self._finished = self._finished, []
+        return done
+
+    def _finish_in_flight(self, *, discard: int | None = None, quiet: bool = False) -> None:
+        """Wait for the batch in flight to commit. If its commit failed, batch `discard` (written
+        after it, from its position) is deleted and the error raised; `quiet` logs it instead
+        (another error is already on its way out)."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is None:
+            return
+        try:
+            metrics = flight.commit.result()
+            self._finished.append(metrics)
+            if not metrics.committed:  # another writer holds that batch id: the next plan is void
+                raise CommitConflictError(
+                    f"batch {flight.batch_id} of {self.config.pipeline} was already committed by another writer; "
+                    "planning again from the table"
+                )
+        except BaseException:
+            if discard is not None and self.fast is not None:
+                self.fast.discard(discard)
+            if not quiet:
+                raise
+            log.debug("the commit of batch %s failed too", flight.batch_id, exc_info=True)
+
+    def _commit_thread(self) -> ThreadPoolExecutor:
+        if self._committer_pool is None:
+            self._committer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetide-commit")
+        return self._committer_pool
+
+    def _maintenance_due(self, batch_id: int) -> bool:
+        """Maintenance runs between batches after `batch_id` (it then waits for no commit)."""
+        every = self.config.maintain_every_batches
+        return every is not None and every > 0 and batch_id % every == 0
+
+    def _run_spark_path(self, batch_id: int, plan: PlannedBatch) -> BatchMetrics:
+        """The batch decoded in Spark and written by the sink, committed before returning."""
         started = time.monotonic()
         # The table's schema as of now: schema evolution (ours, or another writer's) changes it.
         self.schema = spark_schema(self.spark, self.sink.committer.table)
@@ -260,8 +344,8 @@ class Runner:
         rows = [(None, loss["error"], loss["source_position"]) for loss in plan.losses]
         return bad.unionByName(self.spark.createDataFrame(rows, BAD_DDL))
 
-    def _run_fast(self, batch_id: int, plan: PlannedBatch) -> BatchMetrics | None:
-        """The batch through the append fast path; None if it must run on the Spark path instead."""
+    def _write_fast(self, batch_id: int, plan: PlannedBatch) -> FastBatch | None:
+        """The batch's files written by the append fast path; None if it must run on the Spark path."""
         from icetide.sources.kafka import OffsetRange
 
         assert self.fast is not None
@@ -270,6 +354,11 @@ class Runner:
             log.info("batch %s: records carry _op changes; running it on the Spark path", batch_id)
             self.fast.discard(batch_id)
             return None
+        return out
+
+    def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> None:
+        """Check the fast path's bad records and commit them (with the plan) before the data."""
+        assert self.fast is not None
         bad_count = len(out.bad)
         if out.unknown_fields:
             log.warning(
@@ -292,6 +381,9 @@ class Runner:
             crash_point("after_dead_letter", batch_id)
         elif bad_count:
             log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
+
+    def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> BatchMetrics:
+        """Commit the fast path's files with the batch id and position; the batch's metrics."""
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
         outcome = self.sink.committer.commit(batch_id, out.files, plan.position)
@@ -305,7 +397,7 @@ class Runner:
             records_in=out.records_in,
             rows_written=sum(f.record_count for f in data) if outcome.committed else 0,
             delete_rows=0,
-            bad_records=bad_count,
+            bad_records=len(out.bad),
             data_files=len(data) if outcome.committed else 0,
             delete_files=0,
             bytes_written=sum(f.file_size for f in data) if outcome.committed else 0,
@@ -372,6 +464,10 @@ class Runner:
             )
             summary.stopped_by_signal = self._stop.is_set() and not once
         finally:
+            self._finish_in_flight(quiet=True)
+            if self._committer_pool is not None:
+                self._committer_pool.shutdown()
+                self._committer_pool = None
             self.source.close()
             if maintenance is not None:
                 maintenance.stop()
@@ -405,24 +501,39 @@ class Runner:
         summary.abandoned_files_removed += self.sink.remove_abandoned_files()
         if self.dead_letter is not None:
             summary.abandoned_files_removed += self.dead_letter.remove_abandoned_files()
+        overlap = self.config.trigger.overlap_commit
         while not self._stop.is_set():
             started = time.monotonic()
             lock.renew()
-            metrics = self.run_batch()
-            if metrics is not None:
-                summary.batches.append(metrics)
-                self._maybe_maintain(metrics.batch_id)
-                if self.prometheus is not None and self._count_maintenance is not None:
-                    self.prometheus.record_batch(metrics, self._partition_lag)
-                    self._count_maintenance()
-                log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
-                if on_batch is not None:
-                    on_batch(metrics)
-            if once and (metrics is None or not self._last_plan_full):
+            try:
+                self._step(overlap=overlap)
+            finally:  # batches that committed before an error are reported too
+                done = self._take_finished()
+                for metrics in done:
+                    self._report(metrics, summary, on_batch)
+            if self._in_flight is not None:
+                continue  # a backlog: the next batch is written while this one commits
+            if once and (not done or not self._last_plan_full):
                 break  # a batch smaller than the limit drained what was there when it was planned
-            if once or (metrics is not None and metrics.source_lag > 0):
+            if once or (done and done[-1].source_lag > 0):
                 continue  # backlog: next batch right away
             self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
+        self._finish_in_flight()  # stopped with a batch in flight: it commits before the run ends
+        for metrics in self._take_finished():
+            self._report(metrics, summary, on_batch)
+
+    def _report(
+        self, metrics: BatchMetrics, summary: RunSummary, on_batch: Callable[[BatchMetrics], None] | None
+    ) -> None:
+        """A committed batch: in the summary, maintenance if due, Prometheus, the log, `on_batch`."""
+        summary.batches.append(metrics)
+        self._maybe_maintain(metrics.batch_id)
+        if self.prometheus is not None and self._count_maintenance is not None:
+            self.prometheus.record_batch(metrics, self._partition_lag)
+            self._count_maintenance()
+        log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
+        if on_batch is not None:
+            on_batch(metrics)
 
     def _maybe_maintain(self, batch_id: int) -> None:
         """Between batches, every `maintenance.every_batches`: one policy-driven maintenance run.
@@ -430,8 +541,7 @@ class Runner:
         It runs in the pipeline's own Spark application and never fails the pipeline: its
         commits are validated against the stream's, and an error is logged, not raised.
         """
-        every = self.config.maintain_every_batches
-        if not every or batch_id % every or self.config.maintenance is None:
+        if not self._maintenance_due(batch_id) or self.config.maintenance is None:
             return
         from icetide.maintenance.maintain import maintain
         from icetide.pipeline.maintenance_thread import maintenance_policy
