@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from icetide.config import PipelineConfig
 from icetide.errors import DataLossError
+from icetide.pipeline.runner import Runner
 from icetide.sources.files import FileSource, FileSourceConfig, LandedFile
 
 
@@ -43,3 +47,39 @@ def test_late_file_is_reported_once_and_old_ingested_files_are_not(tmp_path: Pat
     time.sleep(0.1)
     again: list[LandedFile] = []
     assert source.plan(after, 10, late=again)[0] == [] and again == []  # reported once
+
+
+def test_runner_stops_on_a_late_file_or_records_it_as_a_dead_letter(spark: Any, tmp_path: Path) -> None:
+    """Through the runner: by default a late file stops the pipeline (nothing committed); with
+    `on_data_loss: skip` it becomes one dead-letter row naming the file, and is never read."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    now = time.time()
+    _land(landing, "a.json", now - 100)
+    name = f"late{uuid.uuid4().hex[:8]}"
+    doc: dict[str, Any] = {
+        "pipeline": name,
+        "source": {"files": {"path": str(landing), "format": "json", "min_age_seconds": 0, "late_window_seconds": 60}},
+        "format": "json",
+        "table": {"name": f"lake.late.{name}", "schema": "id BIGINT NOT NULL", "key": ["id"]},
+        "mode": "upsert",
+        "dead_letter": f"lake.late.{name}_dead_letter",
+    }
+    config = PipelineConfig.from_dict(doc)
+    assert [b.batch_id for b in Runner(config, spark).run(once=True, handle_signals=False).batches] == [1]
+    time.sleep(0.1)
+    late = landing / "late.json"
+    late.write_text('{"id": 2}\n')
+    os.utime(late, (now - 300, now - 300))  # renamed into place with an old mtime
+    with pytest.raises(DataLossError, match=r"late\.json landed after the late window"):
+        Runner(config, spark).run(once=True, handle_signals=False)
+    assert [r["id"] for r in spark.table(config.table.name).collect()] == [1]
+    skip = PipelineConfig.from_dict({**doc, "on_data_loss": "skip"})
+    summary = Runner(skip, spark).run(once=True, handle_signals=False)
+    assert [(b.batch_id, b.lost_ranges) for b in summary.batches] == [(2, 1)]
+    dead = spark.table(f"lake.late.{name}_dead_letter").collect()
+    assert [(r["source_position"], r["payload"]) for r in dead] == [(str(late), None)]
+    assert dead[0]["error"].startswith("data loss: file landed after the late window (late_window_seconds 60)")
+    assert [r["id"] for r in spark.table(config.table.name).collect()] == [1]  # never read
+    assert Runner(skip, spark).run(once=True, handle_signals=False).batches == []  # recorded once
+    assert spark.table(f"lake.late.{name}_dead_letter").count() == 1
