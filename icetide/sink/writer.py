@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from icetide.sink.changelog import BadOperationError, collapse
 from icetide.sink.metrics import FileStats, content_file_json, partition_json_value
+from icetide.spark.worker_imports import keep_zip_directories
 
 EXECUTOR_ERROR_MARKER = "[icetide] "
 WRITER_ID = f"{socket.gethostname()}:{os.getpid()}"  # which process wrote a file, for debugging
@@ -318,6 +319,7 @@ def writer_function(config: WriterConfig) -> object:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        keep_zip_directories()
         ctx = TaskContext.get()
         tag = f"t{ctx.partitionId():05d}-a{ctx.attemptNumber()}" if ctx else "t00000-a0"
         yield write_task(batches, config, f"{tag}-{uuid.uuid4().hex[:8]}")

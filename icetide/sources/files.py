@@ -48,6 +48,7 @@ import pyarrow.fs as pafs
 
 from icetide.errors import ConfigError, DataLossError, SourceError
 from icetide.sources.base import ExecutorSourceError
+from icetide.spark.worker_imports import keep_zip_directories
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -347,6 +348,7 @@ class FileSource:
 
 def read_json_lines_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: the lines of every file (rows of "path STRING") in this Spark partition."""
+    keep_zip_directories()
     for batch in batches:
         for path in batch.column("path").to_pylist():
             try:

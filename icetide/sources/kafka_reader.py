@@ -18,6 +18,7 @@ import pyarrow as pa
 from icetide.errors import ConfigError
 from icetide.sources.base import ExecutorSourceError
 from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX, HeadSplitter, JsonHeadSplit
+from icetide.spark.worker_imports import keep_zip_directories
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +259,7 @@ def read_ranges_task(
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: read every range (rows of RANGE_DDL) of this Spark partition, in order,
     the values' heads split off with `split`."""
+    keep_zip_directories()
     kafka = _kafka()
     for ranges in batches:
         for row in ranges.to_pylist():
