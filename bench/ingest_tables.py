@@ -33,7 +33,10 @@ def produce_tables(bootstrap: str, prefix: str, tables: int, per_table: int, eve
     for i, topic in enumerate(topics):
         for j in range(per_table):
             row = json.loads(event(n, now))
-            value = debezium_event(row, n).replace(b'"table": "events"', f'"table": "t{i:03d}"'.encode())
+            value = debezium_event(row, n)
+            named = value.replace(b'"table":"events"', f'"table":"t{i:03d}"'.encode(), 1)
+            assert named != value, "the source block's table name was not found"  # else all go to one table
+            value = named
             for target, partition in ((topic, 0), (single, n % 4)):
                 while True:
                     try:

@@ -170,7 +170,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_held(args: argparse.Namespace, config: PipelineConfig) -> int:
     from rich.console import Console
 
-    from icetide.pipeline.runner import BatchMetrics, RestartMetrics, Runner
+    from icetide.pipeline.batches import BatchMetrics
+    from icetide.pipeline.runner import Runner
+    from icetide.pipeline.supervision import RestartMetrics
     from icetide.pipeline.sync import SyncRunner
     from icetide.pipeline.two_stage import TwoStageRunner
 

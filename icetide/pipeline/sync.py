@@ -33,16 +33,10 @@ from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
 from icetide.errors import ConfigError, IcetideError, SourceError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import payload_limits
+from icetide.pipeline.batches import BatchMetrics, RunSummary, install_stop_signals
 from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
-from icetide.pipeline.runner import (
-    BatchMetrics,
-    RunSummary,
-    TooManyBadRecordsError,
-    create_config_table,
-    install_stop_signals,
-    pipeline_session,
-)
+from icetide.pipeline.runner import TooManyBadRecordsError, create_config_table, pipeline_session
 from icetide.pipeline.runner_lock import RunnerLock
 from icetide.pipeline.supervision import RestartMetrics, supervise
 from icetide.pipeline.sync_state import Position, SyncState, TableState, advance, parse_position, skipped_below

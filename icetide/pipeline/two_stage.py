@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from icetide.config import PipelineConfig, TableConfig
 from icetide.errors import ConfigError
 from icetide.pipeline.adapter import EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN
+from icetide.pipeline.batches import RunSummary
 from icetide.pipeline.raw_retention import RawRetentionResult, apply_raw_retention
-from icetide.pipeline.runner import Runner, RunSummary, create_config_table, pipeline_session
+from icetide.pipeline.runner import Runner, create_config_table, pipeline_session
 from icetide.sink.changelog import OP_COLUMN
 from icetide.sink.committer import APPEND_TABLE_PROPERTIES
 from icetide.stateful.settings import StatefulSettings
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.types import StructType
 
-    from icetide.pipeline.runner import BatchMetrics
+    from icetide.pipeline.batches import BatchMetrics
     from icetide.sink.sink import BatchResult
 
 log = logging.getLogger(__name__)
