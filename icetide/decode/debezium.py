@@ -47,6 +47,7 @@ from icetide.decode.json import (
     convert,
     convert_sql,
     finish,
+    infer_ddl,
     malformed_error,
     payload_text,
     source_position,
@@ -264,19 +265,6 @@ def _column_conversion(
 
 
 # -- the decode plan ----------------------------------------------------------------------------
-
-
-def _infer_ddl(text: str | None) -> str:
-    """A schemaless JSON value's column type, for schema evolution."""
-    if text is None:
-        return "STRING"
-    if text in ("true", "false"):
-        return "BOOLEAN"
-    if re.fullmatch(r"-?[0-9]{1,18}", text):
-        return "BIGINT"
-    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?", text):
-        return "DOUBLE"
-    return "STRING"
 
 
 def schema_identity(text: Column, wrapped: Column, split_id: Column | None = None) -> list[Column]:
@@ -675,7 +663,7 @@ def _new_columns(
         row = F.coalesce(F.col(_AFTER), F.col(_BEFORE))
         sample = env.agg(*[F.first(row[n], ignorenulls=True).alias(n) for n in rest]).first()
         for n in rest:
-            typed[n] = T._parse_datatype_string(_infer_ddl(sample[n] if sample else None).lower())
+            typed[n] = T._parse_datatype_string(infer_ddl(sample[n] if sample else None).lower())
     return [T.StructField(n, typed[n], nullable=True) for n in unknown]
 
 

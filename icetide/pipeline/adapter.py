@@ -16,7 +16,7 @@ CAPTURE_COLUMNS = (EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class Decoded:
     order_by: str | None  # the column that orders changes of one key
     truncated: bool = False  # a source TRUNCATE: rows committed before this batch go
     unknown_fields: dict[str, int] = field(default_factory=dict)  # fields the table lacks -> records
+    new_columns: list[str] = field(default_factory=list)  # columns `good` adds to the table (schema evolution)
 
 
 def payload_limits(config: PipelineConfig) -> PayloadLimits:
@@ -165,7 +166,7 @@ class SourceAdapter:
         positions = self.position_columns()
         decoded = self._decode(raw, event_schema, event_key, keep, extra_cols=positions)
         captured = decoded.good.select(
-            *[F.col(f"`{f.name}`") for f in event_schema.fields],
+            *[F.col(f"`{name}`") for name in [*[f.name for f in event_schema.fields], *decoded.new_columns]],
             F.col(OP_COLUMN).alias(EVENT_OP_COLUMN),
             source_position(positions).alias(SOURCE_POSITION_COLUMN),
             F.lit(INSERT).alias(OP_COLUMN),
@@ -244,12 +245,14 @@ class SourceAdapter:
                 order_by,
                 truncated=changes.truncated,
                 unknown_fields=changes.unknown_fields,
+                new_columns=[f.name for f in changes.new_columns],
             )
         from icetide.decode.json import decode_json
 
         # Without order_by, arrival order decides: a Kafka range is read in offset order, a file
         # in line order, and the sink keeps that order through monotonically_increasing_id.
         unknown: dict[str, int] = {}
+        added: list[StructField] = []
         good, bad = decode_json(
             raw,
             value_col,
@@ -261,5 +264,7 @@ class SourceAdapter:
             extra_cols=extra_cols or (),
             limits=payload_limits(self.config),
             unknown_fields=unknown,
+            schema_evolution=self.config.schema_evolution,
+            new_columns=added,
         )
-        return Decoded(good, bad, self.config.order_by, unknown_fields=unknown)
+        return Decoded(good, bad, self.config.order_by, unknown_fields=unknown, new_columns=[f.name for f in added])

@@ -343,7 +343,7 @@ class FastAppend:
             return f"source: {config.source_kind}"
         if config.format != "json":
             return f"format: {config.format}"
-        if config.schema_evolution:  # the Spark path adds the new fields as columns
+        if config.schema_evolution:  # the Spark path adds new keys as columns; the pyarrow decoder only counts them
             return "schema_evolution: true"
         return None
 
