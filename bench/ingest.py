@@ -45,7 +45,14 @@ SCHEMA = (
 COUNTRIES = ["JP", "US", "GB", "DE", "FR", "KR", "TW", "BR"]
 DEVICES = ["ios", "android", "web"]
 WARM_UP_EVENTS = 60_000
-PHASES = ("read_decode_seconds", "plan_seconds", "write_seconds", "refresh_seconds", "commit_seconds")  # BatchMetrics
+PHASES = (
+    "source_plan_seconds",
+    "read_decode_seconds",
+    "plan_seconds",
+    "write_seconds",
+    "refresh_seconds",
+    "commit_seconds",
+)  # BatchMetrics
 
 
 def event(i: int, produced_ms: int) -> bytes:

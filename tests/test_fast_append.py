@@ -330,6 +330,7 @@ def test_a_backlog_is_written_while_the_batch_before_commits(
     summary = runner.run(once=True, handle_signals=False, on_batch=on_batch)
     assert [b.batch_id for b in summary.batches] == list(range(1, len(summary.batches) + 1))
     assert len(summary.batches) >= 5 and all(b.committed for b in summary.batches)
+    assert all(b.source_plan_seconds > 0 for b in summary.batches)  # the plan is timed on both settings
     full = len(summary.batches) - 1  # every batch but the last was full: a backlog behind it
     assert next_written[:full] == [overlap] * full
     ids = [r[0] for r in spark.table(f"lake.fast.{name}").select("event_id").collect()]

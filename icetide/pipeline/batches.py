@@ -39,6 +39,7 @@ class BatchMetrics:
     lost_ranges: int = 0  # source ranges lost before being read, recorded in the dead-letter table
     plan_seconds: float = 0.0  # the sink's preparation and distribution plan (its statistics job)
     refresh_seconds: float = 0.0  # reading the table's committed state (before writing, before committing)
+    source_plan_seconds: float = 0.0  # planning the batch: the table's committed position, then the source's plan
 
     def to_json(self) -> str:
         """One line of JSON."""

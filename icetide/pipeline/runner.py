@@ -167,7 +167,9 @@ class Runner:
         and before any error leaves this method: its commit never races the restart's cleanup.
         """
         try:
+            planning = time.monotonic()
             batch_id, plan = self._next()
+            plan_seconds = round(time.monotonic() - planning, 3)
             self._last_plan_full = plan.records_planned >= self.source.batch_limit
             if not plan.items and not plan.losses:
                 if batch_id == 1:
@@ -180,13 +182,13 @@ class Runner:
                     self._finish_in_flight(discard=batch_id)
                     self._dead_letters_fast(batch_id, plan, out)
                     if overlap and self._last_plan_full and not self._maintenance_due(batch_id):
-                        commit = self._commit_thread().submit(self._commit_fast, batch_id, plan, out)
+                        commit = self._commit_thread().submit(self._commit_fast, batch_id, plan, out, plan_seconds)
                         self._in_flight = _InFlight(batch_id, plan.position, commit)
                     else:
-                        self._finished.append(self._commit_fast(batch_id, plan, out))
+                        self._finished.append(self._commit_fast(batch_id, plan, out, plan_seconds))
                     return
             self._finish_in_flight()
-            self._finished.append(self._run_spark_path(batch_id, plan))
+            self._finished.append(self._run_spark_path(batch_id, plan, plan_seconds))
         except BaseException:
             self._finish_in_flight(quiet=True)
             raise
@@ -228,7 +230,7 @@ class Runner:
         every = self.config.maintain_every_batches
         return every is not None and every > 0 and batch_id % every == 0
 
-    def _run_spark_path(self, batch_id: int, plan: PlannedBatch) -> BatchMetrics:
+    def _run_spark_path(self, batch_id: int, plan: PlannedBatch, plan_seconds: float) -> BatchMetrics:
         """The batch decoded in Spark and written by the sink, committed before returning."""
         started = time.monotonic()
         # The table's schema as of now: schema evolution (ours, or another writer's) changes it.
@@ -287,6 +289,7 @@ class Runner:
             lost_ranges=len(plan.losses),
             plan_seconds=round(result.plan_seconds, 3),
             refresh_seconds=round(result.refresh_seconds, 3),
+            source_plan_seconds=plan_seconds,
         )
 
     def _with_losses(self, bad: Any, plan: PlannedBatch) -> Any:
@@ -336,7 +339,7 @@ class Runner:
         elif bad_count:
             log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
 
-    def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> BatchMetrics:
+    def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch, plan_seconds: float) -> BatchMetrics:
         """Commit the fast path's files with the batch id and position; the batch's metrics."""
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
@@ -362,6 +365,7 @@ class Runner:
             finished_at=datetime.now(UTC).isoformat(),
             lost_ranges=len(plan.losses),
             refresh_seconds=round(outcome.refresh_seconds, 3),
+            source_plan_seconds=plan_seconds,
             unknown_fields=dict(sorted(out.unknown_fields.items())),
         )
 

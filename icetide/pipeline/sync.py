@@ -189,6 +189,7 @@ class SyncRunner:
         batch_id = self.state.next_batch_id()
         started = time.monotonic()
         plan = self.plan()
+        plan_seconds = round(time.monotonic() - started, 3)
         self._last_plan_full = plan.full
         read = plan.topics_read()
         if not read and not plan.losses:
@@ -273,6 +274,7 @@ class SyncRunner:
             lost_ranges=len(plan.losses),
             plan_seconds=round(max([r.plan_seconds for r in results.values()] or [0.0]), 3),
             refresh_seconds=round(max([r.refresh_seconds for r in results.values()] or [0.0]), 3),
+            source_plan_seconds=plan_seconds,
             tables_committed=sum(1 for r in results.values() if r.committed),
             table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
             created_tables=tuple(created),
