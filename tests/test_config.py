@@ -68,6 +68,7 @@ def test_the_issue_example_loads(tmp_path: Path) -> None:
         ("table.colour", "red", "table.colour: unknown key"),
         ("trigger.interval", "soon", "trigger.interval: 'soon'"),
         ("trigger.max_records", 0, "trigger.max_records: must be at least 1"),
+        ("trigger.overlap_commit", "yes", "trigger.overlap_commit: expected true or false"),
         ("distribution", "random", "distribution: 'random'"),
         ("max_bad_fraction", 2, "max_bad_fraction"),
         ("dead_letter", "dl", "dead_letter: 'dl'"),
