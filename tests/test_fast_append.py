@@ -1,7 +1,7 @@
 """The append fast path (pipeline/fast_append.py) against a real broker (Tansu) and real Iceberg tables.
 
 It must give the same typed table and the same dead letters as the Spark path, exactly once across
-kill -9, and step aside when it cannot (fast_path: off, _op changes, bucket partitions).
+kill -9, and step aside when it cannot (fast_path: off, _op changes).
 """
 
 from __future__ import annotations
@@ -183,10 +183,15 @@ def test_fast_path_key_is_validated() -> None:
         ("truncate(10, n)", "n", [-11, -10, 0, 9, 10, 25, None]),
         ("truncate(2, s)", "s", ["héllo", "a", ""]),
         ("identity(s)", "s", ["x", None]),
+        ("bucket(16, n)", "n", [0, 1, -1, 34, 2**31 - 1, -(2**31), None]),
+        ("bucket(7, l)", "l", [0, -1, 34, 2**63 - 1, -(2**63), 1510871468000000, None]),
+        ("bucket(5, s)", "s", ["iceberg", "", "héllo wörld ✓", "abcd", "abcde", None]),
+        ("bucket(3, d)", "d", ["1969-12-31", "2017-11-16", "2026-03-04"]),
+        ("bucket(9, ts)", "ts", ["1969-12-31 23:30:00", "2017-11-16 22:31:08", None]),
     ],
 )
 def test_pyarrow_transforms_match_icebergs(spark: Any, spec: str, column: str, values: list[Any]) -> None:
-    types = {"ts": "TIMESTAMP", "d": "DATE", "n": "INT", "s": "STRING"}
+    types = {"ts": "TIMESTAMP", "d": "DATE", "n": "INT", "l": "BIGINT", "s": "STRING"}
     transform = PartitionTransform.parse(spec)
     df = spark.createDataFrame([(None if v is None else str(v),) for v in values], "raw STRING")
     df = df.selectExpr(f"CAST(raw AS {types[column]}) AS `{column}`")
@@ -199,7 +204,7 @@ def test_pyarrow_transforms_match_icebergs(spark: Any, spec: str, column: str, v
     elif column == "d":
         column_values = pa.array([date.fromisoformat(v) for v in values], pa.date32())
     else:
-        column_values = pa.array(values, pa.int32() if column == "n" else pa.string())
+        column_values = pa.array(values, {"n": pa.int32(), "l": pa.int64()}.get(column, pa.string()))
     assert arrow_partition_values(column_values, transform).to_pylist() == want
 
 
@@ -254,16 +259,26 @@ def test_repeated_keys_in_one_batch_are_all_appended_on_every_path(spark: Any, k
     assert sum(counts["rep_fast"].values()) == 70 and counts["rep_fast"]["e0"] == 2
 
 
-def test_fast_path_steps_aside_for_changes_and_bucket(spark: Any, kafka_broker: str) -> None:
+def test_fast_path_writes_bucket_partitions_and_steps_aside_for_changes(spark: Any, kafka_broker: str) -> None:
     topic = create_topic(kafka_broker, partitions=1)
     produce(kafka_broker, topic, records(30, partitions=1))
     bucketed = run_pipeline(
         spark,
         doc("bucketed", kafka_broker, topic, table={"partition_by": ["bucket(4, event_id)"]}),
     )
-    assert bucketed.fast is not None and bucketed.fast.unavailable() is not None
-    assert bucketed.sink.last_plan is not None
+    assert bucketed.fast is not None and bucketed.fast.unavailable() is None
+    assert bucketed.sink.last_plan is None  # the fast path wrote it
     assert spark.table("lake.fast.bucketed").count() == 30
+    # Each file's partition is the one Iceberg computes for its rows.
+    files = spark.sql(
+        "SELECT `partition`.event_id_bucket AS b, readable_metrics.event_id.lower_bound AS lo, "
+        "readable_metrics.event_id.upper_bound AS hi FROM lake.fast.bucketed.files"
+    ).collect()
+    rows = spark.sql("SELECT event_id, lake.system.bucket(4, event_id) AS b FROM lake.fast.bucketed").collect()
+    assert {r["b"] for r in rows} == {f["b"] for f in files}
+    for f in files:
+        ids = sorted(r["event_id"] for r in rows if r["b"] == f["b"])
+        assert (ids[0], ids[-1]) == (f["lo"], f["hi"])
     # A DELETE in an append pipeline needs the sink's equality deletes: the batch runs there.
     produce(kafka_broker, topic, [(0, b"k", json.dumps({**good_event(0), "_op": "DELETE"}).encode(), None)])
     changes = run_pipeline(spark, doc("changes", kafka_broker, topic))

@@ -39,6 +39,7 @@ from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
 from icetide.pipeline.runner import TooManyBadRecordsError, create_config_table, pipeline_session
 from icetide.pipeline.runner_lock import RunnerLock
 from icetide.pipeline.supervision import RestartMetrics, supervise
+from icetide.pipeline.sync_fast import NotFast, SyncFastBatch, SyncFastPath
 from icetide.pipeline.sync_state import Position, SyncState, TableState, advance, parse_position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES, create_from_definition, definition_from_messages
 from icetide.sink.committer import Committer
@@ -111,7 +112,14 @@ class SyncRunner:
         assert config.dead_letter is not None  # checked at load
         self.config = config
         self.spark = spark = spark or pipeline_session(config)
-        self.topics = KafkaTopics(KafkaSourceConfig.from_dict(config.source["kafka"]))
+        kafka = KafkaSourceConfig.from_dict(config.source["kafka"])
+        self.topics = KafkaTopics(kafka)
+        self.fast: SyncFastPath | None = None
+        not_fast = SyncFastPath.applies(config)
+        if not_fast is None:
+            self.fast = SyncFastPath(spark, config, kafka.reader_settings(), kafka.read_timeout_seconds)
+        else:
+            log.debug("sync fast path not used: %s", not_fast)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline)
         self.sinks: dict[str, UpsertSink] = {}
         self.state = SyncState()
@@ -194,6 +202,10 @@ class SyncRunner:
         read = plan.topics_read()
         if not read and not plan.losses:
             return None
+        if self.fast is not None:
+            fast = self._run_fast(batch_id, plan, plan_seconds, started)
+            if fast is not None:
+                return fast
         from pyspark.sql import functions as F
 
         kept: list[Any] = []
@@ -288,19 +300,28 @@ class SyncRunner:
         if name in self.sinks or table_exists(self.spark, name):
             self._sink(name)
             return False
-        t = self.config.table_config(name)
-        if t.schema is not None:
-            create_config_table(self.spark, t)
-        else:
+
+        def samples() -> list[tuple[Any, Any]]:
             rows = (
                 routed.where((F.col(ROUTE_COLUMN) == name) & F.col("value").isNotNull() & F.col("key").isNotNull())
                 .select("key", "value")
                 .limit(SAMPLE_MESSAGES)
                 .collect()
             )
-            create_from_definition(self.spark, t, definition_from_messages([(r["key"], r["value"]) for r in rows]))
-        self._sink(name)
+            return [(r["key"], r["value"]) for r in rows]
+
+        self._create_table(name, samples)
         return True
+
+    def _create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None:
+        """Create table `name` from the pipeline's `table.schema`, else from the schema and key of
+        the first of its messages (key, value) that carry both."""
+        t = self.config.table_config(name)
+        if t.schema is not None:
+            create_config_table(self.spark, t)
+        else:
+            create_from_definition(self.spark, t, definition_from_messages(samples()))
+        self._sink(name)
 
     def _routed(self, plan: TopicsPlan, topics: set[str] | list[str]) -> DataFrame:
         """The batch's records of `topics`, read from Kafka, each with its route (decode.route)."""
@@ -419,6 +440,129 @@ class SyncRunner:
                 sink = self._sink(name)
                 outcome = sink.committer.commit(batch_id, [], position)
                 result = BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
+            crash_point("after_table_commit", batch_id)
+            state.batch_id = max(state.batch_id, batch_id)
+            state.position = position
+            state.committed_at = datetime.now(UTC).isoformat()
+            return name, result
+
+        if not due:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(due))) as pool:
+            return dict(pool.map(commit, due))
+
+    # -- the fast path ---------------------------------------------------------------------
+
+    def _run_fast(
+        self, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float
+    ) -> SyncBatchMetrics | None:
+        """The batch on the fast path (pipeline/sync_fast.py), committed; None if it is for the Spark path."""
+        assert self.fast is not None
+        out, created = self._write_fast(batch_id, plan)
+        if isinstance(out, NotFast):
+            log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
+            return None
+        read_seconds = time.monotonic() - started
+        registry_changed = False
+        for name, topics in sorted(out.feeds.items()):
+            registry_changed |= self.state.register(name, {t: plan.starts[t] for t in topics})
+        if out.unknown_fields:
+            log.warning(
+                "the tables lack field(s) the source sends, not written (schema_evolution is off): %s",
+                ", ".join(f"{n} ({c} records)" for n, c in sorted(out.unknown_fields.items())),
+            )
+        fed = {t for s in self.state.tables.values() for t in s.topics()}
+        if registry_changed or (plan.topics_read() - fed):
+            self._write_dead_letters(None, plan, batch_id)
+            crash_point("after_dead_letter", batch_id)
+        results = self._commit_written(batch_id, plan, out)
+        crash_point("after_commit", batch_id)
+        source_lag = self._lag()
+        shares = {name: _TableBatch(name, records=n) for name, n in out.records.items()}
+        self._record_metrics(results, shares, unrouted=0)
+        return SyncBatchMetrics(
+            pipeline=self.config.pipeline,
+            batch_id=batch_id,
+            committed=any(r.committed for r in results.values()),
+            records_in=out.records_in,
+            rows_written=sum(r.rows_written for r in results.values()),
+            delete_rows=sum(r.delete_rows for r in results.values()),
+            bad_records=0,
+            data_files=sum(r.data_files for r in results.values()),
+            delete_files=sum(r.delete_files for r in results.values()),
+            bytes_written=sum(r.bytes_written for r in results.values()),
+            read_decode_seconds=round(max(0.0, read_seconds - out.write_seconds), 3),
+            write_seconds=round(out.write_seconds, 3),
+            commit_seconds=round(max([r.commit_seconds for r in results.values()] or [0.0]), 3),
+            source_lag=source_lag,
+            finished_at=datetime.now(UTC).isoformat(),
+            unknown_fields=dict(sorted(out.unknown_fields.items())),
+            refresh_seconds=round(max([r.refresh_seconds for r in results.values()] or [0.0]), 3),
+            source_plan_seconds=plan_seconds,
+            tables_committed=sum(1 for r in results.values() if r.committed),
+            table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
+            created_tables=tuple(created),
+        )
+
+    def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[SyncFastBatch | NotFast, list[str]]:
+        """The batch's files, written by the fast path (tables it routes to that do not exist yet
+        created first, from its messages); or why it is for the Spark path."""
+        assert self.fast is not None
+        created: list[str] = []
+        out: SyncFastBatch | NotFast = NotFast("not run")
+        for _attempt in range(2):
+            names = set(self.state.tables) | set(self.sinks)  # tables created this batch are not registered yet
+            sinks = {n: self._sink(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
+            held = {
+                n: skipped_below(s.effective(), plan.starts, s.topics())
+                for n, s in self.state.tables.items()
+                if n in sinks
+            }
+            feeding = {n: s.topics() for n, s in self.state.tables.items()}
+            out = self.fast.write(batch_id, plan, sinks, feeding, held)
+            if not isinstance(out, NotFast) or not out.new_tables:
+                break
+            for name, samples in sorted(out.new_tables.items()):
+                if name in self.sinks or table_exists(self.spark, name):
+                    self._sink(name)
+                else:
+                    keyed = [(k, v) for k, v in samples if k is not None]
+                    self._create_table(name, lambda keyed=keyed: keyed)  # type: ignore[misc]
+                    created.append(name)
+        return out, created
+
+    def _commit_written(self, batch_id: int, plan: TopicsPlan, out: SyncFastBatch) -> dict[str, Any]:
+        """Commit the fast path's files of every table the batch feeds, several at a time, each
+        with its own position (a metadata-only commit for a table without files)."""
+        from icetide.sink.sink import BatchResult
+
+        read = plan.topics_read()
+        due = sorted(n for n, s in self.state.tables.items() if n in out.records or s.topics() & read)
+
+        def commit(name: str) -> tuple[str, BatchResult]:
+            state = self.state.tables[name]
+            ends = {t: plan.ends[t] for t in state.topics() if t in plan.ends}
+            position = advance(state.effective(), ends)
+            files = out.files.get(name, [])
+            committing = time.monotonic()
+            outcome = self._sink(name).committer.commit(batch_id, files, position)
+            data = [f for f in files if f.content == "data"] if outcome.committed else []
+            deletes = [f for f in files if f.content != "data"] if outcome.committed else []
+            result = BatchResult(
+                batch_id=batch_id,
+                committed=outcome.committed,
+                snapshot_id=outcome.snapshot_id,
+                data_files=len(data),
+                delete_files=len(deletes),
+                rows_written=sum(f.record_count for f in data),
+                delete_rows=sum(f.record_count for f in deletes),
+                bytes_written=sum(f.file_size for f in data + deletes),
+                write_seconds=out.write_seconds,
+                commit_seconds=time.monotonic() - committing - outcome.refresh_seconds,
+                files_per_partition={},
+                skipped_reason=outcome.reason,
+                refresh_seconds=outcome.refresh_seconds,
+            )
             crash_point("after_table_commit", batch_id)
             state.batch_id = max(state.batch_id, batch_id)
             state.position = position

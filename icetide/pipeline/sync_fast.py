@@ -1,0 +1,436 @@
+"""The sync fast path: every table of a batch read, decoded and written in one Spark job.
+
+The Spark path of a pipeline of many tables (pipeline/sync.py) builds and runs a plan per table:
+about 2 core-seconds per table and batch beyond the rows (docs/design.md, "Many tables"). Here
+each Spark task reads a share of the batch's Kafka ranges with librdkafka, decodes every
+Debezium event in Python (decode/debezium_arrow.py), routes it to its table, skips what that
+table already holds, and writes each table's rows as data and equality-delete files with the
+table's own writer config (collapse by key, partition values computed in pyarrow). The driver
+gets back file metadata only and commits each table, several at a time.
+
+All changes to one table must reach one task (the equality deletes of one commit do not apply
+to that commit's own data files), so a task reads whole topics: topics that feed a common table
+are read by the same task. A table found fed by two tasks sends the batch to the Spark path.
+
+Anything the decoder does not take exactly as the Spark decoder would (a bad record, a truncate,
+a schema change to apply, a column type or partition transform it does not produce) sends the
+whole batch to the Spark path, which owns those cases; the files written so far are deleted. A
+batch that routes records to tables that do not exist yet returns samples of their messages:
+the runner creates the tables and runs the fast path again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from icetide.config import table_name_placeholders
+from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows, source_order
+from icetide.decode.route import identifier_part
+from icetide.errors import IcetideError, one_line
+from icetide.pipeline.adapter import payload_limits
+from icetide.pipeline.fast_append import _BlockReader, _no_cycle_collection
+from icetide.secrets import redacted_repr
+from icetide.sink.changelog import ARRIVAL_COLUMN
+from icetide.sink.committer import WrittenFile
+from icetide.sink.sink import OLD_SPEC_COLUMN_PREFIX, PARTITION_COLUMN_PREFIX, UpsertSink
+from icetide.sink.transforms import arrow_partition_values, computable
+from icetide.sink.writer import WriterConfig, write_task
+from icetide.sources.base import source_error_in
+from icetide.sources.kafka_reader import OffsetRange
+from icetide.spark.worker_imports import keep_zip_directories
+from icetide.table.iceberg import partition_fields
+from icetide.table.spec import PartitionTransform
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from icetide.config import PipelineConfig
+    from icetide.sources.kafka_topics import TopicsPlan
+
+log = logging.getLogger(__name__)
+
+SOURCE_ORDER = "_source_order"
+SAMPLE_MESSAGES = 20  # messages of a new table returned to the driver, to create the table from
+
+
+@dataclass(frozen=True)
+class SyncTable:
+    """One table's part of the tasks' configuration; plain picklable values."""
+
+    writer: WriterConfig  # its batch id is the batch's
+    partitions: tuple[tuple[str, PartitionTransform | None], ...]  # batch column, transform: current and earlier specs
+    held: dict[tuple[str, int], int] = field(default_factory=dict)  # offsets below these are in the table
+
+
+@dataclass(frozen=True)
+class SyncTaskConfig:
+    """What every task of a batch needs."""
+
+    consumer_settings: dict[str, str]
+    read_timeout: float
+    template: str
+    tables: dict[str, SyncTable]
+    elsewhere: dict[str, str]  # existing tables the fast path cannot write -> why
+    op_mode: str
+    conversions: Conversions
+    limits: Any
+    evolving: bool
+
+    __repr__ = redacted_repr
+
+
+@dataclass
+class TableShare:
+    """What a task did for one table."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    records: int = 0  # events routed to the table (those it already holds included)
+    feeds: set[tuple[str, int]] = field(default_factory=set)  # topic-partitions its events came from
+    unknown_fields: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class SyncTaskResult:
+    """One task: each table's share, or why the batch is for the Spark path, or new tables' samples."""
+
+    tables: dict[str, TableShare] = field(default_factory=dict)
+    not_here: str | None = None
+    new_tables: dict[str, list[tuple[bytes | None, bytes]]] = field(default_factory=dict)
+    records: int = 0
+    decode_seconds: float = 0.0
+    write_seconds: float = 0.0
+
+
+def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping[str, Any]) -> str:
+    """The table an event goes to (decode/route.py, in Python); NotHere when the source block lacks a field."""
+    values = {"topic": topic}
+    for name in needed:
+        if name != "topic":
+            value = source.get(name)
+            if value is None:
+                raise NotHere(f"an event whose source block has no {name} (a dead letter on the Spark path)")
+            values[name] = value if isinstance(value, str) else str(value)
+    return template.format(**{k: identifier_part(v) for k, v in values.items()})
+
+
+def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> SyncTaskResult:
+    """Read, decode, route and write one task's ranges (on an executor)."""
+    result = SyncTaskResult()
+    reader_of = EnvelopeReader(config.limits)
+    needed = table_name_placeholders(config.template)
+    rows: dict[str, TableRows] = {}
+    started = time.thread_time()
+    try:
+        with _BlockReader(config, ranges) as reader:  # type: ignore[arg-type]
+            for block in reader.blocks():
+                topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
+                partition = int(partition_text)
+                for message in block.messages:
+                    value = message.value()
+                    if value is None:
+                        continue
+                    result.records += 1
+                    envelope = reader_of.read(value)
+                    if envelope is None:
+                        continue
+                    name = route_of(config.template, needed, topic, envelope.source)
+                    share = result.tables.get(name)
+                    if share is None:
+                        share = result.tables[name] = TableShare()
+                    share.records += 1
+                    share.feeds.add((topic, partition))
+                    table = config.tables.get(name)
+                    if table is None:
+                        if name in config.elsewhere:
+                            raise NotHere(f"table {name}: {config.elsewhere[name]}")
+                        samples = result.new_tables.setdefault(name, [])
+                        if len(samples) < SAMPLE_MESSAGES:
+                            samples.append((message.key(), value))
+                        continue
+                    offset = message.offset()
+                    if offset < table.held.get((topic, partition), -1):
+                        continue
+                    collected = rows.get(name)
+                    if collected is None:
+                        w = table.writer
+                        collected = rows[name] = TableRows(w.table_schema, w.key, config.op_mode, config.conversions)
+                    order = source_order(envelope.source, envelope.ts_ms, offset) if _orders_by_source(table) else ""
+                    collected.add(envelope, order, evolving=config.evolving)
+    except NotHere as exc:
+        return SyncTaskResult(not_here=str(exc), records=result.records)
+    result.decode_seconds = time.thread_time() - started
+    if result.new_tables:
+        return result
+    writing = time.perf_counter()
+    try:
+        for name, collected in rows.items():
+            share = result.tables[name]
+            share.unknown_fields = collected.unknown
+            share.files = _write_table(collected.table(), config.tables[name], f"{tag}")
+    except NotHere as exc:
+        return SyncTaskResult(not_here=str(exc), records=result.records)
+    result.write_seconds = time.perf_counter() - writing
+    return result
+
+
+def _orders_by_source(table: SyncTable) -> bool:
+    """Does the table's collapse order by the events' source order?"""
+    return table.writer.order_by == SOURCE_ORDER
+
+
+def _write_table(changes: pa.Table, table: SyncTable, tag: str) -> list[dict[str, Any]]:
+    """Collapse one table's changes and write its data and equality-delete files."""
+    if changes.num_rows == 0:
+        return []
+    changes = changes.append_column(ARRIVAL_COLUMN, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    for column, transform in table.partitions:
+        source = changes[transform.column] if transform is not None else changes.column(0)
+        changes = changes.append_column(column, arrow_partition_values(source, transform))
+    out = write_task(iter(changes.to_batches()), table.writer, tag)
+    names = out.schema.names
+    return [dict(zip(names, row, strict=True)) for row in zip(*out.to_pydict().values(), strict=True)]
+
+
+def _run_partition(config: SyncTaskConfig, items: Any) -> Iterator[SyncTaskResult]:
+    from pyspark import TaskContext
+
+    keep_zip_directories()
+    ctx = TaskContext.get()
+    for index, ranges in items:
+        attempt = ctx.attemptNumber() if ctx else 0
+        with _no_cycle_collection():
+            yield sync_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
+
+
+def task_groups(ranges: list[OffsetRange], feeding: dict[str, set[str]], tasks: int) -> list[list[OffsetRange]]:
+    """The batch's ranges cut into at most `tasks` groups, never splitting a topic nor topics that
+    feed a common table (`feeding`: table -> its topics): largest first, each to the lightest group."""
+    parent: dict[str, str] = {}
+
+    def root(t: str) -> str:
+        while parent.setdefault(t, t) != t:
+            t = parent[t]
+        return t
+
+    for topics in feeding.values():
+        first, *rest = sorted(topics) or [""]
+        for t in rest:
+            parent[root(t)] = root(first)
+    components: dict[str, list[OffsetRange]] = {}
+    for r in ranges:
+        components.setdefault(root(r.topic), []).append(r)
+    ordered = sorted(components.values(), key=lambda rs: -sum(r.count for r in rs))
+    groups: list[list[OffsetRange]] = [[] for _ in range(max(1, min(tasks, len(ordered))))]
+    loads = [0] * len(groups)
+    for component in ordered:
+        i = loads.index(min(loads))
+        groups[i].extend(component)
+        loads[i] += sum(r.count for r in component)
+    return [g for g in groups if g]
+
+
+@dataclass(frozen=True)
+class SyncFastBatch:
+    """What the fast path wrote for a batch, nothing committed: per table its files and counts."""
+
+    files: dict[str, list[WrittenFile]]
+    records: dict[str, int]
+    feeds: dict[str, set[str]]  # table -> topics its events came from
+    records_in: int
+    unknown_fields: dict[str, int]  # "table.field" -> records
+    read_decode_seconds: float
+    write_seconds: float
+
+
+@dataclass(frozen=True)
+class NotFast:
+    """The batch is for the Spark path (`reason`), or needs tables created first (`new_tables`)."""
+
+    reason: str
+    new_tables: dict[str, list[tuple[bytes | None, bytes]]] = field(default_factory=dict)
+
+
+class SyncFastPath:
+    """Drives the fast path for a pipeline of many tables."""
+
+    def __init__(
+        self, spark: SparkSession, config: PipelineConfig, consumer_settings: dict[str, str], read_timeout: float
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.consumer_settings = consumer_settings
+        self.read_timeout = read_timeout
+        tz = spark.conf.get("spark.sql.session.timeZone") or "UTC"
+        s = config.debezium
+        self.conversions = Conversions(
+            time_zone=tz, decimal_handling_mode=s.decimal_handling_mode, time_precision_mode=s.time_precision_mode
+        )
+        self._tables: dict[str, tuple[Any, SyncTable | str]] = {}  # name -> (writer config version, table or why not)
+
+    @staticmethod
+    def applies(config: PipelineConfig) -> str | None:
+        """Why the pipeline's config rules the fast path out, or None."""
+        if config.fast_path == "off":
+            return "fast_path: off"
+        if config.format != "debezium":
+            return f"format: {config.format}"
+        if config.order_by == "_source_ts":
+            return "order_by: _source_ts"
+        return None
+
+    def table(self, sink: UpsertSink) -> SyncTable | str:
+        """The table's writer part (batch id 0), or why the fast path cannot write it; cached per
+        table schema, spec and writer properties."""
+        version = sink.writer_config_version()
+        cached = self._tables.get(sink.table_name)
+        if cached is None or cached[0] != version:
+            try:
+                built: SyncTable | str = self._build(sink)
+            except (IcetideError, NotHere) as exc:
+                built = one_line(exc)
+            if isinstance(built, str):
+                log.info("sync fast path off for %s: %s", sink.table_name, built)
+            cached = self._tables[sink.table_name] = (version, built)
+        return cached[1]
+
+    def _build(self, sink: UpsertSink) -> SyncTable | str:
+        c = self.config
+        jtable = sink.committer.table
+        fields = partition_fields(jtable)
+        sink._check_spec_serves_upserts(int(jtable.spec().specId()), fields)
+        layouts = sink._earlier_specs(jtable, has_fields=bool(fields))
+        names = tuple(f"{PARTITION_COLUMN_PREFIX}{i}" for i in range(len(fields)))
+        order_by = c.order_by or SOURCE_ORDER
+        writer = dataclasses.replace(
+            sink.writer_config(0, names, delete_specs=tuple(layout for layout, _ in layouts)),
+            order_by=order_by,
+            changelog=c.changelog or c.mode == "append",
+            keep_inserts=c.mode == "append",
+        )
+        schema = writer.table_schema
+        if order_by != SOURCE_ORDER and order_by not in schema.names:
+            return f"order_by {order_by} is not a column"
+        TableRows(schema, writer.key, c.mode, self.conversions)  # NotHere for a column type it does not produce
+        partitions = list(zip(names, (pf.transform for pf in fields), strict=True))
+        for layout, layout_fields in layouts:
+            assert layout.columns[0].startswith(OLD_SPEC_COLUMN_PREFIX) if layout.columns else True
+            partitions += zip(layout.columns, (pf.transform for pf in layout_fields), strict=True)
+        for _, transform in partitions:
+            source = schema.field(transform.column).type if transform is not None else pa.null()
+            if not computable(transform, source):
+                return f"partition transform {transform} is computed in the JVM"
+        return SyncTable(writer=writer, partitions=tuple(partitions))
+
+    def write(
+        self,
+        batch_id: int,
+        plan: TopicsPlan,
+        sinks: dict[str, UpsertSink],
+        feeding: dict[str, set[str]],
+        held: dict[str, dict[tuple[str, int], int]],
+    ) -> SyncFastBatch | NotFast:
+        """Run the batch's tasks over `plan`; files written, nothing committed.
+
+        `sinks`: the pipeline's existing tables; `feeding`: table -> the topics that feed it;
+        `held`: table -> offsets below which it already holds its records."""
+        if plan.losses:
+            return NotFast("the batch has data losses (dead letters)")
+        tables: dict[str, SyncTable] = {}
+        elsewhere: dict[str, str] = {}
+        for name, sink in sinks.items():
+            built = self.table(sink)
+            if isinstance(built, str):
+                elsewhere[name] = built
+            else:
+                writer = dataclasses.replace(built.writer, batch_id=batch_id)
+                tables[name] = dataclasses.replace(built, writer=writer, held=held.get(name, {}))
+        c = self.config
+        config = SyncTaskConfig(
+            consumer_settings=self.consumer_settings,
+            read_timeout=self.read_timeout,
+            template=c.table.name,
+            tables=tables,
+            elsewhere=elsewhere,
+            op_mode=c.mode,
+            conversions=self.conversions,
+            limits=payload_limits(c),
+            evolving=c.schema_evolution,
+        )
+        ranges = [r for r in plan.ranges if r.end > r.start]
+        parallelism = c.write_parallelism or self.spark.sparkContext.defaultParallelism
+        groups = task_groups(ranges, feeding, parallelism)
+        started = time.monotonic()
+        try:
+            rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
+            results: list[SyncTaskResult] = rdd.mapPartitions(lambda items: _run_partition(config, items)).collect()
+        except Exception as exc:
+            self.discard(batch_id, sinks.values())
+            source_error = source_error_in(exc)
+            if source_error is not None:
+                raise source_error from exc
+            log.debug("sync tasks of batch %s failed", batch_id, exc_info=True)
+            raise IcetideError(f"writing batch {batch_id} failed: {one_line(exc)}; nothing was committed") from exc
+        elapsed = time.monotonic() - started
+        written = [(name, f) for r in results for name, share in r.tables.items() for f in share.files]
+        reason = next((r.not_here for r in results if r.not_here), None)
+        new_tables: dict[str, list[tuple[bytes | None, bytes]]] = {}
+        for r in results:
+            for name, samples in r.new_tables.items():
+                new_tables.setdefault(name, []).extend(samples)
+        fed_by: dict[str, int] = {}
+        for i, r in enumerate(results):
+            for name in r.tables:
+                if fed_by.setdefault(name, i) != i:
+                    reason = reason or f"table {name} was fed by two tasks (its topics changed)"
+        if reason is not None or new_tables:
+            self._delete(written, sinks)
+            return NotFast(reason or f"new tables: {', '.join(sorted(new_tables))}", new_tables if not reason else {})
+        files: dict[str, list[WrittenFile]] = {}
+        for name, f in written:
+            files.setdefault(name, []).append(_written_file(f))
+        shares = [(name, share) for r in results for name, share in r.tables.items()]
+        write_seconds = max((r.write_seconds for r in results), default=0.0)
+        return SyncFastBatch(
+            files=files,
+            records={name: share.records for name, share in shares},
+            feeds={name: {t for t, _ in share.feeds} for name, share in shares},
+            records_in=sum(r.records for r in results),
+            unknown_fields={f"{name}.{k}": v for name, share in shares for k, v in share.unknown_fields.items()},
+            read_decode_seconds=max(0.0, elapsed - write_seconds),
+            write_seconds=write_seconds,
+        )
+
+    @staticmethod
+    def _delete(written: list[tuple[str, dict[str, Any]]], sinks: dict[str, UpsertSink]) -> None:
+        by_table: dict[str, list[WrittenFile]] = {}
+        for name, f in written:
+            by_table.setdefault(name, []).append(_written_file(f))
+        for name, files in by_table.items():
+            sinks[name].committer._delete_files(files, reason="the batch runs on the Spark path")
+
+    @staticmethod
+    def discard(batch_id: int, sinks: Any) -> None:
+        """Delete whatever the batch's tasks wrote to any of `sinks`' tables."""
+        for sink in sinks:
+            sink.remove_batch_files(batch_id)
+
+
+def _written_file(f: dict[str, Any]) -> WrittenFile:
+    return WrittenFile(
+        f["content"],
+        f["path"],
+        tuple(f["partition"]),
+        int(f["record_count"]),
+        int(f["file_size"]),
+        f["writer"],
+        f["metadata_json"],
+    )
