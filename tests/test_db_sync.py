@@ -29,7 +29,7 @@ import yaml
 
 from icetide.config import PipelineConfig, load_config
 from icetide.errors import ConfigError
-from icetide.pipeline.sync import SyncRunner
+from icetide.pipeline.sync import SyncBatchMetrics, SyncRunner
 from tests.commands import crash_and_restart, run_cli, warehouse_reader
 from tests.debezium_messages import messages
 from tests.kafka_broker import produce
@@ -270,6 +270,77 @@ def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker:
     for t in streams:
         assert same(rows_of(reader, f"lake.{namespace}.{t}", keys[t]), model_of(records[t]))
     request_close()
+
+
+def test_the_fast_path_writes_what_the_spark_path_writes(spark: Any, kafka_broker: str, warehouse: str) -> None:
+    """The same topics through the sync fast path and through `fast_path: off`: after every batch
+    each table equals its model, and in the end both pipelines' tables are equal. The products
+    stream has a key-changing update (a DELETE of the old key and the new row) and a truncate,
+    whose batch runs on the Spark path; the batches around it run on the fast path."""
+    prefix = f"db{unique()}"
+    streams = inventory_streams()
+    records = {t: changes(s, seed=20 + i, count=24) for i, (t, s) in enumerate(sorted(streams.items()))}
+    products = streams["products"]
+    live = model_of(records["products"])
+    old = min(live)
+    moved = {**live[old], "id": 9000, "name": "renamed"}
+    records["products"].append((0, products.key(9000), products.change("u", live[old], moved), None))
+    records["products"] += changes(products, seed=99, count=6)[:6]
+    truncate_at = len(records["products"])
+    truncate = json.loads(products.change("c", None, None))
+    truncate["payload"]["op"] = "t"
+    records["products"].append((0, None, json.dumps(truncate).encode(), None))
+    for i in range(3):
+        row = new_row("products", 7000 + i, i)
+        records["products"].append((0, products.key(7000 + i), products.change("c", None, row), None))
+    records["products"] += changes(products, seed=7, count=30)[:30]
+
+    def model(table: str, upto: int) -> dict[int, dict[str, Any]]:
+        recs = records[table]
+        if table != "products":
+            return model_of(recs, upto)
+        out: dict[int, dict[str, Any]] = {}
+        for offset, (_, key, value, _) in enumerate(recs[:upto]):
+            if value is None:
+                continue
+            event = json.loads(value)["payload"]
+            if event["op"] == "t":
+                out.clear()
+            elif event["op"] == "d":
+                out.pop(event["before"]["id"], None)
+            else:
+                if event["before"] is not None:
+                    out.pop(event["before"]["id"], None)
+                out[event["after"]["id"]] = event["after"]
+            del offset, key
+        return out
+
+    assert truncate_at < len(records["products"])
+    topics = {t: f"{prefix}.inventory.{t}" for t in streams}
+    for t, recs in records.items():
+        _create(kafka_broker, topics[t])
+        produce(kafka_broker, topics[t], recs)
+    reader = warehouse_reader(spark, "lake", warehouse)
+    keys = {"orders": "order_number", "customers": "id", "products": "id"}
+    paths: dict[str, list[str]] = {}
+    for kind, extra in (("fast", {}), ("spark", {"fast_path": "off"})):
+        namespace = f"{kind}{unique()}"
+        trigger = {"interval": "1s", "max_records": 30}
+        doc = pipeline_doc(kind, kafka_broker, prefix, namespace, trigger=trigger, schema_evolution=False, **extra)
+        runner = SyncRunner(PipelineConfig.from_dict(doc), spark)
+        paths[kind] = []
+        while (metrics := runner.run_batch()) is not None:
+            assert isinstance(metrics, SyncBatchMetrics)
+            paths[kind].append(metrics.path)
+            for t in streams:
+                name = f"lake.{namespace}.{t}"
+                held = runner.state.tables[name].position[topics[t]]["0"]
+                assert same(rows_of(reader, name, keys[t]), model(t, held)), (kind, name, metrics.batch_id)
+        runner.topics.close()
+        for t in streams:
+            assert same(rows_of(reader, f"lake.{namespace}.{t}", keys[t]), model(t, len(records[t])))
+    assert set(paths["spark"]) == {"spark: fast_path: off"}
+    assert "fast" in paths["fast"] and any("op 't'" in p for p in paths["fast"]), paths["fast"]
 
 
 def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_one_table(

@@ -69,6 +69,7 @@ class SyncBatchMetrics(BatchMetrics):
     tables_committed: int = 0
     table_rows: dict[str, int] = field(default_factory=dict)  # table -> rows written, tables with rows only
     created_tables: tuple[str, ...] = ()
+    path: str = "spark"  # "fast": one Spark job for every table (pipeline/sync_fast.py); else why not
 
 
 def lock_config(config: PipelineConfig) -> PipelineConfig:
@@ -115,7 +116,7 @@ class SyncRunner:
         kafka = KafkaSourceConfig.from_dict(config.source["kafka"])
         self.topics = KafkaTopics(kafka)
         self.fast: SyncFastPath | None = None
-        not_fast = SyncFastPath.applies(config)
+        not_fast = self._not_fast = SyncFastPath.applies(config)
         if not_fast is None:
             self.fast = SyncFastPath(spark, config, kafka.reader_settings(), kafka.read_timeout_seconds)
         else:
@@ -202,10 +203,12 @@ class SyncRunner:
         read = plan.topics_read()
         if not read and not plan.losses:
             return None
+        path = f"spark: {self._not_fast}"
         if self.fast is not None:
             fast = self._run_fast(batch_id, plan, plan_seconds, started)
-            if fast is not None:
+            if not isinstance(fast, str):
                 return fast
+            path = f"spark: {fast}"
         from pyspark.sql import functions as F
 
         kept: list[Any] = []
@@ -290,6 +293,7 @@ class SyncRunner:
             tables_committed=sum(1 for r in results.values() if r.committed),
             table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
             created_tables=tuple(created),
+            path=path,
         )
 
     def _ensure_table(self, name: str, routed: DataFrame) -> bool:
@@ -455,13 +459,13 @@ class SyncRunner:
 
     def _run_fast(
         self, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float
-    ) -> SyncBatchMetrics | None:
-        """The batch on the fast path (pipeline/sync_fast.py), committed; None if it is for the Spark path."""
+    ) -> SyncBatchMetrics | str:
+        """The batch on the fast path (pipeline/sync_fast.py), committed; or why it is for the Spark path."""
         assert self.fast is not None
         out, created = self._write_fast(batch_id, plan)
         if isinstance(out, NotFast):
             log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
-            return None
+            return out.reason
         read_seconds = time.monotonic() - started
         registry_changed = False
         for name, topics in sorted(out.feeds.items()):
@@ -502,6 +506,7 @@ class SyncRunner:
             tables_committed=sum(1 for r in results.values() if r.committed),
             table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
             created_tables=tuple(created),
+            path="fast",
         )
 
     def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[SyncFastBatch | NotFast, list[str]]:
