@@ -146,7 +146,9 @@ class Conversions:
                     x = float(v) if type(v) in (int, float) else _fits(value_of(_raw_text(v), t), name)
                 except OverflowError as exc:  # an integer beyond a double
                     raise NotHere(f"column {name}: a number beyond a DOUBLE") from exc
-                return _single(x, name) if single else x
+                if single and not (type(v) is int and int(x) == v):  # an integer that is its double: no doubt
+                    return _single(x, name)
+                return x
 
             return floating
         if pa.types.is_boolean(t):
@@ -203,8 +205,8 @@ _MICRO = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC) - _EPOCH
 
 def _single(x: float, name: str) -> float:
     """`x` for a FLOAT column. Spark parses the value's text straight to a FLOAT; Arrow rounds the
-    double `x` to one. The two differ only where `x` is halfway between two FLOATs (the text may lie
-    on either side of it), or beyond the largest FLOAT."""
+    double `x` to one. The two can differ only where `x` is halfway between two FLOATs (the text,
+    Java's for a JSON number, may lie on either side of it), or beyond the largest FLOAT."""
     if not math.isfinite(x):
         return x
     if abs(x) > _FLOAT32_MAX:
@@ -365,7 +367,7 @@ class EnvelopeReader:
         if lim.openers(body) > room and lim.nesting_depth(body.decode("utf-8", "replace")) > room:
             raise NotHere("a message nested beyond the limit")
         try:
-            payload = json.loads(body)
+            payload = json.loads(body, parse_constant=_non_numeric, object_pairs_hook=_object)
         except ValueError as exc:
             raise NotHere("a message that is not JSON") from exc
         if payload is None:
@@ -377,16 +379,31 @@ class EnvelopeReader:
         op = payload.get("op")
         if type(op) is not str:
             raise NotHere("a message without an op")
-        source = payload.get("source")
+        before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
+        if any(part is not None and not isinstance(part, dict) for part in (before, after, source)):
+            raise NotHere("a message whose before, after or source is not an object (malformed for Spark)")
         return Envelope(
             op=op,
-            before=payload.get("before"),
-            after=payload.get("after"),
-            source=source if isinstance(source, dict) else {},
+            before=before,
+            after=after,
+            source=source or {},
             ts_ms=payload.get("ts_ms"),
             schema=schema,
             schema_id=schema_id,
         )
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; NotHere when a key repeats (Spark's map of the row does not take it)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise NotHere("a message with a repeated key in an object")
+    return obj
+
+
+def _non_numeric(constant: str) -> Any:
+    """NaN and Infinity literals: Spark reads them, then writes them as quoted text ('"NaN"')."""
+    raise NotHere(f"a message with a {constant} literal")
 
 
 def _parse_head(head: bytes, limits: PayloadLimits) -> C.EnvelopeSchema | None:
@@ -523,7 +540,7 @@ class TableRows:
 
     def add(self, envelope: Envelope, order: str, *, evolving: bool) -> None:
         """One event's change(s); NotHere when the Spark path must read it."""
-        op = envelope.op.strip().lower()
+        op = envelope.op.strip(" ").lower()  # Spark's trim(): spaces only
         before, after = envelope.before, envelope.after
         if op == "d":
             changes = [(DELETE, before)]

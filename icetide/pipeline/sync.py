@@ -457,9 +457,7 @@ class SyncRunner:
 
     # -- the fast path ---------------------------------------------------------------------
 
-    def _run_fast(
-        self, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float
-    ) -> SyncBatchMetrics | str:
+    def _run_fast(self, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float) -> SyncBatchMetrics | str:
         """The batch on the fast path (pipeline/sync_fast.py), committed; or why it is for the Spark path."""
         assert self.fast is not None
         out, created = self._write_fast(batch_id, plan)

@@ -35,7 +35,7 @@ import pyarrow as pa
 from icetide.config import table_name_placeholders
 from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows, source_order
 from icetide.decode.route import identifier_part
-from icetide.errors import IcetideError, one_line
+from icetide.errors import IcetideError, SourceError, one_line
 from icetide.pipeline.adapter import payload_limits
 from icetide.pipeline.fast_append import _BlockReader, _no_cycle_collection
 from icetide.secrets import redacted_repr
@@ -43,7 +43,7 @@ from icetide.sink.changelog import ARRIVAL_COLUMN
 from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import OLD_SPEC_COLUMN_PREFIX, PARTITION_COLUMN_PREFIX, UpsertSink
 from icetide.sink.transforms import arrow_partition_values, computable
-from icetide.sink.writer import WriterConfig, write_task
+from icetide.sink.writer import WriteError, WriterConfig, write_task
 from icetide.sources.base import source_error_in
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
@@ -108,6 +108,7 @@ class SyncTaskResult:
     records: int = 0
     decode_seconds: float = 0.0
     write_seconds: float = 0.0
+    wrote: bool = False  # it failed after writing files it cannot name: delete the batch's by prefix
 
 
 def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping[str, Any]) -> str:
@@ -167,6 +168,10 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                     collected.add(envelope, order, evolving=config.evolving)
     except NotHere as exc:
         return SyncTaskResult(not_here=str(exc), records=result.records)
+    except SourceError:
+        raise  # the source's failure, as on the Spark path
+    except Exception as exc:  # a record the decoder did not foresee: the Spark path reads the batch
+        return SyncTaskResult(not_here=f"the fast decoder failed: {one_line(exc)}", records=result.records)
     result.decode_seconds = time.thread_time() - started
     if result.new_tables:
         return result
@@ -176,8 +181,9 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
             share = result.tables[name]
             share.unknown_fields = collected.unknown
             share.files = _write_table(collected.table(), config.tables[name], f"{tag}")
-    except NotHere as exc:
-        return SyncTaskResult(not_here=str(exc), records=result.records)
+    except (NotHere, WriteError, ValueError, TypeError, pa.ArrowException) as exc:
+        # Files already written are found again by their batch prefix and deleted by the driver.
+        return SyncTaskResult(not_here=f"writing failed: {one_line(exc)}", records=result.records, wrote=True)
     result.write_seconds = time.perf_counter() - writing
     return result
 
@@ -393,6 +399,8 @@ class SyncFastPath:
                     reason = reason or f"table {name} was fed by two tasks (its topics changed)"
         if reason is not None or new_tables:
             self._delete(written, sinks)
+            if any(r.wrote for r in results):
+                self.discard(batch_id, sinks.values())
             return NotFast(reason or f"new tables: {', '.join(sorted(new_tables))}", new_tables if not reason else {})
         files: dict[str, list[WrittenFile]] = {}
         for name, f in written:
