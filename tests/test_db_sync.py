@@ -382,7 +382,13 @@ def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_o
         _wait(lambda: _committed(runner, f"lake.{namespace}.products", len(before) + len(after)), errors)
         _wait(lambda: len({r.table for r in runner.maintenance_runs}) >= 2, errors)
         assert runner.prometheus is not None and runner.prometheus.port
-        scraped = _scrape(runner.prometheus.port)
+        port = runner.prometheus.port
+        # The series count the thread's passes between batches: wait for the next loop to count them.
+        _wait(
+            lambda: sum(n for (name, _), n in _scrape(port).items() if name == "icetide_maintenance_runs_total") >= 2,
+            errors,
+        )
+        scraped = _scrape(port)
     finally:
         runner.stop()
         thread.join(60)

@@ -78,3 +78,13 @@ def install_stop_signals(stop: threading.Event) -> dict[int, Any]:
         previous[sig] = signal.getsignal(sig)
         signal.signal(sig, handler)
     return previous
+
+
+@dataclass(frozen=True)
+class SyncBatchMetrics(BatchMetrics):
+    """One batch of a pipeline of many tables: the totals, and rows written per table."""
+
+    tables_committed: int = 0
+    table_rows: dict[str, int] = field(default_factory=dict)  # table -> rows written, tables with rows only
+    created_tables: tuple[str, ...] = ()
+    path: str = "spark"  # "fast": one Spark job for every table (pipeline/sync_fast.py); else why not

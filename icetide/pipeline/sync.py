@@ -1,18 +1,17 @@
 """Sync a whole database: one pipeline, many Debezium topics, one Iceberg table per source table.
 
 Each batch: list the matching topics (new ones are picked up here), plan them from the lowest
-position of the tables each partition feeds (icetide.pipeline.sync_state), read every range in
-one Spark job, compute each record's table from the template (icetide.decode.route) and cache
-that once. Then, per table: create it from the stream if it is new, skip what it already holds,
-decode its records with its own schema and key (icetide.decode.debezium). The batch's bad
-records, from every table, and the registry of tables go to the one dead-letter table first;
-then the tables commit, several at a time, each with its own source position. A table fed by a
-topic the batch read but that got no record is committed too (a metadata-only commit), so its
-position keeps up and the next plan does not read that topic again.
+position of the tables each partition feeds (icetide.pipeline.sync_state). Then the batch runs on
+the fast path when it can (icetide.pipeline.sync_fast: one Spark job reads, decodes, routes and
+writes every table), else on the Spark path (icetide.pipeline.sync_spark: a plan per table, with
+dead letters, truncates and schema changes). On both, the registry of tables (and the batch's bad
+records, from every table) go to the one dead-letter table first; then the tables commit, several
+at a time, each with its own source position. A table fed by a topic the batch read but that got
+no record is committed too (a metadata-only commit), so its position keeps up and the next plan
+does not read that topic again.
 
 A SIGKILL anywhere leaves every table equal to its source after a restart: a table that
-committed skips the records it holds, one that did not reads them again.
-"""
+committed skips the records it holds, one that did not reads them again."""
 
 from __future__ import annotations
 
@@ -23,53 +22,33 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
-from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
-from icetide.errors import ConfigError, IcetideError, SourceError
+from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point
-from icetide.pipeline.adapter import payload_limits
-from icetide.pipeline.batches import BatchMetrics, RunSummary, install_stop_signals
+from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics, install_stop_signals
 from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
-from icetide.pipeline.runner import TooManyBadRecordsError, create_config_table, pipeline_session
+from icetide.pipeline.runner import create_config_table, pipeline_session
 from icetide.pipeline.runner_lock import RunnerLock
 from icetide.pipeline.supervision import RestartMetrics, supervise
 from icetide.pipeline.sync_fast import NotFast, SyncFastBatch, SyncFastPath
+from icetide.pipeline.sync_spark import TABLE_THREADS, _TableBatch, run_spark_batch
 from icetide.pipeline.sync_state import Position, SyncState, TableState, advance, parse_position, skipped_below
-from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES, create_from_definition, definition_from_messages
+from icetide.pipeline.table_from_stream import create_from_definition, definition_from_messages
 from icetide.sink.committer import Committer
-from icetide.sink.sink import UpsertSink
-from icetide.sources.base import source_error_in
+from icetide.sink.sink import BatchResult, UpsertSink
 from icetide.sources.kafka import KafkaSourceConfig
 from icetide.sources.kafka_topics import KafkaTopics, TopicsPlan
 from icetide.table.catalog import table_exists
-from icetide.table.iceberg import spark_schema
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-TABLE_THREADS = 4  # tables decoded, written and committed at once (Spark runs their jobs side by side)
-# A table's share of a batch up to this many records is written by one task, hashed by key, without
-# the dynamic distribution's statistics pass: one Spark job less per table (docs/design.md, "Many tables").
-SMALL_SHARE_RECORDS = 50_000
-POSITION_COLUMNS = ["topic", "partition", "offset"]
-
-
-@dataclass(frozen=True)
-class SyncBatchMetrics(BatchMetrics):
-    """One batch of a pipeline of many tables: the totals, and rows written per table."""
-
-    tables_committed: int = 0
-    table_rows: dict[str, int] = field(default_factory=dict)  # table -> rows written, tables with rows only
-    created_tables: tuple[str, ...] = ()
-    path: str = "spark"  # "fast": one Spark job for every table (pipeline/sync_fast.py); else why not
 
 
 def lock_config(config: PipelineConfig) -> PipelineConfig:
@@ -88,20 +67,6 @@ class TableCounts:
     rows_written: int
     bad_records: int
     commit_seconds: float
-
-
-@dataclass
-class _TableBatch:
-    """One table's share of a batch, decoded."""
-
-    name: str
-    good: Any = None
-    bad: Any = None
-    order_by: str | None = None
-    truncated: bool = False
-    unknown_fields: dict[str, int] = field(default_factory=dict)
-    records: int = 0  # records routed to the table in this batch
-    bad_count: int = 0
 
 
 class SyncRunner:
@@ -192,9 +157,7 @@ class SyncRunner:
         return plan
 
     def run_batch(self) -> SyncBatchMetrics | None:
-        """Run one batch; None when no topic had anything new."""
-        from pyspark import StorageLevel
-
+        """Run one batch, on the fast path if it can take it; None when no topic had anything new."""
         batch_id = self.state.next_batch_id()
         started = time.monotonic()
         plan = self.plan()
@@ -209,113 +172,7 @@ class SyncRunner:
             if not isinstance(fast, str):
                 return fast
             path = f"spark: {fast}"
-        from pyspark.sql import functions as F
-
-        kept: list[Any] = []
-        try:
-            # One pass over the whole batch: which tables it feeds, from which topics. Each table
-            # then reads only its own topics' ranges: a table's Spark jobs have as many tasks as
-            # it has ranges, not as many as the batch has (which would grow with tables squared).
-            counts = (
-                self._routed(plan, read)
-                .groupBy(ROUTE_COLUMN, "topic")
-                .agg(F.count(F.lit(1)).alias("records"), F.count(ROUTE_ERROR_COLUMN).alias("errors"))
-                .collect()
-            )
-            routes: dict[str, set[str]] = {}
-            shares: dict[str, int] = {}
-            for r in counts:
-                if r[ROUTE_COLUMN] is not None:
-                    routes.setdefault(r[ROUTE_COLUMN], set()).add(r["topic"])
-                    shares[r[ROUTE_COLUMN]] = shares.get(r[ROUTE_COLUMN], 0) + int(r["records"])
-            records_in = sum(int(r["records"]) for r in counts)
-            unroutable = {r["topic"] for r in counts if r["errors"]}
-            created = [name for name in sorted(routes) if self._ensure_table(name, self._routed(plan, routes[name]))]
-            registry_changed = False
-            for name, topics in sorted(routes.items()):
-                registry_changed |= self.state.register(name, {t: plan.starts[t] for t in topics})
-            decoded = self._decode_tables(routes, plan, kept)
-            for name, batch in decoded.items():
-                batch.records = shares.get(name, 0)
-            read_seconds = time.monotonic() - started
-            bad_count = 0
-            bad = None
-            if unroutable or plan.losses or any(d.bad_count for d in decoded.values()):
-                bad = self._bad_records(plan, unroutable, decoded).persist(StorageLevel.MEMORY_AND_DISK)
-                kept.append(bad)
-                bad_count = bad.count()
-            if records_in and bad_count / records_in > self.config.max_bad_fraction:
-                first = bad.first() if bad is not None else None
-                raise TooManyBadRecordsError(
-                    f"batch {batch_id}: {bad_count} of {records_in} records are bad, more than max_bad_fraction "
-                    f"{self.config.max_bad_fraction}; first error: {first['error'] if first else '?'}"
-                )
-            fed = {t for s in self.state.tables.values() for t in s.topics()}
-            if bad_count or plan.losses or registry_changed or (read - fed):
-                self._write_dead_letters(bad if bad_count else None, plan, batch_id)
-                crash_point("after_dead_letter", batch_id)
-            results = self._commit_tables(batch_id, plan, decoded)
-        except IcetideError:
-            raise
-        except Exception as exc:
-            source_error = source_error_in(exc)
-            if source_error is not None:
-                raise source_error from exc
-            raise
-        finally:
-            for frame in kept:
-                frame.unpersist()
-        crash_point("after_commit", batch_id)
-        source_lag = self._lag()
-        self._record_metrics(results, decoded, unrouted=bad_count - sum(d.bad_count for d in decoded.values()))
-        return SyncBatchMetrics(
-            pipeline=self.config.pipeline,
-            batch_id=batch_id,
-            committed=any(r.committed for r in results.values()),
-            records_in=records_in,
-            rows_written=sum(r.rows_written for r in results.values()),
-            delete_rows=sum(r.delete_rows for r in results.values()),
-            bad_records=bad_count,
-            data_files=sum(r.data_files for r in results.values()),
-            delete_files=sum(r.delete_files for r in results.values()),
-            bytes_written=sum(r.bytes_written for r in results.values()),
-            read_decode_seconds=round(read_seconds, 3),
-            write_seconds=round(max([r.write_seconds for r in results.values()] or [0.0]), 3),
-            commit_seconds=round(max([r.commit_seconds for r in results.values()] or [0.0]), 3),
-            source_lag=source_lag,
-            finished_at=datetime.now(UTC).isoformat(),
-            truncated=any(d.truncated for d in decoded.values()),
-            unknown_fields={f"{d.name}.{k}": v for d in decoded.values() for k, v in d.unknown_fields.items()},
-            lost_ranges=len(plan.losses),
-            plan_seconds=round(max([r.plan_seconds for r in results.values()] or [0.0]), 3),
-            refresh_seconds=round(max([r.refresh_seconds for r in results.values()] or [0.0]), 3),
-            source_plan_seconds=plan_seconds,
-            tables_committed=sum(1 for r in results.values() if r.committed),
-            table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
-            created_tables=tuple(created),
-            path=path,
-        )
-
-    def _ensure_table(self, name: str, routed: DataFrame) -> bool:
-        """Create table `name` if it does not exist (from its first messages' schema and key, or from
-        the pipeline's `table.schema`); True if it was created."""
-        from pyspark.sql import functions as F
-
-        if name in self.sinks or table_exists(self.spark, name):
-            self._sink(name)
-            return False
-
-        def samples() -> list[tuple[Any, Any]]:
-            rows = (
-                routed.where((F.col(ROUTE_COLUMN) == name) & F.col("value").isNotNull() & F.col("key").isNotNull())
-                .select("key", "value")
-                .limit(SAMPLE_MESSAGES)
-                .collect()
-            )
-            return [(r["key"], r["value"]) for r in rows]
-
-        self._create_table(name, samples)
-        return True
+        return run_spark_batch(self, batch_id, plan, plan_seconds, started, path)
 
     def _create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None:
         """Create table `name` from the pipeline's `table.schema`, else from the schema and key of
@@ -326,86 +183,6 @@ class SyncRunner:
         else:
             create_from_definition(self.spark, t, definition_from_messages(samples()))
         self._sink(name)
-
-    def _routed(self, plan: TopicsPlan, topics: set[str] | list[str]) -> DataFrame:
-        """The batch's records of `topics`, read from Kafka, each with its route (decode.route)."""
-        ranges = [r for r in plan.ranges if r.topic in topics and r.end > r.start]
-        return with_routes(self.topics.read(self.spark, ranges), self.config.table.name)
-
-    def _decode_tables(self, routes: dict[str, set[str]], plan: TopicsPlan, kept: list[Any]) -> dict[str, _TableBatch]:
-        """Each table's records of the batch (those it does not hold yet), decoded with its own
-        schema, its bad records counted; several tables at once."""
-        from pyspark.sql import functions as F
-
-        from icetide.decode.debezium import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, decode_debezium
-
-        c = self.config
-
-        def decode(name: str) -> _TableBatch:
-            sink = self.sinks[name]
-            state = self.state.tables[name]
-            held = skipped_below(state.effective(), plan.starts, state.topics())
-            rows = self._routed(plan, routes[name]).where(F.col(ROUTE_COLUMN) == name)
-            if held:
-                rows = rows.where(~_below(held, F.col("topic"), F.col("partition"), F.col("offset")))
-            rows = rows.select("topic", "partition", "offset", "timestamp", "key", "value")
-            local: list[Any] = []
-            changes = decode_debezium(
-                rows,
-                "value",
-                spark_schema(self.spark, sink.committer.table),
-                list(sink.key),
-                c.mode,
-                POSITION_COLUMNS,
-                keep=local,
-                limits=payload_limits(c),
-                settings=c.debezium,
-                on_truncate=c.on_truncate,
-                schema_evolution=c.schema_evolution,
-            )
-            kept.extend(local)
-            order_by = c.order_by or changes.order_by
-            good = changes.good.drop(*[x for x in (SOURCE_TS_COLUMN, SOURCE_ORDER_COLUMN) if x != order_by])
-            bad_count = changes.bad.count()  # materializes the decoded cache that good and bad share
-            return _TableBatch(
-                name, good, changes.bad, order_by, changes.truncated, changes.unknown_fields, bad_count=bad_count
-            )
-
-        names = sorted(routes)
-        if not names:
-            return {}
-        with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(names))) as pool:
-            return {b.name: b for b in pool.map(decode, names)}
-
-    def _bad_records(self, plan: TopicsPlan, unroutable: set[str], decoded: dict[str, _TableBatch]) -> DataFrame:
-        """The batch's bad records not yet in the dead-letter table: unroutable ones and each table's."""
-        from pyspark.sql import functions as F
-
-        from icetide.decode.json import BAD_DDL, source_position
-
-        frames = [d.bad.select("payload", "error", "source_position") for d in decoded.values() if d.bad_count]
-        if unroutable:
-            records = self._routed(plan, unroutable)
-            frames.append(
-                records.where(F.col(ROUTE_ERROR_COLUMN).isNotNull()).select(
-                    F.col("value").cast("string").alias("payload"),
-                    F.col(ROUTE_ERROR_COLUMN).alias("error"),
-                    source_position(POSITION_COLUMNS).alias("source_position"),
-                )
-            )
-        if plan.losses:
-            rows = [(None, f"data loss: {loss.reason}", loss.where()) for loss in plan.losses]
-            frames.append(self.spark.createDataFrame(rows, BAD_DDL))
-        bad = reduce(lambda a, b: a.unionByName(b), frames)
-        held = skipped_below(self.state.dead_letter_position, plan.starts, plan.starts)
-        if held:
-            pattern = r"^(.*)/(\d+)@(\d+)$"
-            topic = F.regexp_extract(F.col("source_position"), pattern, 1)
-            partition = F.regexp_extract(F.col("source_position"), pattern, 2).cast("int")
-            offset = F.regexp_extract(F.col("source_position"), pattern, 3).cast("bigint")
-            where = F.col("source_position").rlike(pattern)
-            bad = bad.where(~where | ~_below(held, topic, partition, offset))
-        return bad
 
     def _write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
         """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
@@ -418,42 +195,6 @@ class SyncRunner:
             self.dead_letter.write(bad, batch_id=batch_id, plan={}, source_position=summary)
         self.state.dead_letter_position = position
         self.state.dead_letter_batch = batch_id
-
-    def _commit_tables(self, batch_id: int, plan: TopicsPlan, decoded: dict[str, _TableBatch]) -> dict[str, Any]:
-        """Write and commit every table the batch feeds, several at a time, each with its own position."""
-        from icetide.sink.sink import BatchResult
-
-        read = plan.topics_read()
-        due = sorted(n for n, s in self.state.tables.items() if n in decoded or s.topics() & read)
-
-        def commit(name: str) -> tuple[str, BatchResult]:
-            state = self.state.tables[name]
-            ends = {t: plan.ends[t] for t in state.topics() if t in plan.ends}
-            position = advance(state.effective(), ends)
-            batch = decoded.get(name)
-            if batch is not None:
-                sink = self.sinks[name]
-                sink.order_by = batch.order_by
-                small = batch.records <= SMALL_SHARE_RECORDS and self.config.distribution == "dynamic"
-                sink.distribution = "key" if small else self.config.distribution
-                sink.write_parallelism = 1 if small else self.config.write_parallelism
-                result = sink.write(
-                    batch.good, batch_id=batch_id, source_position=position, input_cached=True, truncate=batch.truncated
-                )
-            else:
-                sink = self._sink(name)
-                outcome = sink.committer.commit(batch_id, [], position)
-                result = BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
-            crash_point("after_table_commit", batch_id)
-            state.batch_id = max(state.batch_id, batch_id)
-            state.position = position
-            state.committed_at = datetime.now(UTC).isoformat()
-            return name, result
-
-        if not due:
-            return {}
-        with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(due))) as pool:
-            return dict(pool.map(commit, due))
 
     # -- the fast path ---------------------------------------------------------------------
 
@@ -477,7 +218,9 @@ class SyncRunner:
         if registry_changed or (plan.topics_read() - fed):
             self._write_dead_letters(None, plan, batch_id)
             crash_point("after_dead_letter", batch_id)
-        results = self._commit_written(batch_id, plan, out)
+        results = self._commit_each(
+            batch_id, plan, set(out.records), lambda n, p: self._commit_files(n, p, out, batch_id)
+        )
         crash_point("after_commit", batch_id)
         source_lag = self._lag()
         shares = {name: _TableBatch(name, records=n) for name, n in out.records.items()}
@@ -534,38 +277,19 @@ class SyncRunner:
                     created.append(name)
         return out, created
 
-    def _commit_written(self, batch_id: int, plan: TopicsPlan, out: SyncFastBatch) -> dict[str, Any]:
-        """Commit the fast path's files of every table the batch feeds, several at a time, each
-        with its own position (a metadata-only commit for a table without files)."""
-        from icetide.sink.sink import BatchResult
-
+    def _commit_each(
+        self, batch_id: int, plan: TopicsPlan, fed: set[str], write: Callable[[str, Position], BatchResult]
+    ) -> dict[str, BatchResult]:
+        """Commit every table the batch feeds (`fed`: tables with records; also every table fed by a
+        topic the batch read), several at a time, each with its own position: `write(table, position)`."""
         read = plan.topics_read()
-        due = sorted(n for n, s in self.state.tables.items() if n in out.records or s.topics() & read)
+        due = sorted(n for n, s in self.state.tables.items() if n in fed or s.topics() & read)
 
         def commit(name: str) -> tuple[str, BatchResult]:
             state = self.state.tables[name]
             ends = {t: plan.ends[t] for t in state.topics() if t in plan.ends}
             position = advance(state.effective(), ends)
-            files = out.files.get(name, [])
-            committing = time.monotonic()
-            outcome = self._sink(name).committer.commit(batch_id, files, position)
-            data = [f for f in files if f.content == "data"] if outcome.committed else []
-            deletes = [f for f in files if f.content != "data"] if outcome.committed else []
-            result = BatchResult(
-                batch_id=batch_id,
-                committed=outcome.committed,
-                snapshot_id=outcome.snapshot_id,
-                data_files=len(data),
-                delete_files=len(deletes),
-                rows_written=sum(f.record_count for f in data),
-                delete_rows=sum(f.record_count for f in deletes),
-                bytes_written=sum(f.file_size for f in data + deletes),
-                write_seconds=out.write_seconds,
-                commit_seconds=time.monotonic() - committing - outcome.refresh_seconds,
-                files_per_partition={},
-                skipped_reason=outcome.reason,
-                refresh_seconds=outcome.refresh_seconds,
-            )
+            result = write(name, position)
             crash_point("after_table_commit", batch_id)
             state.batch_id = max(state.batch_id, batch_id)
             state.position = position
@@ -576,6 +300,29 @@ class SyncRunner:
             return {}
         with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(due))) as pool:
             return dict(pool.map(commit, due))
+
+    def _commit_files(self, name: str, position: Position, out: SyncFastBatch, batch_id: int) -> BatchResult:
+        """Commit the fast path's files of one table (a metadata-only commit without files)."""
+        files = out.files.get(name, [])
+        committing = time.monotonic()
+        outcome = self._sink(name).committer.commit(batch_id, files, position)
+        data = [f for f in files if f.content == "data"] if outcome.committed else []
+        deletes = [f for f in files if f.content != "data"] if outcome.committed else []
+        return BatchResult(
+            batch_id=batch_id,
+            committed=outcome.committed,
+            snapshot_id=outcome.snapshot_id,
+            data_files=len(data),
+            delete_files=len(deletes),
+            rows_written=sum(f.record_count for f in data),
+            delete_rows=sum(f.record_count for f in deletes),
+            bytes_written=sum(f.file_size for f in data + deletes),
+            write_seconds=out.write_seconds,
+            commit_seconds=time.monotonic() - committing - outcome.refresh_seconds,
+            files_per_partition={},
+            skipped_reason=outcome.reason,
+            refresh_seconds=outcome.refresh_seconds,
+        )
 
     def _record_metrics(self, results: dict[str, Any], decoded: dict[str, _TableBatch], unrouted: int) -> None:
         """The batch in the Prometheus series: each table's counts, the lag, unroutable records."""
@@ -729,14 +476,6 @@ class SyncRunner:
 
     def _install_signals(self) -> dict[int, Any]:
         return install_stop_signals(self._stop)
-
-
-def _below(held: dict[tuple[str, int], int], topic: Column, partition: Column, offset: Column) -> Column:
-    """SQL: the record's offset is below what is already held for its topic-partition."""
-    from pyspark.sql import functions as F
-
-    terms = [(topic == F.lit(t)) & (partition == F.lit(p)) & (offset < F.lit(o)) for (t, p), o in sorted(held.items())]
-    return reduce(lambda a, b: a | b, terms, F.lit(False))
 
 
 def read_sync_state(

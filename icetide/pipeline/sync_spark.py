@@ -1,0 +1,289 @@
+"""The Spark path of a pipeline of many tables: a plan per table (pipeline/sync.py's SyncRunner).
+
+A batch the sync fast path does not take (pipeline/sync_fast.py) runs here: one Spark job reads
+every range and computes each record's table (decode.route), cached once; then, per table and
+several at a time: create it from the stream if it is new, skip what it already holds, decode its
+records with its own schema and key (decode.debezium, with dead letters, truncates and schema
+changes), write and commit it through its own UpsertSink. The batch's bad records, from every
+table, go to the one dead-letter table before any table commits.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
+from icetide.errors import IcetideError
+from icetide.faults import crash_point
+from icetide.pipeline.adapter import payload_limits
+from icetide.pipeline.batches import SyncBatchMetrics
+from icetide.pipeline.runner import TooManyBadRecordsError
+from icetide.pipeline.sync_state import Position, skipped_below
+from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
+from icetide.sink.sink import BatchResult
+from icetide.sources.base import source_error_in
+from icetide.table.catalog import table_exists
+from icetide.table.iceberg import spark_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from icetide.pipeline.sync import SyncRunner
+    from icetide.sources.kafka_topics import TopicsPlan
+
+TABLE_THREADS = 4  # tables decoded, written and committed at once (Spark runs their jobs side by side)
+# A table's share of a batch up to this many records is written by one task, hashed by key, without
+# the dynamic distribution's statistics pass: one Spark job less per table (docs/design.md, "Many tables").
+SMALL_SHARE_RECORDS = 50_000
+POSITION_COLUMNS = ["topic", "partition", "offset"]
+
+
+@dataclass
+class _TableBatch:
+    """One table's share of a batch, decoded."""
+
+    name: str
+    good: Any = None
+    bad: Any = None
+    order_by: str | None = None
+    truncated: bool = False
+    unknown_fields: dict[str, int] = field(default_factory=dict)
+    records: int = 0  # records routed to the table in this batch
+    bad_count: int = 0
+
+
+def run_spark_batch(
+    runner: SyncRunner, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float, path: str
+) -> SyncBatchMetrics:
+    """Run the batch on the Spark path: route, then decode, write and commit each table with its own plan."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    read = plan.topics_read()
+
+    kept: list[Any] = []
+    try:
+        # One pass over the whole batch: which tables it feeds, from which topics. Each table
+        # then reads only its own topics' ranges: a table's Spark jobs have as many tasks as
+        # it has ranges, not as many as the batch has (which would grow with tables squared).
+        counts = (
+            routed(runner, plan, read)
+            .groupBy(ROUTE_COLUMN, "topic")
+            .agg(F.count(F.lit(1)).alias("records"), F.count(ROUTE_ERROR_COLUMN).alias("errors"))
+            .collect()
+        )
+        routes: dict[str, set[str]] = {}
+        shares: dict[str, int] = {}
+        for r in counts:
+            if r[ROUTE_COLUMN] is not None:
+                routes.setdefault(r[ROUTE_COLUMN], set()).add(r["topic"])
+                shares[r[ROUTE_COLUMN]] = shares.get(r[ROUTE_COLUMN], 0) + int(r["records"])
+        records_in = sum(int(r["records"]) for r in counts)
+        unroutable = {r["topic"] for r in counts if r["errors"]}
+        created = [name for name in sorted(routes) if ensure_table(runner, name, routed(runner, plan, routes[name]))]
+        registry_changed = False
+        for name, topics in sorted(routes.items()):
+            registry_changed |= runner.state.register(name, {t: plan.starts[t] for t in topics})
+        decoded = decode_tables(runner, routes, plan, kept)
+        for name, batch in decoded.items():
+            batch.records = shares.get(name, 0)
+        read_seconds = time.monotonic() - started
+        bad_count = 0
+        bad = None
+        if unroutable or plan.losses or any(d.bad_count for d in decoded.values()):
+            bad = bad_records(runner, plan, unroutable, decoded).persist(StorageLevel.MEMORY_AND_DISK)
+            kept.append(bad)
+            bad_count = bad.count()
+        if records_in and bad_count / records_in > runner.config.max_bad_fraction:
+            first = bad.first() if bad is not None else None
+            raise TooManyBadRecordsError(
+                f"batch {batch_id}: {bad_count} of {records_in} records are bad, more than max_bad_fraction "
+                f"{runner.config.max_bad_fraction}; first error: {first['error'] if first else '?'}"
+            )
+        fed = {t for s in runner.state.tables.values() for t in s.topics()}
+        if bad_count or plan.losses or registry_changed or (read - fed):
+            runner._write_dead_letters(bad if bad_count else None, plan, batch_id)
+            crash_point("after_dead_letter", batch_id)
+        results = runner._commit_each(
+            batch_id, plan, set(decoded), lambda n, p: write_table(runner, n, p, decoded, batch_id)
+        )
+    except IcetideError:
+        raise
+    except Exception as exc:
+        source_error = source_error_in(exc)
+        if source_error is not None:
+            raise source_error from exc
+        raise
+    finally:
+        for frame in kept:
+            frame.unpersist()
+    crash_point("after_commit", batch_id)
+    source_lag = runner._lag()
+    runner._record_metrics(results, decoded, unrouted=bad_count - sum(d.bad_count for d in decoded.values()))
+    return SyncBatchMetrics(
+        pipeline=runner.config.pipeline,
+        batch_id=batch_id,
+        committed=any(r.committed for r in results.values()),
+        records_in=records_in,
+        rows_written=sum(r.rows_written for r in results.values()),
+        delete_rows=sum(r.delete_rows for r in results.values()),
+        bad_records=bad_count,
+        data_files=sum(r.data_files for r in results.values()),
+        delete_files=sum(r.delete_files for r in results.values()),
+        bytes_written=sum(r.bytes_written for r in results.values()),
+        read_decode_seconds=round(read_seconds, 3),
+        write_seconds=round(max([r.write_seconds for r in results.values()] or [0.0]), 3),
+        commit_seconds=round(max([r.commit_seconds for r in results.values()] or [0.0]), 3),
+        source_lag=source_lag,
+        finished_at=datetime.now(UTC).isoformat(),
+        truncated=any(d.truncated for d in decoded.values()),
+        unknown_fields={f"{d.name}.{k}": v for d in decoded.values() for k, v in d.unknown_fields.items()},
+        lost_ranges=len(plan.losses),
+        plan_seconds=round(max([r.plan_seconds for r in results.values()] or [0.0]), 3),
+        refresh_seconds=round(max([r.refresh_seconds for r in results.values()] or [0.0]), 3),
+        source_plan_seconds=plan_seconds,
+        tables_committed=sum(1 for r in results.values() if r.committed),
+        table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
+        created_tables=tuple(created),
+        path=path,
+    )
+
+
+def ensure_table(runner: SyncRunner, name: str, routed: DataFrame) -> bool:
+    """Create table `name` if it does not exist (from its first messages' schema and key, or from
+    the pipeline's `table.schema`); True if it was created."""
+    from pyspark.sql import functions as F
+
+    if name in runner.sinks or table_exists(runner.spark, name):
+        runner._sink(name)
+        return False
+
+    def samples() -> list[tuple[Any, Any]]:
+        rows = (
+            routed.where((F.col(ROUTE_COLUMN) == name) & F.col("value").isNotNull() & F.col("key").isNotNull())
+            .select("key", "value")
+            .limit(SAMPLE_MESSAGES)
+            .collect()
+        )
+        return [(r["key"], r["value"]) for r in rows]
+
+    runner._create_table(name, samples)
+    return True
+
+
+def routed(runner: SyncRunner, plan: TopicsPlan, topics: set[str] | list[str]) -> DataFrame:
+    """The batch's records of `topics`, read from Kafka, each with its route (decode.route)."""
+    ranges = [r for r in plan.ranges if r.topic in topics and r.end > r.start]
+    return with_routes(runner.topics.read(runner.spark, ranges), runner.config.table.name)
+
+
+def decode_tables(
+    runner: SyncRunner, routes: dict[str, set[str]], plan: TopicsPlan, kept: list[Any]
+) -> dict[str, _TableBatch]:
+    """Each table's records of the batch (those it does not hold yet), decoded with its own
+    schema, its bad records counted; several tables at once."""
+    from pyspark.sql import functions as F
+
+    from icetide.decode.debezium import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, decode_debezium
+
+    c = runner.config
+
+    def decode(name: str) -> _TableBatch:
+        sink = runner.sinks[name]
+        state = runner.state.tables[name]
+        held = skipped_below(state.effective(), plan.starts, state.topics())
+        rows = routed(runner, plan, routes[name]).where(F.col(ROUTE_COLUMN) == name)
+        if held:
+            rows = rows.where(~_below(held, F.col("topic"), F.col("partition"), F.col("offset")))
+        rows = rows.select("topic", "partition", "offset", "timestamp", "key", "value")
+        local: list[Any] = []
+        changes = decode_debezium(
+            rows,
+            "value",
+            spark_schema(runner.spark, sink.committer.table),
+            list(sink.key),
+            c.mode,
+            POSITION_COLUMNS,
+            keep=local,
+            limits=payload_limits(c),
+            settings=c.debezium,
+            on_truncate=c.on_truncate,
+            schema_evolution=c.schema_evolution,
+        )
+        kept.extend(local)
+        order_by = c.order_by or changes.order_by
+        good = changes.good.drop(*[x for x in (SOURCE_TS_COLUMN, SOURCE_ORDER_COLUMN) if x != order_by])
+        bad_count = changes.bad.count()  # materializes the decoded cache that good and bad share
+        return _TableBatch(
+            name, good, changes.bad, order_by, changes.truncated, changes.unknown_fields, bad_count=bad_count
+        )
+
+    names = sorted(routes)
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(names))) as pool:
+        return {b.name: b for b in pool.map(decode, names)}
+
+
+def bad_records(
+    runner: SyncRunner, plan: TopicsPlan, unroutable: set[str], decoded: dict[str, _TableBatch]
+) -> DataFrame:
+    """The batch's bad records not yet in the dead-letter table: unroutable ones and each table's."""
+    from pyspark.sql import functions as F
+
+    from icetide.decode.json import BAD_DDL, source_position
+
+    frames = [d.bad.select("payload", "error", "source_position") for d in decoded.values() if d.bad_count]
+    if unroutable:
+        records = routed(runner, plan, unroutable)
+        frames.append(
+            records.where(F.col(ROUTE_ERROR_COLUMN).isNotNull()).select(
+                F.col("value").cast("string").alias("payload"),
+                F.col(ROUTE_ERROR_COLUMN).alias("error"),
+                source_position(POSITION_COLUMNS).alias("source_position"),
+            )
+        )
+    if plan.losses:
+        rows = [(None, f"data loss: {loss.reason}", loss.where()) for loss in plan.losses]
+        frames.append(runner.spark.createDataFrame(rows, BAD_DDL))
+    bad = reduce(lambda a, b: a.unionByName(b), frames)
+    held = skipped_below(runner.state.dead_letter_position, plan.starts, plan.starts)
+    if held:
+        pattern = r"^(.*)/(\d+)@(\d+)$"
+        topic = F.regexp_extract(F.col("source_position"), pattern, 1)
+        partition = F.regexp_extract(F.col("source_position"), pattern, 2).cast("int")
+        offset = F.regexp_extract(F.col("source_position"), pattern, 3).cast("bigint")
+        where = F.col("source_position").rlike(pattern)
+        bad = bad.where(~where | ~_below(held, topic, partition, offset))
+    return bad
+
+
+def write_table(
+    runner: SyncRunner, name: str, position: Position, decoded: dict[str, _TableBatch], batch_id: int
+) -> BatchResult:
+    """Write and commit one table's share of the batch (a metadata-only commit without one)."""
+    batch = decoded.get(name)
+    if batch is None:
+        outcome = runner._sink(name).committer.commit(batch_id, [], position)
+        return BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
+    sink = runner.sinks[name]
+    sink.order_by = batch.order_by
+    small = batch.records <= SMALL_SHARE_RECORDS and runner.config.distribution == "dynamic"
+    sink.distribution = "key" if small else runner.config.distribution
+    sink.write_parallelism = 1 if small else runner.config.write_parallelism
+    return sink.write(
+        batch.good, batch_id=batch_id, source_position=position, input_cached=True, truncate=batch.truncated
+    )
+
+
+def _below(held: dict[tuple[str, int], int], topic: Column, partition: Column, offset: Column) -> Column:
+    """SQL: the record's offset is below what is already held for its topic-partition."""
+    from pyspark.sql import functions as F
+
+    terms = [(topic == F.lit(t)) & (partition == F.lit(p)) & (offset < F.lit(o)) for (t, p), o in sorted(held.items())]
+    return reduce(lambda a, b: a | b, terms, F.lit(False))
