@@ -435,19 +435,7 @@ class FastAppend:
             [(round(r.started_at - started_at, 2), round(r.finished_at - started_at, 2)) for r in results],
             [r.timings() for r in results],
         )
-        files = [
-            WrittenFile(
-                f["content"],
-                f["path"],
-                tuple(f["partition"]),
-                int(f["record_count"]),
-                int(f["file_size"]),
-                f["writer"],
-                f["metadata_json"],
-            )
-            for r in results
-            for f in r.files
-        ]
+        files = [WrittenFile.from_row(f) for r in results for f in r.files]
         write_seconds = max((r.write_seconds for r in results), default=0.0)
         return FastBatch(
             files=files,

@@ -404,7 +404,7 @@ class SyncFastPath:
             return NotFast(reason or f"new tables: {', '.join(sorted(new_tables))}", new_tables if not reason else {})
         files: dict[str, list[WrittenFile]] = {}
         for name, f in written:
-            files.setdefault(name, []).append(_written_file(f))
+            files.setdefault(name, []).append(WrittenFile.from_row(f))
         shares = [(name, share) for r in results for name, share in r.tables.items()]
         write_seconds = max((r.write_seconds for r in results), default=0.0)
         return SyncFastBatch(
@@ -421,7 +421,7 @@ class SyncFastPath:
     def _delete(written: list[tuple[str, dict[str, Any]]], sinks: dict[str, UpsertSink]) -> None:
         by_table: dict[str, list[WrittenFile]] = {}
         for name, f in written:
-            by_table.setdefault(name, []).append(_written_file(f))
+            by_table.setdefault(name, []).append(WrittenFile.from_row(f))
         for name, files in by_table.items():
             sinks[name].committer._delete_files(files, reason="the batch runs on the Spark path")
 
@@ -430,15 +430,3 @@ class SyncFastPath:
         """Delete whatever the batch's tasks wrote to any of `sinks`' tables."""
         for sink in sinks:
             sink.remove_batch_files(batch_id)
-
-
-def _written_file(f: dict[str, Any]) -> WrittenFile:
-    return WrittenFile(
-        f["content"],
-        f["path"],
-        tuple(f["partition"]),
-        int(f["record_count"]),
-        int(f["file_size"]),
-        f["writer"],
-        f["metadata_json"],
-    )

@@ -100,6 +100,19 @@ class WrittenFile:
     writer: str = ""  # host:pid of the executor process that wrote it
     metadata_json: str = ""  # Iceberg content-file JSON, metrics included, computed by the writer
 
+    @classmethod
+    def from_row(cls, r: Any) -> WrittenFile:
+        """From a writer task's row of WRITTEN_FILE_SCHEMA (a dict or a Spark Row)."""
+        return cls(
+            r["content"],
+            r["path"],
+            tuple(r["partition"]),
+            int(r["record_count"]),
+            int(r["file_size"]),
+            r["writer"],
+            r["metadata_json"],
+        )
+
 
 @dataclass(frozen=True)
 class CommitOutcome:

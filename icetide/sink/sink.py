@@ -517,18 +517,7 @@ class UpsertSink:
         finally:
             if cached:
                 prepared.unpersist()
-        return [
-            WrittenFile(
-                r["content"],
-                r["path"],
-                tuple(r["partition"]),
-                int(r["record_count"]),
-                int(r["file_size"]),
-                r["writer"],
-                r["metadata_json"],
-            )
-            for r in rows
-        ], write_seconds
+        return [WrittenFile.from_row(r) for r in rows], write_seconds
 
     def _remove_batch_files(self, config: WriterConfig) -> None:
         """After a failed write job, delete what its tasks wrote (found by the batch's file prefix)."""
