@@ -506,6 +506,9 @@ def source_order(source: Mapping[str, Any], ts_ms: Any, offset: int) -> str:
 # -- one table's rows ---------------------------------------------------------------------------
 
 
+SEALED_ROWS = 50_000  # changes held as Python values before they move into Arrow
+
+
 class TableRows:
     """Collects one table's changes as columns: the table's, then `_op` and `_source_order`."""
 
@@ -524,6 +527,7 @@ class TableRows:
         self.orders: list[str] = []
         self.unknown: dict[str, int] = {}
         self._plans: dict[int, list[tuple[str, Converter, bool]]] = {}
+        self._sealed: list[pa.Table] = []  # earlier changes, already in Arrow
 
     def _plan(self, envelope: Envelope, evolving: bool) -> list[tuple[str, Converter, bool]]:
         plan = self._plans.get(envelope.schema_id)
@@ -580,12 +584,27 @@ class TableRows:
                 column.append(value)
             self.ops.append(change_op)
             self.orders.append(order)
+        if len(self.ops) >= SEALED_ROWS:
+            self._seal()
 
     def __len__(self) -> int:
-        return len(self.ops)
+        return sum(t.num_rows for t in self._sealed) + len(self.ops)
 
     def table(self) -> pa.Table:
         """The changes so far: the table's columns in its types, `_op` and `_source_order`."""
+        self._seal()
+        if len(self._sealed) == 1:
+            return self._sealed[0]
+        return pa.concat_tables(self._sealed) if self._sealed else self._arrow()
+
+    def _seal(self) -> None:
+        """Move the changes collected as Python values into Arrow (a tenth of the memory or less)."""
+        if self.ops or not self._sealed:
+            self._sealed.append(self._arrow())
+            self.columns = [[] for _ in self.names]
+            self.ops, self.orders = [], []
+
+    def _arrow(self) -> pa.Table:
         arrays = []
         for f, values in zip(self.schema, self.columns, strict=True):
             array = pa.array(values, type=storage_type(f.type))
