@@ -271,9 +271,14 @@ class SyncRunner:
             for name, samples in sorted(out.new_tables.items()):
                 if name in self.sinks or table_exists(self.spark, name):
                     self._sink(name)
+                elif not samples and self.config.table_config(name).schema is None:
+                    # The Spark path looks further (and says so when no message can make the table).
+                    return NotFast(f"no keyed message of new table {name} among the samples"), created
                 else:
-                    keyed = [(k, v) for k, v in samples if k is not None]
-                    self._create_table(name, lambda keyed=keyed: keyed)  # type: ignore[misc]
+                    try:
+                        self._create_table(name, lambda samples=samples: samples)  # type: ignore[misc]
+                    except SourceError as exc:  # no schema among the few samples: the Spark path reads more
+                        return NotFast(f"new table {name}: {exc}"), created
                     created.append(name)
         return out, created
 

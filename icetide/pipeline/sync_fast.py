@@ -154,8 +154,9 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                         if name in config.elsewhere:
                             raise NotHere(f"table {name}: {config.elsewhere[name]}")
                         samples = result.new_tables.setdefault(name, [])
-                        if len(samples) < SAMPLE_MESSAGES:
-                            samples.append((message.key(), value))
+                        key = message.key()
+                        if key is not None and len(samples) < SAMPLE_MESSAGES:  # a table is made from a keyed one
+                            samples.append((key, value))
                         continue
                     offset = message.offset()
                     if offset < table.held.get((topic, partition), -1):
