@@ -136,10 +136,10 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                 topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
                 partition = int(partition_text)
                 for message in block.messages:
+                    result.records += 1  # tombstones too, as the Spark path counts a batch's records
                     value = message.value()
                     if value is None:
                         continue
-                    result.records += 1
                     envelope = reader_of.read(value)
                     if envelope is None:
                         continue
@@ -181,7 +181,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         for name, collected in rows.items():
             share = result.tables[name]
             share.unknown_fields = collected.unknown
-            share.files = _write_table(collected.table(), config.tables[name], f"{tag}")
+            share.files = _write_table(collected.table(), config.tables[name], tag)
     except (NotHere, WriteError, ValueError, TypeError, pa.ArrowException) as exc:
         # Files already written are found again by their batch prefix and deleted by the driver.
         return SyncTaskResult(not_here=f"writing failed: {one_line(exc)}", records=result.records, wrote=True)
