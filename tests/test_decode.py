@@ -252,6 +252,11 @@ def test_debezium_bad_events(spark: Any) -> None:
         json.dumps(change("c", None, {"id": 1, "updated": "soon"})): "column updated: 'soon' is not a TIMESTAMP",
         json.dumps({"after": {"id": 1}}): "not a Debezium change event: op is missing",
         '{"op": "c", "after": {"id": 1}': "malformed JSON",
+        # An empty or blank value is no tombstone (that is a null value): it once vanished here.
+        # Found by tests/test_poison.py (a payload of one carriage return).
+        "": "malformed JSON: empty payload",
+        "  ": "malformed JSON: empty payload",
+        "\r": "not a Debezium change event: op is missing",
     }
     payloads = list(cases)
     decoded = decode_debezium(

@@ -495,11 +495,16 @@ def decode_debezium(
         return F.when(wrapped, parsed["payload"][name]).otherwise(parsed[name])
 
     # A null value, or the converter's {"schema": ..., "payload": null}; the key check runs last, rarely.
-    tombstone = (F.trim(F.col(PAYLOAD)) == "null") | (
-        ~wrapped
-        & parsed["op"].isNull()
-        & parsed[CORRUPT_FIELD].isNull()
-        & F.array_contains(F.json_object_keys(F.col(PAYLOAD)), "payload")
+    # Null-safe: for an empty or blank payload the key test is null, and a null filter drops the record.
+    tombstone = F.coalesce(
+        (F.trim(F.col(PAYLOAD)) == "null")
+        | (
+            ~wrapped
+            & parsed["op"].isNull()
+            & parsed[CORRUPT_FIELD].isNull()
+            & F.array_contains(F.json_object_keys(F.col(PAYLOAD)), "payload")
+        ),
+        F.lit(False),
     )
     row = F.coalesce(part("after"), part("before"))
     known = F.array(*[F.lit(n) for n in names])
