@@ -453,7 +453,8 @@ def test_every_table_equals_its_source_after_kill_9(
     config_path.write_text(yaml.safe_dump(doc))
     restarted = crash_and_restart(config_path, point, batch=batch, kill_after=(12, 20))
     paths = [json.loads(line).get("path") for line in restarted.stdout.splitlines() if line.startswith("{")]
-    assert "fast" in paths, paths  # the restart's batches after the bad records
+    if point != "random":  # a random kill may come when only the Spark path's batch is left, or none
+        assert "fast" in paths, paths  # the restart's batches after the bad records
     other = warehouse_reader(spark, "killcheck", warehouse)
     keys = {"orders": "order_number", "customers": "id", "products": "id"}
     for t in streams:
