@@ -40,7 +40,7 @@ from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import PARTITION_COLUMN_PREFIX, UpsertSink
 from icetide.sink.transforms import arrow_partition_values, computable
 from icetide.sink.writer import WriterConfig, write_appends
-from icetide.sources.base import ExecutorSourceError, source_error_in
+from icetide.sources.base import ExecutorSourceError, raise_source_error_in
 from icetide.sources.kafka_reader import OffsetRange, RangeReader, _kafka, range_settings
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields
@@ -418,9 +418,7 @@ class FastAppend:
             results: list[AppendTaskResult] = rdd.mapPartitions(lambda items: _run_partition(config, items)).collect()
         except Exception as exc:
             self.discard(batch_id)
-            source_error = source_error_in(exc)
-            if source_error is not None:
-                raise source_error from exc
+            raise_source_error_in(exc)
             log.debug("append tasks of batch %s failed", batch_id, exc_info=True)
             raise IcetideError(
                 f"writing batch {batch_id} to {self.sink.table_name} failed: {one_line(exc)}; nothing was committed"

@@ -31,7 +31,7 @@ from icetide.pipeline.runner_lock import RunnerLock
 from icetide.pipeline.supervision import RestartMetrics, supervise
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.sink import UpsertSink
-from icetide.sources.base import source_error_in
+from icetide.sources.base import raise_source_error_in
 from icetide.table.catalog import create_table
 from icetide.table.iceberg import spark_schema
 
@@ -260,9 +260,7 @@ class Runner:
         except IcetideError:
             raise
         except Exception as exc:
-            source_error = source_error_in(exc)
-            if source_error is not None:
-                raise source_error from exc
+            raise_source_error_in(exc)
             raise
         finally:
             for frame in kept:

@@ -44,7 +44,7 @@ from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import OLD_SPEC_COLUMN_PREFIX, PARTITION_COLUMN_PREFIX, UpsertSink
 from icetide.sink.transforms import arrow_partition_values, computable
 from icetide.sink.writer import WriteError, WriterConfig, write_task
-from icetide.sources.base import source_error_in
+from icetide.sources.base import raise_source_error_in
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields
@@ -381,9 +381,7 @@ class SyncFastPath:
             results: list[SyncTaskResult] = rdd.mapPartitions(lambda items: _run_partition(config, items)).collect()
         except Exception as exc:
             self.discard(batch_id, sinks.values())
-            source_error = source_error_in(exc)
-            if source_error is not None:
-                raise source_error from exc
+            raise_source_error_in(exc)
             log.debug("sync tasks of batch %s failed", batch_id, exc_info=True)
             raise IcetideError(f"writing batch {batch_id} failed: {one_line(exc)}; nothing was committed") from exc
         elapsed = time.monotonic() - started

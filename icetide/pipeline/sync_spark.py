@@ -26,7 +26,7 @@ from icetide.pipeline.runner import TooManyBadRecordsError
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
 from icetide.sink.sink import BatchResult
-from icetide.sources.base import source_error_in
+from icetide.sources.base import raise_source_error_in
 from icetide.table.catalog import table_exists
 from icetide.table.iceberg import spark_schema
 
@@ -115,9 +115,7 @@ def run_spark_batch(
     except IcetideError:
         raise
     except Exception as exc:
-        source_error = source_error_in(exc)
-        if source_error is not None:
-            raise source_error from exc
+        raise_source_error_in(exc)
         raise
     finally:
         for frame in kept:

@@ -46,3 +46,13 @@ def source_error_in(exc: BaseException) -> SourceError | None:
         return exc
     match = re.search(re.escape(EXECUTOR_SOURCE_ERROR_MARKER) + r"([^\n]+)", str(exc))
     return SourceError(match.group(1).strip()) if match else None
+
+
+def raise_source_error_in(exc: BaseException) -> None:
+    """Raise the SourceError a Spark task raised inside `exc` (see `source_error_in`), if any.
+
+    Used where a batch's Spark actions fail: a source's failure reaches supervision as the
+    SourceError it is (transient, the run restarts), whatever action evaluated the read."""
+    source_error = source_error_in(exc)
+    if source_error is not None:
+        raise source_error from exc
