@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, SchemaError
 from icetide.spark.py4j_collections import java_list
+from icetide.table.definition import Column, Definition, compare
 from icetide.table.iceberg import iceberg_catalog, jvm, load_table, spec_fields, split_name
 from icetide.table.spec import TableSpec
 
@@ -62,14 +63,31 @@ def apply_retention_defaults(spark: SparkSession, name: str) -> dict[str, str]:
     return missing
 
 
-def _definition(jschema: Any, jspec: Any) -> dict[str, Any]:
-    """Schema, key and partitioning in a form two tables can be compared by."""
+def _definition(jschema: Any, jspec: Any) -> Definition:
+    """Schema, key and partitioning of a Java schema and spec as plain values."""
     ids = {int(i) for i in java_list(jschema.identifierFieldIds())}
     fields = java_list(jschema.columns())
-    columns = [(f.name(), f.type().toString(), f.isRequired()) for f in fields]
-    key = sorted(f.name() for f in fields if f.fieldId() in ids)
-    parts = [(f.transform().toString(), jschema.findColumnName(f.sourceId())) for f in java_list(jspec.fields())]
-    return {"columns": columns, "key": key, "partition_by": parts}
+    columns = tuple(Column(f.name(), f.type().toString(), bool(f.isRequired())) for f in fields)
+    key = tuple(sorted(f.name() for f in fields if f.fieldId() in ids))
+    parts = tuple((f.transform().toString(), jschema.findColumnName(f.sourceId())) for f in java_list(jspec.fields()))
+    return Definition(columns, key, parts)
+
+
+# (table, difference) pairs already logged by this process: a pipeline restarted in a loop by
+# supervision says once what differs, not on every start.
+_LOGGED_DIFFERENCES: set[tuple[str, str]] = set()
+
+
+def check_existing(name: str, declared: Definition, found: Definition) -> None:
+    """Accept an existing table that evolved from the declared definition; raise SchemaError naming
+    every conflict (see icetide.table.definition), and log each difference once per process."""
+    comparison = compare(declared, found)
+    if comparison.conflicts:
+        raise SchemaError(f"table {name} exists and does not fit the pipeline: {'; '.join(comparison.conflicts)}")
+    for difference in comparison.differences:
+        if (name, difference) not in _LOGGED_DIFFERENCES:
+            _LOGGED_DIFFERENCES.add((name, difference))
+            log.info("table %s differs from its declared definition: %s", name, difference)
 
 
 def _build_schema_and_spec(spark: SparkSession, spec: TableSpec) -> tuple[Any, Any]:
@@ -119,12 +137,15 @@ def create_table(
     properties: dict[str, str] | None = None,
     target_file_size: int | None = None,
 ) -> Any:
-    """Create the table, or load it if it exists with the same definition; returns the Java Table.
+    """Create the table, or load it if it exists and fits the definition; returns the Java Table.
 
     The table is Iceberg format v2 with merge-on-read, `key` as its identifier fields and
     `partition_by` as hidden partition transforms, and RETENTION_DEFAULTS (bounded metadata
-    files, an hour of snapshot history) unless `properties` says otherwise. Raises SchemaError if a table of this name
-    exists with another schema, key or partitioning, and ConfigError for an invalid definition.
+    files, an hour of snapshot history) unless `properties` says otherwise. An existing table fits
+    when it has every declared column with the same or a wider type and the same key; it may have
+    more columns and another partition spec (it evolved), and what differs is logged once.
+    Raises SchemaError naming the column or key that conflicts, and ConfigError for an invalid
+    definition.
     """
     spec = TableSpec.of(schema, key, partition_by or [], properties)
     catalog_name, ident_text = split_name(name)
@@ -134,11 +155,7 @@ def create_table(
     ident = j.org.apache.iceberg.catalog.TableIdentifier.parse(ident_text)
     if catalog.tableExists(ident):
         table = load_table(spark, name)
-        wanted, found = _definition(jschema, jspec), _definition(table.schema(), table.spec())
-        if wanted != found:
-            diffs = [f"{k}: table has {found[k]}, asked for {wanted[k]}" for k in wanted if wanted[k] != found[k]]
-            raise SchemaError(f"table {name} already exists with a different definition ({'; '.join(diffs)})")
-        log.debug("table %s exists with the same definition", name)
+        check_existing(name, _definition(jschema, jspec), _definition(table.schema(), table.spec()))
         return table
     props = dict(TABLE_DEFAULTS)
     if target_file_size:
