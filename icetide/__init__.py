@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from icetide.maintenance.maintain import MaintenancePolicy, maintain
     from icetide.maintenance.orphans import remove_orphan_files
     from icetide.maintenance.position_deletes import convert_equality_deletes
-    from icetide.pipeline.runner import Runner, run
+    from icetide.pipeline.entry import run
+    from icetide.pipeline.runner import Runner
     from icetide.sink.committer import PipelineState
     from icetide.sink.sink import BatchResult, UpsertSink
     from icetide.spark.session import spark_session
@@ -50,7 +51,7 @@ _LAZY = {
     "PipelineState": "icetide.sink.committer",
     "spark_session": "icetide.spark.session",
     "create_table": "icetide.table.catalog",
-    "run": "icetide.pipeline.runner",
+    "run": "icetide.pipeline.entry",
     "Runner": "icetide.pipeline.runner",
     "load_config": "icetide.config",
     "compaction": "icetide.maintenance.compaction",

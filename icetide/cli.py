@@ -53,7 +53,7 @@ def _table_session(args: argparse.Namespace) -> tuple[SparkSession, str, dict[st
 
     if args.pipeline:
         from icetide.config import load_config
-        from icetide.pipeline.runner import pipeline_session
+        from icetide.pipeline.provision import pipeline_session
 
         config = load_config(args.pipeline)
         if args.warehouse or args.catalog_option:
@@ -155,8 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run a pipeline file: one JSON metrics line per batch (and per restart) on stdout, a status
     line in a terminal."""
     from icetide.config import load_config
-    from icetide.pipeline.runner_lock import RunnerLock
-    from icetide.pipeline.sync import lock_config
+    from icetide.pipeline.runner_lock import RunnerLock, lock_config
 
     config = load_config(args.pipeline)  # bad config fails here, before Spark starts
     lock = RunnerLock(lock_config(config))
@@ -171,20 +170,14 @@ def _run_held(args: argparse.Namespace, config: PipelineConfig) -> int:
     from rich.console import Console
 
     from icetide.pipeline.batches import BatchMetrics
-    from icetide.pipeline.runner import Runner
+    from icetide.pipeline.entry import runner_for
     from icetide.pipeline.supervision import RestartMetrics
-    from icetide.pipeline.sync import SyncRunner
     from icetide.pipeline.two_stage import TwoStageRunner
 
     console = Console(stderr=True)
     interactive = console.is_terminal
     with console.status(f"starting pipeline {config.pipeline} ...") if interactive else _nothing():
-        if config.stateful is not None:
-            runner: Runner | TwoStageRunner | SyncRunner = TwoStageRunner(config)
-        elif config.routes_tables:
-            runner = SyncRunner(config)
-        else:
-            runner = Runner(config)
+        runner = runner_for(config)
     totals = {"batches": 0, "rows": 0, "bad": 0}
 
     def on_batch(m: BatchMetrics) -> None:
@@ -300,7 +293,7 @@ def _pipeline_status(args: argparse.Namespace, config: PipelineConfig) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from icetide.pipeline.runner import pipeline_session
+    from icetide.pipeline.provision import pipeline_session
     from icetide.pipeline.sync_status import pipeline_status, status_json
 
     statuses = pipeline_status(pipeline_session(config), config)
@@ -332,7 +325,7 @@ def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy:
     from rich.console import Console
 
     from icetide.maintenance.maintain import maintain_tables
-    from icetide.pipeline.runner import pipeline_session
+    from icetide.pipeline.provision import pipeline_session
     from icetide.pipeline.sync import read_sync_state
 
     console = Console(stderr=True)

@@ -10,9 +10,14 @@ from dataclasses import asdict, dataclass, field
 from types import FrameType
 from typing import Any
 
+from icetide.errors import TerminalError
 from icetide.pipeline.supervision import RestartMetrics
 
 log = logging.getLogger(__name__)
+
+
+class TooManyBadRecordsError(TerminalError):
+    """A batch's share of bad records exceeded max_bad_fraction; nothing of it was committed."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ committed are deleted when the runner starts.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -19,30 +18,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.config import PipelineConfig, TableConfig
-from icetide.errors import CommitConflictError, ConfigError, IcetideError, SourceError, TerminalError
+from icetide.config import PipelineConfig
+from icetide.errors import CommitConflictError, ConfigError, IcetideError, SourceError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
-from icetide.pipeline.batches import BatchMetrics, RunSummary, install_stop_signals
+from icetide.pipeline.batches import BatchMetrics, RunSummary, TooManyBadRecordsError
 from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.fast_append import FastAppend, FastBatch
+from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import pipeline_metrics
-from icetide.pipeline.runner_lock import RunnerLock
-from icetide.pipeline.supervision import RestartMetrics, supervise
+from icetide.pipeline.provision import create_config_table, pipeline_session
+from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
-from icetide.table.catalog import create_table
 from icetide.table.iceberg import spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-
-class TooManyBadRecordsError(TerminalError):
-    """A batch's share of bad records exceeded max_bad_fraction; nothing of it was committed."""
 
 
 @dataclass(frozen=True)
@@ -52,32 +47,6 @@ class _InFlight:
     batch_id: int
     position: dict[str, Any]
     commit: Future[BatchMetrics]
-
-
-def pipeline_session(config: PipelineConfig) -> SparkSession:
-    """The Spark session a pipeline file asks for (warehouse or catalog block, extra Spark conf)."""
-    from icetide.spark.session import spark_session
-
-    return spark_session(
-        warehouse=config.warehouse,
-        catalog=config.catalog,
-        catalog_options=config.catalog_options,
-        conf=config.spark,
-    )
-
-
-def create_config_table(spark: SparkSession, t: TableConfig) -> Any:
-    """Create (or check) the table a pipeline file defines; returns the Java Table."""
-    assert t.schema is not None, "a table without a schema is created from the stream"
-    return create_table(
-        spark,
-        t.name,
-        schema=t.schema,
-        key=list(t.key),
-        partition_by=list(t.partition_by),
-        properties=t.properties,
-        target_file_size=t.target_file_size,
-    )
 
 
 class Runner:
@@ -128,7 +97,6 @@ class Runner:
         self.prometheus = pipeline_metrics(
             config.metrics, pipeline=config.pipeline, table=t.name, source=config.source_kind
         )
-        self._count_maintenance = self.prometheus.count_maintenance(self.maintenance_runs) if self.prometheus else None
 
     def stop(self) -> None:
         """Ask the run to stop after the batch in flight (which commits or is abandoned cleanly)."""
@@ -154,14 +122,14 @@ class Runner:
     def run_batch(self) -> BatchMetrics | None:
         """Run one batch and commit it; None when the source had nothing new."""
         self._step(overlap=False)
-        done = self._take_finished()
+        done = self.take_finished()
         return done[-1] if done else None
 
     def _step(self, *, overlap: bool) -> None:
         """Plan, read and write one batch. It commits here, or, with `overlap`, on the fast path
         while a backlog drains, on the commit thread while the next step reads and writes the
         batch after it (docs/runner.md, "Overlapped commits"). Batches whose commit finished are
-        queued for `_take_finished`: the one that was in flight first, then this one.
+        queued for `take_finished`: the one that was in flight first, then this one.
 
         A batch in flight always finishes before the next one writes dead letters or commits,
         and before any error leaves this method: its commit never races the restart's cleanup.
@@ -193,7 +161,7 @@ class Runner:
             self._finish_in_flight(quiet=True)
             raise
 
-    def _take_finished(self) -> list[BatchMetrics]:
+    def take_finished(self) -> list[BatchMetrics]:
         """The batches committed since the last call, oldest first."""
         done, self._finished = self._finished, []
         return done
@@ -375,6 +343,8 @@ class Runner:
             log.debug("could not measure source lag", exc_info=True)
             return -1
 
+    # -- the loop's steps (pipeline/loop.py) -------------------------------------------------
+
     def run(
         self,
         *,
@@ -399,151 +369,58 @@ class Runner:
 
         SIGINT/SIGTERM stop the run after the batch in flight; a second signal aborts at once.
         """
-        summary = RunSummary()
-        lock = RunnerLock(self.config)
-        lock.acquire(self.spark)
-        if self.prometheus is not None:
-            last = self.sink.last_committed()
-            self.prometheus.committed_before(last.committed_at if last is not None else None)
-        previous = self._install_signals() if handle_signals else {}
-        maintenance = self._start_maintenance_thread()
-        try:
-            supervise(
-                lambda: self._run_batches(summary, lock, once=once, on_batch=on_batch),
-                pipeline=self.config.pipeline,
-                restart=self.config.restart,
-                stop=self._stop,
-                committed=lambda: len(summary.batches),
-                last_committed_batch=self._last_committed_batch,
-                restarts=summary.restarts,
-                after_failure=lambda event: self._after_failure(event, on_restart),
-            )
-            summary.stopped_by_signal = self._stop.is_set() and not once
-        finally:
-            self._finish_in_flight(quiet=True)
-            if self._committer_pool is not None:
-                self._committer_pool.shutdown()
-                self._committer_pool = None
-            self.source.close()
-            if maintenance is not None:
-                maintenance.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            lock.release()
-        return summary
+        loop = PipelineLoop(self, self._stop)
+        return loop.run(once=once, on_batch=on_batch, on_restart=on_restart, handle_signals=handle_signals)
 
-    def _last_committed_batch(self) -> int | None:
+    def step(self, *, overlap: bool) -> None:
+        """Plan, stage and commit one batch (see `_step`)."""
+        self._step(overlap=overlap)
+
+    def in_flight(self) -> bool:
+        """Whether a batch is committing on the commit thread."""
+        return self._in_flight is not None
+
+    def finish_in_flight(self) -> None:
+        """Wait for the batch in flight to commit; its error is raised."""
+        self._finish_in_flight()
+
+    def last_plan_full(self) -> bool:
+        """Whether the last plan reached the source's batch limit."""
+        return self._last_plan_full
+
+    def remove_abandoned_files(self) -> int:
+        """Delete the files of batches (and dead letters) that never committed; how many."""
+        removed = self.sink.remove_abandoned_files()
+        if self.dead_letter is not None:
+            removed += self.dead_letter.remove_abandoned_files()
+        return removed
+
+    def reload(self) -> None:
+        """Nothing to read again: every batch starts from the table's last commit."""
+
+    def close(self) -> None:
+        """Let a batch in flight finish (quietly), stop the commit thread, close the source."""
+        self._finish_in_flight(quiet=True)
+        if self._committer_pool is not None:
+            self._committer_pool.shutdown()
+            self._committer_pool = None
+        self.source.close()
+
+    def last_committed_batch(self) -> int | None:
+        """The pipeline's last committed batch id on its table."""
         state = self.sink.last_committed()
         return state.batch_id if state is not None else None
 
-    def _after_failure(self, event: RestartMetrics, on_restart: Callable[[RestartMetrics], None] | None) -> None:
+    def last_committed_at(self) -> str | None:
+        """When the pipeline last committed to its table."""
+        state = self.sink.last_committed()
+        return state.committed_at if state is not None else None
+
+    def maintained_tables(self) -> list[str]:
+        """The one table maintenance keeps (a two-stage pipeline's target, not its raw table)."""
+        return [self.config.maintained_table]
+
+    def observe(self, metrics: BatchMetrics) -> None:
+        """The batch and the source's lag per partition in the Prometheus series."""
         if self.prometheus is not None:
-            self.prometheus.record_restart()
-        if on_restart is not None:
-            on_restart(event)
-        self.source.close()  # a fresh connection after the wait
-
-    def _run_batches(
-        self,
-        summary: RunSummary,
-        lock: RunnerLock,
-        *,
-        once: bool,
-        on_batch: Callable[[BatchMetrics], None] | None,
-    ) -> None:
-        """Start-up cleanup, then batches until stopped (or drained, with `once`)."""
-        # Safe only because this process holds the pipeline: another runner's in-flight files
-        # would look exactly like a crashed run's.
-        summary.abandoned_files_removed += self.sink.remove_abandoned_files()
-        if self.dead_letter is not None:
-            summary.abandoned_files_removed += self.dead_letter.remove_abandoned_files()
-        overlap = self.config.trigger.overlap_commit
-        while not self._stop.is_set():
-            started = time.monotonic()
-            lock.renew()
-            try:
-                self._step(overlap=overlap)
-            finally:  # batches that committed before an error are reported too
-                done = self._take_finished()
-                for metrics in done:
-                    self._report(metrics, summary, on_batch)
-            if self._in_flight is not None:
-                continue  # a backlog: the next batch is written while this one commits
-            if once and (not done or not self._last_plan_full):
-                break  # a batch smaller than the limit drained what was there when it was planned
-            if once or (done and done[-1].source_lag > 0):
-                continue  # backlog: next batch right away
-            self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
-        self._finish_in_flight()  # stopped with a batch in flight: it commits before the run ends
-        for metrics in self._take_finished():
-            self._report(metrics, summary, on_batch)
-
-    def _report(
-        self, metrics: BatchMetrics, summary: RunSummary, on_batch: Callable[[BatchMetrics], None] | None
-    ) -> None:
-        """A committed batch: in the summary, maintenance if due, Prometheus, the log, `on_batch`."""
-        summary.batches.append(metrics)
-        self._maybe_maintain(metrics.batch_id)
-        if self.prometheus is not None and self._count_maintenance is not None:
             self.prometheus.record_batch(metrics, self._partition_lag)
-            self._count_maintenance()
-        log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
-        if on_batch is not None:
-            on_batch(metrics)
-
-    def _maybe_maintain(self, batch_id: int) -> None:
-        """Between batches, every `maintenance.every_batches`: one policy-driven maintenance run.
-
-        It runs in the pipeline's own Spark application and never fails the pipeline: its
-        commits are validated against the stream's, and an error is logged, not raised.
-        """
-        if not self._maintenance_due(batch_id) or self.config.maintenance is None:
-            return
-        from icetide.maintenance.maintain import maintain
-        from icetide.pipeline.maintenance_thread import maintenance_policy
-
-        try:
-            report = maintain(self.spark, self.config.maintained_table, maintenance_policy(self.config.maintenance))
-            self.maintenance_runs.append(report)
-        except Exception:
-            log.warning("maintenance of %s failed; the pipeline goes on", self.config.maintained_table, exc_info=True)
-
-    def _start_maintenance_thread(self) -> Any:
-        """With `maintenance: {every: ...}`, maintenance on its own thread for this run; else None."""
-        settings = self.config.maintenance
-        if settings is None or settings.every_seconds is None:
-            return None
-        from icetide.pipeline.maintenance_thread import MaintenanceThread, maintenance_policy
-
-        return MaintenanceThread(
-            self.spark,
-            self.config.maintained_table,
-            maintenance_policy(settings),
-            settings.every_seconds,
-            reports=self.maintenance_runs,
-        ).start()
-
-    def _install_signals(self) -> dict[int, Any]:
-        return install_stop_signals(self._stop)
-
-
-def run(config: PipelineConfig | str, *, once: bool = False, spark: SparkSession | None = None) -> RunSummary:
-    """Run a pipeline (a PipelineConfig or the path of its YAML file); one with a merge engine or
-    enrichment runs as two stages (icetide.pipeline.two_stage)."""
-    from icetide.config import load_config
-
-    cfg = load_config(config) if isinstance(config, str) else config
-    if cfg.stateful is not None:
-        from icetide.pipeline.two_stage import TwoStageRunner
-
-        lock = RunnerLock(cfg)  # a local warehouse's lock; Runner.run holds it itself
-        lock.acquire()
-        try:
-            return TwoStageRunner(cfg, spark).run(once=once)
-        finally:
-            lock.release()
-    if cfg.routes_tables:
-        from icetide.pipeline.sync import SyncRunner
-
-        return SyncRunner(cfg, spark).run(once=once)
-    return Runner(cfg, spark).run(once=once)

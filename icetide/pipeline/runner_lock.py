@@ -21,6 +21,7 @@ runner holds its pipeline before it touches anything:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -228,6 +229,13 @@ class TableLease:
                 self.jtable.updateProperties().remove(self.key).commit()
         except Exception:
             log.debug("could not release the runner lease", exc_info=True)
+
+
+def lock_config(config: PipelineConfig) -> PipelineConfig:
+    """The config a RunnerLock holds the pipeline by: a routing pipeline's is its dead-letter table."""
+    if not config.routes_tables or config.dead_letter is None:
+        return config
+    return dataclasses.replace(config, table=dataclasses.replace(config.table, name=config.dead_letter))
 
 
 class RunnerLock:

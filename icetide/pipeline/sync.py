@@ -15,9 +15,7 @@ committed skips the records it holds, one that did not reads them again."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -29,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 from icetide.config import PipelineConfig
 from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point
-from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics, install_stop_signals
+from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics
 from icetide.pipeline.dead_letter import DeadLetterTable
+from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
-from icetide.pipeline.runner import create_config_table, pipeline_session
-from icetide.pipeline.runner_lock import RunnerLock
-from icetide.pipeline.supervision import RestartMetrics, supervise
+from icetide.pipeline.provision import create_config_table, pipeline_session
+from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import NotFast, SyncFastBatch, SyncFastPath
-from icetide.pipeline.sync_spark import TABLE_THREADS, _TableBatch, run_spark_batch
+from icetide.pipeline.sync_spark import TABLE_THREADS, TableBatch, run_spark_batch
 from icetide.pipeline.sync_state import Position, SyncState, TableState, advance, parse_position, skipped_below
 from icetide.pipeline.table_from_stream import create_from_definition, definition_from_messages
 from icetide.sink.committer import Committer
@@ -49,13 +47,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-
-def lock_config(config: PipelineConfig) -> PipelineConfig:
-    """The config a RunnerLock holds the pipeline by: a routing pipeline's is its dead-letter table."""
-    if not config.routes_tables or config.dead_letter is None:
-        return config
-    return dataclasses.replace(config, table=dataclasses.replace(config.table, name=config.dead_letter))
 
 
 @dataclass(frozen=True)
@@ -93,7 +84,6 @@ class SyncRunner:
         self._stop = threading.Event()
         self._last_plan_full = False
         self.maintenance_runs: list[Any] = []
-        self._maintenance_cursor = 0
         self._partition_lag: dict[str, int] | None = None
         # Prometheus: the pipeline's series (source lag, restarts, unroutable records, labelled
         # with its dead-letter table) and one set per table, made as tables appear.
@@ -101,17 +91,17 @@ class SyncRunner:
             config.metrics, pipeline=config.pipeline, table=config.dead_letter, source="kafka"
         )
         self._table_metrics: dict[str, PipelineMetrics] = {}
-        self._count_maintenance = self.prometheus.count_maintenance(self.maintenance_runs) if self.prometheus else None
+        self._finished: list[BatchMetrics] = []  # committed batches not yet reported
         self.load_state()
 
     # -- state -------------------------------------------------------------------------------
 
     def load_state(self) -> SyncState:
         """Read where every table stands from the tables themselves (after a start or a failure)."""
-        self.state = read_sync_state(self.spark, self.config, lambda name: self._sink(name).committer)
+        self.state = read_sync_state(self.spark, self.config, lambda name: self.sink_for(name).committer)
         return self.state
 
-    def _sink(self, name: str) -> UpsertSink:
+    def sink_for(self, name: str) -> UpsertSink:
         if name not in self.sinks:
             c = self.config
             self.sinks[name] = UpsertSink(
@@ -174,7 +164,7 @@ class SyncRunner:
             path = f"spark: {fast}"
         return run_spark_batch(self, batch_id, plan, plan_seconds, started, path)
 
-    def _create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None:
+    def create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None:
         """Create table `name` from the pipeline's `table.schema`, else from the schema and key of
         the first of its messages (key, value) that carry both."""
         t = self.config.table_config(name)
@@ -182,9 +172,9 @@ class SyncRunner:
             create_config_table(self.spark, t)
         else:
             create_from_definition(self.spark, t, definition_from_messages(samples()))
-        self._sink(name)
+        self.sink_for(name)
 
-    def _write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
+    def write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
         """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
         registry and the dead-letter position, before any table."""
         position = advance(self.state.dead_letter_position, {t: plan.ends[t] for t in plan.ends})
@@ -216,15 +206,15 @@ class SyncRunner:
             )
         fed = {t for s in self.state.tables.values() for t in s.topics()}
         if registry_changed or (plan.topics_read() - fed):
-            self._write_dead_letters(None, plan, batch_id)
+            self.write_dead_letters(None, plan, batch_id)
             crash_point("after_dead_letter", batch_id)
-        results = self._commit_each(
+        results = self.commit_each(
             batch_id, plan, set(out.records), lambda n, p: self._commit_files(n, p, out, batch_id)
         )
         crash_point("after_commit", batch_id)
-        source_lag = self._lag()
-        shares = {name: _TableBatch(name, records=n) for name, n in out.records.items()}
-        self._record_metrics(results, shares, unrouted=0)
+        source_lag = self.lag()
+        shares = {name: TableBatch(name, records=n) for name, n in out.records.items()}
+        self.record_metrics(results, shares, unrouted=0)
         return SyncBatchMetrics(
             pipeline=self.config.pipeline,
             batch_id=batch_id,
@@ -258,7 +248,7 @@ class SyncRunner:
         out: SyncFastBatch | NotFast = NotFast("not run")
         for _attempt in range(2):
             names = set(self.state.tables) | set(self.sinks)  # tables created this batch are not registered yet
-            sinks = {n: self._sink(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
+            sinks = {n: self.sink_for(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
             held = {
                 n: skipped_below(s.effective(), plan.starts, s.topics())
                 for n, s in self.state.tables.items()
@@ -270,19 +260,19 @@ class SyncRunner:
                 break
             for name, samples in sorted(out.new_tables.items()):
                 if name in self.sinks or table_exists(self.spark, name):
-                    self._sink(name)
+                    self.sink_for(name)
                 elif not samples and self.config.table_config(name).schema is None:
                     # The Spark path looks further (and says so when no message can make the table).
                     return NotFast(f"no keyed message of new table {name} among the samples"), created
                 else:
                     try:
-                        self._create_table(name, lambda samples=samples: samples)  # type: ignore[misc]
+                        self.create_table(name, lambda samples=samples: samples)  # type: ignore[misc]
                     except SourceError as exc:  # no schema among the few samples: the Spark path reads more
                         return NotFast(f"new table {name}: {exc}"), created
                     created.append(name)
         return out, created
 
-    def _commit_each(
+    def commit_each(
         self, batch_id: int, plan: TopicsPlan, fed: set[str], write: Callable[[str, Position], BatchResult]
     ) -> dict[str, BatchResult]:
         """Commit every table the batch feeds (`fed`: tables with records; also every table fed by a
@@ -310,7 +300,7 @@ class SyncRunner:
         """Commit the fast path's files of one table (a metadata-only commit without files)."""
         files = out.files.get(name, [])
         committing = time.monotonic()
-        outcome = self._sink(name).committer.commit(batch_id, files, position)
+        outcome = self.sink_for(name).committer.commit(batch_id, files, position)
         data = [f for f in files if f.content == "data"] if outcome.committed else []
         deletes = [f for f in files if f.content != "data"] if outcome.committed else []
         return BatchResult(
@@ -329,7 +319,7 @@ class SyncRunner:
             refresh_seconds=outcome.refresh_seconds,
         )
 
-    def _record_metrics(self, results: dict[str, Any], decoded: dict[str, _TableBatch], unrouted: int) -> None:
+    def record_metrics(self, results: dict[str, Any], decoded: dict[str, TableBatch], unrouted: int) -> None:
         """The batch in the Prometheus series: each table's counts, the lag, unroutable records."""
         if self.prometheus is None:
             return
@@ -350,7 +340,8 @@ class SyncRunner:
         if self._partition_lag is not None:
             self.prometheus.record_lag(self._partition_lag)
 
-    def _lag(self) -> int:
+    def lag(self) -> int:
+        """Records not yet in every table they feed (-1 when the source cannot say)."""
         try:
             self._partition_lag = self.lag_by_partition()
             return sum(self._partition_lag.values())
@@ -363,7 +354,7 @@ class SyncRunner:
         topics = self.topics.topics()
         return self.topics.lag_by_partition({t: self.state.resume_position(t) or {} for t in topics})
 
-    # -- the run -----------------------------------------------------------------------------
+    # -- the loop's steps (pipeline/loop.py) -------------------------------------------------
 
     def run(
         self,
@@ -375,112 +366,62 @@ class SyncRunner:
     ) -> RunSummary:
         """Run batches until stopped (with `once`, until the topics are drained), as Runner.run does:
         one runner per pipeline, transient failures restart from what the tables hold."""
-        summary = RunSummary()
-        lock = RunnerLock(lock_config(self.config))
-        lock.acquire(self.spark)
-        previous = self._install_signals() if handle_signals else {}
-        maintenance = self._start_maintenance_thread()
-        try:
-            supervise(
-                lambda: self._run_batches(summary, lock, once=once, on_batch=on_batch),
-                pipeline=self.config.pipeline,
-                restart=self.config.restart,
-                stop=self._stop,
-                committed=lambda: len(summary.batches),
-                last_committed_batch=lambda: self.state.next_batch_id() - 1,
-                restarts=summary.restarts,
-                after_failure=lambda event: self._after_failure(event, on_restart),
-                before_retry=self.load_state,
-            )
-            summary.stopped_by_signal = self._stop.is_set() and not once
-        finally:
-            self.topics.close()
-            if maintenance is not None:
-                maintenance.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            lock.release()
-        return summary
+        loop = PipelineLoop(self, self._stop)
+        return loop.run(once=once, on_batch=on_batch, on_restart=on_restart, handle_signals=handle_signals)
 
-    def _after_failure(self, event: RestartMetrics, on_restart: Callable[[RestartMetrics], None] | None) -> None:
-        if self.prometheus is not None:
-            self.prometheus.record_restart()
-        if on_restart is not None:
-            on_restart(event)
-        self.topics.close()
+    def step(self, *, overlap: bool) -> None:
+        """Run one batch (commits are not overlapped across many tables)."""
+        metrics = self.run_batch()
+        if metrics is not None:
+            self._finished.append(metrics)
 
-    def _start_maintenance_thread(self) -> Any:
-        """With `maintenance: {every: ...}`: passes over every table of the pipeline (and its
-        dead-letter table) on a thread of their own, each within the time budget; else None."""
-        settings = self.config.maintenance
-        if settings is None or settings.every_seconds is None:
-            return None
-        from icetide.pipeline.maintenance_thread import MaintenanceThread, maintenance_policy
+    def take_finished(self) -> list[BatchMetrics]:
+        """The batches committed since the last call."""
+        done, self._finished = self._finished, []
+        return done
 
-        return MaintenanceThread(
-            self.spark,
-            lambda: [*self.table_names(), self.dead_letter.name],
-            maintenance_policy(settings),
-            settings.every_seconds,
-            reports=self.maintenance_runs,
-            name=f"{self.config.pipeline}'s tables",
-        ).start()
+    def in_flight(self) -> bool:
+        """Never: every batch commits before `step` returns."""
+        return False
 
-    def _run_batches(
-        self,
-        summary: RunSummary,
-        lock: RunnerLock,
-        *,
-        once: bool,
-        on_batch: Callable[[BatchMetrics], None] | None,
-    ) -> None:
-        # Safe only because this process holds the pipeline (see Runner._run_batches).
+    def finish_in_flight(self) -> None:
+        """Nothing in flight."""
+
+    def last_plan_full(self) -> bool:
+        """Whether the last plan reached max_records."""
+        return self._last_plan_full
+
+    def remove_abandoned_files(self) -> int:
+        """Delete the files of batches that never committed, in every table and the dead-letter table."""
+        removed = 0
         for name in self.table_names():
             if table_exists(self.spark, name):
-                summary.abandoned_files_removed += self._sink(name).remove_abandoned_files()
-        summary.abandoned_files_removed += self.dead_letter.remove_abandoned_files()
-        while not self._stop.is_set():
-            started = time.monotonic()
-            lock.renew()
-            metrics = self.run_batch()
-            if self._count_maintenance is not None:
-                self._count_maintenance()  # the thread's runs too, between batches or not
-            if metrics is not None:
-                summary.batches.append(metrics)
-                self._maybe_maintain(metrics.batch_id)
-                log.info("batch %s committed: %s", metrics.batch_id, metrics.to_json())
-                if on_batch is not None:
-                    on_batch(metrics)
-            if once and (metrics is None or not self._last_plan_full):
-                break
-            if once or (metrics is not None and metrics.source_lag > 0):
-                continue
-            self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
+                removed += self.sink_for(name).remove_abandoned_files()
+        return removed + self.dead_letter.remove_abandoned_files()
 
-    def _maybe_maintain(self, batch_id: int) -> None:
-        """Every `maintenance.every_batches`: one pass over the pipeline's tables within its time budget."""
-        every = self.config.maintain_every_batches
-        if not every or batch_id % every or self.config.maintenance is None:
-            return
-        from icetide.maintenance.maintain import maintain_tables
-        from icetide.pipeline.maintenance_thread import maintenance_policy
+    def reload(self) -> None:
+        """Read where every table stands again."""
+        self.load_state()
 
-        try:
-            tables = [*self.table_names(), self.dead_letter.name]
-            passed = maintain_tables(
-                self.spark,
-                tables,
-                maintenance_policy(self.config.maintenance),
-                start=self._maintenance_cursor,
-                keep_going=True,
-            )
-            self._maintenance_cursor = passed.next_start
-            self.maintenance_runs.extend(passed.reports)
-        except Exception:
-            log.warning("maintenance of %s's tables failed; the pipeline goes on", self.config.pipeline, exc_info=True)
+    def close(self) -> None:
+        """Close the topics' connections."""
+        self.topics.close()
 
-    def _install_signals(self) -> dict[int, Any]:
-        return install_stop_signals(self._stop)
+    def last_committed_batch(self) -> int | None:
+        """The last batch id any table or the dead-letter table committed."""
+        return self.state.next_batch_id() - 1
+
+    def last_committed_at(self) -> str | None:
+        """The latest commit time among the pipeline's tables."""
+        times = [s.committed_at for s in self.state.tables.values() if s.committed_at]
+        return max(times) if times else None
+
+    def maintained_tables(self) -> list[str]:
+        """Every table the pipeline has fed, and its dead-letter table."""
+        return [*self.table_names(), self.dead_letter.name]
+
+    def observe(self, metrics: BatchMetrics) -> None:
+        """Each table's series were recorded with its commit (`record_metrics`)."""
 
 
 def read_sync_state(
@@ -513,4 +454,4 @@ def table_states(config: PipelineConfig, spark: SparkSession) -> list[TableState
     return list(read_sync_state(spark, config).tables.values())
 
 
-__all__ = ["Position", "SyncBatchMetrics", "SyncRunner", "lock_config", "table_states"]
+__all__ = ["Position", "SyncBatchMetrics", "SyncRunner", "table_states"]

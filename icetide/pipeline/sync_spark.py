@@ -21,8 +21,7 @@ from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
 from icetide.errors import IcetideError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import payload_limits
-from icetide.pipeline.batches import SyncBatchMetrics
-from icetide.pipeline.runner import TooManyBadRecordsError
+from icetide.pipeline.batches import SyncBatchMetrics, TooManyBadRecordsError
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
 from icetide.sink.sink import BatchResult
@@ -44,7 +43,7 @@ POSITION_COLUMNS = ["topic", "partition", "offset"]
 
 
 @dataclass
-class _TableBatch:
+class TableBatch:
     """One table's share of a batch, decoded."""
 
     name: str
@@ -107,9 +106,9 @@ def run_spark_batch(
             )
         fed = {t for s in runner.state.tables.values() for t in s.topics()}
         if bad_count or plan.losses or registry_changed or (read - fed):
-            runner._write_dead_letters(bad if bad_count else None, plan, batch_id)
+            runner.write_dead_letters(bad if bad_count else None, plan, batch_id)
             crash_point("after_dead_letter", batch_id)
-        results = runner._commit_each(
+        results = runner.commit_each(
             batch_id, plan, set(decoded), lambda n, p: write_table(runner, n, p, decoded, batch_id)
         )
     except IcetideError:
@@ -121,8 +120,8 @@ def run_spark_batch(
         for frame in kept:
             frame.unpersist()
     crash_point("after_commit", batch_id)
-    source_lag = runner._lag()
-    runner._record_metrics(results, decoded, unrouted=bad_count - sum(d.bad_count for d in decoded.values()))
+    source_lag = runner.lag()
+    runner.record_metrics(results, decoded, unrouted=bad_count - sum(d.bad_count for d in decoded.values()))
     return SyncBatchMetrics(
         pipeline=runner.config.pipeline,
         batch_id=batch_id,
@@ -158,7 +157,7 @@ def ensure_table(runner: SyncRunner, name: str, routed: DataFrame) -> bool:
     from pyspark.sql import functions as F
 
     if name in runner.sinks or table_exists(runner.spark, name):
-        runner._sink(name)
+        runner.sink_for(name)
         return False
 
     def samples() -> list[tuple[Any, Any]]:
@@ -170,7 +169,7 @@ def ensure_table(runner: SyncRunner, name: str, routed: DataFrame) -> bool:
         )
         return [(r["key"], r["value"]) for r in rows]
 
-    runner._create_table(name, samples)
+    runner.create_table(name, samples)
     return True
 
 
@@ -182,7 +181,7 @@ def routed(runner: SyncRunner, plan: TopicsPlan, topics: set[str] | list[str]) -
 
 def decode_tables(
     runner: SyncRunner, routes: dict[str, set[str]], plan: TopicsPlan, kept: list[Any]
-) -> dict[str, _TableBatch]:
+) -> dict[str, TableBatch]:
     """Each table's records of the batch (those it does not hold yet), decoded with its own
     schema, its bad records counted; several tables at once."""
     from pyspark.sql import functions as F
@@ -191,7 +190,7 @@ def decode_tables(
 
     c = runner.config
 
-    def decode(name: str) -> _TableBatch:
+    def decode(name: str) -> TableBatch:
         sink = runner.sinks[name]
         state = runner.state.tables[name]
         held = skipped_below(state.effective(), plan.starts, state.topics())
@@ -217,7 +216,7 @@ def decode_tables(
         order_by = c.order_by or changes.order_by
         good = changes.good.drop(*[x for x in (SOURCE_TS_COLUMN, SOURCE_ORDER_COLUMN) if x != order_by])
         bad_count = changes.bad.count()  # materializes the decoded cache that good and bad share
-        return _TableBatch(
+        return TableBatch(
             name, good, changes.bad, order_by, changes.truncated, changes.unknown_fields, bad_count=bad_count
         )
 
@@ -229,7 +228,7 @@ def decode_tables(
 
 
 def bad_records(
-    runner: SyncRunner, plan: TopicsPlan, unroutable: set[str], decoded: dict[str, _TableBatch]
+    runner: SyncRunner, plan: TopicsPlan, unroutable: set[str], decoded: dict[str, TableBatch]
 ) -> DataFrame:
     """The batch's bad records not yet in the dead-letter table: unroutable ones and each table's."""
     from pyspark.sql import functions as F
@@ -262,12 +261,12 @@ def bad_records(
 
 
 def write_table(
-    runner: SyncRunner, name: str, position: Position, decoded: dict[str, _TableBatch], batch_id: int
+    runner: SyncRunner, name: str, position: Position, decoded: dict[str, TableBatch], batch_id: int
 ) -> BatchResult:
     """Write and commit one table's share of the batch (a metadata-only commit without one)."""
     batch = decoded.get(name)
     if batch is None:
-        outcome = runner._sink(name).committer.commit(batch_id, [], position)
+        outcome = runner.sink_for(name).committer.commit(batch_id, [], position)
         return BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
     sink = runner.sinks[name]
     sink.order_by = batch.order_by

@@ -20,8 +20,9 @@ from icetide.config import PipelineConfig, TableConfig
 from icetide.errors import ConfigError
 from icetide.pipeline.adapter import EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN
 from icetide.pipeline.batches import RunSummary
+from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.raw_retention import RawRetentionResult, apply_raw_retention
-from icetide.pipeline.runner import Runner, create_config_table, pipeline_session
+from icetide.pipeline.runner import Runner
 from icetide.sink.changelog import OP_COLUMN
 from icetide.sink.committer import APPEND_TABLE_PROPERTIES
 from icetide.stateful.settings import StatefulSettings
