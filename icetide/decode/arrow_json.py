@@ -138,7 +138,7 @@ class Decoded:
     unknown_fields: dict[str, int] = field(default_factory=dict)  # key that is no column -> good records with it
 
 
-def _raw_text(value: Any) -> str:
+def raw_text(value: Any) -> str:
     """The text Spark's from_json keeps for a JSON value read as STRING."""
     if isinstance(value, str):
         return value
@@ -397,9 +397,9 @@ class ArrowJsonDecoder:
         op = INSERT
         raw_op = obj.get(OP_COLUMN)
         if raw_op is not None:
-            op = _raw_text(raw_op).strip().upper()
+            op = raw_text(raw_op).strip().upper()
             if op not in OPS:
-                return None, f"unknown op '{_raw_text(raw_op)}'", INSERT
+                return None, f"unknown op '{raw_text(raw_op)}'", INSERT
         typed: list[Any] = []
         errors: dict[str, str] = {}
         for f in self.schema:
@@ -411,7 +411,7 @@ class ArrowJsonDecoder:
                 elif not f.nullable:
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
-            raw = _raw_text(value)
+            raw = raw_text(value)
             converted = self._value(raw, f.type)
             typed.append(converted)
             if converted is None:

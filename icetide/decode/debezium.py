@@ -41,8 +41,6 @@ from icetide.decode.json import (
     PRE_ERROR,
     EpochUnit,
     OpMode,
-    _quote,
-    _raw,
     check_arguments,
     convert,
     convert_sql,
@@ -50,6 +48,8 @@ from icetide.decode.json import (
     infer_ddl,
     malformed_error,
     payload_text,
+    quote_name,
+    raw_column,
     source_position,
 )
 from icetide.decode.limits import PayloadLimits
@@ -201,7 +201,7 @@ def field_conversion(raw: str, f: C.ConnectField | None, dtype: DataType, settin
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    r = _quote(raw)
+    r = quote_name(raw)
     is_time = isinstance(dtype, T.TimestampType | T.TimestampNTZType)
     if f is None:
         if isinstance(dtype, T.DecimalType) and settings.decimal_handling_mode == "precise":
@@ -253,7 +253,7 @@ def _column_conversion(
         by_spec.setdefault(_spec(f), (f, []))[1].append(sid)
     if schemaless:
         by_spec.setdefault(_spec(None), (None, []))
-    branches = [(ids, field_conversion(_raw(i), f, column.dataType, settings)) for f, ids in by_spec.values()]
+    branches = [(ids, field_conversion(raw_column(i), f, column.dataType, settings)) for f, ids in by_spec.values()]
     if len(branches) == 1:
         return branches[0][1]
     chain = None
@@ -615,7 +615,7 @@ def decode_debezium(
         ),
         SOURCE_ORDER_COLUMN,
         _SCHEMA_ID,
-        *[crow[f.name].alias(_raw(i)) for i, f in enumerate(full_schema.fields)],
+        *[crow[f.name].alias(raw_column(i)) for i, f in enumerate(full_schema.fields)],
     )
     conversions = {
         f.name: _column_conversion(i, f, schemas, schemaless, settings) for i, f in enumerate(full_schema.fields)
@@ -672,7 +672,7 @@ def _new_columns(
     return [T.StructField(n, typed[n], nullable=True) for n in unknown]
 
 
-def _fits(source: DataType, target: DataType) -> bool:
+def fits_column(source: DataType, target: DataType) -> bool:
     """Whether a Connect field's type is written into a column of `target` as it is: the sink's rule,
     and any timestamp into either timestamp kind (a DATETIME kept as the source's wall time)."""
     from pyspark.sql import types as T
@@ -689,9 +689,9 @@ def _wider(name: str, source: DataType, current: DataType | None) -> DataType:
     from icetide.errors import SchemaEvolutionError
     from icetide.sink.evolution import widened
 
-    if current is None or _fits(source, current):
+    if current is None or fits_column(source, current):
         return current or source
-    if _fits(current, source):
+    if fits_column(current, source):
         return source
     wider = widened(source, current)
     if wider is None:

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
-from icetide.decode.arrow_json import ArrowJsonDecoder, _raw_text, unsupported_columns
+from icetide.decode.arrow_json import ArrowJsonDecoder, raw_text, unsupported_columns
 from icetide.decode.limits import PayloadLimits
 from icetide.sink.changelog import DELETE, INSERT, UPSERT
 
@@ -124,7 +124,7 @@ class Conversions:
                 if type(v) is str:
                     return v
                 if type(v) in (int, bool):
-                    return _raw_text(v)
+                    return raw_text(v)
                 # Spark keeps the token's own text (1e5, {"a": 1}); Python would write it again
                 raise NotHere(f"column {name}: a number or a nested value into a STRING column")
 
@@ -135,7 +135,7 @@ class Conversions:
             def integer(v: Any) -> Any:
                 if type(v) is int and low <= v <= high:
                     return v
-                return _fits(value_of(_raw_text(v), t), name)
+                return _fits(value_of(raw_text(v), t), name)
 
             return integer
         if pa.types.is_floating(t):
@@ -143,7 +143,7 @@ class Conversions:
 
             def floating(v: Any) -> float:
                 try:
-                    x = float(v) if type(v) in (int, float) else _fits(value_of(_raw_text(v), t), name)
+                    x = float(v) if type(v) in (int, float) else _fits(value_of(raw_text(v), t), name)
                 except OverflowError as exc:  # an integer beyond a double
                     raise NotHere(f"column {name}: a number beyond a DOUBLE") from exc
                 if single and not (type(v) is int and int(x) == v):  # an integer that is its double: no doubt
@@ -152,23 +152,23 @@ class Conversions:
 
             return floating
         if pa.types.is_boolean(t):
-            return lambda v: v if type(v) is bool else _fits(value_of(_raw_text(v), t), name)
+            return lambda v: v if type(v) is bool else _fits(value_of(raw_text(v), t), name)
         if pa.types.is_timestamp(t):
 
             def timestamp(v: Any) -> Any:
                 if type(v) is int and _MIN_MS <= v <= _MAX_MS:
                     return v * 1000
-                moment = _fits(value_of(_raw_text(v), t), name)
+                moment = _fits(value_of(raw_text(v), t), name)
                 return (moment - _EPOCH) // _MICRO
 
             return timestamp
         if pa.types.is_date32(t):
-            return lambda v: (_fits(value_of(_raw_text(v), t), name) - _EPOCH_DAY).days
+            return lambda v: (_fits(value_of(raw_text(v), t), name) - _EPOCH_DAY).days
         raise NotHere(f"column {name}: type {t}")
 
     def _adaptive_timestamp(self, v: Any) -> Any:
         """A schemaless timestamp: epoch microseconds when the integer is that large, else as "ms"."""
-        raw = _raw_text(v)
+        raw = raw_text(v)
         if re.fullmatch(r"-?[0-9]{15,18}", raw) and abs(int(raw)) >= _MICROS_FROM:
             return _in_range(int(raw), "")
         return self._generic(pa.timestamp("us", tz="UTC"), "")(v)
@@ -432,7 +432,7 @@ def _parse_head(head: bytes, limits: PayloadLimits) -> C.EnvelopeSchema | None:
 def _holds(t: pa.DataType, f: C.ConnectField) -> bool:
     """Whether a column of Arrow type `t` takes Connect field `f` as it is, without the Spark path's
     widening (decode/debezium.py `_evolved_types`, with schema_evolution on)."""
-    from icetide.decode.debezium import _fits
+    from icetide.decode.debezium import fits_column
 
     if pa.types.is_integer(t):
         ddl = {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}[t.bit_width]
@@ -444,7 +444,7 @@ def _holds(t: pa.DataType, f: C.ConnectField) -> bool:
         ddl = "TIMESTAMP"
     else:
         ddl = {pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.string(): "STRING"}[t]
-    return _fits(_spark_type(C.column_ddl(f)), _spark_type(ddl))
+    return fits_column(_spark_type(C.column_ddl(f)), _spark_type(ddl))
 
 
 def _spark_type(ddl: str) -> Any:
@@ -472,12 +472,12 @@ def _spark_type(ddl: str) -> Any:
 
 def _key_moved(before: Mapping[str, Any], after: Mapping[str, Any], key: Sequence[str]) -> bool:
     """An update that changes the key (compared as text, as the Spark path's map values are)."""
-    return any(before.get(k) is not None and _raw_text(before[k]) != _text(after.get(k)) for k in key)
+    return any(before.get(k) is not None and raw_text(before[k]) != _text(after.get(k)) for k in key)
 
 
 def _text(v: Any) -> str | None:
     """A source-block value as Spark's from_json reads it into a STRING field."""
-    return None if v is None else _raw_text(v)
+    return None if v is None else raw_text(v)
 
 
 def _lpad(text: str, width: int, pad: str = "0") -> str:

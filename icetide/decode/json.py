@@ -62,11 +62,13 @@ _EPOCH_DIGITS = {"s": 12, "ms": 15, "us": 18}  # up to about the year 33658, far
 _EPOCH_PER_SECOND = {"s": 1, "ms": 1000, "us": 1_000_000}
 
 
-def _quote(name: str) -> str:
+def quote_name(name: str) -> str:
+    """`name` quoted as a Spark SQL identifier."""
     return "`" + name.replace("`", "``") + "`"
 
 
-def _raw(i: int) -> str:
+def raw_column(i: int) -> str:
+    """The name of the column holding the raw text of table column `i` while a batch decodes."""
     return f"_icetide_r{i}"
 
 
@@ -142,7 +144,7 @@ def convert(raw: str, dtype: DataType, epoch_unit: str) -> Column:
 
     Timestamps and dates fit in years 0001-9999 only (icetide.decode.limits): what every writer holds.
     """
-    return convert_sql(_quote(raw), dtype, epoch_unit)
+    return convert_sql(quote_name(raw), dtype, epoch_unit)
 
 
 def convert_sql(r: str, dtype: DataType, epoch_unit: str) -> Column:
@@ -317,7 +319,7 @@ def finish(
     then read one cache, the source is read and parsed once, and the caller unpersists it.
 
     `rows` has PAYLOAD, POSITION, OP_COLUMN, PRE_ERROR (null unless the record is already known
-    to be bad), `extra_cols`, and `_raw(i)` (the raw text of table column i) for every column.
+    to be bad), `extra_cols`, and `raw_column(i)` (the raw text of table column i) for every column.
     """
     from pyspark.sql import functions as F
 
@@ -328,9 +330,9 @@ def finish(
         OP_COLUMN,
         PRE_ERROR,
         *extra_cols,
-        *[F.col(_raw(i)) for i in range(len(fields))],
+        *[F.col(raw_column(i)) for i in range(len(fields))],
         *[
-            (conversions or {}).get(f.name, convert(_raw(i), f.dataType, epoch_unit)).alias(_typed(i))
+            (conversions or {}).get(f.name, convert(raw_column(i), f.dataType, epoch_unit)).alias(_typed(i))
             for i, f in enumerate(fields)
         ],
         F.spark_partition_id().alias(BARRIER),
@@ -340,18 +342,18 @@ def finish(
     checks: list[Column] = [limit_error(F.col(PAYLOAD), limits or PayloadLimits())] if check_limits else []
     checks.append(F.col(PRE_ERROR))
     for i, f in enumerate(fields):
-        raw, value = F.col(_raw(i)), F.col(_typed(i))
+        raw, value = F.col(raw_column(i)), F.col(_typed(i))
         if f.name in keys:
             checks.append(
                 F.when(raw.isNull(), F.lit(f"key column {f.name} is missing or null")).when(
-                    value.isNull(), _type_error(f.name, _raw(i), f.dataType)
+                    value.isNull(), _type_error(f.name, raw_column(i), f.dataType)
                 )
             )
     for i, f in enumerate(fields):
         if f.name in keys:
             continue
-        raw, value = F.col(_raw(i)), F.col(_typed(i))
-        check = F.when(not_delete & raw.isNotNull() & value.isNull(), _type_error(f.name, _raw(i), f.dataType))
+        raw, value = F.col(raw_column(i)), F.col(_typed(i))
+        check = F.when(not_delete & raw.isNotNull() & value.isNull(), _type_error(f.name, raw_column(i), f.dataType))
         if not f.nullable:
             check = check.when(not_delete & raw.isNull(), F.lit(f"column {f.name} is missing or null (NOT NULL)"))
         checks.append(check)
@@ -537,10 +539,10 @@ def _sample_types(good: DataFrame, names: Sequence[str]) -> list[StructField]:
     )
     parsed, arrival = F.col(PARSED), F.col(BARRIER)
     sample = values.agg(
-        *[F.min_by(parsed[n], F.when(parsed[n].isNotNull(), arrival)).alias(_raw(i)) for i, n in enumerate(names)]
+        *[F.min_by(parsed[n], F.when(parsed[n].isNotNull(), arrival)).alias(raw_column(i)) for i, n in enumerate(names)]
     ).first()
     return [
-        T.StructField(n, T._parse_datatype_string(infer_ddl(sample[_raw(i)] if sample else None).lower()), True)
+        T.StructField(n, T._parse_datatype_string(infer_ddl(sample[raw_column(i)] if sample else None).lower()), True)
         for i, n in enumerate(names)
     ]
 
@@ -603,6 +605,6 @@ def _decode_once(
         *carried,
         F.when(raw_op.isNull(), F.lit(default_op)).otherwise(op).alias(OP_COLUMN),
         pre_error.alias(PRE_ERROR),
-        *[parsed[f.name].alias(_raw(i)) for i, f in enumerate(fields)],
+        *[parsed[f.name].alias(raw_column(i)) for i, f in enumerate(fields)],
     )
     return finish(rows, table_schema, key, carried, epoch_unit, keep, limits=limits)

@@ -71,7 +71,7 @@ class CompactionConflictError(CommitConflictError):
         self.result = result
 
 
-def _short(message: str) -> str:
+def short_message(message: str) -> str:
     """Iceberg prints whole DataFile objects (nested braces and all) in messages; keep their paths."""
     out = []
     rest = message
@@ -460,7 +460,7 @@ class CompactionJob:
                 "kept; check the table's snapshots before deleting them"
             ) from exc
         if kind in _CONFLICTS:
-            reason = _short(java_message(exc))
+            reason = short_message(java_message(exc))
             log.info("compaction of %s conflicts: %s", self.table_name, reason)
             for index in ready:
                 self._conflict(index, reason)

@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from icetide.errors import CommitFailedError, CommitStateUnknownError, ConfigError
-from icetide.maintenance.compaction import SUMMARY_COMMIT_ID, SUMMARY_OPERATION, SUMMARY_PLANNED_SNAPSHOT, _short
+from icetide.maintenance.compaction import SUMMARY_COMMIT_ID, SUMMARY_OPERATION, SUMMARY_PLANNED_SNAPSHOT, short_message
 from icetide.maintenance.deletes import applies
 from icetide.maintenance.inventory import TableFiles
 from icetide.maintenance.planning import DataFileRef, DeleteRef, partition_label
@@ -404,7 +404,7 @@ class EqualityDeleteConversion:
             ) from exc
         self._delete_staged()
         if kind in _CONFLICTS:
-            reason = _short(java_message(exc))
+            reason = short_message(java_message(exc))
             log.info("conversion of %s conflicts: %s", self.table_name, reason)
             return DeleteConversionResult(
                 self.table_name,

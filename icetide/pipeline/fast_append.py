@@ -41,7 +41,7 @@ from icetide.sink.sink import PARTITION_COLUMN_PREFIX, UpsertSink
 from icetide.sink.transforms import arrow_partition_values, computable
 from icetide.sink.writer import WriterConfig, write_appends
 from icetide.sources.base import ExecutorSourceError, raise_source_error_in
-from icetide.sources.kafka_reader import OffsetRange, RangeReader, _kafka, range_settings
+from icetide.sources.kafka_reader import OffsetRange, RangeReader, confluent_kafka_module, range_settings
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields
 from icetide.table.spec import PartitionTransform
@@ -132,7 +132,7 @@ class _Block:
 _DONE = object()  # the reader thread's last item when it read everything
 
 
-class _BlockReader:
+class BlockReader:
     """Reads a task's ranges on its own thread, a bounded queue of blocks ahead of decoding.
 
     librdkafka's consume and the Message objects it returns hold the GIL, `pyarrow.json.read_json`
@@ -148,7 +148,7 @@ class _BlockReader:
         self.cpu_seconds = 0.0
         self.thread = threading.Thread(target=self._run, name="icetide-kafka-reader", daemon=True)
 
-    def __enter__(self) -> _BlockReader:
+    def __enter__(self) -> BlockReader:
         self.thread.start()
         return self
 
@@ -189,7 +189,7 @@ class _BlockReader:
             self.cpu_seconds = time.thread_time() - started
 
     def _read(self) -> None:
-        kafka = _kafka()
+        kafka = confluent_kafka_module()
         value = kafka.Message.value
         for r in self.ranges:
             try:  # a consumer per range: it never sees another partition's prefetched records
@@ -231,7 +231,7 @@ def append_task(config: AppendTaskConfig, ranges: list[OffsetRange], tag: str) -
     cpu_started = time.process_time()
     tables: list[pa.Table] = []
     decoder = config.decoder
-    with _BlockReader(config, ranges) as reader:
+    with BlockReader(config, ranges) as reader:
         blocks = reader.blocks()
         while True:
             waiting = time.perf_counter()
@@ -284,13 +284,13 @@ def _run_partition(config: AppendTaskConfig, items: Any) -> Any:
     ctx = TaskContext.get()
     for index, ranges in items:
         attempt = ctx.attemptNumber() if ctx else 0
-        with _no_cycle_collection():
+        with no_cycle_collection():
             result = append_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
         yield result
 
 
 @contextlib.contextmanager
-def _no_cycle_collection() -> Iterator[None]:
+def no_cycle_collection() -> Iterator[None]:
     """The cycle collector off for one task. librdkafka's Message objects are GC-tracked and a
     task holds up to two blocks of them, so every collection walked 100,000 of them: about 8% of
     the task's CPU in the profile (docs/design.md, "Python task start"). The task makes no

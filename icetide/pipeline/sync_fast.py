@@ -37,7 +37,7 @@ from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, 
 from icetide.decode.route import identifier_part
 from icetide.errors import IcetideError, SourceError, one_line
 from icetide.pipeline.adapter import payload_limits
-from icetide.pipeline.fast_append import _BlockReader, _no_cycle_collection
+from icetide.pipeline.fast_append import BlockReader, no_cycle_collection
 from icetide.secrets import redacted_repr
 from icetide.sink.changelog import ARRIVAL_COLUMN
 from icetide.sink.committer import WrittenFile
@@ -131,7 +131,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
     rows: dict[str, TableRows] = {}
     started = time.thread_time()
     try:
-        with _BlockReader(config, ranges) as reader:  # type: ignore[arg-type]
+        with BlockReader(config, ranges) as reader:  # type: ignore[arg-type]
             for block in reader.blocks():
                 topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
                 partition = int(partition_text)
@@ -214,7 +214,7 @@ def _run_partition(config: SyncTaskConfig, items: Any) -> Iterator[SyncTaskResul
     ctx = TaskContext.get()
     for index, ranges in items:
         attempt = ctx.attemptNumber() if ctx else 0
-        with _no_cycle_collection():
+        with no_cycle_collection():
             yield sync_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
 
 

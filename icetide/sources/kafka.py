@@ -35,14 +35,14 @@ from icetide.errors import ConfigError, DataLossError, SourceError
 from icetide.secrets import redacted_repr
 from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX, JsonHeadSplit
 from icetide.sources.kafka_reader import (
-    _ALL_BROKERS_DOWN,
-    _AUTO_OFFSET_RESET,
-    _OFFSET_OUT_OF_RANGE,
-    _PARTITION_EOF,
-    _TRANSPORT,
-    _UNKNOWN_TOPIC_OR_PART,
+    ALL_BROKERS_DOWN,
+    AUTO_OFFSET_RESET,
+    OFFSET_OUT_OF_RANGE,
+    PARTITION_EOF,
+    TRANSPORT,
+    UNKNOWN_TOPIC_OR_PART,
     OffsetRange,
-    _kafka,
+    confluent_kafka_module,
     read_ranges_task,
 )
 
@@ -511,7 +511,7 @@ class KafkaSource:
                 settings: dict[str, Any] = self.config.consumer_settings(**{"fetch.wait.max.ms": "50"})
                 settings["error_cb"] = self._on_broker_error
                 try:
-                    self._consumer = _kafka().Consumer(settings)
+                    self._consumer = confluent_kafka_module().Consumer(settings)
                 except Exception as exc:
                     where = f"kafka {self.config.bootstrap_servers}"
                     raise SourceError(f"{where}: cannot create a consumer: {exc}") from exc
@@ -522,7 +522,7 @@ class KafkaSource:
                 raise
 
     def _on_broker_error(self, error: Any) -> None:
-        if error.code() in (_TRANSPORT, _ALL_BROKERS_DOWN):
+        if error.code() in (TRANSPORT, ALL_BROKERS_DOWN):
             del self._broker_errors[:-20]
             self._broker_errors.append((time.monotonic(), error.code(), error.str()))
 
@@ -542,7 +542,7 @@ class KafkaSource:
         except Exception as exc:
             raise SourceError(f"kafka {self.config.bootstrap_servers}: no metadata for topic {topic!r}: {exc}") from exc
         info = metadata.topics.get(topic)
-        if info is None or (info.error is not None and info.error.code() == _UNKNOWN_TOPIC_OR_PART):
+        if info is None or (info.error is not None and info.error.code() == UNKNOWN_TOPIC_OR_PART):
             raise SourceError(f"kafka topic {topic!r} does not exist on {self.config.bootstrap_servers}")
         if info.error is not None:
             raise SourceError(f"kafka topic {topic!r}: {info.error}")
@@ -551,7 +551,7 @@ class KafkaSource:
         return sorted(info.partitions)
 
     def _watermarks(self, consumer: Any, partition: int) -> tuple[int, int]:
-        tp = _kafka().TopicPartition(self.config.topic, partition)
+        tp = confluent_kafka_module().TopicPartition(self.config.topic, partition)
         try:
             marks = consumer.get_watermark_offsets(tp, timeout=self.config.metadata_timeout_seconds, cached=False)
         except Exception as exc:
@@ -606,7 +606,7 @@ class KafkaSource:
         below a returned end was seen to exist or lies below the broker's own high watermark.
         Partitions that ended by the timeout are added to `silent`.
         """
-        kafka = _kafka()
+        kafka = confluent_kafka_module()
         topic = self.config.topic
         seen = dict(froms)
         ends: dict[int, int] = {}
@@ -628,7 +628,7 @@ class KafkaSource:
                 if now >= deadline:
                     break
                 message = consumer.poll(max(0.0, min(left, 0.2)))
-                down = self._unreachable_since(started, codes=(_ALL_BROKERS_DOWN,))
+                down = self._unreachable_since(started, codes=(ALL_BROKERS_DOWN,))
                 if down is not None:  # silence would prove nothing: fail, and let supervision retry
                     raise SourceError(f"kafka {self.config.bootstrap_servers}: {down} while probing {topic}")
                 if message is None:
@@ -644,17 +644,17 @@ class KafkaSource:
                         ends[p] = seen[p]
                         paused.append(kafka.TopicPartition(topic, p))
                         consumer.pause(paused[-1:])
-                elif error.code() == _PARTITION_EOF:
+                elif error.code() == PARTITION_EOF:
                     ends[p] = max(message.offset(), seen[p]) if message.offset() >= froms[p] else message.offset()
-                elif error.code() in (_OFFSET_OUT_OF_RANGE, _AUTO_OFFSET_RESET):
+                elif error.code() in (OFFSET_OUT_OF_RANGE, AUTO_OFFSET_RESET):
                     ends[p] = self._watermarks(consumer, p)[1]
-                elif not error.retriable() and error.code() != _UNKNOWN_TOPIC_OR_PART:
+                elif not error.retriable() and error.code() != UNKNOWN_TOPIC_OR_PART:
                     raise SourceError(f"{topic}/{p}@{seen[p]}: {error.str()}")
         finally:
             if paused:  # librdkafka keeps a partition paused across assignments
                 consumer.resume(paused)
             consumer.unassign()
-        unreachable = self._unreachable_since(started, codes=(_TRANSPORT, _ALL_BROKERS_DOWN))
+        unreachable = self._unreachable_since(started, codes=(TRANSPORT, ALL_BROKERS_DOWN))
         if len(ends) < len(froms) and unreachable is not None:
             raise SourceError(
                 f"kafka {self.config.bootstrap_servers}: no fetch answered {topic} within "
@@ -675,7 +675,7 @@ class KafkaSource:
         scanning forward to the first record at or after the timestamp. Some brokers (Tansu 0.6)
         answer the earliest offset for any timestamp; the scan keeps the result exact anyway.
         """
-        kafka = _kafka()
+        kafka = confluent_kafka_module()
         topic = self.config.topic
         try:
             answers = consumer.offsets_for_times(
@@ -699,7 +699,7 @@ class KafkaSource:
         return starts
 
     def _scan_to_time(self, consumer: Any, froms: Mapping[int, int], timestamp_ms: int) -> dict[int, int]:
-        kafka = _kafka()
+        kafka = confluent_kafka_module()
         topic = self.config.topic
         found: dict[int, int] = {}
         paused: list[Any] = []
@@ -727,9 +727,9 @@ class KafkaSource:
                         found[p] = message.offset()
                         paused.append(kafka.TopicPartition(topic, p))
                         consumer.pause(paused[-1:])
-                elif error.code() == _PARTITION_EOF:
+                elif error.code() == PARTITION_EOF:
                     found[p] = max(message.offset(), froms[p])
-                elif error.code() in (_OFFSET_OUT_OF_RANGE, _AUTO_OFFSET_RESET):
+                elif error.code() in (OFFSET_OUT_OF_RANGE, AUTO_OFFSET_RESET):
                     found[p] = self._watermarks(consumer, p)[0]
                 elif not error.retriable():
                     raise SourceError(f"{topic}/{p}@{position[p]}: {error.str()}")

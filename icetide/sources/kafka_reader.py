@@ -54,12 +54,12 @@ SPLIT_RECORD_ARROW_SCHEMA = RECORD_ARROW_SCHEMA.append(pa.field("value" + HEAD_I
 )
 
 # librdkafka error codes (confluent_kafka.KafkaError), copied so this module imports without it.
-_PARTITION_EOF = -191
-_AUTO_OFFSET_RESET = -140
-_OFFSET_OUT_OF_RANGE = 1
-_UNKNOWN_TOPIC_OR_PART = 3
-_TRANSPORT = -195  # a broker connection failed or dropped
-_ALL_BROKERS_DOWN = -187
+PARTITION_EOF = -191
+AUTO_OFFSET_RESET = -140
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PART = 3
+TRANSPORT = -195  # a broker connection failed or dropped
+ALL_BROKERS_DOWN = -187
 # Messages' error(): None or a KafkaError, which is always true (and must not be compared with
 # None: KafkaError.__eq__ raises TypeError for it).
 _ERROR = operator.methodcaller("error")
@@ -68,7 +68,7 @@ _ERROR = operator.methodcaller("error")
 LIBRDKAFKA_QUEUED_MIN_MESSAGES = 100_000  # librdkafka's default
 
 
-def _kafka() -> Any:
+def confluent_kafka_module() -> Any:
     try:
         import confluent_kafka
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -124,7 +124,7 @@ class RangeReader:
         self.read_timeout = read_timeout
         self.batch_rows = batch_rows
         self.poll_timeout = poll_timeout
-        self._tp = topic_partition or (lambda t, p, o: _kafka().TopicPartition(t, p, o))
+        self._tp = topic_partition or (lambda t, p, o: confluent_kafka_module().TopicPartition(t, p, o))
         self._clock = clock
         self._splitter = HeadSplitter(split) if split is not None else None
 
@@ -175,12 +175,12 @@ class RangeReader:
                 error = message.error()
                 if error is not None:
                     code = error.code()
-                    if code == _PARTITION_EOF:
+                    if code == PARTITION_EOF:
                         if message.offset() >= r.end:
                             next_offset = r.end
                             break
                         continue
-                    if code in (_OFFSET_OUT_OF_RANGE, _AUTO_OFFSET_RESET):
+                    if code in (OFFSET_OUT_OF_RANGE, AUTO_OFFSET_RESET):
                         next_offset = self._skip_deleted(next_offset)
                         deadline = self._clock() + self.read_timeout
                         break
@@ -260,7 +260,7 @@ def read_ranges_task(
     """mapInArrow body: read every range (rows of RANGE_DDL) of this Spark partition, in order,
     the values' heads split off with `split`."""
     keep_zip_directories()
-    kafka = _kafka()
+    kafka = confluent_kafka_module()
     for ranges in batches:
         for row in ranges.to_pylist():
             offset_range = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.errors import SourceError
 from icetide.sources.kafka import DataLoss, KafkaSource, KafkaSourceConfig, allocate
-from icetide.sources.kafka_reader import OffsetRange, _kafka
+from icetide.sources.kafka_reader import OffsetRange, confluent_kafka_module
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -79,7 +79,7 @@ class KafkaTopics:
         """The topics to read now: the listed ones that exist, or every topic the pattern matches."""
         if self._lister is None:
             try:
-                self._lister = _kafka().Consumer(self.config.consumer_settings())
+                self._lister = confluent_kafka_module().Consumer(self.config.consumer_settings())
             except Exception as exc:
                 raise SourceError(f"kafka {self.config.bootstrap_servers}: cannot create a consumer: {exc}") from exc
         try:
