@@ -69,6 +69,7 @@ LIBRDKAFKA_QUEUED_MIN_MESSAGES = 100_000  # librdkafka's default
 
 
 def confluent_kafka_module() -> Any:
+    """The confluent_kafka module; ConfigError with the install line when it is missing."""
     try:
         import confluent_kafka
     except ImportError as exc:  # pragma: no cover - depends on the install
