@@ -198,6 +198,20 @@ def _position_text(s: TableStatus) -> str:
     return ", ".join(f"{t}/{p}@{o}" for t, parts in sorted(s.position.items()) for p, o in sorted(parts.items()))
 
 
+def pipeline_page(spark: SparkSession, pipeline: str, statuses: Sequence[TableStatus]) -> str:
+    """The page of a pipeline of many tables: every table's position first, then a section per
+    table that exists."""
+    from icetide.status_page import PipelineRow, status_page
+
+    rows = [PipelineRow(pipeline, s.table, s.last_batch, _position_text(s), s.lag, s.last_commit) for s in statuses]
+    views = [
+        table_view(spark, s.table, [r for r in rows if r.table == s.table])
+        for s in statuses
+        if s.rows is not None  # None: the table does not exist (yet)
+    ]
+    return status_page(views, title=f"icetide status: pipeline {pipeline}", pipelines=rows)
+
+
 def pipeline_status(args: argparse.Namespace, config: PipelineConfig) -> int:
     """`icetide status --pipeline FILE` of a pipeline of many tables: one line per table; with
     --html, a page with a section per table."""
@@ -207,22 +221,12 @@ def pipeline_status(args: argparse.Namespace, config: PipelineConfig) -> int:
     from icetide.pipeline.runner import pipeline_session
     from icetide.pipeline.sync_status import pipeline_status as statuses_of
     from icetide.pipeline.sync_status import status_json
-    from icetide.status_page import PipelineRow, status_page
 
     spark = pipeline_session(config)
     statuses = statuses_of(spark, config)
     if args.html:
-        rows = [
-            PipelineRow(config.pipeline, s.table, s.last_batch, _position_text(s), s.lag, s.last_commit)
-            for s in statuses
-        ]
-        views = [
-            table_view(spark, s.table, [r for r in rows if r.table == s.table])
-            for s in statuses
-            if s.rows is not None  # the table exists
-        ]
         with open(args.html, "w", encoding="utf-8") as f:
-            f.write(status_page(views, title=f"icetide status: pipeline {config.pipeline}", pipelines=rows))
+            f.write(pipeline_page(spark, config.pipeline, statuses))
     if args.json:
         print(status_json(statuses))
         return 0

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import icetide
-from icetide.cli_status import table_status
+from icetide.cli_status import pipeline_page, table_status
+from icetide.pipeline.sync_status import TableStatus
 from icetide.sources.generator import AdEventsConfig, ad_events
 from tests.ad_events import stream_ad_events
 from tests.browser import Chromium
@@ -76,3 +77,19 @@ def test_status_page_in_chromium(spark: Any, table_name: str, tmp_path: Path, ca
     pipelines = page.evaluate("Array.from(document.querySelectorAll('table.pipelines td')).map(td => td.textContent)")
     assert pipelines[:3] == ["page", table_name, "2"]
     assert "Next maintenance pass" in text
+
+    # The page of a pipeline of many tables: every table's position first, a section per existing table.
+    statuses = [
+        TableStatus(table_name, 2, {"topic": {"0": 900}}, 0, "2026-01-01T05:00:00+00:00", 1, 1, 1),
+        TableStatus(f"{table_name}_missing", None, {}, None, None, None, 0, 0),
+    ]
+    pipeline_file = tmp_path / "pipeline.html"
+    pipeline_file.write_text(pipeline_page(spark, "sync", statuses))
+    page = browser.load(pipeline_file.resolve().as_uri())
+    assert page.errors == []
+    overview = page.evaluate(
+        "Array.from(document.querySelector('table.pipelines').querySelectorAll('tr')).map(r => r.innerText)"
+    )
+    assert len(overview) == 3 and "topic/0@900" in overview[1] and f"{table_name}_missing" in overview[2]
+    assert page.evaluate("document.querySelectorAll('section').length") == 1
+    assert len(page.evaluate(CHARTS)) == 3
