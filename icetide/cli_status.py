@@ -118,7 +118,8 @@ def print_health(console: Console, health: TableHealth, catalog: dict[str, Any],
     for column in ("pipeline", "last batch", "source position", "committed at"):
         pipes.add_column(column)
     for st in health.pipelines:
-        pipes.add_row(st.pipeline_id, str(st.batch_id), json.dumps(st.source_position)[:60], st.committed_at)
+        committed = st.committed_at[:19].replace("T", " ")  # ISO 8601 in UTC, to the second
+        pipes.add_row(st.pipeline_id, str(st.batch_id), json.dumps(st.source_position)[:60], committed)
     console.print(pipes)
     due = health.suggestions
     console.print("next maintenance: " + ("nothing due" if not due else f"{len(due)} step(s) due"), highlight=False)

@@ -70,6 +70,19 @@ def _ago(at: str | None, now: datetime) -> str:
     return f"{seconds // 86400} days ago"
 
 
+def _when(at: str | None) -> str:
+    """An ISO 8601 instant, to the second, in UTC."""
+    if not at:
+        return "-"
+    try:
+        when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        return at
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _size(n: float) -> str:
     for unit, scale in (("GiB", 1024**3), ("MiB", MIB), ("KiB", 1024)):
         if n >= scale:
@@ -94,6 +107,12 @@ def _figure_html(fig: Any, div_id: str) -> str:
 def _charted(health: TableHealth) -> list[PartitionHealth]:
     """The newest partitions, oldest of them first (time runs left to right)."""
     return list(reversed(health.partitions[:MAX_CHART_PARTITIONS]))
+
+
+def _partition_axis(fig: Any, health: TableHealth) -> None:
+    """Whole partition labels, upright, under the lower of two stacked charts."""
+    fig.update_xaxes(type="category", tickangle=-90, tickfont={"size": 10}, automargin=True)
+    fig.update_xaxes(title_text=f"partition: {health.partitioned_by}", row=2, col=1)
 
 
 def files_chart(health: TableHealth) -> Any:
@@ -146,8 +165,8 @@ def files_chart(health: TableHealth) -> Any:
     )
     fig.update_yaxes(title_text="files", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="MiB", type="log", row=2, col=1)
-    fig.update_xaxes(title_text=f"partition: {health.partitioned_by}", type="category", row=2, col=1)
-    fig.update_layout(barmode="group", height=560, template="plotly_white", margin={"t": 40, "b": 60})
+    _partition_axis(fig, health)
+    fig.update_layout(barmode="group", height=600, template="plotly_white", margin={"t": 40, "b": 60})
     return fig
 
 
@@ -183,8 +202,10 @@ def deletes_chart(health: TableHealth) -> Any:
             fig.add_trace(go.Bar(name=name, x=labels, y=values, marker_color=colour), 2, 1)
     fig.update_yaxes(title_text="files", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="rows", rangemode="tozero", row=2, col=1)
-    fig.update_xaxes(title_text=f"partition: {health.partitioned_by}", type="category", row=2, col=1)
-    fig.update_layout(barmode="stack", height=520, template="plotly_white", margin={"t": 40, "b": 60})
+    _partition_axis(fig, health)
+    fig.update_layout(
+        barmode="stack", height=560, template="plotly_white", margin={"t": 40, "b": 60}, legend={"traceorder": "normal"}
+    )
     return fig
 
 
@@ -224,13 +245,15 @@ def timeline_chart(events: Sequence[SnapshotEvent]) -> Any:
         )
         for row, (added, removed) in enumerate(series, start=1):
             for values, sign in ((added, "added"), (removed, "removed")):
+                # a commit that removed nothing draws no "removed" point on the zero line
+                keep = [i for i, v in enumerate(values) if sign == "added" or v != 0]
                 fig.add_trace(
                     go.Scatter(
                         name=name,
                         legendgroup=kind,
                         showlegend=row == 1 and sign == "added",
-                        x=x,
-                        y=values,
+                        x=[x[i] for i in keep],
+                        y=[values[i] for i in keep],
                         mode="markers",
                         marker={
                             "color": colour,
@@ -238,7 +261,7 @@ def timeline_chart(events: Sequence[SnapshotEvent]) -> Any:
                             "symbol": "diamond" if kind == "maintenance" else "circle",
                             "opacity": 1.0 if sign == "added" else 0.55,
                         },
-                        text=hover,
+                        text=[hover[i] for i in keep],
                         hovertemplate="%{text}<br>%{y:,}<extra>" + sign + "</extra>",
                     ),
                     row,
@@ -271,7 +294,7 @@ def _pipelines_html(rows: Sequence[PipelineRow], now: datetime) -> str:
                 "-" if r.last_batch is None else str(r.last_batch),
                 r.position if len(r.position) <= 120 else r.position[:117] + "...",
                 "unknown" if r.lag is None else f"{r.lag:,}",
-                r.last_commit or "-",
+                _when(r.last_commit),
                 _ago(r.last_commit, now),
             )
             for r in rows

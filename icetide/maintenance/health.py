@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.sink.committer import PipelineState, all_pipeline_states
@@ -112,6 +113,15 @@ class TableHealth:
         return json.dumps(doc, default=str, indent=2)
 
 
+def _when(value: Any) -> str | None:
+    """A metadata table's timestamp (UTC: icetide's sessions run in UTC) to the second."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ", timespec="seconds")
+    return str(value)
+
+
 def _values(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
@@ -163,7 +173,7 @@ def table_health(spark: SparkSession, table: str, thresholds: HealthThresholds |
     if partitioned:
         for r in spark.sql(f"SELECT spec_id, partition AS p, last_updated_at FROM {table}.partitions").collect():
             key = (int(r["spec_id"]), label(int(r["spec_id"]), _values(r["p"])))
-            updated[key] = str(r["last_updated_at"]) if r["last_updated_at"] else ""
+            updated[key] = _when(r["last_updated_at"]) or ""
     partitions = []
     for key in sorted(groups, key=lambda k: (k[1], k[0]), reverse=True):
         g = groups[key]
@@ -193,8 +203,8 @@ def table_health(spark: SparkSession, table: str, thresholds: HealthThresholds |
         table=table,
         target_file_size=target,
         snapshots=int(s["n"]) if s else 0,  # type: ignore[index]
-        oldest_snapshot=str(s["lo"]) if s and s["lo"] else None,  # type: ignore[index]
-        newest_snapshot=str(s["hi"]) if s and s["hi"] else None,  # type: ignore[index]
+        oldest_snapshot=_when(s["lo"]) if s else None,  # type: ignore[index]
+        newest_snapshot=_when(s["hi"]) if s else None,  # type: ignore[index]
         partitions=partitions,
         pipelines=all_pipeline_states(jtable),
         partitioned_by=partition_title(current),
