@@ -84,3 +84,18 @@ def test_titles() -> None:
     assert partition_title([HOURS]) == "hours(ts)"
     assert partition_title([None, BUCKET]) == "bucket(16, id)"
     assert partition_title([]) == "partition"
+
+
+def test_compaction_plans_carry_the_labels_of_their_files() -> None:
+    from icetide.maintenance.planning import CompactionOptions, DataFileRef, plan_groups
+
+    def f(n: int, path: str, label: str) -> DataFileRef:
+        return DataFileRef(f"{path}/{n}.parquet", 10, 1, n, (0, path), partition_label=label)
+
+    files = [f(n, "ts_hour=2026-01-01-05", "2026-01-01 05:00") for n in range(3)]
+    files += [f(9, "ts_hour=2026-01-01-04", "2026-01-01 04:00")]
+    plan = plan_groups(files, CompactionOptions(target_file_size=1000, min_input_files=2))
+    assert [g.label for g in plan.groups] == ["2026-01-01 05:00"]
+    assert [s.partition for s in plan.skipped] == ["2026-01-01 04:00"]  # one small file: left alone
+    unlabelled = DataFileRef("x.parquet", 10, 1, 1, (1, "ts_hour=2026-01-01-05"))
+    assert unlabelled.label == "ts_hour=2026-01-01-05 [spec 1]"  # without a label: Iceberg's path

@@ -153,3 +153,10 @@ def test_page_is_self_contained_and_lists_every_label() -> None:
         assert f"<td>{label}</td>" in page
     assert "<script>alert(1)</script>" not in page  # labels are escaped
     assert "lake.demo.ad_events" in page and "473,857" in page
+
+
+def test_page_of_an_empty_table_still_renders() -> None:
+    empty = TableView(health([]), [], None, [])
+    page = status_page([empty, empty], title="two empty tables")
+    assert page.count('class="plotly-graph-div"') == 6 and "<nav>" in page
+    assert "No pipeline has committed to this table." in page and "Not planned." in page
