@@ -11,6 +11,7 @@ from rich.console import Console
 from icetide.cli_status import partitions_table
 from icetide.maintenance.health import PartitionHealth, TableHealth
 from icetide.maintenance.next_pass import NextPass, PlannedGroup, snapshots_due
+from icetide.maintenance.planning import SkippedGroup
 from icetide.maintenance.timeline import snapshot_event
 from icetide.status_page import PipelineRow, TableView, status_page
 
@@ -135,6 +136,10 @@ def test_next_pass_lines() -> None:
         "expire 3 snapshot(s)",
     ]
     assert NextPass((), (), (), 0).lines() == ["nothing due"]
+    alone = (SkippedGroup("2026-01-01 06:00", 1, 10, "small", "1 small file(s)"),)
+    assert NextPass((), (), alone, 0).lines() == [
+        "leave 1 group(s) for a later pass (2026-01-01 06:00): too few small files yet"
+    ]
 
 
 def test_page_is_self_contained_and_lists_every_label() -> None:

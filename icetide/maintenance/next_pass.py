@@ -54,7 +54,8 @@ class NextPass:
                 f"{sum(g.output_files for g in self.groups)}, folding {folded} delete file(s)"
             )
         if self.left_alone:
-            out.append(f"leave {len(self.left_alone)} group(s) of small files for later (too few to rewrite)")
+            names = ", ".join(s.partition for s in self.left_alone[:3]) + (", ..." if len(self.left_alone) > 3 else "")
+            out.append(f"leave {len(self.left_alone)} group(s) for a later pass ({names}): too few small files yet")
         if self.snapshots_to_expire:
             out.append(f"expire {self.snapshots_to_expire} snapshot(s)")
         return out or ["nothing due"]
