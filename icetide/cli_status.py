@@ -142,7 +142,7 @@ def table_view(
     return TableView(h, snapshot_timeline(spark, table), next_pass(spark, table, health=h), pipelines)
 
 
-def _source_lag(config: PipelineConfig | None, pipeline_id: str, position: Any) -> int | None:
+def source_lag(config: PipelineConfig | None, pipeline_id: str, position: Any) -> int | None:
     """Records (or files) the pipeline of `config` has not committed yet; None when not measurable."""
     if config is None or config.pipeline != pipeline_id or config.routes_tables or config.stateful is not None:
         return None
@@ -177,7 +177,7 @@ def table_status(
                 table,
                 s.batch_id,
                 json.dumps(s.source_position),
-                _source_lag(config, s.pipeline_id, s.source_position),
+                source_lag(config, s.pipeline_id, s.source_position),
                 s.committed_at,
             )
             for s in health.pipelines

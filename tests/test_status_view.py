@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import re
+import time
+from pathlib import Path
 
 from rich.console import Console
 
-from icetide.cli_status import partitions_table
+from icetide.cli_status import partitions_table, source_lag
 from icetide.maintenance.health import PartitionHealth, TableHealth
 from icetide.maintenance.next_pass import NextPass, PlannedGroup, snapshots_due
 from icetide.maintenance.planning import SkippedGroup
@@ -165,3 +167,15 @@ def test_page_of_an_empty_table_still_renders() -> None:
     page = status_page([empty, empty], title="two empty tables")
     assert page.count('class="plotly-graph-div"') == 6 and "<nav>" in page
     assert "No pipeline has committed to this table." in page and "Not planned." in page
+
+
+def test_lag_of_the_pipeline_of_the_file_is_measured(tmp_path: Path) -> None:
+    from icetide.config import PipelineConfig
+    from tests.test_runner_files import land_files, pipeline_doc
+
+    landing = tmp_path / "landing"
+    land_files(landing, 3, seed=1)
+    config = PipelineConfig.from_dict(pipeline_doc("lagged", landing))
+    time.sleep(0.01)  # the files source takes files older than min_age_seconds
+    assert source_lag(config, "lagged", None) == 3  # nothing committed yet: every file is lag
+    assert source_lag(config, "another", None) is None  # another pipeline's source is not in this file
