@@ -233,7 +233,7 @@ def timeline_chart(events: Sequence[SnapshotEvent]) -> Any:
             continue
         x = [e.committed_at for e in chosen]
         hover = [
-            f"{e.writer}" + (f" batch {e.batch_id}" if e.batch_id is not None else "") + f"<br>{e.operation}"
+            html.escape(e.writer) + (f" batch {e.batch_id}" if e.batch_id is not None else "") + f"<br>{e.operation}"
             f"<br>snapshot {e.snapshot_id}"
             + (f"<br>{e.equality_deletes_added:,} equality-delete rows added" if e.equality_deletes_added else "")
             for e in chosen
