@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -220,58 +219,18 @@ def _run_held(args: argparse.Namespace, config: PipelineConfig) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Print a table's health (text or --json), optionally an HTML chart of files over time."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from icetide.maintenance.health import files_over_time_html, table_health
+    """Print a table's health (text or --json); with --html (alias --chart) also write the status page."""
+    from icetide.cli_status import pipeline_status, table_status
 
     config = _routing_pipeline(args)
     if config is not None:
-        return _pipeline_status(args, config)
+        return pipeline_status(args, config)
     spark, table, catalog = _table_session(args)
-    health = table_health(spark, table)
-    if args.chart:
-        with open(args.chart, "w") as f:
-            f.write(files_over_time_html(spark, table))
-    if args.json:
-        print(health.to_json())
-        return 0
-    console = Console()
-    settings = ", ".join(f"{k}={v}" for k, v in catalog.items() if v is not None)
-    console.print(f"catalog {table.split('.')[0]}: {settings}", highlight=False, soft_wrap=True)
-    console.print(
-        f"[bold]{health.table}[/bold]: {health.data_files} data files, {health.delete_files} delete files, "
-        f"{health.equality_delete_rows:,} equality-delete rows waiting, {health.snapshots} snapshots "
-        f"({health.oldest_snapshot} .. {health.newest_snapshot}), target file size "
-        f"{health.target_file_size // (1024 * 1024)} MiB"
-    )
-    parts = Table(title="files per partition")
-    for column in ("partition", "records", "data files", "small", "avg size", "eq-delete files", "eq-delete rows"):
-        parts.add_column(column, justify="right")
-    for p in health.partitions[: args.partitions]:
-        parts.add_row(
-            p.partition,
-            f"{p.records:,}",
-            str(p.data_files),
-            str(p.small_files),
-            f"{p.avg_data_file_bytes / 1024:.0f} KiB",
-            str(p.equality_delete_files),
-            f"{p.equality_delete_rows:,}",
-        )
-    if len(health.partitions) > args.partitions:
-        parts.caption = f"newest {args.partitions} of {len(health.partitions)} partitions"
-    console.print(parts)
-    pipes = Table(title="pipelines")
-    for column in ("pipeline", "last batch", "source position", "committed at"):
-        pipes.add_column(column)
-    for st in health.pipelines:
-        pipes.add_row(st.pipeline_id, str(st.batch_id), json.dumps(st.source_position)[:60], st.committed_at)
-    console.print(pipes)
-    console.print("next maintenance: " + ("; ".join(health.suggestions) if health.suggestions else "nothing due"))
-    if args.chart:
-        console.print(f"chart written to {args.chart}")
-    return 0
+    if args.pipeline:
+        from icetide.config import load_config
+
+        config = load_config(args.pipeline)
+    return table_status(args, spark, table, catalog, config)
 
 
 def _routing_pipeline(args: argparse.Namespace) -> PipelineConfig | None:
@@ -286,37 +245,6 @@ def _routing_pipeline(args: argparse.Namespace) -> PipelineConfig | None:
     if args.warehouse or args.catalog_option:
         raise ConfigError("--pipeline: the pipeline file names the catalog; drop --warehouse / --catalog-option")
     return config
-
-
-def _pipeline_status(args: argparse.Namespace, config: PipelineConfig) -> int:
-    """`icetide status --pipeline FILE` of a pipeline of many tables: one line per table."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from icetide.pipeline.provision import pipeline_session
-    from icetide.pipeline.sync_status import pipeline_status, status_json
-
-    statuses = pipeline_status(pipeline_session(config), config)
-    if args.json:
-        print(status_json(statuses))
-        return 0
-    view = Table(title=f"pipeline {config.pipeline}: {len(statuses) - 1} table(s) and the dead-letter table")
-    for column in ("table", "last batch", "position", "lag", "last commit", "rows", "data files", "delete files"):
-        view.add_column(column, justify="left" if column in ("table", "position", "last commit") else "right")
-    for s in statuses:
-        where = ", ".join(f"{t}/{p}@{o}" for t, parts in sorted(s.position.items()) for p, o in sorted(parts.items()))
-        view.add_row(
-            s.table + (" (dead letters)" if s.dead_letter else ""),
-            "-" if s.last_batch is None else str(s.last_batch),
-            where[:60] + ("..." if len(where) > 60 else ""),
-            "-" if s.lag is None else f"{s.lag:,}",
-            s.last_commit or "-",
-            "-" if s.rows is None else f"{s.rows:,}",
-            str(s.data_files),
-            str(s.delete_files),
-        )
-    Console(width=200).print(view)
-    return 0
 
 
 def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy: Any, every: float | None) -> int:
@@ -442,7 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("table", nargs="?", help="catalog.namespace.table, e.g. lake.demo.ad_events")
     _add_catalog_arguments(status)
     status.add_argument("--json", action="store_true", help="print the report as JSON")
-    status.add_argument("--chart", metavar="FILE.html", help="also write an HTML chart of files per partition")
+    status.add_argument(
+        "--html",
+        "--chart",
+        dest="html",
+        metavar="FILE.html",
+        help="also write the status page: files, deletes, snapshots, pipelines, next maintenance (works offline)",
+    )
     status.add_argument("--partitions", type=int, default=20, help="partitions to list (default: 20)")
     status.set_defaults(func=cmd_status)
     maintain = sub.add_parser("maintain", help="compact, fold deletes, rewrite manifests, expire snapshots as due")

@@ -1,12 +1,15 @@
-"""The health report: numbers agree with the table's files, suggestions follow the thresholds."""
+"""The health report: numbers agree with the table's files, suggestions follow the thresholds,
+partitions carry labels people read, deletion vectors are counted."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from icetide.maintenance.health import HealthThresholds, files_over_time_html, table_health
+from icetide.maintenance.health import HealthThresholds, table_health
+from icetide.maintenance.timeline import snapshot_timeline
 from tests.ad_events import stream_ad_events
 from tests.commands import demo_warehouse, run_cli
 
@@ -23,19 +26,63 @@ def test_health_counts_files_deletes_and_pipelines(spark: Any, table_name: str) 
     assert [(p.pipeline_id, p.batch_id, p.source_position) for p in health.pipelines] == [("health", 3, {"batch": 3})]
     busiest = max(health.partitions, key=lambda p: p.data_files)
     assert busiest.data_files == 4 and busiest.small_files == 4  # one small file per batch
-    assert any(s.startswith(f"compact {busiest.partition}") for s in health.suggestions)
+    assert any(s.startswith(f"compact {busiest.label}") for s in health.suggestions)
     assert any(s.startswith("fold deletes") for s in health.suggestions)
+    hours = {
+        r["h"]: int(r["n"])
+        for r in spark.sql(
+            f"SELECT date_format(event_time, 'yyyy-MM-dd HH:00') AS h, count(*) AS n FROM {table_name} GROUP BY 1"
+        ).collect()
+    }
+    labels = [p.label for p in health.partitions]
+    assert set(hours) <= set(labels) and labels == sorted(labels, reverse=True)  # newest first
+    assert health.partitioned_by == "hours(event_time)"
     doc = json.loads(health.to_json())
     assert doc["data_files"] == by[0][0] and doc["pipelines"][0]["batch_id"] == 3
-    page = files_over_time_html(spark, table_name)
-    assert page.count("<polyline") >= 1 and table_name in page
+    first = doc["partitions"][0]
+    assert first["label"] == labels[0] and isinstance(first["values"]["event_time_hour"], int)
+    events = snapshot_timeline(spark, table_name)
+    assert [(e.kind, e.writer, e.batch_id) for e in events] == [("stream", "health", b) for b in range(4)]
+    added = spark.sql(f"SELECT sum(record_count) AS n FROM {table_name}.files WHERE content = 0").first()["n"]
+    assert sum(e.rows_added for e in events) == added  # no file was removed yet: every added row is in a live file
 
 
-def test_cli_status_prints_text_json_and_chart(tmp_path: Path) -> None:
+def test_deletion_vectors_are_counted_per_partition(spark: Any, table_name: str) -> None:
+    spark.sql(
+        f"CREATE TABLE {table_name} (id BIGINT, day DATE, v STRING) USING iceberg PARTITIONED BY (day) "
+        "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')"
+    )
+    spark.sql(f"INSERT INTO {table_name} SELECT id, DATE'2026-01-01' + CAST(id % 2 AS INT), 'x' FROM range(0, 100)")
+    spark.sql(f"DELETE FROM {table_name} WHERE id < 10")  # merge-on-read on v3: deletion vectors
+    dvs = spark.sql(
+        f"SELECT count(*) AS n, sum(record_count) AS r FROM {table_name}.files "
+        "WHERE content = 1 AND file_format = 'PUFFIN'"
+    ).first()
+    assert dvs["n"] >= 1
+    health = table_health(spark, table_name)
+    assert health.deletion_vectors == dvs["n"]
+    assert sum(p.deletion_vector_rows for p in health.partitions) == dvs["r"] == 10
+    assert sum(p.position_delete_files for p in health.partitions) == 0
+    assert {p.label for p in health.partitions} == {"2026-01-01", "2026-01-02"}
+    deleted = snapshot_timeline(spark, table_name)[-1]
+    assert (deleted.kind, deleted.deletion_vectors_added, deleted.position_deletes_added) == ("other", dvs["n"], 10)
+
+
+def test_cli_status_prints_text_and_page(tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
     demo_warehouse(warehouse, batches=2, events=300)
-    chart = tmp_path / "files.html"
-    done = run_cli("status", "lake.demo.ad_events", "--warehouse", str(warehouse), "--chart", str(chart))
+    page = tmp_path / "files.html"
+    done = run_cli(
+        "status", "lake.demo.ad_events", "--warehouse", str(warehouse), "--chart", str(page), env={"COLUMNS": "80"}
+    )
     assert done.returncode == 0, done.stderr[-2000:]
+    terminal = done.stdout
     assert "files per partition" in done.stdout and "demo" in done.stdout and "next maintenance" in done.stdout
-    assert "<svg" in chart.read_text()
+    assert max(len(line) for line in done.stdout.splitlines() if "┃" in line or "│" in line) <= 80
+    text = page.read_text()
+    assert "Plotly.newPlot" in text and "Delete backlog per partition" in text  # --chart: the page's alias
+    labels = re.findall(r"^│ (\S.*?) +│", terminal, flags=re.MULTILINE)
+    hours = [label for label in labels if re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:00", label)]
+    assert hours and set(labels) - set(hours) == {"demo"}, labels  # "demo": the pipelines table's row
+    for hour in hours:
+        assert hour in text

@@ -86,7 +86,7 @@ def _three_hours(t: Table) -> None:
         t.append(rows_of([10 + n], "eleven", minutes=[60 + n]))
 
 
-@pytest.mark.parametrize(("order", "first"), [("newest", "ts_hour=2026-01-01-11"), ("worst", "ts_hour=2026-01-01-10")])
+@pytest.mark.parametrize(("order", "first"), [("newest", "2026-01-01 11:00"), ("worst", "2026-01-01 10:00")])
 def test_time_budget_compacts_the_newest_partition_first(spark: Any, table_name: str, order: str, first: str) -> None:
     t = Table(spark, table_name)
     _three_hours(t)

@@ -8,14 +8,15 @@ rows per partition, snapshot count).
 
 from __future__ import annotations
 
-import html
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.sink.committer import PipelineState, all_pipeline_states
-from icetide.table.iceberg import load_table, partition_fields, table_property
+from icetide.table.iceberg import load_table, spec_transforms, table_property
+from icetide.table.partition_labels import label_of_values, partition_title
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,9 +37,12 @@ class HealthThresholds:
 
 @dataclass(frozen=True)
 class PartitionHealth:
-    """One partition's files."""
+    """One partition's files. `label` is what people read (`2026-01-01 05:00`, `bucket[16]=3`);
+    `values` are the partition's stored values by field name, as Iceberg keeps them."""
 
-    partition: str
+    label: str
+    values: dict[str, Any]
+    spec_id: int
     records: int
     data_files: int
     data_bytes: int
@@ -48,16 +52,23 @@ class PartitionHealth:
     position_delete_files: int
     position_delete_rows: int
     last_updated: str | None
+    deletion_vectors: int = 0  # position deletes kept as deletion vectors (format v3: Puffin files)
+    deletion_vector_rows: int = 0
 
     @property
     def avg_data_file_bytes(self) -> int:
         """Average data file size."""
         return self.data_bytes // self.data_files if self.data_files else 0
 
+    @property
+    def delete_files(self) -> int:
+        """Delete files of every kind: equality, position, deletion vectors."""
+        return self.equality_delete_files + self.position_delete_files + self.deletion_vectors
+
 
 @dataclass(frozen=True)
 class TableHealth:
-    """The whole report."""
+    """The whole report; partitions newest first (by label, descending, for time transforms)."""
 
     table: str
     target_file_size: int
@@ -67,6 +78,8 @@ class TableHealth:
     partitions: list[PartitionHealth]
     pipelines: list[PipelineState]
     suggestions: list[str] = field(default_factory=list)
+    partitioned_by: str = "partition"  # what the labels are made of, e.g. "hours(event_time)"
+    small_file_bytes: int = 0  # a data file below this size is small
 
     @property
     def data_files(self) -> int:
@@ -75,91 +88,127 @@ class TableHealth:
 
     @property
     def delete_files(self) -> int:
-        """Delete files (equality and position) in the current snapshot."""
-        return sum(p.equality_delete_files + p.position_delete_files for p in self.partitions)
+        """Delete files (equality, position, deletion vectors) in the current snapshot."""
+        return sum(p.delete_files for p in self.partitions)
 
     @property
     def equality_delete_rows(self) -> int:
         """Equality-delete rows readers must still apply."""
         return sum(p.equality_delete_rows for p in self.partitions)
 
+    @property
+    def deletion_vectors(self) -> int:
+        """Deletion vectors (format v3) in the current snapshot."""
+        return sum(p.deletion_vectors for p in self.partitions)
+
     def to_json(self) -> str:
-        """The report as JSON."""
+        """The report as JSON: each partition's label beside its stored values."""
         doc = asdict(self)
         doc.update(
-            data_files=self.data_files, delete_files=self.delete_files, equality_delete_rows=self.equality_delete_rows
+            data_files=self.data_files,
+            delete_files=self.delete_files,
+            equality_delete_rows=self.equality_delete_rows,
+            deletion_vectors=self.deletion_vectors,
         )
         return json.dumps(doc, default=str, indent=2)
 
 
-def _label(value: Any, names: list[str]) -> str:
+def _when(value: Any) -> str | None:
+    """A metadata table's timestamp (UTC: icetide's sessions run in UTC) to the second."""
     if value is None:
-        return "(unpartitioned)"
-    data = value.asDict() if hasattr(value, "asDict") else dict(value)
-    return "/".join(f"{n}={data.get(n)}" for n in names) or "(unpartitioned)"
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ", timespec="seconds")
+    return str(value)
+
+
+def _values(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    return dict(value.asDict()) if hasattr(value, "asDict") else dict(value)
+
+
+def partition_labeller(jtable: Any) -> Callable[[int, dict[str, Any]], str]:
+    """A function from (spec id, stored values by field name) to the partition's label; a partition
+    of an earlier spec than the current one says so (`2026-01-01 [spec 0]`)."""
+    specs = spec_transforms(jtable)
+    current = int(jtable.spec().specId())
+
+    def label(spec_id: int, values: dict[str, Any]) -> str:
+        fields = specs.get(spec_id, [])
+        text = label_of_values([t for _, t in fields], [values.get(name) for name, _ in fields])
+        return text if spec_id == current else f"{text} [spec {spec_id}]"
+
+    return label
 
 
 def table_health(spark: SparkSession, table: str, thresholds: HealthThresholds | None = None) -> TableHealth:
-    """Read the table's metadata into a TableHealth, with maintenance suggestions."""
+    """Read the table's metadata into a TableHealth, with maintenance suggestions.
+
+    Only metadata tables are read (`files`, `partitions`, `snapshots`), never a data file.
+    Deletion vectors are the position-delete files in Puffin format (content 1).
+    """
     t = thresholds or HealthThresholds()
     jtable = load_table(spark, table)
     target = int(table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE)))
-    names = [pf.name for pf in partition_fields(jtable)]
+    specs = spec_transforms(jtable)
+    partitioned = any(specs.values())
+    label = partition_labeller(jtable)
     small_limit = int(target * t.small_file_ratio)
-    part_expr = "partition" if names else "NULL"
-    small = {
-        _label(r["p"], names): int(r["n"])
-        for r in spark.sql(
-            f"SELECT {part_expr} AS p, count(*) AS n FROM {table}.files "
-            f"WHERE content = 0 AND file_size_in_bytes < {small_limit} GROUP BY 1"
-        ).collect()
-    }
-    deletes = {
-        (_label(r["p"], names), int(r["content"])): (int(r["n"]), int(r["rows"] or 0))
-        for r in spark.sql(
-            f"SELECT {part_expr} AS p, content, count(*) AS n, sum(record_count) AS rows FROM {table}.files "
-            "WHERE content > 0 GROUP BY 1, 2"
-        ).collect()
-    }
-    data = spark.sql(
-        f"SELECT {part_expr} AS p, count(*) AS n, sum(record_count) AS records, sum(file_size_in_bytes) AS bytes "
-        f"FROM {table}.files WHERE content = 0 GROUP BY 1"
+    part_expr = "partition" if partitioned else "NULL"
+    rows = spark.sql(
+        f"SELECT spec_id, {part_expr} AS p, content, upper(file_format) = 'PUFFIN' AS dv, count(*) AS n, "
+        f"sum(record_count) AS records, sum(file_size_in_bytes) AS bytes, "
+        f"sum(CASE WHEN content = 0 AND file_size_in_bytes < {small_limit} THEN 1 ELSE 0 END) AS small "
+        f"FROM {table}.files GROUP BY 1, 2, 3, 4"
     ).collect()
-    labels = {_label(r["p"], names) for r in data} | {k[0] for k in deletes}
-    by_label = {_label(r["p"], names): r for r in data}
-    updated: dict[str, str] = {}
-    if names:
-        for r in spark.sql(f"SELECT partition AS p, last_updated_at FROM {table}.partitions").collect():
-            updated[_label(r["p"], names)] = str(r["last_updated_at"]) if r["last_updated_at"] else ""
+    groups: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in rows:
+        values = _values(r["p"])
+        key = (int(r["spec_id"]), label(int(r["spec_id"]), values))
+        g = groups.setdefault(key, {"values": values})
+        kind = {0: "data", 2: "eq"}.get(int(r["content"]), "dv" if r["dv"] else "pos")
+        g[kind] = (int(r["n"]), int(r["records"] or 0), int(r["bytes"] or 0), int(r["small"] or 0))
+    updated: dict[tuple[int, str], str] = {}
+    if partitioned:
+        for r in spark.sql(f"SELECT spec_id, partition AS p, last_updated_at FROM {table}.partitions").collect():
+            key = (int(r["spec_id"]), label(int(r["spec_id"]), _values(r["p"])))
+            updated[key] = _when(r["last_updated_at"]) or ""
     partitions = []
-    for label in sorted(labels, reverse=True):
-        row = by_label.get(label)
-        eq = deletes.get((label, 2), (0, 0))
-        pos = deletes.get((label, 1), (0, 0))
+    for key in sorted(groups, key=lambda k: (k[1], k[0]), reverse=True):
+        g = groups[key]
+        data, eq, pos, dv = (g.get(k, (0, 0, 0, 0)) for k in ("data", "eq", "pos", "dv"))
         partitions.append(
             PartitionHealth(
-                partition=label,
-                records=int(row["records"]) if row else 0,
-                data_files=int(row["n"]) if row else 0,
-                data_bytes=int(row["bytes"] or 0) if row else 0,
-                small_files=small.get(label, 0),
+                label=key[1],
+                values=g["values"],
+                spec_id=key[0],
+                records=data[1],
+                data_files=data[0],
+                data_bytes=data[2],
+                small_files=data[3],
                 equality_delete_files=eq[0],
                 equality_delete_rows=eq[1],
                 position_delete_files=pos[0],
                 position_delete_rows=pos[1],
-                last_updated=updated.get(label) or None,
+                last_updated=updated.get(key) or None,
+                deletion_vectors=dv[0],
+                deletion_vector_rows=dv[1],
             )
         )
     snaps = spark.sql(f"SELECT count(*) AS n, min(committed_at) AS lo, max(committed_at) AS hi FROM {table}.snapshots")
     s = snaps.first()
+    current = [tr for _, tr in specs.get(int(jtable.spec().specId()), [])]
     health = TableHealth(
         table=table,
         target_file_size=target,
         snapshots=int(s["n"]) if s else 0,  # type: ignore[index]
-        oldest_snapshot=str(s["lo"]) if s and s["lo"] else None,  # type: ignore[index]
-        newest_snapshot=str(s["hi"]) if s and s["hi"] else None,  # type: ignore[index]
+        oldest_snapshot=_when(s["lo"]) if s else None,  # type: ignore[index]
+        newest_snapshot=_when(s["hi"]) if s else None,  # type: ignore[index]
         partitions=partitions,
         pipelines=all_pipeline_states(jtable),
+        partitioned_by=partition_title(current),
+        small_file_bytes=small_limit,
     )
     return replace(health, suggestions=suggestions(health, t))
 
@@ -169,66 +218,10 @@ def suggestions(health: TableHealth, thresholds: HealthThresholds) -> list[str]:
     out = []
     for p in health.partitions:  # newest first: partition labels sort by time for time transforms
         if p.small_files > thresholds.max_small_files:
-            out.append(f"compact {p.partition}: {p.small_files} small data files")
-        deletes = p.equality_delete_files + p.position_delete_files
+            out.append(f"compact {p.label}: {p.small_files} small data files")
+        deletes = p.delete_files
         if deletes > thresholds.max_delete_files or p.equality_delete_rows > thresholds.max_delete_rows:
-            out.append(f"fold deletes in {p.partition}: {deletes} delete files, {p.equality_delete_rows} equality rows")
+            out.append(f"fold deletes in {p.label}: {deletes} delete files, {p.equality_delete_rows:,} equality rows")
     if health.snapshots > thresholds.max_snapshots:
         out.append(f"expire snapshots: {health.snapshots} > {thresholds.max_snapshots}")
     return out
-
-
-def files_over_time_html(spark: SparkSession, table: str, *, snapshots: int = 20, partitions: int = 12) -> str:
-    """A self-contained HTML page charting data files per partition over the last snapshots."""
-    history = spark.sql(
-        f"SELECT snapshot_id, committed_at FROM {table}.snapshots ORDER BY committed_at DESC LIMIT {snapshots}"
-    ).collect()[::-1]
-    jtable = load_table(spark, table)
-    names = [pf.name for pf in partition_fields(jtable)]
-    part_expr = "partition" if names else "NULL"
-    series: dict[str, list[int]] = {}
-    for i, snap in enumerate(history):
-        rows = spark.sql(
-            f"SELECT {part_expr} AS p, count(*) AS n FROM {table}.files VERSION AS OF {snap['snapshot_id']} "
-            "WHERE content = 0 GROUP BY 1"
-        ).collect()
-        for r in rows:
-            series.setdefault(_label(r["p"], names), [0] * len(history))[i] = int(r["n"])
-    top = sorted(series, key=lambda k: max(series[k]), reverse=True)[:partitions]
-    width, height, pad = 760, 360, 40
-    peak = max([max(series[k]) for k in top] + [1])
-    step = (width - 2 * pad) / max(1, len(history) - 1)
-    colours = [
-        "#1f77b4",
-        "#ff7f0e",
-        "#2ca02c",
-        "#d62728",
-        "#9467bd",
-        "#8c564b",
-        "#e377c2",
-        "#7f7f7f",
-        "#bcbd22",
-        "#17becf",
-        "#393b79",
-        "#637939",
-    ]
-    lines, legend = [], []
-    for n, key in enumerate(top):
-        pts = " ".join(
-            f"{pad + i * step:.1f},{height - pad - v / peak * (height - 2 * pad):.1f}"
-            for i, v in enumerate(series[key])
-        )
-        colour = colours[n % len(colours)]
-        lines.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{pts}"/>')
-        legend.append(f'<li style="color:{colour}">{html.escape(key)}</li>')
-    first = history[0]["committed_at"] if history else datetime.now()
-    last = history[-1]["committed_at"] if history else datetime.now()
-    return (
-        f"<!doctype html><meta charset='utf-8'><title>{html.escape(table)}: files per partition</title>"
-        f"<h3>{html.escape(table)}: data files per partition, last {len(history)} snapshots</h3>"
-        f"<svg width='{width}' height='{height}' style='border:1px solid #ccc'>"
-        f"<text x='4' y='{pad - 8}' font-size='12'>{peak} files</text>"
-        f"<text x='{pad}' y='{height - 8}' font-size='12'>{html.escape(str(first))}</text>"
-        f"<text x='{width - 200}' y='{height - 8}' font-size='12'>{html.escape(str(last))}</text>"
-        f"{''.join(lines)}</svg><ul>{''.join(legend)}</ul>"
-    )

@@ -16,7 +16,8 @@ from icetide.errors import ConfigError, TransientError, one_line
 from icetide.maintenance.deletes import LiveDataFile
 from icetide.maintenance.planning import DataFileRef, DeleteRef, PartitionKey
 from icetide.spark.py4j_collections import java_iter
-from icetide.table.iceberg import jvm, key_columns
+from icetide.table.iceberg import SpecTransforms, jvm, key_columns, spec_transforms
+from icetide.table.partition_labels import label_of_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,6 +52,8 @@ class TableFiles:
         self.delete_files: dict[str, Any] = {}  # delete file path -> Java DeleteFile
         self._delete_refs: dict[str, DeleteRef] = {}
         self._specs: dict[int, Any] = {}
+        self._transforms: dict[int, SpecTransforms] | None = None
+        self._current_spec = 0
 
     def scan(self, snapshot_id: int, *, predicate: str | None = None, keep_tasks: bool = True) -> list[DataFileRef]:
         """Every live data file of the snapshot (those that may match `predicate`, a SQL filter).
@@ -83,6 +86,7 @@ class TableFiles:
                         sequence_number=int(sequence) if sequence is not None else 0,
                         partition=self.partition_key(data_file),
                         deletes=tuple(self._delete_ref(d) for d in task.deletes()),
+                        partition_label=self.label(data_file),
                     )
                 )
                 if keep_tasks:
@@ -113,6 +117,17 @@ class TableFiles:
         spec_id = int(content_file.specId())
         spec = self._spec(spec_id)
         return (spec_id, "" if spec.isUnpartitioned() else str(spec.partitionToPath(content_file.partition())))
+
+    def label(self, content_file: Any) -> str:
+        """A data or delete file's partition as people read it (`2026-01-01 05:00`, `bucket[16]=3`);
+        a partition of an earlier spec than the current one says so (`... [spec 0]`)."""
+        spec_id, path = self.partition_key(content_file)
+        if self._transforms is None:
+            self._transforms = spec_transforms(self.table)
+            self._current_spec = int(self.table.spec().specId())
+        fields = self._transforms.get(spec_id, [])
+        text = label_of_path([t for _, t in fields], path)
+        return text if spec_id == self._current_spec else f"{text} [spec {spec_id}]"
 
     def _spec(self, spec_id: int) -> Any:
         if spec_id not in self._specs:

@@ -36,7 +36,8 @@ PartitionKey = tuple[int, str]  # (spec id, partition path such as "ts_hour=2026
 
 
 def partition_label(key: PartitionKey) -> str:
-    """A partition key as people read it: the path, with the spec id when it is not 0."""
+    """A partition key as written in Iceberg's paths, with the spec id when it is not 0 (files
+    read by `TableFiles` carry a label people read instead: `DataFileRef.label`)."""
     spec_id, path = key
     text = path or "(unpartitioned)"
     return text if spec_id == 0 else f"{text} [spec {spec_id}]"
@@ -64,6 +65,12 @@ class DataFileRef:
     sequence_number: int
     partition: PartitionKey
     deletes: tuple[DeleteRef, ...] = ()
+    partition_label: str = ""  # as people read it (`2026-01-01 05:00`); "" derives one from the key
+
+    @property
+    def label(self) -> str:
+        """The file's partition, readable."""
+        return self.partition_label or partition_label(self.partition)
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ class FileGroup:
     @property
     def label(self) -> str:
         """The group's partition, readable."""
-        return partition_label(self.partition)
+        return self.files[0].label if self.files else partition_label(self.partition)
 
 
 GroupOrder = Literal["newest", "worst"]
@@ -343,7 +350,7 @@ def plan_groups(
             reason = _why_not(members, options)
             total = sum(f.size for f in members)
             if reason is not None:
-                skipped.append(SkippedGroup(partition_label(partition), len(members), total, "small", reason))
+                skipped.append(SkippedGroup(members[0].label, len(members), total, "small", reason))
                 continue
             chosen.append(
                 FileGroup(

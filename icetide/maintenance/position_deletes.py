@@ -305,9 +305,7 @@ class EqualityDeleteConversion:
             merged = _sorted_unique(pa.concat_arrays(positions)) if positions else pa.array([], pa.int64())
             if len(merged):
                 self._staged.append(self._write_positions(f, merged))
-            notify(
-                self.progress, self.table_name, "scan data files", n, len(self.data_files), partition_label(f.partition)
-            )
+            notify(self.progress, self.table_name, "scan data files", n, len(self.data_files), f.label)
         self._written = True
         return len(self._staged)
 

@@ -233,3 +233,30 @@ def java_message(exc: BaseException) -> str:
         except Exception:
             pass
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+SpecTransforms = list[tuple[str, PartitionTransform | None]]  # (field name, transform; None: void)
+
+
+def spec_transforms(jtable: JavaObject) -> dict[int, SpecTransforms]:
+    """Every partition spec of the table (by spec id) as (field name, transform) pairs, for labels.
+
+    Unlike `spec_fields`, nothing is refused: a transform icetide does not write is shown as its
+    identity value, so a status report never fails on a table another engine partitioned.
+    """
+    schema = jtable.schema()
+    out: dict[int, SpecTransforms] = {}
+    for spec in list(jtable.specs().values()):
+        fields: SpecTransforms = []
+        for pf in java_list(spec.fields()):
+            transform = pf.transform().toString()
+            if transform == "void":
+                fields.append((str(pf.name()), None))
+                continue
+            column = str(schema.findColumnName(pf.sourceId()) or pf.name())
+            try:
+                fields.append((str(pf.name()), PartitionTransform.from_iceberg(transform, column)))
+            except ConfigError:
+                fields.append((str(pf.name()), PartitionTransform("identity", column)))
+        out[int(spec.specId())] = fields
+    return out
