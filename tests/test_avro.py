@@ -16,15 +16,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from icetide.config import RegistrySettings
 from icetide.decode.avro import AvroMessages, AvroSettings, compile_schema
 from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows
 from icetide.decode.limits import PayloadLimits
-from icetide.decode.schema_registry import (
-    RegistryAccessError,
-    RegistrySettings,
-    RegistryUnavailableError,
-    registry_schemas,
-)
+from icetide.decode.schema_registry import RegistryAccessError, RegistryUnavailableError, registry_schemas
 from icetide.errors import ConfigError, TerminalError, TransientError
 from icetide.sources.base import source_error_in
 from tests.schema_registry_server import SchemaRegistryServer

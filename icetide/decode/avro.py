@@ -37,14 +37,15 @@ from typing import Any
 
 import numpy as np
 
+from icetide.config import AVRO_FORMATS, RegistrySettings
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
 from icetide.decode.debezium_arrow import Envelope, NotHere
 from icetide.decode.limits import PayloadLimits
-from icetide.decode.schema_registry import BadAvroRecord, RegistrySettings, registry_schemas, split_wire
+from icetide.decode.schema_registry import BadAvroRecord, registry_schemas, split_wire
+from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
 
-FORMATS = ("debezium-avro", "avro")
-VALUE_ERROR_COLUMN = "value_error"  # the Kafka read's column: why a value could not be read, else null
+__all__ = ["VALUE_ERROR_COLUMN", "AvroMessages", "AvroSettings", "compile_schema", "messages_for"]
 
 _CONNECT_TYPES = {
     "boolean": "boolean",
@@ -336,9 +337,15 @@ class AvroSettings:
     @classmethod
     def of(cls, fmt: str, registry: RegistrySettings, limits: PayloadLimits) -> AvroSettings:
         """The settings of `format: debezium-avro` or `format: avro`."""
-        if fmt not in FORMATS:
+        if fmt not in AVRO_FORMATS:
             raise ValueError(f"not an Avro format: {fmt}")
         return cls(registry, fmt == "debezium-avro", limits)
+
+    def transcode_block(
+        self, keys: Sequence[bytes | None], values: Sequence[bytes | None]
+    ) -> tuple[list[bytes | None], list[bytes | None], list[str | None]]:
+        """`AvroMessages.transcode_block` with this process's reader (the Kafka read task's hook)."""
+        return messages_for(self).transcode_block(keys, values)
 
 
 @dataclass(frozen=True)

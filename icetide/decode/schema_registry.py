@@ -16,22 +16,15 @@ What a failure means:
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from icetide.errors import ConfigError
-from icetide.secrets import redacted_repr, remember_secret
+from icetide.config import RegistrySettings
 from icetide.sources.base import ExecutorSourceAccessError, ExecutorSourceError
 
 MAGIC_BYTE = 0
 HEADER_BYTES = 5
 UNKNOWN_ID_SECONDS = 30.0  # an id the registry did not have is asked again after this long
-_SECRET_SETTINGS = ("basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret", "ssl.key.password")
 
 
 class BadAvroRecord(Exception):
@@ -44,62 +37,6 @@ class RegistryUnavailableError(ExecutorSourceError):
 
 class RegistryAccessError(ExecutorSourceAccessError):
     """The Schema Registry refused icetide's credentials (401/403): terminal."""
-
-
-def public_url(url: str) -> str:
-    """The registry URL(s) without any user:password part, for messages."""
-    out = []
-    for one in url.split(","):
-        parts = urlsplit(one.strip())
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        out.append(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
-    return ",".join(out)
-
-
-@dataclass(frozen=True)
-class RegistrySettings:
-    """The `schema_registry:` block: confluent-kafka SchemaRegistryClient settings, as given."""
-
-    conf: dict[str, Any] = field(default_factory=dict)
-
-    __repr__ = redacted_repr
-
-    @property
-    def url(self) -> str:
-        """The registry URL(s), without credentials."""
-        return public_url(str(self.conf.get("url", "")))
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "schema_registry") -> RegistrySettings:
-        """Validated by building a client (no request is sent); ConfigError naming the key."""
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"{where}: expected a mapping of Schema Registry client settings with a url")
-        conf = {str(k): v for k, v in d.items()}
-        url = conf.get("url")
-        if not isinstance(url, str) or not url.strip():
-            raise ConfigError(f"{where}.url: required, e.g. http://127.0.0.1:8081")
-        for name in _SECRET_SETTINGS:
-            if conf.get(name):
-                remember_secret(conf[name])
-        userinfo = urlsplit(url.split(",")[0].strip()).password
-        if userinfo:
-            remember_secret(userinfo)
-        try:
-            from confluent_kafka.schema_registry import SchemaRegistryClient
-        except ImportError as exc:
-            raise ConfigError(
-                f"{where}: Schema Registry support is not installed: pip install 'icetide[kafka]'"
-            ) from exc
-        try:
-            SchemaRegistryClient(dict(conf))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{where}: {exc}") from exc
-        return cls(conf)
-
-    def key(self) -> str:
-        """The settings as one text, for a per-process cache."""
-        return json.dumps(self.conf, sort_keys=True, default=str)
 
 
 def split_wire(value: bytes) -> tuple[int, memoryview]:
