@@ -4,7 +4,8 @@ A value in Confluent's wire format (icetide.decode.schema_registry) is decoded w
 against its writer schema, then given the shape Kafka Connect's JSON converter gives the same
 record: a Connect schema (built once per schema id from the Avro schema's `connect.name`,
 `connect.parameters` and `connect.type`, else from its Avro logical types) and a payload in the
-JSON converter's value forms (bytes and decimals as base64, NaN and infinities as text). From
+JSON converter's value forms (bytes and decimals as base64, a float32 as its shortest text;
+NaN and infinities stay floats, which the Debezium decoders read as the converter's "NaN"). From
 there the Debezium decoders apply unchanged, so every rule (ops, key changes, truncates,
 tombstones, ordering by source position, routing by the source block, Connect conversions,
 schema evolution, dead-letter reasons) is the one `format: debezium` has:
@@ -75,16 +76,9 @@ def _b64(v: bytes) -> str:
     return base64.b64encode(v).decode("ascii")
 
 
-def _double(v: float) -> Any:
-    """A double as the JSON converter writes it: NaN and infinities as text (Jackson quotes them)."""
-    if math.isfinite(v):
-        return v
-    return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-
-
 def _single(v: float) -> Any:
     """A float32 as the JSON converter writes it: its shortest text (21.8, not 21.799999237060547)."""
-    return float(repr(np.float32(v))) if math.isfinite(v) else _double(v)
+    return float(repr(np.float32(v))) if math.isfinite(v) else v
 
 
 def _union_text(v: Any) -> Any:
@@ -230,8 +224,6 @@ class _Compiler:
         convert: Convert | None = None
         if kind == "bytes" or fixed:
             convert = _b64
-        elif kind == "double":
-            convert = _double
         elif kind == "float":
             convert = _single
         return _Node(_connect_attrs(schema, connect), convert, 0, False, 0)
@@ -333,6 +325,7 @@ class AvroSettings:
     registry: RegistrySettings
     envelope: bool  # debezium-avro: the value is Debezium's envelope; avro: a flat record
     limits: PayloadLimits
+    keys: bool = True  # transcode the keys too (a table created from the stream takes its key from them)
 
     @classmethod
     def of(cls, fmt: str, registry: RegistrySettings, limits: PayloadLimits) -> AvroSettings:
@@ -500,7 +493,7 @@ class AvroMessages:
     ) -> tuple[list[bytes | None], list[bytes | None], list[str | None]]:
         """(keys, values, errors) of a block of records: each as its JSON converter message; a
         record that cannot be read keeps its value's bytes in base64 and its reason in errors."""
-        out_keys = [self.key_message(k) for k in keys]
+        out_keys = [self.key_message(k) for k in keys] if self.settings.keys else list(keys)
         out: list[bytes | None] = []
         errors: list[str | None] = []
         for key, value in zip(keys, values, strict=True):
@@ -533,7 +526,7 @@ _MESSAGES_LOCK = threading.Lock()
 
 def messages_for(settings: AvroSettings) -> AvroMessages:
     """The process's one reader for `settings`: schemas compiled once per Python worker."""
-    key = f"{settings.registry.key()}|{settings.envelope}|{settings.limits!r}"
+    key = f"{settings.registry.key()}|{settings.envelope}|{settings.keys}|{settings.limits!r}"
     with _MESSAGES_LOCK:
         found = _MESSAGES.get(key)
         if found is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,14 +58,16 @@ def payload_limits(config: PipelineConfig) -> PayloadLimits:
     return PayloadLimits(config.max_record_bytes, config.max_nesting_depth)
 
 
-def avro_transcoding(config: PipelineConfig) -> AvroSettings | None:
+def avro_transcoding(config: PipelineConfig, *, keys: bool = True) -> AvroSettings | None:
     """With `format: debezium-avro | avro`: what the Kafka read tasks need to rewrite each record
-    as the JSON converter's message (icetide.decode.avro), else None."""
+    as the JSON converter's message (icetide.decode.avro), else None. `keys`: the keys too (for
+    a table created from the stream; the decoders themselves never read them)."""
     if config.format not in AVRO_FORMATS or config.schema_registry is None:
         return None
     from icetide.decode.avro import AvroSettings
 
-    return AvroSettings.of(config.format, config.schema_registry, payload_limits(config))
+    settings = AvroSettings.of(config.format, config.schema_registry, payload_limits(config))
+    return dataclasses.replace(settings, keys=keys)
 
 
 class SourceAdapter:
@@ -161,7 +164,7 @@ class SourceAdapter:
                 spark,
                 ranges,
                 split=JsonHeadSplit("schema", "payload") if split else None,
-                transcode=avro_transcoding(self.config),
+                transcode=avro_transcoding(self.config, keys=whole_values),
             )
         return self.files.read(spark, list(batch.items), schema=schema)
 
