@@ -173,3 +173,38 @@ def test_each_table_equals_its_source_after_kill_9(
         "quantity": "int",
         "product_id": "int",
     }
+
+
+def test_format_avro_reads_flat_records_and_deletes_on_tombstones(
+    spark: Any, kafka_broker: str, registry: SchemaRegistryServer
+) -> None:
+    """`format: avro` (e.g. after Debezium's ExtractNewRecordState): each record upserts its row, a
+    tombstone deletes the key its Avro key holds; the table is created from the key and value schemas."""
+    stream = inventory_streams()["customers"]
+    row_schema = next(f for f in stream.schema["fields"] if f["field"] == "after")
+    flat: list[Record] = []
+    for partition, key, value, ts in changes(stream, seed=11, count=30):
+        if value is None:
+            flat.append((partition, key, None, ts))  # the tombstone after a delete: the delete itself
+            continue
+        event = json.loads(value)["payload"]
+        if event["op"] != "d":
+            flat.append((partition, key, json.dumps({"schema": row_schema, "payload": event["after"]}).encode(), ts))
+    model: dict[int, dict[str, Any]] = {}
+    for _, key, value, _ in flat:
+        assert key is not None
+        key_value = json.loads(key)["payload"]["id"]
+        if value is None:
+            model.pop(key_value, None)
+        else:
+            model[key_value] = json.loads(value)["payload"]
+    assert len(model) < len({json.loads(k or b"")["payload"]["id"] for _, k, _, _ in flat})  # some deleted
+    topic = f"db{unique()}.inventory.customers"
+    _create(kafka_broker, topic)
+    produce(kafka_broker, topic, encoded(AvroEncoder(registry.url), topic, flat))
+    table = f"lake.avro{unique()}.customers"
+    doc = single_table_doc("avro5", kafka_broker, topic, table, registry.url, trigger={"max_records": 12})
+    doc["format"] = "avro"
+    Runner(PipelineConfig.from_dict(doc), spark).run(once=True)
+    assert same(rows_of(spark, table, "id"), model)
+    assert spark.table(f"{table}_dead_letter").count() == 0
