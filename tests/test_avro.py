@@ -17,7 +17,8 @@ import pyarrow as pa
 import pytest
 
 from icetide.config import RegistrySettings
-from icetide.decode.avro import AvroMessages, AvroSettings, compile_schema
+from icetide.decode.avro import AvroMessages, AvroSettings
+from icetide.decode.avro_schema import compile_schema
 from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows
 from icetide.decode.limits import PayloadLimits
 from icetide.decode.schema_registry import RegistryAccessError, RegistryUnavailableError, registry_schemas
