@@ -82,6 +82,8 @@ def test_a_new_schema_id_with_a_new_field(spark: Any, kafka_broker: str, registr
 
 
 def test_a_failing_registry_is_retried_and_a_refusing_one_stops_the_run(spark: Any, kafka_broker: str) -> None:
+    """5xx: transient, supervision restarts the run, no dead letter; 401: one terminal line naming the
+    URL, not the secret; a schema id the registry lacks: that record's dead letter, with the reason."""
     server = SchemaRegistryServer(user_info="icetide:s3cret-pw").start()
     try:
         authed = f"http://icetide:s3cret-pw@{server.url.removeprefix('http://')}"
@@ -89,9 +91,13 @@ def test_a_failing_registry_is_retried_and_a_refusing_one_stops_the_run(spark: A
         records = changes(stream, seed=9, count=8)
         topic = f"db{unique()}.inventory.orders"
         _create(kafka_broker, topic)
-        produce(kafka_broker, topic, encoded(AvroEncoder(authed), topic, records))
+        avro = encoded(AvroEncoder(authed), topic, records)
+        good = next(v for _, _, v, _ in avro if v is not None)
+        unknown_id = b"\x00\x00\x00\x03\xe7" + good[5:]  # schema id 999
+        produce(kafka_broker, topic, [*avro, (0, None, unknown_id, None)])
         table = f"lake.avro{unique()}.orders"
-        doc = single_table_doc("avro4", kafka_broker, topic, table, server.url, restart={"max_attempts": 0})
+        restart = {"max_attempts": 0, "backoff": "4s"}
+        doc = single_table_doc("avro4", kafka_broker, topic, table, server.url, restart=restart)
         doc["schema_registry"]["basic.auth.user.info"] = "icetide:s3cret-pw"
         doc["table"]["schema"] = (
             "order_number INT NOT NULL, order_date DATE, purchaser INT, quantity INT, product_id INT"
@@ -101,16 +107,23 @@ def test_a_failing_registry_is_retried_and_a_refusing_one_stops_the_run(spark: A
         with pytest.raises(TransientError, match="HTTP 503"):
             Runner(PipelineConfig.from_dict(doc), spark).run(once=True)
         assert spark.table(f"{table}_dead_letter").count() == 0  # nothing became a dead letter
-        server.fail_with = None
         doc["schema_registry"]["basic.auth.user.info"] = "icetide:wrong-pw"
+        server.fail_with = None
         with pytest.raises(TerminalError) as refused:
             Runner(PipelineConfig.from_dict(doc), spark).run(once=True)
         message = str(refused.value)
         assert server.url in message and "HTTP 401" in message and "pw" not in message and "\n" not in message
+        # With restarts allowed, the run restarts through the outage and ends with every row.
         doc["schema_registry"]["basic.auth.user.info"] = "icetide:s3cret-pw"
-        Runner(PipelineConfig.from_dict(doc), spark).run(once=True)
+        doc["restart"] = {"max_attempts": 3, "backoff": "4s"}
+        server.fail_with = 503  # until the first restart
+        summary = Runner(PipelineConfig.from_dict(doc), spark).run(
+            once=True, on_restart=lambda _: setattr(server, "fail_with", None)
+        )
+        assert len(summary.restarts) == 1 and "HTTP 503" in summary.restarts[0].error
         assert same(rows_of(spark, table, "order_number"), model_of(records))
-        assert spark.table(f"{table}_dead_letter").count() == 0
+        dead = spark.table(f"{table}_dead_letter").collect()
+        assert len(dead) == 1 and "schema id 999 is not in the schema registry" in dead[0]["error"]
     finally:
         server.stop()
 
