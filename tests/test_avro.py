@@ -501,3 +501,29 @@ def test_paimon_all_types_avro_reads_as_debezium_json_converter_wrote_it(registr
         via_json.add(original, "", evolving=False)
         assert direct.table().to_pylist() == via_json.table().to_pylist()
         assert len(columns) > 50
+
+
+def test_key_changes_and_truncates_keep_the_debezium_rules(registry: SchemaRegistryServer) -> None:
+    """An update that changes the key is a delete of the old key and an upsert of the new row; a
+    truncate (no row) is left to the Spark path, which applies it, as for `format: debezium`."""
+    serialize = serializer(registry.url, FLINK_SCHEMA.read_text())
+    reader = messages(registry.url)
+    one = {"id": 1, "name": "a", "description": None, "weight": 1.0}
+    moved = {**one, "id": 2}
+    base = {"ts_ms": 1, "transaction": None}
+    update = serialize({**base, "before": one, "after": moved, "source": source(40), "op": "u"})
+    truncate = serialize({**base, "before": None, "after": None, "source": source(50), "op": "t"})
+    schema = pa.schema(
+        [("id", pa.int64()), ("name", pa.string()), ("description", pa.string()), ("weight", pa.float64())]
+    )
+    rows = table_rows(schema, ["id"])
+    envelope = reader.envelope(None, update)
+    assert envelope is not None
+    rows.add(envelope, "o", evolving=False)
+    assert [(r["_op"], r["id"]) for r in rows.table().to_pylist()] == [("DELETE", 1), ("UPSERT", 2)]
+    cut = reader.envelope(None, truncate)
+    assert cut is not None and cut.op == "t"
+    with pytest.raises(NotHere, match="op 't'"):
+        rows.add(cut, "p", evolving=False)
+    message = reader.message(None, truncate)
+    assert message is not None and json.loads(message)["payload"]["op"] == "t"

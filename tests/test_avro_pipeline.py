@@ -60,19 +60,21 @@ def single_table_doc(name: str, bootstrap: str, topic: str, table: str, registry
 
 
 def test_a_new_schema_id_with_a_new_field(spark: Any, kafka_broker: str, registry: SchemaRegistryServer) -> None:
-    """A new field in a new schema: a nullable column with schema_evolution on; counted and named with it off."""
+    """A new field in a new schema: a nullable column with schema_evolution on; counted and named with
+    it off. A truncate between them (on_truncate: apply) removes every row before it."""
     stream = inventory_streams()["customers"]
     first = changes(stream, seed=5, count=10)
+    truncate: Record = (0, None, stream.change("t", None, None), None)  # TRUNCATE TABLE customers
     stream.add_column("tier", "int32")
     second = changes(stream, seed=6, count=10, extra=lambda i: {"tier": i % 3})
-    records = first + second
+    records = [*first, truncate, *second]
     topic = f"db{unique()}.inventory.customers"
     _create(kafka_broker, topic)
     produce(kafka_broker, topic, encoded(AvroEncoder(registry.url), topic, records))
     evolving = f"lake.avro{unique()}.customers"
     doc = single_table_doc("avro2", kafka_broker, topic, evolving, registry.url, schema_evolution=True)
     Runner(PipelineConfig.from_dict(doc), spark).run(once=True)
-    assert same(rows_of(spark, evolving, "id"), model_of(records))
+    assert same(rows_of(spark, evolving, "id"), model_of(second))  # the truncate removed what came before
     assert "tier" in spark.table(evolving).columns
     fixed = f"lake.avro{unique()}.customers"
     doc = single_table_doc("avro3", kafka_broker, topic, fixed, registry.url)
