@@ -120,7 +120,9 @@ class RegistrySettings:
 
     conf: dict[str, Any] = field(default_factory=dict)
 
-    __repr__ = redacted_repr
+    def __repr__(self) -> str:
+        """Secret settings as `***`, the URL without its user:password."""
+        return f"RegistrySettings(conf={redact({**self.conf, 'url': self.url})!r})"
 
     @property
     def url(self) -> str:

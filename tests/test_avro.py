@@ -527,3 +527,56 @@ def test_key_changes_and_truncates_keep_the_debezium_rules(registry: SchemaRegis
         rows.add(cut, "p", evolving=False)
     message = reader.message(None, truncate)
     assert message is not None and json.loads(message)["payload"]["op"] == "t"
+
+
+def test_pipeline_files_name_the_bad_key() -> None:
+    from icetide.config import PipelineConfig
+
+    base: dict[str, Any] = {
+        "pipeline": "p",
+        "source": {"kafka": {"bootstrap_servers": "b:9092", "topic": "t"}},
+        "format": "debezium-avro",
+        "schema_registry": {"url": "http://127.0.0.1:8081", "basic.auth.user.info": "u:sekrit-pw"},
+        "table": {"name": "lake.db.t"},
+    }
+    config = PipelineConfig.from_dict(base)
+    assert config.reads_debezium and config.schema_registry is not None
+    assert config.schema_registry.url == "http://127.0.0.1:8081"
+    assert "sekrit-pw" not in repr(config)
+    from icetide.secrets import scrub
+
+    in_url = PipelineConfig.from_dict({**base, "schema_registry": {"url": "http://user:hunter22@127.0.0.1:8081"}})
+    assert in_url.schema_registry is not None and in_url.schema_registry.url == "http://127.0.0.1:8081"
+    assert "hunter22" not in repr(in_url)
+    assert (
+        scrub("GET http://user:hunter22@127.0.0.1:8081 with u:sekrit-pw")
+        == "GET http://user:***@127.0.0.1:8081 with ***"
+    )
+    cases = [
+        ({"schema_registry": None}, r"schema_registry: required with format: debezium-avro"),
+        ({"format": "json"}, r"schema_registry: only read with format: debezium-avro or avro"),
+        ({"format": "protobuf"}, r"format: 'protobuf' is not one of json, debezium, debezium-avro, avro"),
+        ({"schema_registry": {"url": "ftp://x"}}, r"schema_registry: Invalid url ftp://x"),
+        (
+            {"schema_registry": {"url": "http://a:b@h:1", "basic.auth.user.info": "u:p"}},
+            "schema_registry: basic.auth.user.info configured with userinfo credentials in the URL",
+        ),
+        ({"source": {"files": {"path": "landing", "format": "json"}}}, r"format: debezium-avro reads Kafka records"),
+        (
+            {"format": "avro", "table": {"name": "lake.db.{table}"}, "dead_letter": "lake.db.dl"},
+            r"table.name: format avro",
+        ),
+    ]
+    for change, message in cases:
+        doc = {k: v for k, v in {**base, **change}.items() if v is not None}
+        with pytest.raises(ConfigError, match=f"^{message}"):
+            PipelineConfig.from_dict(doc)
+    routed = PipelineConfig.from_dict(
+        {
+            **base,
+            "table": {"name": "lake.db.{table}"},
+            "dead_letter": "lake.db.dl",
+            "source": {"kafka": {"bootstrap_servers": "b", "topic_pattern": "db\\..*"}},
+        }
+    )
+    assert routed.routes_tables and routed.format == "debezium-avro"
