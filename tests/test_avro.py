@@ -580,3 +580,26 @@ def test_pipeline_files_name_the_bad_key() -> None:
         }
     )
     assert routed.routes_tables and routed.format == "debezium-avro"
+
+
+def test_schemas_icetide_cannot_read_make_dead_letters(registry: SchemaRegistryServer) -> None:
+    recursive = {
+        "type": "record",
+        "name": "Node",
+        "fields": [{"name": "id", "type": "int"}, {"name": "next", "type": ["null", "Node"], "default": None}],
+    }
+    schema_id = registry.register("recursive-value", recursive)
+    not_avro = registry.register("proto-value", 'syntax = "proto3"; message M { int32 id = 1; }', "PROTOBUF")
+    primitive = registry.register("plain-value", '"string"')
+    reader = messages(registry.url)
+    values = [
+        b"\x00" + schema_id.to_bytes(4, "big") + b"\x02\x00",
+        b"\x00" + not_avro.to_bytes(4, "big") + b"\x08",
+        b"\x00" + primitive.to_bytes(4, "big") + b"\x02a",
+    ]
+    for _ in range(2):  # the second time from what the reader remembers
+        _, out, errors = reader.transcode_block([None] * 3, values)
+        assert out == [base64.b64encode(v) for v in values]
+        assert errors[0] is not None and "recursive type Node" in errors[0]
+        assert errors[1] is not None and "is a PROTOBUF schema, not Avro" in errors[1]
+        assert errors[2] is not None and f"schema id {primitive} is not a record" in errors[2]

@@ -86,16 +86,24 @@ class AvroMessages:
     def __init__(self, settings: AvroSettings) -> None:
         self.settings = settings
         self.registry = registry_schemas(settings.registry)
-        self._compiled: dict[int, CompiledSchema] = {}
+        self._compiled: dict[int, CompiledSchema | BadAvroRecord] = {}
         self._values: dict[int, _Shape] = {}
         self._deletes: dict[int, _Shape] = {}  # format avro: a tombstone's delete, by key schema id
         self._keys: dict[int, bytes] = {}
 
     def compiled(self, schema_id: int) -> CompiledSchema:
-        """The compiled schema of `schema_id` (fetched and compiled on first use)."""
+        """The compiled schema of `schema_id` (fetched and compiled on first use; a schema icetide
+        cannot read is remembered as the BadAvroRecord it raised)."""
         found = self._compiled.get(schema_id)
         if found is None:
-            found = self._compiled[schema_id] = compile_schema(schema_id, self.registry.text(schema_id))
+            text = self.registry.text(schema_id)
+            try:
+                found = compile_schema(schema_id, text)
+            except BadAvroRecord as exc:
+                found = exc
+            self._compiled[schema_id] = found
+        if isinstance(found, BadAvroRecord):
+            raise BadAvroRecord(str(found))
         return found
 
     def read(self, data: bytes) -> tuple[CompiledSchema, Any]:
