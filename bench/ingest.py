@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ingest.py [--events 1000000] [--freshness-seconds 30] [--record]
     .venv/bin/python bench/ingest.py --tables 50 [--events-per-table 20000] [--rounds 1]   (bench/ingest_tables.py)
+    .venv/bin/python bench/ingest.py --avro 100000 [--rounds 3]   (bench/ingest_avro.py)
 
 Starts a Tansu broker on 127.0.0.1, produces `events` JSON events of about 200 bytes into 4
 partitions, and measures in one run:
@@ -382,7 +383,14 @@ def main() -> None:
         metavar="N",
         help="instead: N rows as plain JSON and as Debezium messages with schemas (bench/ingest_debezium.py)",
     )
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of --debezium or --tables")
+    p.add_argument(
+        "--avro",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N rows as Debezium JSON with schemas and as Debezium Avro (bench/ingest_avro.py)",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of --debezium, --avro or --tables")
     p.add_argument("--runs", type=int, default=3, help="measured runner drains per overlap_commit setting")
     p.add_argument(
         "--tables",
@@ -408,6 +416,16 @@ def main() -> None:
             )
         )
         report("bench/ingest.py --tables: a database of many tables through one pipeline", body, save=args.record)
+        return
+    if args.avro:
+        from bench.ingest_avro import run_avro
+
+        body = in_temp_warehouse(
+            lambda wh: run_avro(
+                args.avro, wh, Path(wh) / "tansu.log", min(args.max_records, args.avro), args.rounds, SCHEMA
+            )
+        )
+        report("bench/ingest.py --avro: Debezium Avro beside Debezium JSON with schemas", body, save=args.record)
         return
     if args.debezium:
         from bench.ingest_debezium import run_debezium

@@ -6,14 +6,16 @@ their source modules, which know their own settings.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit, urlunsplit
 
 from icetide.errors import ConfigError
-from icetide.secrets import expand_env, redact, redacted_repr
+from icetide.secrets import expand_env, redact, redacted_repr, remember_secret
 from icetide.stateful.settings import StatefulSettings
 
 Mode = Literal["upsert", "append"]
@@ -21,7 +23,10 @@ DecimalHandling = Literal["precise", "string", "double"]
 TimePrecision = Literal["adaptive_time_microseconds", "adaptive", "connect"]
 OnTruncate = Literal["apply", "dead_letter"]
 DEBEZIUM_KEYS = ("decimal.handling.mode", "time.precision.mode")
-Format = Literal["json", "debezium"]
+Format = Literal["json", "debezium", "debezium-avro", "avro"]
+FORMATS = get_args(Format)
+DEBEZIUM_FORMATS = ("debezium", "debezium-avro", "avro")  # read by the Debezium decoders
+AVRO_FORMATS = ("debezium-avro", "avro")  # Confluent's wire format, schemas from `schema_registry`
 DISTRIBUTIONS = ("none", "key", "partition", "dynamic")
 
 TOP_LEVEL_KEYS = {
@@ -55,6 +60,7 @@ TOP_LEVEL_KEYS = {
     "restart",
     "on_data_loss",
     "tables",
+    "schema_registry",
 }
 # The placeholders a table-name template may hold (Debezium's source block, and the Kafka topic).
 TABLE_NAME_PLACEHOLDERS = ("db", "schema", "table", "topic")
@@ -92,6 +98,67 @@ def _unknown(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
     extra = sorted(set(d) - allowed)
     if extra:
         raise ConfigError(f"{where}{extra[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+_REGISTRY_SECRETS = ("basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret", "ssl.key.password")
+
+
+def public_url(url: str) -> str:
+    """The registry URL(s) without any user:password part, for messages."""
+    out = []
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        out.append(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
+    return ",".join(out)
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """The `schema_registry:` block: confluent-kafka SchemaRegistryClient settings, as given."""
+
+    conf: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """Secret settings as `***`, the URL without its user:password."""
+        return f"RegistrySettings(conf={redact({**self.conf, 'url': self.url})!r})"
+
+    @property
+    def url(self) -> str:
+        """The registry URL(s), without credentials."""
+        return public_url(str(self.conf.get("url", "")))
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "schema_registry") -> RegistrySettings:
+        """Validated by building a client (no request is sent); ConfigError naming the key."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"{where}: expected a mapping of Schema Registry client settings with a url")
+        conf = {str(k): v for k, v in d.items()}
+        url = conf.get("url")
+        if not isinstance(url, str) or not url.strip():
+            raise ConfigError(f"{where}.url: required, e.g. http://127.0.0.1:8081")
+        for name in _REGISTRY_SECRETS:
+            if conf.get(name):
+                remember_secret(conf[name])
+        userinfo = urlsplit(url.split(",")[0].strip()).password
+        if userinfo:
+            remember_secret(userinfo)
+        try:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+        except ImportError as exc:
+            raise ConfigError(
+                f"{where}: Schema Registry support is not installed: pip install 'icetide[kafka]'"
+            ) from exc
+        try:
+            SchemaRegistryClient(dict(conf))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+        return cls(conf)
+
+    def key(self) -> str:
+        """The settings as one text, for a per-process cache."""
+        return json.dumps(self.conf, sort_keys=True, default=str)
 
 
 @dataclass(frozen=True)
@@ -486,6 +553,13 @@ class PipelineConfig:
     restart: RestartConfig = field(default_factory=RestartConfig)
     on_data_loss: Literal["fail", "skip"] = "fail"  # source records lost before being read (docs/runner.md)
     tables: dict[str, TableOverride] = field(default_factory=dict)  # per-table settings of a routing pipeline
+    schema_registry: RegistrySettings | None = None  # format: debezium-avro | avro
+
+    @property
+    def reads_debezium(self) -> bool:
+        """Are records read by the Debezium decoders (`debezium`, and the Avro formats, whose
+        records are read as the JSON converter's messages: icetide.decode.avro)?"""
+        return self.format in DEBEZIUM_FORMATS
 
     @property
     def routes_tables(self) -> bool:
@@ -545,15 +619,16 @@ class PipelineConfig:
         many_topics = kind == "kafka" and ("topics" in source[kind] or "topic_pattern" in source[kind])
         routing = bool(template) or many_topics
         fmt = d.get("format", "debezium" if routing else "json")
-        if routing and fmt != "debezium":
+        if fmt not in FORMATS:
+            raise ConfigError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
+        if routing and fmt not in DEBEZIUM_FORMATS:
             raise ConfigError(
                 "format: a pipeline with a table-name template or several topics reads Debezium change events; "
-                "use format: debezium"
+                "use format: debezium (or debezium-avro)"
             )
         if template and kind != "kafka":
             raise ConfigError("table.name: a template routes Kafka records; source.files writes one table")
-        if fmt not in ("json", "debezium"):
-            raise ConfigError(f"format: {fmt!r} is not one of json, debezium")
+        registry = _schema_registry(d, fmt, kind, template)
         mode = d.get("mode", "upsert")
         if mode not in ("upsert", "append"):
             raise ConfigError(f"mode: {mode!r} is not one of upsert, append")
@@ -569,7 +644,7 @@ class PipelineConfig:
         parallelism = d.get("write_parallelism")
         if parallelism is not None and (not isinstance(parallelism, int) or parallelism < 1):
             raise ConfigError("write_parallelism: expected a positive integer")
-        table = TableConfig.from_dict(_require(d, "table", ""), from_stream=fmt == "debezium")
+        table = TableConfig.from_dict(_require(d, "table", ""), from_stream=fmt in DEBEZIUM_FORMATS)
         on_truncate = d.get("on_truncate", "apply")
         if on_truncate not in ("apply", "dead_letter"):
             raise ConfigError(f"on_truncate: {on_truncate!r} is not one of apply, dead_letter")
@@ -639,6 +714,7 @@ class PipelineConfig:
             restart=RestartConfig.from_dict(d.get("restart")),
             on_data_loss=on_data_loss,
             tables=_table_overrides(d.get("tables")),
+            schema_registry=registry,
         )
         if routing:
             _check_routing(config)
@@ -653,6 +729,22 @@ class PipelineConfig:
         if config.dead_letter and len(config.dead_letter.split(".")) < 3:
             raise ConfigError(f"dead_letter: {config.dead_letter!r} must be <catalog>.<namespace>.<table>")
         return config
+
+
+def _schema_registry(d: Mapping[str, Any], fmt: str, kind: str, template: tuple[str, ...]) -> RegistrySettings | None:
+    """The `schema_registry` block: required by the Avro formats, and only read by them."""
+    block = d.get("schema_registry")
+    if fmt not in AVRO_FORMATS:
+        if block is not None:
+            raise ConfigError(f"schema_registry: only read with format: debezium-avro or avro, not {fmt}")
+        return None
+    if kind != "kafka":
+        raise ConfigError(f"format: {fmt} reads Kafka records (Confluent's wire format); source.files has none")
+    if fmt == "avro" and set(template) - {"topic"}:
+        raise ConfigError("table.name: format avro records carry no Debezium source block; route them by {topic}")
+    if block is None:
+        raise ConfigError(f"schema_registry: required with format: {fmt} (e.g. {{url: http://127.0.0.1:8081}})")
+    return RegistrySettings.from_dict(block)
 
 
 def _table_overrides(d: Any) -> dict[str, TableOverride]:

@@ -8,8 +8,8 @@ value, such as a Java error message or a log line about a URL; the CLI installs
 
 Names are split into words at `.`, `_`, `-` and camelCase boundaries, case-insensitively:
 
-- a name containing `secret`, `password`, `passwd`, `token` or `credential` is secret
-  (`sasl.password`, `ssl.key.password`, `s3.secret-access-key`, `token`, `credential`,
+- a name containing `secret`, `password`, `passwd`, `token`, `credential` or `user.info` is
+  secret (`basic.auth.user.info`, `sasl.password`, `ssl.key.password`, `s3.secret-access-key`, `token`, `credential`,
   `sasl.oauthbearer.client.secret`, `accessToken`);
 - a word that is or ends in `key` makes a name secret (`s3.access-key-id`, `api_key`,
   `ssl.key.pem`, `fs.azure.account.key.<account>...`), except as the first word (`key`,
@@ -30,7 +30,8 @@ from typing import Any
 from icetide.errors import ConfigError
 
 REDACTED = "***"
-_SECRET_PARTS = ("secret", "password", "passwd", "token", "credential")
+# `user.info`: a Schema Registry's `basic.auth.user.info` (user:password).
+_SECRET_PARTS = ("secret", "password", "passwd", "token", "credential", "user.info", "userinfo")
 # Words after `key` that describe the key (a path, a format) rather than hold it.
 _ABOUT_THE_KEY = frozenset(
     {"location", "type", "format", "algorithm", "alias", "provider", "serializer", "deserializer", "columns", "fields"}

@@ -77,6 +77,7 @@ _AFTER = "_icetide_after"
 _UNKNOWN = "_icetide_unknown"
 _SPLIT_ID = "_icetide_split_id"  # the head id of a value whose head the source split off, else null
 _SPLIT_HEAD = "_icetide_split_head"
+_READ_ERROR = "_icetide_read_error"  # why the source could not read the record (`error_col`), else null
 # The JSON converter writes {"schema":{...},"payload":{...}}: the text before "payload" names the schema.
 _HEAD_START, _PAYLOAD_KEY = '{"schema"', '"payload":'
 _HEAD = re.compile(r'\{"schema"\s*:\s*')
@@ -433,6 +434,7 @@ def decode_debezium(
     schema_evolution: bool = False,
     limits: PayloadLimits | None = None,
     split: tuple[str, str] | None = None,
+    error_col: str | None = None,
 ) -> DecodedChanges:
     """Decode Debezium change events in `df[value_col]` (string or binary) into the table's columns.
 
@@ -446,6 +448,9 @@ def decode_debezium(
     `split`: the columns (head id, head text) of a source that split the JSON converter's schema
     off its values (icetide.sources.head_split with JsonHeadSplit("schema", "payload")); the
     schema is then known by its id, and dead letters still hold the whole record.
+
+    `error_col`: a column saying why the source could not read a record (e.g. an Avro value,
+    icetide.decode.avro); such a record is bad with that reason, whatever its value.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -485,6 +490,7 @@ def decode_debezium(
         *order_inputs,
         F.from_json(payload, parse_schema, options).alias(PARSED),
         *([F.col(split[0]).alias(_SPLIT_ID), F.col(split[1]).alias(_SPLIT_HEAD)] if split else []),
+        (F.col(error_col) if error_col else F.lit(None).cast("string")).alias(_READ_ERROR),
         F.spark_partition_id().alias(BARRIER),
     )
     split_cols = [_SPLIT_ID, _SPLIT_HEAD] if split else []
@@ -525,6 +531,7 @@ def decode_debezium(
         *schema_identity(F.col(PAYLOAD), wrapped, F.col(_SPLIT_ID) if split else None),
         F.coalesce(F.array_except(F.map_keys(row), known), F.array()).alias(_UNKNOWN),
         *split_cols,
+        _READ_ERROR,
     )
     if keep is not None:
         env = env.persist(StorageLevel.MEMORY_AND_DISK)
@@ -585,6 +592,7 @@ def decode_debezium(
         SOURCE_ORDER_COLUMN,
         _SCHEMA_ID,
         *split_cols[:1],
+        _READ_ERROR,
         F.explode(changes).alias("_icetide_change"),
     )
     cop, crow = F.col("_icetide_change.op"), F.col("_icetide_change.row")
@@ -604,6 +612,7 @@ def decode_debezium(
         heads = _heads_by_id(env, split_ids)
         whole, limit = _split_checks(F.col(PAYLOAD), F.col(_SPLIT_ID), heads, limits or PayloadLimits())
         pre_errors.insert(0, limit)
+    pre_errors.insert(0, F.col(_READ_ERROR))
     rows = exploded.select(
         whole.alias(PAYLOAD),
         POSITION,

@@ -36,10 +36,28 @@ def route_name(template: str, **values: str) -> str:
     return template.format(**{k: identifier_part(v) for k, v in values.items()})
 
 
-def with_routes(df: DataFrame, template: str, *, value_col: str = "value", topic_col: str = "topic") -> DataFrame:
+def with_routes(
+    df: DataFrame,
+    template: str,
+    *,
+    value_col: str = "value",
+    topic_col: str = "topic",
+    error_col: str | None = None,
+) -> DataFrame:
     """`df` plus ROUTE_COLUMN (the table name, null for tombstones and unroutable records) and
-    ROUTE_ERROR_COLUMN (why a record that is not a tombstone has no route, else null)."""
+    ROUTE_ERROR_COLUMN (why a record that is not a tombstone has no route, else null). A record
+    whose `error_col` is set (the source could not read it) has no route and that error."""
     from pyspark.sql import functions as F
+
+    if error_col is not None:
+        routed = with_routes(df, template, value_col=value_col, topic_col=topic_col)
+        read_error = F.col(error_col)
+        return routed.withColumns(
+            {
+                ROUTE_COLUMN: F.when(read_error.isNull(), F.col(ROUTE_COLUMN)),
+                ROUTE_ERROR_COLUMN: F.coalesce(read_error, F.col(ROUTE_ERROR_COLUMN)),
+            }
+        )
 
     needed = table_name_placeholders(template)
     text = F.col(value_col).cast("string")

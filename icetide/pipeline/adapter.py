@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from icetide.config import PipelineConfig
+from icetide.config import AVRO_FORMATS, PipelineConfig
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import INSERT, OP_COLUMN, UPSERT
@@ -17,6 +18,8 @@ CAPTURE_COLUMNS = (EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN)
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructField, StructType
+
+    from icetide.decode.avro import AvroSettings
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,18 @@ def payload_limits(config: PipelineConfig) -> PayloadLimits:
     return PayloadLimits(config.max_record_bytes, config.max_nesting_depth)
 
 
+def avro_transcoding(config: PipelineConfig, *, keys: bool = True) -> AvroSettings | None:
+    """With `format: debezium-avro | avro`: what the Kafka read tasks need to rewrite each record
+    as the JSON converter's message (icetide.decode.avro), else None. `keys`: the keys too (for
+    a table created from the stream; the decoders themselves never read them)."""
+    if config.format not in AVRO_FORMATS or config.schema_registry is None:
+        return None
+    from icetide.decode.avro import AvroSettings
+
+    settings = AvroSettings.of(config.format, config.schema_registry, payload_limits(config))
+    return dataclasses.replace(settings, keys=keys)
+
+
 class SourceAdapter:
     """Wraps a Kafka or file source for the runner."""
 
@@ -70,7 +85,7 @@ class SourceAdapter:
             from icetide.sources.files import FileSource, FileSourceConfig
 
             self.files = FileSource(FileSourceConfig.from_dict(settings))
-            if self.files.config.format != "json" and config.format == "debezium":
+            if self.files.config.format != "json" and config.reads_debezium:
                 raise ConfigError("format: debezium needs json files (source.files.format: json)")
 
     @property
@@ -143,9 +158,14 @@ class SourceAdapter:
             from icetide.sources.head_split import JsonHeadSplit
             from icetide.sources.kafka import OffsetRange
 
-            split = self.config.format == "debezium" and not whole_values
+            split = self.config.reads_debezium and not whole_values
             ranges = [OffsetRange(**r) for r in batch.items]
-            return self.kafka.read(spark, ranges, split=JsonHeadSplit("schema", "payload") if split else None)
+            return self.kafka.read(
+                spark,
+                ranges,
+                split=JsonHeadSplit("schema", "payload") if split else None,
+                transcode=avro_transcoding(self.config, keys=whole_values),
+            )
         return self.files.read(spark, list(batch.items), schema=schema)
 
     def decode(self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]) -> Decoded:
@@ -215,9 +235,10 @@ class SourceAdapter:
             good = good.persist(StorageLevel.MEMORY_AND_DISK)
             keep.append(good)
             return Decoded(good, raw.sparkSession.createDataFrame([], BAD_DDL), self.config.order_by)
-        if self.config.format == "debezium":
+        if self.config.reads_debezium:
             from icetide.decode.debezium import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, decode_debezium
             from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX
+            from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
 
             head_id, head = value_col + HEAD_ID_SUFFIX, value_col + HEAD_SUFFIX
 
@@ -235,6 +256,7 @@ class SourceAdapter:
                 on_truncate=self.config.on_truncate,
                 schema_evolution=self.config.schema_evolution,
                 split=(head_id, head) if head_id in raw.columns else None,
+                error_col=VALUE_ERROR_COLUMN if VALUE_ERROR_COLUMN in raw.columns else None,
             )
             order_by = self.config.order_by or changes.order_by
             # The sink takes table columns, `_op` and one order column: the other change columns go.

@@ -33,10 +33,11 @@ import numpy as np
 import pyarrow as pa
 
 from icetide.config import table_name_placeholders
+from icetide.decode.avro import messages_for
 from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows, source_order
 from icetide.decode.route import identifier_part
 from icetide.errors import IcetideError, SourceError, one_line
-from icetide.pipeline.adapter import payload_limits
+from icetide.pipeline.adapter import avro_transcoding, payload_limits
 from icetide.pipeline.fast_append import BlockReader, no_cycle_collection
 from icetide.secrets import redacted_repr
 from icetide.sink.changelog import ARRIVAL_COLUMN
@@ -44,7 +45,7 @@ from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import OLD_SPEC_COLUMN_PREFIX, PARTITION_COLUMN_PREFIX, UpsertSink
 from icetide.sink.transforms import arrow_partition_values, computable
 from icetide.sink.writer import WriteError, WriterConfig, write_task
-from icetide.sources.base import raise_source_error_in
+from icetide.sources.base import SourceAccessError, raise_source_error_in
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from icetide.config import PipelineConfig
+    from icetide.decode.avro import AvroSettings
     from icetide.sources.kafka_topics import TopicsPlan
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class SyncTaskConfig:
     conversions: Conversions
     limits: Any
     evolving: bool
+    avro: AvroSettings | None = None  # format: debezium-avro | avro: how to read the records
 
     __repr__ = redacted_repr
 
@@ -127,6 +130,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
     """Read, decode, route and write one task's ranges (on an executor)."""
     result = SyncTaskResult()
     reader_of = EnvelopeReader(config.limits)
+    avro = messages_for(config.avro) if config.avro is not None else None
     needed = table_name_placeholders(config.template)
     rows: dict[str, TableRows] = {}
     started = time.thread_time()
@@ -138,9 +142,12 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                 for message in block.messages:
                     result.records += 1  # tombstones too, as the Spark path counts a batch's records
                     value = message.value()
-                    if value is None:
+                    if avro is not None:
+                        envelope = avro.envelope(message.key(), value)
+                    elif value is None:
                         continue
-                    envelope = reader_of.read(value)
+                    else:
+                        envelope = reader_of.read(value)
                     if envelope is None:
                         continue
                     name = route_of(config.template, needed, topic, envelope.source)
@@ -156,7 +163,10 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                         samples = result.new_tables.setdefault(name, [])
                         key = message.key()
                         if key is not None and len(samples) < SAMPLE_MESSAGES:  # a table is made from a keyed one
-                            samples.append((key, value))
+                            if avro is not None:  # as the JSON converter's messages: what the table is made from
+                                key, value = avro.key_message(key), avro.message(key, value)
+                            if key is not None and value is not None:
+                                samples.append((key, value))
                         continue
                     offset = message.offset()
                     if offset < table.held.get((topic, partition), -1):
@@ -169,8 +179,8 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                     collected.add(envelope, order, evolving=config.evolving)
     except NotHere as exc:
         return SyncTaskResult(not_here=str(exc), records=result.records)
-    except SourceError:
-        raise  # the source's failure, as on the Spark path
+    except (SourceError, SourceAccessError):
+        raise  # the source's failure (the schema registry's too), as on the Spark path
     except Exception as exc:  # a record the decoder did not foresee: the Spark path reads the batch
         return SyncTaskResult(not_here=f"the fast decoder failed: {one_line(exc)}", records=result.records)
     result.decode_seconds = time.thread_time() - started
@@ -288,7 +298,7 @@ class SyncFastPath:
         """Why the pipeline's config rules the fast path out, or None."""
         if config.fast_path == "off":
             return "fast_path: off"
-        if config.format != "debezium":
+        if not config.reads_debezium:
             return f"format: {config.format}"
         if config.order_by == "_source_ts":
             return "order_by: _source_ts"
@@ -371,6 +381,7 @@ class SyncFastPath:
             conversions=self.conversions,
             limits=payload_limits(c),
             evolving=c.schema_evolution,
+            avro=avro_transcoding(c),
         )
         ranges = [r for r in plan.ranges if r.end > r.start]
         parallelism = c.write_parallelism or self.spark.sparkContext.defaultParallelism

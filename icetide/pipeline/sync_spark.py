@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
 from icetide.errors import IcetideError
 from icetide.faults import crash_point
-from icetide.pipeline.adapter import payload_limits
+from icetide.pipeline.adapter import avro_transcoding, payload_limits
 from icetide.pipeline.batches import SyncBatchMetrics, TooManyBadRecordsError
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
 from icetide.sink.sink import BatchResult
 from icetide.sources.base import raise_source_error_in
+from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
 from icetide.table.catalog import table_exists
 from icetide.table.iceberg import spark_schema
 
@@ -176,7 +177,9 @@ def ensure_table(runner: SyncRunner, name: str, routed: DataFrame) -> bool:
 def routed(runner: SyncRunner, plan: TopicsPlan, topics: set[str] | list[str]) -> DataFrame:
     """The batch's records of `topics`, read from Kafka, each with its route (decode.route)."""
     ranges = [r for r in plan.ranges if r.topic in topics and r.end > r.start]
-    return with_routes(runner.topics.read(runner.spark, ranges), runner.config.table.name)
+    transcode = avro_transcoding(runner.config)  # Avro records read as the JSON converter's messages
+    records = runner.topics.read(runner.spark, ranges, transcode=transcode)
+    return with_routes(records, runner.config.table.name, error_col=VALUE_ERROR_COLUMN if transcode else None)
 
 
 def decode_tables(
@@ -197,7 +200,10 @@ def decode_tables(
         rows = routed(runner, plan, routes[name]).where(F.col(ROUTE_COLUMN) == name)
         if held:
             rows = rows.where(~_below(held, F.col("topic"), F.col("partition"), F.col("offset")))
-        rows = rows.select("topic", "partition", "offset", "timestamp", "key", "value")
+        read_error = VALUE_ERROR_COLUMN if VALUE_ERROR_COLUMN in rows.columns else None
+        rows = rows.select(
+            "topic", "partition", "offset", "timestamp", "key", "value", *([read_error] if read_error else [])
+        )
         local: list[Any] = []
         changes = decode_debezium(
             rows,
@@ -211,6 +217,7 @@ def decode_tables(
             settings=c.debezium,
             on_truncate=c.on_truncate,
             schema_evolution=c.schema_evolution,
+            error_col=read_error,
         )
         kept.extend(local)
         order_by = c.order_by or changes.order_by

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from icetide.config import PipelineConfig, TableConfig
 from icetide.decode.connect import EnvelopeSchema, column_ddl, parse_envelope_schema, parse_key_schema
 from icetide.errors import ConfigError, SourceError
+from icetide.sources.base import raise_source_error_in
 from icetide.table.catalog import create_table, table_exists
 
 if TYPE_CHECKING:
@@ -67,7 +68,11 @@ def ensure_table_from_stream(spark: SparkSession, config: PipelineConfig, source
     found = None
     if plan.items:
         raw = source.read(spark, plan, StructType([]), whole_values=True)
-        rows = raw.where(F.col("value").isNotNull()).select("key", "value").limit(SAMPLE_MESSAGES).collect()
+        try:
+            rows = raw.where(F.col("value").isNotNull()).select("key", "value").limit(SAMPLE_MESSAGES).collect()
+        except Exception as exc:  # the source's (or its schema registry's) failure, as the one line it is
+            raise_source_error_in(exc)
+            raise
         found = definition_from_messages([(r["key"], r["value"]) for r in rows])
     create_from_definition(spark, t, found)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Protocol
 
-from icetide.errors import SourceError
+from icetide.errors import IcetideError, SourceError, TerminalError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 # Prefixed to the message of a SourceError raised inside a Spark task, so the driver can find it again
 # in the text of the Py4J / PythonException that wraps it (see `source_error_in`).
 EXECUTOR_SOURCE_ERROR_MARKER = "[icetide-source] "
+# The same for a source failure no retry can help (refused credentials): `SourceAccessError`.
+EXECUTOR_SOURCE_ACCESS_MARKER = "[icetide-source-access] "
 
 
 class BatchSource(Protocol):
@@ -36,7 +38,18 @@ class ExecutorSourceError(SourceError):
         super().__init__(EXECUTOR_SOURCE_ERROR_MARKER + message)
 
 
-def source_error_in(exc: BaseException) -> SourceError | None:
+class SourceAccessError(TerminalError):
+    """A source (or the schema registry it needs) refused icetide's credentials: terminal."""
+
+
+class ExecutorSourceAccessError(SourceAccessError):
+    """A SourceAccessError raised inside a Spark task; its message carries the marker for the driver."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXECUTOR_SOURCE_ACCESS_MARKER + message)
+
+
+def source_error_in(exc: BaseException) -> IcetideError | None:
     """The SourceError a Spark task raised, recovered from the (Java- or worker-wrapped) exception.
 
     Returns None when `exc` does not come from a source read. Reads are lazy, so such errors
@@ -44,6 +57,9 @@ def source_error_in(exc: BaseException) -> SourceError | None:
     """
     if isinstance(exc, SourceError) and not isinstance(exc, ExecutorSourceError):
         return exc
+    access = re.search(re.escape(EXECUTOR_SOURCE_ACCESS_MARKER) + r"([^\n]+)", str(exc))
+    if access:
+        return SourceAccessError(access.group(1).strip())
     match = re.search(re.escape(EXECUTOR_SOURCE_ERROR_MARKER) + r"([^\n]+)", str(exc))
     return SourceError(match.group(1).strip()) if match else None
 

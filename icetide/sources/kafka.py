@@ -41,7 +41,9 @@ from icetide.sources.kafka_reader import (
     PARTITION_EOF,
     TRANSPORT,
     UNKNOWN_TOPIC_OR_PART,
+    VALUE_ERROR_COLUMN,
     OffsetRange,
+    ValueTranscoder,
     confluent_kafka_module,
     read_ranges_task,
 )
@@ -752,14 +754,21 @@ class KafkaSource:
     # -- executor side -----------------------------------------------------------------------
 
     def read(
-        self, spark: SparkSession, ranges: Iterable[OffsetRange], *, split: JsonHeadSplit | None = None
+        self,
+        spark: SparkSession,
+        ranges: Iterable[OffsetRange],
+        *,
+        split: JsonHeadSplit | None = None,
+        transcode: ValueTranscoder | None = None,
     ) -> DataFrame:
         """A lazy DataFrame of the records in `ranges`, one Spark partition per range.
 
         Columns: topic string, partition int, offset bigint, timestamp timestamp (null when the
         record has none), key binary, value binary; within a Spark partition in offset order.
         With `split`, the values' heads are split off where they are read, and two more columns
-        say how (value_head_id bigint, value_head string: icetide.sources.head_split).
+        say how (value_head_id bigint, value_head string: icetide.sources.head_split). With
+        `transcode`, keys and values are rewritten first, and `value_error` string says why a
+        value could not be (icetide.decode.avro).
         Each task opens its own consumer, assigns the range's start and reads up to its end;
         offsets deleted by retention are skipped (logged on the executor). A task that makes no
         progress for read_timeout_seconds fails with a SourceError naming topic/partition@offset
@@ -768,6 +777,8 @@ class KafkaSource:
         """
         todo = [(r.topic, r.partition, r.start, r.end) for r in ranges if r.end > r.start]
         ddl = RECORD_DDL if split is None else SPLIT_RECORD_DDL
+        if transcode is not None:
+            ddl += f", {VALUE_ERROR_COLUMN} STRING"
         if not todo:
             return spark.createDataFrame([], ddl)
         frame = spark.createDataFrame(spark.sparkContext.parallelize(todo, len(todo)), RANGE_DDL)
@@ -776,5 +787,6 @@ class KafkaSource:
             self.config.reader_settings(),
             self.config.read_timeout_seconds,
             split=split,
+            transcode=transcode,
         )
         return frame.mapInArrow(task, ddl)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import operator
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,6 +52,19 @@ RECORD_ARROW_SCHEMA = pa.schema(
 SPLIT_RECORD_ARROW_SCHEMA = RECORD_ARROW_SCHEMA.append(pa.field("value" + HEAD_ID_SUFFIX, pa.int64())).append(
     pa.field("value" + HEAD_SUFFIX, pa.string())
 )
+
+# With a ValueTranscoder: why each value could not be transcoded (null: it was).
+VALUE_ERROR_COLUMN = "value_error"
+
+
+class ValueTranscoder(Protocol):
+    """Rewrites a block of records' keys and values where they are read (e.g. Avro to the JSON
+    converter's messages: icetide.decode.avro); picklable, it runs in the read task."""
+
+    def transcode_block(
+        self, keys: Sequence[bytes | None], values: Sequence[bytes | None]
+    ) -> tuple[list[bytes | None], list[bytes | None], list[str | None]]: ...
+
 
 # librdkafka error codes (confluent_kafka.KafkaError), copied so this module imports without it.
 PARTITION_EOF = -191
@@ -119,8 +132,10 @@ class RangeReader:
         topic_partition: Callable[[str, int, int], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         split: JsonHeadSplit | None = None,
+        transcode: ValueTranscoder | None = None,
     ) -> None:
         self.consumer = consumer
+        self._transcode = transcode
         self.range = offset_range
         self.read_timeout = read_timeout
         self.batch_rows = batch_rows
@@ -229,6 +244,10 @@ class RangeReader:
         self, offsets: list[int], stamps: list[int | None], keys: list[bytes | None], values: list[bytes | None]
     ) -> pa.RecordBatch:
         n = len(offsets)
+        errors: list[pa.Array] = []
+        if self._transcode is not None:
+            keys, values, error_texts = self._transcode.transcode_block(keys, values)
+            errors.append(pa.array(error_texts, pa.string()))
         columns = [
             pa.array([self.range.topic] * n, pa.string()),
             pa.array([self.range.partition] * n, pa.int32()),
@@ -237,8 +256,12 @@ class RangeReader:
             pa.array(keys, pa.binary()),
         ]
         if self._splitter is None:
-            return pa.RecordBatch.from_arrays([*columns, pa.array(values, pa.binary())], schema=RECORD_ARROW_SCHEMA)
-        return pa.RecordBatch.from_arrays([*columns, *self._splitter.arrays(values)], schema=SPLIT_RECORD_ARROW_SCHEMA)
+            arrays, schema = [*columns, pa.array(values, pa.binary())], RECORD_ARROW_SCHEMA
+        else:
+            arrays, schema = [*columns, *self._splitter.arrays(values)], SPLIT_RECORD_ARROW_SCHEMA
+        if errors:
+            schema = schema.append(pa.field(VALUE_ERROR_COLUMN, pa.string()))
+        return pa.RecordBatch.from_arrays([*arrays, *errors], schema=schema)
 
 
 def range_settings(settings: Mapping[str, str], offset_range: OffsetRange) -> dict[str, str]:
@@ -257,9 +280,10 @@ def read_ranges_task(
     read_timeout: float,
     batches: Iterable[pa.RecordBatch],
     split: JsonHeadSplit | None = None,
+    transcode: ValueTranscoder | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: read every range (rows of RANGE_DDL) of this Spark partition, in order,
-    the values' heads split off with `split`."""
+    the records transcoded with `transcode`, then the values' heads split off with `split`."""
     keep_zip_directories()
     kafka = confluent_kafka_module()
     for ranges in batches:
@@ -277,6 +301,7 @@ def read_ranges_task(
                     read_timeout=read_timeout,
                     topic_partition=kafka.TopicPartition,
                     split=split,
+                    transcode=transcode,
                 )
                 yield from reader.batches()
             finally:

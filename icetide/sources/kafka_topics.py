@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.errors import SourceError
 from icetide.sources.kafka import DataLoss, KafkaSource, KafkaSourceConfig, allocate
-from icetide.sources.kafka_reader import OffsetRange, confluent_kafka_module
+from icetide.sources.kafka_reader import OffsetRange, ValueTranscoder, confluent_kafka_module
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -155,10 +155,12 @@ class KafkaTopics:
             lags = list(pool.map(lambda t: self.source(t).lag_by_partition(_position(positions.get(t)) or {}), names))
         return {f"{t}/{p}": n for t, lag in zip(names, lags, strict=True) for p, n in sorted(lag.items())}
 
-    def read(self, spark: SparkSession, ranges: Iterable[OffsetRange]) -> DataFrame:
+    def read(
+        self, spark: SparkSession, ranges: Iterable[OffsetRange], *, transcode: ValueTranscoder | None = None
+    ) -> DataFrame:
         """A lazy DataFrame of the records in `ranges` of any of the topics (KafkaSource.read)."""
         return KafkaSource(dataclasses.replace(self.config, topic="-", topics=(), topic_pattern=None)).read(
-            spark, ranges
+            spark, ranges, transcode=transcode
         )
 
     def close(self) -> None:
