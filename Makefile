@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean check-java
+.PHONY: install demo test lint bench clean check-java system-packages
 
 check-java:
 	@$(PYTHON) -m icetide.spark.java >/dev/null
@@ -15,7 +15,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-install: check-java $(STAMP)
+# Debian packages for the catalog tests: a PostgreSQL server and its JDBC driver (the driver is also
+# what `catalog: {type: jdbc, uri: jdbc:postgresql://...}` needs). A no-op when they are installed;
+# without root or apt-get it only names what is missing.
+DEB_PACKAGES := postgresql libpostgresql-jdbc-java
+
+system-packages:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+		else \
+			echo "note: Debian packages missing (the PostgreSQL catalog tests need them): sudo apt-get install $$missing" >&2; \
+		fi; \
+	fi
+
+install: check-java system-packages $(STAMP)
 	@$(BIN)/python -m icetide.spark.jars >/dev/null
 
 demo: install

@@ -39,8 +39,20 @@ def slow_rename_jar() -> str:
     return jar
 
 
-def race(spark: Any, warehouse: str, table: str, tmp_path: Path, *, plain: bool) -> dict[str, Any]:
-    """Run WRITERS driver processes committing COMMITS appends each to `table`, all released at once.
+def race(
+    spark: Any,
+    warehouse: str,
+    table: str,
+    tmp_path: Path,
+    *,
+    plain: bool,
+    catalog_options: dict[str, str] | None = None,
+    writers: int = WRITERS,
+    commits: int = COMMITS,
+) -> dict[str, Any]:
+    """Run `writers` driver processes committing `commits` appends each to `table`, all released
+    at once. With `catalog_options`, the drivers open that catalog (and `spark` must read the
+    same one); else the embedded one with the slow-rename file system.
 
     Returns what they reported and what the table holds afterwards."""
     spark.sql(
@@ -50,20 +62,23 @@ def race(spark: Any, warehouse: str, table: str, tmp_path: Path, *, plain: bool)
     sync = tmp_path / "sync"
     sync.mkdir()
     args = [sys.executable, "-m", "tests.commit_race_driver", warehouse, table]
-    options = ["--slow-rename", f"{slow_rename_jar()}:{RENAME_DELAY_MS}", *(["--plain"] if plain else [])]
+    if catalog_options:
+        options = [f"--catalog-option={k}={v}" for k, v in catalog_options.items()]
+    else:
+        options = ["--slow-rename", f"{slow_rename_jar()}:{RENAME_DELAY_MS}", *(["--plain"] if plain else [])]
     drivers = [
         subprocess.Popen(
-            [*args, f"w{i}", str(COMMITS), str(sync), *options],
+            [*args, f"w{i}", str(commits), str(sync), *options],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for i in range(WRITERS)
+        for i in range(writers)
     ]
     try:
         deadline = time.monotonic() + 180
-        while len(list(sync.glob("ready-*"))) < WRITERS:
+        while len(list(sync.glob("ready-*"))) < writers:
             for d in drivers:
                 assert d.poll() is None, f"a driver exited before it was ready: {d.communicate()[1][-3000:]}"
             assert time.monotonic() < deadline, "drivers not ready in time"
