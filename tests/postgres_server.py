@@ -62,9 +62,9 @@ class PostgresServer:
 
     def sql(self, statement: str, database: str = "postgres") -> str:
         """Run one statement as the superuser over the local socket; returns psql's output."""
+        login = ["-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database]
         done = subprocess.run(
-            [*self.as_postgres, str(self.bin / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"]
-            + ["-d", database, "-v", "ON_ERROR_STOP=1", "-At", "-c", statement],
+            [*self.as_postgres, str(self.bin / "psql"), *login, "-v", "ON_ERROR_STOP=1", "-At", "-c", statement],
             capture_output=True,
             text=True,
             timeout=60,

@@ -10,13 +10,14 @@ runner holds its pipeline before it touches anything:
   blocked. The file holds the holder's host and pid, for the message a second runner prints.
   The name starts with '.', so neither the Hadoop catalog nor orphan removal sees it.
 - any other catalog (REST, JDBC, Glue, Hive, object stores): a lease in the table property
-  `icetide.runner.<pipeline>` (`{"owner", "host", "pid", "expires_at_ms"}`), taken when it is
+  `icetide.runner.<pipeline>` (`{"owner", "host", "pid", "pidns", "expires_at_ms"}`), taken when it is
   absent, expired or already ours, renewed between batches once half of it has passed, and
   removed on a clean stop. A runner killed by SIGKILL blocks a restart on another machine for
   at most `lease_seconds` (RUNNER_LEASE_SECONDS, 120 s); a restart on the same machine (same
-  host name and pid namespace) takes the lease over at once when the holder's pid is gone. Property updates are last-writer-wins, so two
-  runners starting in the same instant could both write one; each reads the property back after
-  a short settle time, and the one that finds the other's owner gives up.
+  host name and pid namespace) takes the lease over at once when the holder's pid is gone.
+  Property updates are last-writer-wins, so two runners starting in the same instant could both
+  write one; each reads the property back after a short settle time, and the one that finds the
+  other's owner gives up.
 """
 
 from __future__ import annotations
