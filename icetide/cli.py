@@ -420,7 +420,7 @@ def cmd_catalog_serve(args: argparse.Namespace) -> int:
         catalog = served_catalog(DEFAULT_CATALOG, warehouse=args.warehouse or "warehouse", options=None, token=token)
     server = CatalogServer(catalog, host=args.host, port=args.port)
     uri = server.start()
-    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stops it as Ctrl-C does
     print(uri, flush=True)
     print(
         f"serving catalog {catalog.name} ({catalog.describe()}) at {uri}; "
