@@ -1,8 +1,9 @@
 """Pipelines on Iceberg's JDBC catalog on a real PostgreSQL server (tests/postgres_server.py):
 `icetide run` exactly once through a SIGKILL, `icetide maintain` beside it in another process,
-`icetide status`, a whole database synced from Kafka, and two processes committing to one table
-without losing a commit. The catalog's password comes from the environment and never reaches
-any output. Tables are compared with the reference models of the runner and sync tests."""
+`icetide status`, `icetide catalog serve --pipeline` read by DuckDB, a whole database synced
+from Kafka, and two processes committing to one table without losing a commit. The catalog's
+password comes from the environment and never reaches any output. Tables are compared with the
+reference models of the runner and sync tests."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from icetide.spark.jars import jdbc_driver_jar
 from icetide.table.iceberg import load_table
 from tests.commands import ROOT, catalog_reader, crash_and_restart, run_cli
 from tests.kafka_broker import produce
+from tests.lake_readers import duckdb_rows, duckdb_with_iceberg
 from tests.model import table_rows
 from tests.postgres_server import USER, PostgresServer
+from tests.test_catalog_rest import served
 from tests.test_commit_lock import race
 from tests.test_db_sync import changes, inventory_streams, model_of, rows_of, same, unique
 from tests.test_db_sync import pipeline_doc as sync_doc
@@ -125,6 +128,10 @@ def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
     assert status.returncode == 0, status.stderr[-3000:]
     report = json.loads(status.stdout)
     assert [(p["pipeline_id"], p["batch_id"]) for p in report["pipelines"]] == [("pgrun", 4)]
+    # The same catalog served over REST (`catalog serve --pipeline`), read by DuckDB.
+    with served("--pipeline", str(path)) as uri, duckdb_with_iceberg() as con:
+        con.execute(f"ATTACH '' AS pg (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
+        assert duckdb_rows(con, "pg.runner.pgrun", COLUMNS, KEY) == expected(lines)
     assert_no_secret(postgres.password, crashed, out + err, status, maintained)
     assert "'spark.sql.catalog.lake.jdbc.password': '***'" in maintained.stderr  # -v logs settings, redacted
 

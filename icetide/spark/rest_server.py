@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from icetide.errors import ConfigError
-from icetide.secrets import redact, scrub
+from icetide.secrets import redact, remember_secret, scrub
 from icetide.spark.jars import iceberg_runtime_jar, icetide_jar, jdbc_driver_jar, pyspark_jars
 from icetide.spark.java import check_java, java_executable
 from icetide.spark.session import COMMIT_LOCK_IMPL, LOG4J_CONFIG, catalog_conf
@@ -60,6 +60,9 @@ def served_catalog(
     conf = catalog_conf(name, warehouse=warehouse, options=options, lock_impl=COMMIT_LOCK_IMPL if own_jar else None)
     prefix = f"spark.sql.catalog.{name}."
     properties = {k[len(prefix) :]: v for k, v in conf.items() if k.startswith(prefix)}
+    if token:
+        remember_secret(token)
+    redact(properties)  # remembers the catalog's own secrets, for the server's output
     return ServedCatalog(name, properties, token)
 
 

@@ -35,6 +35,7 @@ import org.apache.iceberg.exceptions.NoSuchNamespaceException;
 import org.apache.iceberg.exceptions.NoSuchTableException;
 import org.apache.iceberg.exceptions.NotAuthorizedException;
 import org.apache.iceberg.exceptions.ValidationException;
+import org.apache.iceberg.hadoop.HadoopCatalog;
 import org.apache.iceberg.rest.requests.CreateNamespaceRequest;
 import org.apache.iceberg.rest.requests.CreateTableRequest;
 import org.apache.iceberg.rest.requests.RegisterTableRequest;
@@ -305,8 +306,13 @@ public class IcetideCatalogServer implements HttpHandler {
         }
         return CatalogHandlers.listNamespaces(namespaces, parent);
       } else if (method.equals("POST")) {
-        return CatalogHandlers.createNamespace(
-            namespaces, body(exchange, CreateNamespaceRequest.class));
+        CreateNamespaceRequest request = body(exchange, CreateNamespaceRequest.class);
+        if (catalog instanceof HadoopCatalog) {
+          // The Hadoop catalog keeps no namespace properties and refuses any (Spark sends its
+          // `owner`): the namespace is created without them, as a Spark session on it does.
+          request = CreateNamespaceRequest.builder().withNamespace(request.namespace()).build();
+        }
+        return CatalogHandlers.createNamespace(namespaces, request);
       }
       throw new RouteNotFound(what);
     }
