@@ -27,6 +27,7 @@ import yaml
 from icetide.config import PipelineConfig
 from icetide.maintenance.maintain import maintain
 from icetide.pipeline.runner import Runner
+from icetide.spark.session import COMMIT_LOCK_IMPL
 from icetide.table.iceberg import load_table
 from tests.commands import ROOT, catalog_reader, run_cli
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg, pyiceberg_rows
@@ -160,6 +161,29 @@ def test_two_processes_commit_through_the_server_and_lose_nothing(spark: Any, tm
         reader.sql("CREATE NAMESPACE IF NOT EXISTS lake.race")
         result = race(reader, "", "lake.race.t", tmp_path, plain=False, catalog_options=options, writers=2, commits=20)
     assert len(result["reported"]) == 40
+    assert all(c["ok"] for c in result["reported"]), [c for c in result["reported"] if not c["ok"]][:3]
+    assert sorted(result["history"]) == sorted(c["tag"] for c in result["reported"])
+    assert result["rows"] == sum(c["rows"] for c in result["reported"])
+
+
+def test_the_server_and_a_spark_session_on_its_warehouse_commit_side_by_side(spark: Any, tmp_path: Path) -> None:
+    """`catalog serve` commits to the embedded warehouse with icetide's commit lock, so a process
+    committing through the server and one committing to the warehouse directly (its renames
+    slowed, so every overlap races) lose nothing to each other."""
+    warehouse = tmp_path / "warehouse"
+    with served("--warehouse", str(warehouse)) as uri:
+        embedded = {"type": "hadoop", "warehouse": str(warehouse), "lock-impl": COMMIT_LOCK_IMPL}
+        reader = catalog_reader(spark, "lake", embedded)
+        result = race(
+            reader,
+            str(warehouse),
+            "lake.race.t",
+            tmp_path,
+            plain=False,
+            commits=15,
+            mixed=[{"type": "rest", "uri": uri}, None],
+        )
+    assert len(result["reported"]) == 30
     assert all(c["ok"] for c in result["reported"]), [c for c in result["reported"] if not c["ok"]][:3]
     assert sorted(result["history"]) == sorted(c["tag"] for c in result["reported"])
     assert result["rows"] == sum(c["rows"] for c in result["reported"])
