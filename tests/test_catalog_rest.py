@@ -4,8 +4,10 @@
   model in Spark, PyIceberg and DuckDB, from the embedded warehouse directly and through the REST
   server; PyIceberg refuses equality deletes, so it reads after a maintenance pass folds them.
 - Pipelines on `catalog: {type: rest, uri: ...}`: `icetide run` exactly once through a SIGKILL
-  with `icetide maintain` beside it, `icetide status`, and two processes racing commits to one
-  table, against a server that requires a bearer token; the token never reaches any output.
+  with `icetide maintain` beside it and `icetide status`, against a server that requires a
+  bearer token; the token never reaches any output.
+- Two processes racing commits to one table through the server, and a third beside them on the
+  server's warehouse directly.
 """
 
 from __future__ import annotations
@@ -152,38 +154,21 @@ def test_run_exactly_once_through_kill_9_with_maintain_beside_it(spark: Any, tmp
     assert "'spark.sql.catalog.lake.token': '***'" in maintained.stderr  # -v logs the settings, redacted
 
 
-def test_two_processes_commit_through_the_server_and_lose_nothing(spark: Any, tmp_path: Path) -> None:
-    """Two processes append to one table through one server as fast as they can: a commit that
-    loses the race gets a 409 and is retried by its client; every commit is in the history once."""
-    with served("--warehouse", str(tmp_path / "warehouse")) as uri:
-        options = {"type": "rest", "uri": uri}
-        reader = catalog_reader(spark, "lake", options)
-        reader.sql("CREATE NAMESPACE IF NOT EXISTS lake.race")
-        result = race(reader, "", "lake.race.t", tmp_path, plain=False, catalog_options=options, writers=2, commits=20)
-    assert len(result["reported"]) == 40
-    assert all(c["ok"] for c in result["reported"]), [c for c in result["reported"] if not c["ok"]][:3]
-    assert sorted(result["history"]) == sorted(c["tag"] for c in result["reported"])
-    assert result["rows"] == sum(c["rows"] for c in result["reported"])
-
-
-def test_the_server_and_a_spark_session_on_its_warehouse_commit_side_by_side(spark: Any, tmp_path: Path) -> None:
-    """`catalog serve` commits to the embedded warehouse with icetide's commit lock, so a process
-    committing through the server and one committing to the warehouse directly (its renames
-    slowed, so every overlap races) lose nothing to each other."""
+def test_processes_through_the_server_and_beside_it_lose_no_commit(spark: Any, tmp_path: Path) -> None:
+    """Two processes append to one table through one server as fast as they can while a third
+    commits to the server's warehouse directly (its renames slowed, so every overlap races): a
+    commit that loses a race through the server gets a 409 and is retried by its client, and the
+    server takes icetide's commit lock as the direct session does, so every commit is in the
+    history once and the table holds exactly their rows."""
     warehouse = tmp_path / "warehouse"
     with served("--warehouse", str(warehouse)) as uri:
         embedded = {"type": "hadoop", "warehouse": str(warehouse), "lock-impl": COMMIT_LOCK_IMPL}
         reader = catalog_reader(spark, "lake", embedded)
+        rest = {"type": "rest", "uri": uri}
         result = race(
-            reader,
-            str(warehouse),
-            "lake.race.t",
-            tmp_path,
-            plain=False,
-            commits=15,
-            mixed=[{"type": "rest", "uri": uri}, None],
+            reader, str(warehouse), "lake.race.t", tmp_path, plain=False, commits=15, mixed=[rest, rest, None]
         )
-    assert len(result["reported"]) == 30
+    assert len(result["reported"]) == 45
     assert all(c["ok"] for c in result["reported"]), [c for c in result["reported"] if not c["ok"]][:3]
     assert sorted(result["history"]) == sorted(c["tag"] for c in result["reported"])
     assert result["rows"] == sum(c["rows"] for c in result["reported"])
