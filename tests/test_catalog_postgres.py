@@ -22,7 +22,7 @@ from icetide.errors import ConfigError
 from icetide.spark.jars import jdbc_driver_jar
 from icetide.table.iceberg import load_table
 from tests.commands import ROOT, catalog_reader, crash_and_restart, run_cli
-from tests.kafka_broker import produce
+from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg
 from tests.model import table_rows
 from tests.postgres_server import USER, PostgresServer
@@ -49,14 +49,6 @@ def jdbc_options(postgres: PostgresServer, warehouse: Path) -> dict[str, str]:
 def in_file(options: dict[str, str]) -> dict[str, str]:
     """The catalog block of a pipeline file: the password read from the environment."""
     return {**options, "jdbc.password": "${" + PASSWORD_ENV + "}"}
-
-
-def new_topic(bootstrap: str, name: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)]).values():
-        future.result(timeout=20)
 
 
 def assert_no_secret(password: str, *outputs: subprocess.CompletedProcess[str] | str) -> None:
@@ -147,7 +139,7 @@ def test_a_database_synced_from_kafka_into_postgres_catalog(
     streams = {t: s for t, s in inventory_streams().items() if t != "products"}
     records = {t: changes(s, seed=20 + i, count=12) for i, (t, s) in enumerate(sorted(streams.items()))}
     for t, recs in records.items():
-        new_topic(kafka_broker, f"{prefix}.inventory.{t}")
+        create_topic(kafka_broker, name=f"{prefix}.inventory.{t}")
         produce(kafka_broker, f"{prefix}.inventory.{t}", recs)
     doc = sync_doc("pgsync", kafka_broker, prefix, namespace, catalog=in_file(options))
     doc["trigger"] = {"interval": "1s", "max_records": 10}

@@ -6,6 +6,7 @@
 - Pipelines on `catalog: {type: rest, uri: ...}`: `icetide run` exactly once through a SIGKILL
   with `icetide maintain` beside it and `icetide status`, against a server that requires a
   bearer token; the token never reaches any output.
+- A whole database synced from Kafka through the server.
 - Two processes racing commits to one table through the server, and a third beside them on the
   server's warehouse directly.
 """
@@ -32,9 +33,12 @@ from icetide.pipeline.runner import Runner
 from icetide.spark.session import COMMIT_LOCK_IMPL
 from icetide.table.iceberg import load_table
 from tests.commands import ROOT, catalog_reader, run_cli
+from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg, pyiceberg_rows
 from tests.model import table_rows
 from tests.test_commit_lock import race
+from tests.test_db_sync import changes, inventory_streams, model_of, rows_of, same, unique
+from tests.test_db_sync import pipeline_doc as sync_doc
 from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
 
 TOKEN_ENV = "ICETIDE_T_REST_TOKEN"
@@ -172,3 +176,30 @@ def test_processes_through_the_server_and_beside_it_lose_no_commit(spark: Any, t
     assert all(c["ok"] for c in result["reported"]), [c for c in result["reported"] if not c["ok"]][:3]
     assert sorted(result["history"]) == sorted(c["tag"] for c in result["reported"])
     assert result["rows"] == sum(c["rows"] for c in result["reported"])
+
+
+def test_a_database_synced_from_kafka_through_the_server(spark: Any, kafka_broker: str, tmp_path: Path) -> None:
+    """Two Debezium topics into one table each, the tables created and committed through the
+    server: each table equals its source, and `icetide status` lists them with no lag."""
+    prefix, namespace = f"rs{unique()}", f"restsync{unique()}"
+    streams = {t: s for t, s in inventory_streams().items() if t != "products"}
+    records = {t: changes(s, seed=30 + i, count=12) for i, (t, s) in enumerate(sorted(streams.items()))}
+    for t, recs in records.items():
+        create_topic(kafka_broker, name=f"{prefix}.inventory.{t}")
+        produce(kafka_broker, f"{prefix}.inventory.{t}", recs)
+    with served("--warehouse", str(tmp_path / "warehouse")) as uri:
+        options = {"type": "rest", "uri": uri}
+        doc = sync_doc("restsync", kafka_broker, prefix, namespace, catalog=options)
+        doc["trigger"] = {"interval": "1s", "max_records": 10}
+        path = tmp_path / "pipeline.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        ran = run_cli("run", str(path), "--once")
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        reader = catalog_reader(spark, "restsync", options)
+        keys = {"orders": "order_number", "customers": "id"}
+        for t in streams:
+            assert same(rows_of(reader, f"restsync.{namespace}.{t}", keys[t]), model_of(records[t])), t
+        status = run_cli("status", "--pipeline", str(path), "--json")
+        assert status.returncode == 0, status.stderr[-3000:]
+        listed = {s["table"]: s for s in json.loads(status.stdout)}
+        assert all(listed[f"lake.{namespace}.{t}"]["lag"] == 0 for t in streams), listed
