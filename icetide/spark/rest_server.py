@@ -114,7 +114,8 @@ class CatalogServer:
         proc.stdin.write(json.dumps(settings) + "\n")
         proc.stdin.flush()  # kept open: the server exits when it closes, even if this process is killed
         errors: list[str] = []
-        threading.Thread(target=_relay, args=(proc.stderr, errors), daemon=True).start()
+        relay = threading.Thread(target=_relay, args=(proc.stderr, errors), daemon=True)
+        relay.start()
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:
@@ -123,6 +124,7 @@ class CatalogServer:
             timer.cancel()
         if not line.startswith("listening on "):
             proc.wait()
+            relay.join(timeout=5)  # the reason is the server's last line on stderr
             reason = errors[-1] if errors else f"exited with code {proc.returncode}"
             raise ConfigError(f"catalog serve: the server did not start: {scrub(reason)}")
         self.uri = line.split(" ", 2)[2].strip()

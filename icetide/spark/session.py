@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from icetide.config import check_catalog_for_warehouse
-from icetide.errors import ConfigError
+from icetide.errors import ConfigError, one_line
 from icetide.secrets import redact
 from icetide.spark.jars import iceberg_runtime_jar, icetide_jar, jdbc_driver_jar
 from icetide.spark.java import check_java
@@ -87,7 +87,9 @@ def spark_session(
     A JDBC catalog's driver jar (PostgreSQL, SQLite: see `jdbc_driver_jar`) is put on the
     classpath. `conf` entries win over everything icetide sets, except `spark.jars`, which is
     added to icetide's jars rather than replacing them. The session time zone is UTC, so
-    timestamps mean the same on every machine. An existing active session is reused.
+    timestamps mean the same on every machine. An existing active session is reused. A catalog
+    given by `catalog_options` is opened at once: one that cannot be (unreachable, refused) is a
+    ConfigError naming it.
     """
     check_java()
     from pyspark.sql import SparkSession
@@ -135,4 +137,16 @@ def spark_session(
     log.debug("starting Spark with %s", redact(settings))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    if catalog_options:
+        _open_catalog(spark, catalog)
     return spark
+
+
+def _open_catalog(spark: SparkSession, catalog: str) -> None:
+    """Initialize a configured catalog now: Spark defers it to the first query, and a catalog
+    that fails to initialize there (unreachable, unauthorized) surfaces as a confusing error
+    about namespaces of `spark_catalog`."""
+    try:
+        spark._jsparkSession.sessionState().catalogManager().catalog(catalog)
+    except Exception as exc:
+        raise ConfigError(f"catalog: cannot open catalog {catalog!r}: {one_line(exc)}") from exc
