@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean check-java check-chromium
+.PHONY: install demo test lint bench clean check-java system-packages
 
 check-java:
 	@$(PYTHON) -m icetide.spark.java >/dev/null
@@ -15,19 +15,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# Debian's Chromium, for the status page's browser test (tests/test_status_page.py); a no-op when present.
-# apt may be locked by another install: retry a few times.
-check-chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" != 0 ]; then echo "chromium missing: run as root, or apt-get install chromium"; exit 0; fi; \
-		for i in 1 2 3 4 5; do \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
-				>/dev/null && break; \
-			echo "apt-get busy or failed, retrying ($$i)"; sleep 15; \
-		done; \
-		command -v chromium >/dev/null 2>&1 || { echo "could not install chromium"; exit 1; }; }
+# Debian packages the tests need: a PostgreSQL server and its JDBC driver (the catalog tests; the
+# driver is also what `catalog: {type: jdbc, uri: jdbc:postgresql://...}` needs) and Chromium (the
+# status page's browser test). A no-op when they are installed; apt may be locked by another
+# install, so it retries; without root or apt-get it only names what is missing.
+DEB_PACKAGES := postgresql libpostgresql-jdbc-java chromium
 
-install: check-java check-chromium $(STAMP)
+system-packages:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			for i in 1 2 3 4 5; do \
+				apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing \
+					>/dev/null && break; \
+				echo "apt-get busy or failed, retrying ($$i)"; sleep 15; \
+			done; \
+		else \
+			echo "note: Debian packages missing (catalog and browser tests need them): sudo apt-get install $$missing" >&2; \
+		fi; \
+	fi
+
+install: check-java system-packages $(STAMP)
 	@$(BIN)/python -m icetide.spark.jars >/dev/null
 
 demo: install

@@ -1,10 +1,10 @@
-"""Benchmark: commit latency of the embedded catalog with icetide's file lock, without it, and
-of a JDBC catalog on SQLite (Debian's libxerial-sqlite-jdbc-java, if installed). Not part of the
-test suite.
+"""Benchmark: commit latency of the embedded catalog with icetide's file lock, without it,
+through `icetide catalog serve` (REST, the embedded catalog behind it), and of a JDBC catalog on
+SQLite (Debian's libxerial-sqlite-jdbc-java, if installed). Not part of the test suite.
 
     .venv/bin/python bench/commit_lock.py [--commits 60] [--record]
 
-One Spark session (one process) with three Iceberg catalogs on one warehouse folder; on each, a
+One Spark session (one process) with these Iceberg catalogs on one warehouse folder; on each, a
 table receives `--commits` metadata-only fast appends in a row. Reported: the median and p95
 latency of a commit. Correctness across processes is tests/test_commit_lock.py's business.
 """
@@ -71,18 +71,29 @@ def commit_latencies(spark: Any, table: str, commits: int) -> list[float]:
 
 def run(warehouse: str, commits: int) -> str:
     import icetide
+    from icetide.spark.rest_server import catalog_server, served_catalog
 
-    spark = icetide.spark_session(warehouse=warehouse, master="local[1]", conf=catalogs(warehouse))
-    names = ["lake", "nolock"] + (["sqlite"] if os.path.exists(SQLITE_JAR) else [])
+    with catalog_server(served_catalog("lake", warehouse=warehouse, options=None), port=0) as server:
+        rest = {"spark.sql.catalog.rest": "org.apache.iceberg.spark.SparkCatalog"}
+        rest |= {"spark.sql.catalog.rest.type": "rest", "spark.sql.catalog.rest.uri": server.uri}
+        spark = icetide.spark_session(warehouse=warehouse, master="local[1]", conf=catalogs(warehouse) | rest)
+        return _measure(spark, commits)
+
+
+def _measure(spark: Any, commits: int) -> str:
+    names = ["lake", "nolock", "rest"] + (["sqlite"] if os.path.exists(SQLITE_JAR) else [])
     labels = {
         "lake": "Hadoop + icetide file lock",
         "nolock": "Hadoop, in-JVM lock (unsafe across processes)",
+        "rest": "REST (icetide catalog serve: Hadoop + file lock behind it)",
         "sqlite": "JDBC on SQLite",
     }
     rows: list[list[str]] = []
     for round_ in range(2):  # the first round warms the JVM up; the second is reported
         rows = []
         for name in names:
+            if name == "rest":
+                spark.sql(f"CREATE NAMESPACE IF NOT EXISTS rest.bench_{name}")
             seconds = sorted(commit_latencies(spark, f"{name}.bench_{name}.t{round_}", commits))
             p95 = seconds[int(0.95 * len(seconds))]
             rows.append([labels[name], f"{median(seconds) * 1000:.1f}", f"{p95 * 1000:.1f}"])

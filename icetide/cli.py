@@ -1,4 +1,4 @@
-"""The icetide command line: demo, run, status, maintain."""
+"""The icetide command line: demo, run, status, maintain, catalog serve."""
 
 from __future__ import annotations
 
@@ -318,6 +318,46 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         time.sleep(every)
 
 
+def cmd_catalog_serve(args: argparse.Namespace) -> int:
+    """Serve a catalog over the Iceberg REST protocol until interrupted: the embedded lake in
+    --warehouse (default ./warehouse), or with --pipeline that pipeline's catalog."""
+    import os
+    import signal
+
+    from icetide.spark.rest_server import CatalogServer, served_catalog
+    from icetide.spark.session import DEFAULT_CATALOG
+
+    token = os.environ.get("ICETIDE_CATALOG_TOKEN") or None  # clients must send it as `token`
+    if args.pipeline:
+        from icetide.config import load_config
+
+        if args.warehouse:
+            raise ConfigError("--pipeline: the pipeline file names the catalog; drop --warehouse")
+        config = load_config(args.pipeline)
+        catalog = served_catalog(
+            config.catalog, warehouse=config.warehouse, options=config.catalog_options, token=token
+        )
+    else:
+        catalog = served_catalog(DEFAULT_CATALOG, warehouse=args.warehouse or "warehouse", options=None, token=token)
+    server = CatalogServer(catalog, host=args.host, port=args.port)
+    uri = server.start()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stops it as Ctrl-C does
+    print(uri, flush=True)
+    print(
+        f"serving catalog {catalog.name} ({catalog.describe()}) at {uri}; "
+        f"e.g. catalog: {{type: rest, uri: {uri}}}. Ctrl-C stops it.",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
 class _nothing:
     def __enter__(self) -> None:
         return None
@@ -397,6 +437,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-progress", dest="progress", action="store_false", help="no progress bars or progress lines"
     )
     maintain.set_defaults(func=cmd_maintain)
+    catalog = sub.add_parser("catalog", help="catalog commands: serve")
+    catalog_sub = catalog.add_subparsers(dest="catalog_command", required=True)
+    serve = catalog_sub.add_parser(
+        "serve", help="serve the lake (or a pipeline's catalog) over the Iceberg REST protocol until stopped"
+    )
+    serve.add_argument("-p", "--pipeline", metavar="FILE", help="serve this pipeline file's catalog")
+    serve.add_argument("--warehouse", help="warehouse of the embedded catalog to serve (default: ./warehouse)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8181, help="port to listen on (default: 8181; 0: any free one)")
+    serve.set_defaults(func=cmd_catalog_serve)
     return parser
 
 

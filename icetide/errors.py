@@ -80,7 +80,8 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, IcetideError):
         return str(exc)
     text = str(exc).strip()
-    causes = re.findall(r"^\s*(?:Caused by: )?((?:[\w.$]+(?:Error|Exception)): .+)$", text, flags=re.MULTILINE)
+    # py4j puts the Java exception on a line of its own after ": " ("...calling o53.sql.\n: org...").
+    causes = re.findall(r"^\s*(?::\s*)?(?:Caused by: )?((?:[\w.$]+(?:Error|Exception)): .+)$", text, flags=re.MULTILINE)
     if causes:
         return causes[-1].strip()
     return text.splitlines()[0] if text else type(exc).__name__

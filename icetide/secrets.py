@@ -6,6 +6,11 @@ remembered (`remember_secret`), so `scrub` can remove it from any text that carr
 value, such as a Java error message or a log line about a URL; the CLI installs
 `RedactingFilter` on its log handlers for that.
 
+A value may also carry a secret inside a URI, whatever its setting's name (`uri:
+jdbc:postgresql://host/db?user=u&password=p`, `http://user:pass@host`): `redact` masks the
+password of a URI's user info and the value of each secret-named query parameter, and remembers
+them.
+
 Names are split into words at `.`, `_`, `-` and camelCase boundaries, case-insensitively:
 
 - a name containing `secret`, `password`, `passwd`, `token`, `credential` or `user.info` is
@@ -38,6 +43,8 @@ _ABOUT_THE_KEY = frozenset(
 )
 _WORD_BREAK = re.compile(r"[._\-\s/:]+|(?<=[a-z0-9])(?=[A-Z])")
 _ENV = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+_URI_USERINFO = re.compile(r"(?<=://)([^/?#@:\s]*):([^/?#@\s]+)@")
+_URI_PARAM = re.compile(r"([?&;])([^=&;#\s]+)=([^&;#\s]*)")
 _MIN_SCRUB_LENGTH = 4  # shorter values (`1`, `abc`) would blank out ordinary text
 
 _known: set[str] = set()
@@ -67,8 +74,30 @@ def remember_secret(value: Any) -> None:
             _known.add(text)
 
 
+def redact_uri(text: str) -> str:
+    """`text` with the credentials inside any URI in it masked: the password of
+    `scheme://user:password@host` and the values of secret-named query parameters
+    (`?password=...`, `&token=...`). The values masked are remembered for `scrub`."""
+    if "://" not in text and "=" not in text:
+        return text
+
+    def userinfo(match: re.Match[str]) -> str:
+        remember_secret(match.group(2))
+        return f"{match.group(1)}:{REDACTED}@"
+
+    def param(match: re.Match[str]) -> str:
+        sep, name, value = match.groups()
+        if not value or not is_secret_name(name):
+            return match.group(0)
+        remember_secret(value)
+        return f"{sep}{name}={REDACTED}"
+
+    return _URI_PARAM.sub(param, _URI_USERINFO.sub(userinfo, text))
+
+
 def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of `settings` with every secret-named value replaced by `***`, nested mappings too.
+    """A copy of `settings` with every secret-named value replaced by `***`, nested mappings too,
+    and the credentials inside URI values masked (`redact_uri`).
 
     The values replaced are remembered for `scrub`.
     """
@@ -79,6 +108,8 @@ def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
         elif is_secret_name(str(name)) and value not in (None, ""):
             remember_secret(value)
             out[name] = REDACTED
+        elif isinstance(value, str):
+            out[name] = redact_uri(value)
         else:
             out[name] = value
     return out

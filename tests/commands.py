@@ -75,3 +75,18 @@ def crash_and_restart(
     done = run_cli(*run, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def catalog_reader(spark: Any, catalog: str, options: dict[str, str]) -> Any:
+    """A session of the test's Spark whose catalog `catalog` is the one `options` describe (JDBC,
+    REST), uncached. A JDBC catalog keeps its tables under its Spark name, so `catalog` is the
+    name the pipeline uses (its other settings in this session are cleared)."""
+    other = spark.newSession()
+    prefix = f"spark.sql.catalog.{catalog}"
+    for key in ("type", "warehouse", "lock-impl", "uri", "catalog-impl"):
+        other.conf.unset(f"{prefix}.{key}")
+    other.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
+    for key, value in options.items():
+        other.conf.set(f"{prefix}.{key}", value)
+    other.conf.set(f"{prefix}.cache-enabled", "false")
+    return other

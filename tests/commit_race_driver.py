@@ -2,7 +2,7 @@
 embedded catalog as fast as they can, each in its own Spark JVM.
 
 Usage: python -m tests.commit_race_driver WAREHOUSE TABLE WRITER COMMITS SYNC_DIR
-                [--plain] [--slow-rename JAR:MS]
+                [--plain] [--slow-rename JAR:MS] [--catalog-option KEY=VALUE ...]
 
 It starts its Spark session, writes SYNC_DIR/ready-WRITER, waits for SYNC_DIR/go, then makes
 COMMITS fast appends of one small Parquet file each (1 to 3 rows), tagged `race.commit` =
@@ -12,7 +12,8 @@ reached through a catalog configured as a plain Spark session would be, without 
 commit lock (`lock-impl`), to show what the lock prevents. With --slow-rename, the local file
 system of this process is tests/jvm/SlowRenameFileSystem.java (from JAR), which waits MS
 milliseconds between the catalog's check that the next metadata version is free and its rename
-onto it, so that concurrent commits race every time.
+onto it, so that concurrent commits race every time. With --catalog-option, the table is in the
+catalog those options describe (JDBC, REST), and WAREHOUSE is unused.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def main() -> None:
         parser.add_argument(name)
     parser.add_argument("--plain", action="store_true")
     parser.add_argument("--slow-rename", default="")
+    parser.add_argument("--catalog-option", action="append", default=[])
     args = parser.parse_args()
     warehouse, table, writer, sync = args.warehouse, args.table, args.writer, args.sync
     import pyarrow as pa
@@ -63,7 +65,13 @@ def main() -> None:
             f"{prefix}.warehouse": os.path.abspath(warehouse),
         }
         table = PLAIN_CATALOG + table[table.index(".") :]
-    spark = icetide.spark_session(warehouse=warehouse, master="local[1]", conf=conf)
+    options = dict(pair.split("=", 1) for pair in args.catalog_option) or None
+    spark = icetide.spark_session(
+        warehouse=None if options else warehouse,
+        catalog_options=options,
+        master="local[1]",
+        conf=conf,
+    )
     j = jvm(spark)
     jtable = load_table(spark, table)
     schema = arrow_schema(jtable.schema())

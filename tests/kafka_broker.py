@@ -107,11 +107,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
-def create_topic(bootstrap: str, partitions: int = 1, *, prefix: str = "t") -> str:
-    """Create a topic with a unique name and `partitions` partitions; returns its name."""
+def create_topic(bootstrap: str, partitions: int = 1, *, prefix: str = "t", name: str | None = None) -> str:
+    """Create a topic named `name` (default: a unique name) with `partitions` partitions; returns its name."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    name = name or f"{prefix}-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
         future.result(timeout=20)

@@ -39,8 +39,22 @@ def slow_rename_jar() -> str:
     return jar
 
 
-def race(spark: Any, warehouse: str, table: str, tmp_path: Path, *, plain: bool) -> dict[str, Any]:
-    """Run WRITERS driver processes committing COMMITS appends each to `table`, all released at once.
+def race(
+    spark: Any,
+    warehouse: str,
+    table: str,
+    tmp_path: Path,
+    *,
+    plain: bool,
+    catalog_options: dict[str, str] | None = None,
+    writers: int = WRITERS,
+    commits: int = COMMITS,
+    mixed: list[dict[str, str] | None] | None = None,
+) -> dict[str, Any]:
+    """Run `writers` driver processes committing `commits` appends each to `table`, all released
+    at once. With `catalog_options`, the drivers open that catalog (and `spark` must read the
+    same one); else the embedded one with the slow-rename file system. `mixed` gives each driver
+    its own (`catalog_options`, or None for the embedded catalog on `warehouse`), one per writer.
 
     Returns what they reported and what the table holds afterwards."""
     spark.sql(
@@ -50,20 +64,27 @@ def race(spark: Any, warehouse: str, table: str, tmp_path: Path, *, plain: bool)
     sync = tmp_path / "sync"
     sync.mkdir()
     args = [sys.executable, "-m", "tests.commit_race_driver", warehouse, table]
-    options = ["--slow-rename", f"{slow_rename_jar()}:{RENAME_DELAY_MS}", *(["--plain"] if plain else [])]
+
+    def options(catalog: dict[str, str] | None) -> list[str]:
+        if catalog:
+            return [f"--catalog-option={k}={v}" for k, v in catalog.items()]
+        return ["--slow-rename", f"{slow_rename_jar()}:{RENAME_DELAY_MS}", *(["--plain"] if plain else [])]
+
+    each = mixed if mixed is not None else [catalog_options] * writers
+    writers = len(each)
     drivers = [
         subprocess.Popen(
-            [*args, f"w{i}", str(COMMITS), str(sync), *options],
+            [*args, f"w{i}", str(commits), str(sync), *options(catalog)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for i in range(WRITERS)
+        for i, catalog in enumerate(each)
     ]
     try:
         deadline = time.monotonic() + 180
-        while len(list(sync.glob("ready-*"))) < WRITERS:
+        while len(list(sync.glob("ready-*"))) < writers:
             for d in drivers:
                 assert d.poll() is None, f"a driver exited before it was ready: {d.communicate()[1][-3000:]}"
             assert time.monotonic() < deadline, "drivers not ready in time"

@@ -175,3 +175,40 @@ def test_table_lease_refuses_a_live_holder_and_takes_over_an_expired_one(
         raise AssertionError("a taken-over lease was renewed")
     props = load_table(spark, table_name).properties()
     assert third.owner in str(props.get("icetide.runner.p"))
+
+
+def test_a_lease_whose_holder_died_on_this_machine_is_taken_over_at_once(
+    spark: Any, table_name: str, monkeypatch: Any
+) -> None:
+    """A runner killed by SIGKILL leaves its lease; a restart on the same machine (same host and
+    pid namespace) finds the holder's pid gone and takes it over without waiting for it to
+    expire. A holder in another pid namespace (another container) is not second-guessed."""
+    import json
+
+    from icetide.pipeline import runner_lock
+    from icetide.pipeline.runner_lock import TableLease
+    from icetide.table.catalog import create_table
+    from icetide.table.iceberg import load_table
+
+    monkeypatch.setattr(runner_lock, "LEASE_SETTLE_SECONDS", 0.0)
+    create_table(spark, table_name, schema="id INT NOT NULL", key=["id"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    namespace = os.readlink("/proc/self/ns/pid")
+    far = int((time.time() + 3600) * 1000)
+
+    def leave_lease(pidns: str) -> None:
+        value = {"owner": "killed", "host": socket.gethostname(), "pid": dead.pid, "pidns": pidns, "expires_at_ms": far}
+        load_table(spark, table_name).updateProperties().set("icetide.runner.p", json.dumps(value)).commit()
+
+    leave_lease("pid:[1]")  # another namespace: its pid means nothing here
+    try:
+        TableLease(load_table(spark, table_name), "p", table_name).acquire()
+    except PipelineAlreadyRunningError as exc:
+        assert f"pid {dead.pid}" in str(exc)
+    else:
+        raise AssertionError("a lease of another pid namespace was taken over")
+    leave_lease(namespace)
+    restart = TableLease(load_table(spark, table_name), "p", table_name)
+    restart.acquire()
+    assert restart.owner in str(load_table(spark, table_name).properties().get("icetide.runner.p"))

@@ -188,3 +188,33 @@ def test_metrics_block_is_validated() -> None:
     doc["metrics"] = {"prometheus_port": 1, "port": 2}
     with pytest.raises(ConfigError, match=r"metrics\.port: unknown key"):
         PipelineConfig.from_dict(doc)
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        (
+            f"jdbc:postgresql://127.0.0.1:5432/lake?user=icetide&password={SECRET}&ssl=true",
+            "jdbc:postgresql://127.0.0.1:5432/lake?user=icetide&password=***&ssl=true",
+        ),
+        (f"jdbc:mysql://icetide:{SECRET}@db:3306/lake", "jdbc:mysql://icetide:***@db:3306/lake"),
+        (f"https://catalog.example/api?token={SECRET}", "https://catalog.example/api?token=***"),
+        ("http://127.0.0.1:8181", "http://127.0.0.1:8181"),
+        ("jdbc:postgresql://db/lake?user=icetide&keyspace=x", "jdbc:postgresql://db/lake?user=icetide&keyspace=x"),
+    ],
+)
+def test_credentials_inside_a_catalog_uri_are_redacted(uri: str, shown: str) -> None:
+    """A JDBC or REST URI carrying a password or token shows as `***` there, in reprs and in the
+    CLI's catalog line, and the value is scrubbed from any later text."""
+    doc = copy.deepcopy(GOOD)
+    doc["catalog"] = {"type": "jdbc", "uri": uri, "jdbc.user": "icetide", "jdbc.password": SECRET + "-pw"}
+    config = PipelineConfig.from_dict(doc)
+    assert redact(config.catalog_options or {})["uri"] == shown
+    assert redact(config.catalog_options or {})["jdbc.password"] == REDACTED
+    assert SECRET not in repr(config)
+    assert config.catalog_options is not None and config.catalog_options["uri"] == uri  # the real value is kept
+    if shown != uri:
+        assert (
+            scrub(f"java.sql.SQLException: cannot connect to {uri}")
+            == f"java.sql.SQLException: cannot connect to {shown}"
+        )

@@ -10,12 +10,14 @@ runner holds its pipeline before it touches anything:
   blocked. The file holds the holder's host and pid, for the message a second runner prints.
   The name starts with '.', so neither the Hadoop catalog nor orphan removal sees it.
 - any other catalog (REST, JDBC, Glue, Hive, object stores): a lease in the table property
-  `icetide.runner.<pipeline>` (`{"owner", "host", "pid", "expires_at_ms"}`), taken when it is
+  `icetide.runner.<pipeline>` (`{"owner", "host", "pid", "pidns", "expires_at_ms"}`), taken when it is
   absent, expired or already ours, renewed between batches once half of it has passed, and
-  removed on a clean stop. A runner killed by SIGKILL blocks a restart for at most
-  `lease_seconds` (RUNNER_LEASE_SECONDS, 120 s). Property updates are last-writer-wins, so two
-  runners starting in the same instant could both write one; each reads the property back after
-  a short settle time, and the one that finds the other's owner gives up.
+  removed on a clean stop. A runner killed by SIGKILL blocks a restart on another machine for
+  at most `lease_seconds` (RUNNER_LEASE_SECONDS, 120 s); a restart on the same machine (same
+  host name and pid namespace) takes the lease over at once when the holder's pid is gone.
+  Property updates are last-writer-wins, so two runners starting in the same instant could both
+  write one; each reads the property back after a short settle time, and the one that finds the
+  other's owner gives up.
 """
 
 from __future__ import annotations
@@ -65,6 +67,35 @@ class Holder:
         """'host H, pid P' (plus when it started, if known)."""
         since = f", since {self.started_at}" if self.started_at else ""
         return f"host {self.host}, pid {self.pid}{since}"
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace ('' where the OS does not say): pids of two containers on one
+    host with one host name are comparable only within one namespace."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _holder_died_here(current: dict[str, Any]) -> bool:
+    """Is the lease's holder a process of this machine and pid namespace that no longer exists?"""
+    namespace = _pid_namespace()
+    if not namespace or current.get("host") != socket.gethostname() or current.get("pidns") != namespace:
+        return False
+    try:
+        pid = int(current.get("pid", -1))
+    except (TypeError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def _me() -> Holder:
@@ -196,16 +227,30 @@ class TableLease:
     def _write(self) -> None:
         me = _me()
         self.expires_at_ms = int((time.time() + self.lease_seconds) * 1000)
-        value = {"owner": self.owner, "host": me.host, "pid": me.pid, "expires_at_ms": self.expires_at_ms}
+        value = {
+            "owner": self.owner,
+            "host": me.host,
+            "pid": me.pid,
+            "pidns": _pid_namespace(),
+            "expires_at_ms": self.expires_at_ms,
+        }
         self.jtable.updateProperties().set(self.key, json.dumps(value, sort_keys=True)).commit()
 
     def acquire(self) -> None:
         """Take the lease, or raise PipelineAlreadyRunningError naming the holder."""
         current = self._current()
         if current is not None and current.get("owner") != self.owner:
-            if int(current.get("expires_at_ms", 0)) > time.time() * 1000:
+            if _holder_died_here(current):
+                log.info(
+                    "runner lease of %s on %s: its holder (pid %s) is gone; taking it over",
+                    self.pipeline_id,
+                    self.table,
+                    current.get("pid"),
+                )
+            elif int(current.get("expires_at_ms", 0)) > time.time() * 1000:
                 raise self._refuse(current)
-            log.info("runner lease of %s on %s expired; taking it over", self.pipeline_id, self.table)
+            else:
+                log.info("runner lease of %s on %s expired; taking it over", self.pipeline_id, self.table)
         self._write()
         time.sleep(LEASE_SETTLE_SECONDS)  # let a runner that raced us land its write, then read back
         current = self._current()

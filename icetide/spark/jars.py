@@ -18,6 +18,7 @@ import os
 import subprocess
 import tempfile
 import zipfile
+from collections.abc import Mapping
 
 from icetide.errors import ConfigError
 from icetide.spark.java import jdk_tool
@@ -28,6 +29,14 @@ log = logging.getLogger(__name__)
 RUNTIME_JAR_PATTERN = "iceberg-spark-runtime-3.5_2.12-*.jar"
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm")
 CACHE_ENV = "ICETIDE_CACHE"
+# A JDBC catalog's driver, by the start of its `uri`: (database, Debian package, jar in SYSTEM_JARS).
+JDBC_DRIVERS = {
+    "jdbc:postgresql:": ("PostgreSQL", "libpostgresql-jdbc-java", "postgresql.jar"),
+    "jdbc:sqlite:": ("SQLite", "libxerial-sqlite-jdbc-java", "sqlite-jdbc.jar"),
+}
+SYSTEM_JARS = "/usr/share/java"
+JDBC_DRIVER_ENV = "ICETIDE_JDBC_DRIVER"  # a driver jar's path, for other databases or other installs
+JDBC_CATALOG_IMPL = "org.apache.iceberg.jdbc.JdbcCatalog"
 
 
 def iceberg_runtime_jar() -> str:
@@ -44,6 +53,40 @@ def iceberg_runtime_jar() -> str:
         if found:
             return found[-1]
     raise ConfigError(f"no {RUNTIME_JAR_PATTERN} inside snowpark-connect-deps-iceberg at {roots}")
+
+
+def is_jdbc_catalog(options: Mapping[str, str] | None) -> bool:
+    """Do these catalog options name Iceberg's JDBC catalog (`type: jdbc` or its catalog-impl)?"""
+    options = options or {}
+    return options.get("type") == "jdbc" or options.get("catalog-impl") == JDBC_CATALOG_IMPL
+
+
+def jdbc_driver_jar(options: Mapping[str, str] | None) -> str | None:
+    """The JDBC driver jar a JDBC catalog needs on Spark's classpath; None for other catalogs, and
+    for a database whose driver icetide does not know (PostgreSQL and SQLite it does).
+
+    $ICETIDE_JDBC_DRIVER, when set, is the jar. Otherwise the Debian package's jar in
+    /usr/share/java. A missing jar is a ConfigError naming the package to install.
+    """
+    if not is_jdbc_catalog(options):
+        return None
+    assert options is not None
+    explicit = os.environ.get(JDBC_DRIVER_ENV)
+    if explicit:
+        if not os.path.isfile(explicit):
+            raise ConfigError(f"{JDBC_DRIVER_ENV}: no JDBC driver jar at {explicit}")
+        return explicit
+    uri = str(options.get("uri", ""))
+    for prefix, (database, package, jar) in JDBC_DRIVERS.items():
+        if uri.startswith(prefix):
+            path = os.path.join(SYSTEM_JARS, jar)
+            if not os.path.isfile(path):
+                raise ConfigError(
+                    f"catalog.uri: the {database} JDBC driver is not installed: apt-get install {package} "
+                    f"(or set {JDBC_DRIVER_ENV} to its jar)"
+                )
+            return path
+    return None
 
 
 def cache_dir() -> str:

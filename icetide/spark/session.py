@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from icetide.config import check_catalog_for_warehouse
-from icetide.errors import ConfigError
+from icetide.errors import ConfigError, one_line
 from icetide.secrets import redact
-from icetide.spark.jars import iceberg_runtime_jar, icetide_jar
+from icetide.spark.jars import iceberg_runtime_jar, icetide_jar, jdbc_driver_jar
 from icetide.spark.java import check_java
 
 if TYPE_CHECKING:
@@ -84,8 +84,12 @@ def spark_session(
     icetide's file lock (`lock-impl`), so processes on one machine can commit to one table
     safely, provided each of them takes that lock (see docs/design.md).
     `catalog_options` are passed through unchanged, e.g. ``{"type": "rest", "uri": ...}``.
-    `conf` entries win over everything icetide sets. The session time zone is UTC, so
-    timestamps mean the same on every machine. An existing active session is reused.
+    A JDBC catalog's driver jar (PostgreSQL, SQLite: see `jdbc_driver_jar`) is put on the
+    classpath. `conf` entries win over everything icetide sets, except `spark.jars`, which is
+    added to icetide's jars rather than replacing them. The session time zone is UTC, so
+    timestamps mean the same on every machine. An existing active session is reused. A catalog
+    given by `catalog_options` is opened at once: one that cannot be (unreachable, refused) is a
+    ConfigError naming it.
     """
     check_java()
     from pyspark.sql import SparkSession
@@ -99,6 +103,11 @@ def spark_session(
     own_jar = icetide_jar()
     if own_jar:
         jars.append(own_jar)
+    driver = jdbc_driver_jar(catalog_options)
+    if driver:
+        jars.append(driver)
+    extra = dict(conf or {})
+    jars += [j for j in extra.pop("spark.jars", "").split(",") if j and j not in jars]
     settings: dict[str, str] = {
         "spark.jars": ",".join(jars),
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
@@ -119,7 +128,7 @@ def spark_session(
             "javac not found, so icetide's commit lock is not built: the embedded catalog is safe for one process "
             "only (run icetide and any other Spark session on this warehouse one at a time)"
         )
-    settings.update(conf or {})
+    settings.update(extra)
     builder = SparkSession.builder.appName(app_name).master(
         master or os.environ.get("ICETIDE_SPARK_MASTER", "local[*]")
     )
@@ -128,4 +137,16 @@ def spark_session(
     log.debug("starting Spark with %s", redact(settings))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    if catalog_options:
+        _open_catalog(spark, catalog)
     return spark
+
+
+def _open_catalog(spark: SparkSession, catalog: str) -> None:
+    """Initialize a configured catalog now: Spark defers it to the first query, and a catalog
+    that fails to initialize there (unreachable, unauthorized) surfaces as a confusing error
+    about namespaces of `spark_catalog`."""
+    try:
+        spark._jsparkSession.sessionState().catalogManager().catalog(catalog)
+    except Exception as exc:
+        raise ConfigError(f"catalog: cannot open catalog {catalog!r}: {one_line(exc)}") from exc

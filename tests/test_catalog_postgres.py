@@ -1,0 +1,174 @@
+"""Pipelines on Iceberg's JDBC catalog on a real PostgreSQL server (tests/postgres_server.py):
+`icetide run` exactly once through a SIGKILL, `icetide maintain` beside it in another process,
+`icetide status`, `icetide catalog serve --pipeline` read by DuckDB, a whole database synced
+from Kafka, and two processes committing to one table without losing a commit. The catalog's
+password comes from the environment and never reaches any output. Tables are compared with the
+reference models of the runner and sync tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from icetide.errors import ConfigError
+from icetide.spark.jars import jdbc_driver_jar
+from icetide.table.iceberg import load_table
+from tests.commands import ROOT, catalog_reader, crash_and_restart, run_cli
+from tests.kafka_broker import create_topic, produce
+from tests.lake_readers import duckdb_rows, duckdb_with_iceberg
+from tests.model import table_rows
+from tests.postgres_server import USER, PostgresServer
+from tests.test_catalog_rest import served
+from tests.test_commit_lock import race
+from tests.test_db_sync import changes, inventory_streams, model_of, rows_of, same, unique
+from tests.test_db_sync import pipeline_doc as sync_doc
+from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
+
+PASSWORD_ENV = "ICETIDE_T_PG_PASSWORD"
+
+
+def jdbc_options(postgres: PostgresServer, warehouse: Path) -> dict[str, str]:
+    """A JDBC catalog in a new database of the test server, its files in `warehouse`."""
+    return {
+        "type": "jdbc",
+        "uri": postgres.uri(postgres.new_database()),
+        "jdbc.user": USER,
+        "jdbc.password": postgres.password,
+        "warehouse": str(warehouse),
+    }
+
+
+def in_file(options: dict[str, str]) -> dict[str, str]:
+    """The catalog block of a pipeline file: the password read from the environment."""
+    return {**options, "jdbc.password": "${" + PASSWORD_ENV + "}"}
+
+
+def assert_no_secret(password: str, *outputs: subprocess.CompletedProcess[str] | str) -> None:
+    for out in outputs:
+        text = out if isinstance(out, str) else out.stdout + out.stderr
+        assert password not in text
+
+
+def test_a_jdbc_catalog_gets_its_driver_or_one_line_naming_the_package(monkeypatch: Any, tmp_path: Path) -> None:
+    uri = {"type": "jdbc", "uri": "jdbc:postgresql://127.0.0.1:1/x"}
+    assert jdbc_driver_jar(uri) == "/usr/share/java/postgresql.jar"
+    assert jdbc_driver_jar({"type": "rest", "uri": "http://127.0.0.1:1"}) is None
+    monkeypatch.setattr("icetide.spark.jars.SYSTEM_JARS", str(tmp_path))
+    with pytest.raises(
+        ConfigError, match=r"^catalog.uri: the PostgreSQL JDBC driver is not installed: apt-get install"
+    ):
+        jdbc_driver_jar(uri)
+    monkeypatch.setenv("ICETIDE_JDBC_DRIVER", str(tmp_path / "driver.jar"))
+    with pytest.raises(ConfigError, match="ICETIDE_JDBC_DRIVER: no JDBC driver jar at"):
+        jdbc_driver_jar(uri)
+
+
+def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
+    spark: Any, postgres: PostgresServer, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The runner is killed right after its second commit; the restart (which takes over the dead
+    runner's lease at once) lands the rest while `icetide maintain --every` compacts the table
+    from another process. The table equals the model, each bad record is in the dead-letter table
+    once, and `icetide status` shows the pipeline's last batch."""
+    monkeypatch.setenv(PASSWORD_ENV, postgres.password)
+    options = jdbc_options(postgres, tmp_path / "warehouse")
+    lines, bad = land_files(tmp_path / "landing", 4, seed=41)
+    doc = pipeline_doc("pgrun", tmp_path / "landing")
+    doc["catalog"] = in_file(options)
+    doc["trigger"] = {"interval": "1s", "max_files": 1}
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc))
+
+    crashed = run_cli("run", str(path), "--once", env={"ICETIDE_CRASH_AT": "after_commit", "ICETIDE_CRASH_BATCH": "2"})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    # The restart holds each batch's files for 3 s before committing them, while one maintenance
+    # pass runs in another process.
+    restart = subprocess.Popen(
+        [sys.executable, "-m", "icetide.cli", "run", str(path), "--once"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ICETIDE_PAUSE_AT": "after_write", "ICETIDE_PAUSE_SECONDS": "3"},
+    )
+    try:
+        maintained = run_cli("-v", "maintain", "--pipeline", str(path), "--no-progress")
+        out, err = restart.communicate(timeout=300)
+    finally:
+        if restart.poll() is None:
+            restart.kill()
+    assert restart.returncode == 0, err[-3000:]
+    assert maintained.returncode == 0, maintained.stderr[-3000:]
+    batches = [json.loads(line)["batch_id"] for line in out.splitlines() if line.startswith("{")]
+    assert batches == [3, 4], batches  # batch 2 had committed: nothing twice
+    assert "lake.runner.pgrun: done in" in maintained.stderr
+
+    reader = catalog_reader(spark, "lake", options)
+    assert table_rows(reader, "lake.runner.pgrun", COLUMNS, KEY) == expected(lines)
+    dead = [r["source_position"] for r in reader.table("lake.runner.pgrun_dead_letter").collect()]
+    assert len(dead) == len(set(dead)) == bad
+
+    status = run_cli("status", "--pipeline", str(path), "--json")
+    assert status.returncode == 0, status.stderr[-3000:]
+    report = json.loads(status.stdout)
+    assert [(p["pipeline_id"], p["batch_id"]) for p in report["pipelines"]] == [("pgrun", 4)]
+    # The same catalog served over REST (`catalog serve --pipeline`), read by DuckDB.
+    with served("--pipeline", str(path)) as uri, duckdb_with_iceberg() as con:
+        con.execute(f"ATTACH '' AS pg (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
+        assert duckdb_rows(con, "pg.runner.pgrun", COLUMNS, KEY) == expected(lines)
+    assert_no_secret(postgres.password, crashed, out + err, status, maintained)
+    assert "'spark.sql.catalog.lake.jdbc.password': '***'" in maintained.stderr  # -v logs settings, redacted
+
+
+def test_a_database_synced_from_kafka_into_postgres_catalog(
+    spark: Any, postgres: PostgresServer, kafka_broker: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Two Debezium topics into one table each, killed after a table's commit and restarted: each
+    table equals its source, and `icetide status` lists them with no lag."""
+    monkeypatch.setenv(PASSWORD_ENV, postgres.password)
+    options = jdbc_options(postgres, tmp_path / "warehouse")
+    prefix, namespace = f"pg{unique()}", f"pgsync{unique()}"
+    streams = {t: s for t, s in inventory_streams().items() if t != "products"}
+    records = {t: changes(s, seed=20 + i, count=12) for i, (t, s) in enumerate(sorted(streams.items()))}
+    for t, recs in records.items():
+        create_topic(kafka_broker, name=f"{prefix}.inventory.{t}")
+        produce(kafka_broker, f"{prefix}.inventory.{t}", recs)
+    doc = sync_doc("pgsync", kafka_broker, prefix, namespace, catalog=in_file(options))
+    doc["trigger"] = {"interval": "1s", "max_records": 10}
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    restarted = crash_and_restart(path, "after_table_commit", batch="2")
+    reader = catalog_reader(spark, "lake", options)
+    keys = {"orders": "order_number", "customers": "id"}
+    for t in streams:
+        assert same(rows_of(reader, f"lake.{namespace}.{t}", keys[t]), model_of(records[t])), t
+    status = run_cli("status", "--pipeline", str(path), "--json")
+    assert status.returncode == 0, status.stderr[-3000:]
+    listed = {s["table"]: s for s in json.loads(status.stdout)}
+    assert all(listed[f"lake.{namespace}.{t}"]["lag"] == 0 for t in streams), listed
+    assert_no_secret(postgres.password, restarted, status)
+
+
+def test_two_processes_commit_to_one_table_and_lose_nothing(
+    spark: Any, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Two processes, each with its own Spark JVM, append to one table as fast as they can: every
+    commit is in the history once (the catalog's conditional update makes a loser retry), and the
+    table holds exactly the rows of all commits."""
+    options = jdbc_options(postgres, tmp_path / "warehouse")
+    reader = catalog_reader(spark, "lake", options)
+    reader.sql("CREATE NAMESPACE IF NOT EXISTS lake.race")
+    result = race(reader, "", "lake.race.t", tmp_path, plain=False, catalog_options=options, writers=2, commits=20)
+    assert len(result["reported"]) == 40
+    assert all(c["ok"] for c in result["reported"]), [c for c in result["reported"] if not c["ok"]][:3]
+    assert sorted(result["history"]) == sorted(c["tag"] for c in result["reported"])
+    assert result["rows"] == sum(c["rows"] for c in result["reported"])
+    assert load_table(reader, "lake.race.t").properties().get("commit.retry.num-retries") == "1000"
