@@ -58,7 +58,12 @@ TOP_LEVEL_KEYS = {
 }
 # The placeholders a table-name template may hold (Debezium's source block, and the Kafka topic).
 TABLE_NAME_PLACEHOLDERS = ("db", "schema", "table", "topic")
-TABLE_OVERRIDE_KEYS = {"partition_by", "properties", "target_file_size"}
+TABLE_OVERRIDE_KEYS = {"partition_by", "properties", "target_file_size", "format_version"}
+# Iceberg format versions icetide writes: v2, and v3 (deletion vectors, row lineage). v1 has no
+# equality deletes, so no upserts.
+FORMAT_VERSIONS = (2, 3)
+TABLE_KEYS = {"name", "schema", "key", *TABLE_OVERRIDE_KEYS}
+FORMAT_VERSION_PROPERTY = "format-version"
 FAST_PATH_MODES = ("auto", "off")
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024  # a bigger payload is a bad record (README: bad records)
 MAX_RECORD_BYTES_LIMIT = 16 * 1024 * 1024  # Spark's JSON reader (Jackson) refuses strings over 20M chars
@@ -143,7 +148,7 @@ class TableConfig:
         """With `from_stream` (Debezium), schema and key may be omitted: the stream's schemas give them."""
         if not isinstance(d, Mapping):
             raise ConfigError("table: expected a mapping with name, schema, key")
-        _unknown(d, {"name", "schema", "key", "partition_by", "properties", "target_file_size"}, "table.")
+        _unknown(d, TABLE_KEYS, "table.")
         if from_stream and not d.get("schema"):
             if d.get("key"):
                 raise ConfigError(
@@ -166,9 +171,15 @@ class TableConfig:
             schema=str(_require(d, "schema", "table.")) if not from_stream or d.get("schema") else None,
             key=tuple(key),
             partition_by=tuple(str(p) for p in partition_by),
-            properties={str(k): str(v) for k, v in (d.get("properties") or {}).items()},
+            properties=_with_format_version(d, "table"),
             target_file_size=parse_size(size, "table.target_file_size") if size is not None else None,
         )
+
+    @property
+    def format_version(self) -> int | None:
+        """The Iceberg format version asked for (`format_version`, or the `format-version` property)."""
+        value = self.properties.get(FORMAT_VERSION_PROPERTY)
+        return int(value) if value is not None else None
 
 
 def table_name_placeholders(name: str, key: str = "table.name") -> tuple[str, ...]:
@@ -217,15 +228,41 @@ class TableOverride:
             isinstance(partition_by, str) or not all(isinstance(p, str) for p in partition_by)
         ):
             raise ConfigError(f"{where}.partition_by: expected a list, e.g. ['bucket(16, id)']")
-        properties = d.get("properties") or {}
-        if not isinstance(properties, Mapping):
+        if not isinstance(d.get("properties") or {}, Mapping):
             raise ConfigError(f"{where}.properties: expected a mapping of table properties")
         size = d.get("target_file_size")
         return cls(
             partition_by=tuple(partition_by) if partition_by is not None else None,
-            properties={str(k): str(v) for k, v in properties.items()},
+            properties=_with_format_version(d, where),
             target_file_size=parse_size(size, f"{where}.target_file_size") if size is not None else None,
         )
+
+
+def parse_format_version(value: Any, key: str) -> int:
+    """2 or 3 (an int or its string), else a ConfigError naming `key`."""
+    text = str(value).strip() if not isinstance(value, bool) else ""
+    if text not in {str(v) for v in FORMAT_VERSIONS}:
+        raise ConfigError(f"{key}: must be one of {', '.join(map(str, FORMAT_VERSIONS))}, got {value!r}")
+    return int(text)
+
+
+def _with_format_version(d: Mapping[str, Any], where: str) -> dict[str, str]:
+    """A table block's `properties`, with its `format_version` as Iceberg's `format-version`
+    property (the one way a table's version travels to `create_table`); both given must agree."""
+    properties = {str(k): str(v) for k, v in (d.get("properties") or {}).items()}
+    if FORMAT_VERSION_PROPERTY in properties:
+        properties[FORMAT_VERSION_PROPERTY] = str(
+            parse_format_version(properties[FORMAT_VERSION_PROPERTY], f"{where}.properties.{FORMAT_VERSION_PROPERTY}")
+        )
+    if d.get("format_version") is not None:
+        version = str(parse_format_version(d["format_version"], f"{where}.format_version"))
+        if properties.get(FORMAT_VERSION_PROPERTY, version) != version:
+            raise ConfigError(
+                f"{where}.format_version: {version} disagrees with properties.{FORMAT_VERSION_PROPERTY}="
+                f"{properties[FORMAT_VERSION_PROPERTY]}; give one of them"
+            )
+        properties[FORMAT_VERSION_PROPERTY] = version
+    return properties
 
 
 def parse_size(value: Any, key: str) -> int:

@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, SchemaError
 from icetide.spark.py4j_collections import java_list
-from icetide.table.iceberg import iceberg_catalog, jvm, load_table, spec_fields, split_name
+from icetide.table.iceberg import (
+    check_format_version,
+    iceberg_catalog,
+    jvm,
+    load_table,
+    requested_format_version,
+    spec_fields,
+    split_name,
+)
 from icetide.table.spec import TableSpec
 
 if TYPE_CHECKING:
@@ -118,6 +126,7 @@ def create_table(
     partition_by: list[str] | None = None,
     properties: dict[str, str] | None = None,
     target_file_size: int | None = None,
+    format_version: int | None = None,
 ) -> Any:
     """Create the table, or load it if it exists with the same definition; returns the Java Table.
 
@@ -125,8 +134,11 @@ def create_table(
     `partition_by` as hidden partition transforms, and RETENTION_DEFAULTS (bounded metadata
     files, an hour of snapshot history) unless `properties` says otherwise. Raises SchemaError if a table of this name
     exists with another schema, key or partitioning, and ConfigError for an invalid definition.
+    `format_version` (2 or 3; or the `format-version` property) is the version of a new table
+    (default 2) and the least an existing one must have (SchemaError otherwise).
     """
     spec = TableSpec.of(schema, key, partition_by or [], properties)
+    version = requested_format_version(format_version, spec.properties)
     catalog_name, ident_text = split_name(name)
     j = jvm(spark)
     jschema, jspec = _build_schema_and_spec(spark, spec)
@@ -134,6 +146,7 @@ def create_table(
     ident = j.org.apache.iceberg.catalog.TableIdentifier.parse(ident_text)
     if catalog.tableExists(ident):
         table = load_table(spark, name)
+        check_format_version(name, table, version)
         wanted, found = _definition(jschema, jspec), _definition(table.schema(), table.spec())
         if wanted != found:
             diffs = [f"{k}: table has {found[k]}, asked for {wanted[k]}" for k in wanted if wanted[k] != found[k]]
@@ -144,6 +157,8 @@ def create_table(
     if target_file_size:
         props["write.target-file-size-bytes"] = str(int(target_file_size))
     props.update(spec.properties)
+    if version is not None:
+        props["format-version"] = str(version)
     namespace = ".".join(f"`{part}`" for part in ident_text.split(".")[:-1])
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{catalog_name}`.{namespace}")
     jprops = j.java.util.HashMap()
