@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import threading
+import time
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -155,6 +158,25 @@ def test_conversion_writes_dvs_merges_them_and_compaction_keeps_lineage(spark: A
     assert deletes_by_kind(t) == {} and row_ids(t) == ids  # and keeps every row's _row_id
 
 
+def test_compacting_one_partition_keeps_the_other_dvs_of_a_shared_puffin_file(spark: Any, table_name: str) -> None:
+    t = v3_table(spark, table_name)
+    later = [{**r, "ts": r["ts"] + timedelta(hours=1)} for r in A_ROWS]  # hour 11
+    t.append(A_ROWS)
+    t.append(B_ROWS)
+    t.append(later)
+    t.append([{**r, "id": r["id"] + 100} for r in later])
+    t.upsert([*rows_of([2, 3], "updated", seq=1), {**later[0], "v": "updated", "seq": 1}])
+    result = convert_equality_deletes(spark, table_name)
+    assert result.position_files_added == 3
+    puffins = {p for (p,) in spark.sql(f"SELECT DISTINCT file_path FROM {table_name}.delete_files").collect()}
+    assert len(puffins) == 1  # the three DVs, of two partitions, in one Puffin file
+    t.check()
+    hour_10 = "ts < timestamp'2026-01-01 11:00:00'"
+    assert compact(spark, table_name, min_input_files=2, partition_filter=hour_10).groups == 1
+    t.check()  # removing hour 10's DVs left hour 11's (same file, other offset) in place
+    assert deletes_by_kind(t) == {"dv": 1}
+
+
 def test_upgraded_table_merges_its_v2_position_deletes(spark: Any, table_name: str) -> None:
     t = Table(spark, table_name)  # format v2
     _upserts(t)
@@ -266,7 +288,7 @@ def test_stream_with_conversion_and_compaction_between_batches(spark: Any, table
     t = v3_table(spark, table_name, distribution="key")
     rng = random.Random(3)
     conversions = 0
-    for n in range(1, 21):
+    for n in range(1, 16):
         step = rng.choice(["convert", "compact", "none"]) if n > 2 else "none"
         job: Any = None
         if step == "convert":
@@ -284,3 +306,45 @@ def test_stream_with_conversion_and_compaction_between_batches(spark: Any, table
         t.check()
         one_dv_per_data_file(t)
     assert conversions > 0
+
+
+def test_stream_upserts_while_maintenance_folds_into_dvs_on_a_thread(spark: Any, table_name: str) -> None:
+    """Real concurrency: a thread converts and compacts in a loop while batches commit."""
+    t = v3_table(spark, table_name, distribution="key")
+    rng = random.Random(5)
+    done = threading.Event()
+    conversions: list[Any] = []
+    errors: list[BaseException] = []
+
+    def maintenance_loop() -> None:
+        loop_rng = random.Random(6)
+        try:
+            while not done.is_set():
+                if loop_rng.random() < 0.7:
+                    conversions.append(convert_equality_deletes(spark, table_name))
+                else:
+                    compact(spark, table_name, min_input_files=2, partial_progress=True)
+                time.sleep(loop_rng.random())
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=maintenance_loop)
+    worker.start()
+    started = time.monotonic()
+    try:
+        batches = 0
+        while batches < 60 and (batches < 25 or time.monotonic() - started < 40):
+            t.upsert(seed._random_batch(rng, rng.randrange(1, 25)))  # asserts the commit landed
+            batches += 1
+            if batches % 10 == 0:
+                t.check()
+    finally:
+        done.set()
+        worker.join()
+    assert not errors, errors
+    t.check()
+    one_dv_per_data_file(t)
+    assert any(c.committed and c.positions_added for c in conversions), "no conversion wrote a DV"
+    assert convert_equality_deletes(spark, table_name).conflict is None  # quiet now: folds the rest
+    t.check()
+    assert "equality" not in deletes_by_kind(t)
