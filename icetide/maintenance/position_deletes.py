@@ -30,7 +30,7 @@ a `delete` snapshot that adds delete files) and retries, as it does for any writ
 Reading happens on the driver with pyarrow, key columns only. Equality deletes on float or
 nested columns, or holding nulls, are left for compaction (`fold_deletes="rewrite"`).
 
-On format v3 the positions go into deletion vectors instead (`icetide.maintenance.vectors`):
+On format v3 the positions go into deletion vectors instead (`icetide.sink.vectors`):
 one per data file, merged with the file's earlier DV (or position deletes from before an upgrade),
 which the same commit removes. A DV that another commit added to one of the data files
 meanwhile makes Iceberg reject the commit (one DV per file), and the next run plans again.
@@ -40,11 +40,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -55,8 +54,9 @@ from icetide.maintenance.deletes import applies
 from icetide.maintenance.inventory import TableFiles
 from icetide.maintenance.planning import DataFileRef, DeleteRef, partition_label
 from icetide.maintenance.progress import ProgressCallback, notify
-from icetide.maintenance.vectors import PlannedVector, earlier_positions, replaceable, write_vectors
+from icetide.sink.keys import read_by_field_id
 from icetide.sink.metrics import FIELD_ID_KEY
+from icetide.sink.vectors import PlannedVector, plan_vector, write_vectors
 from icetide.sink.writer import filesystem_for
 from icetide.table.iceberg import format_version, java_exception_class, java_message, jvm, load_table
 
@@ -82,42 +82,6 @@ _UNKNOWN = ("org.apache.iceberg.exceptions.CommitStateUnknownException",)
 
 
 # ---------------------------------------------------------------- pure: keys and positions
-
-
-def _canonical(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """One physical form per logical type, so a data file's and a delete file's keys compare
-    equal whoever wrote them (time zone flags, string widths, dictionary encoding)."""
-    dtype = column.type
-    if pa.types.is_dictionary(dtype):
-        column = column.cast(dtype.value_type)
-        dtype = column.type
-    if pa.types.is_timestamp(dtype):
-        return column.cast(pa.timestamp(dtype.unit)).cast(pa.int64())
-    if pa.types.is_large_string(dtype):
-        return column.cast(pa.string())
-    if pa.types.is_large_binary(dtype):
-        return column.cast(pa.binary())
-    return column
-
-
-def columns_by_field_id(table: pa.Table, field_ids: Sequence[int]) -> pa.Table:
-    """The columns carrying these Iceberg field ids, named `f<id>`, in canonical form."""
-    by_id = {int(f.metadata[FIELD_ID_KEY]): f.name for f in table.schema if f.metadata and FIELD_ID_KEY in f.metadata}
-    missing = [i for i in field_ids if i not in by_id]
-    if missing:
-        raise ConfigError(f"file has no column with field id {missing[0]}")
-    return pa.table({f"f{i}": _canonical(table[by_id[i]]) for i in field_ids})
-
-
-def read_by_field_id(location: str, field_ids: Sequence[int]) -> pa.Table:
-    """Only the columns of a Parquet file that carry these field ids, as `columns_by_field_id`."""
-    fs, path = filesystem_for(location)
-    with fs.open_input_file(path) as handle:
-        parquet = pq.ParquetFile(handle)
-        schema = parquet.schema_arrow
-        wanted = {str(i).encode() for i in field_ids}
-        names = [f.name for f in schema if f.metadata and f.metadata.get(FIELD_ID_KEY) in wanted]
-        return columns_by_field_id(parquet.read(columns=names), field_ids)
 
 
 def convertible(keys: pa.Table) -> str | None:
@@ -278,11 +242,13 @@ class EqualityDeleteConversion:
         # bounds) change no row now and never will: newer data is out of their reach, and a
         # compaction's output keeps its input's bounds. They go in the same commit.
         self.unused = tuple(d for d in self._files.equality_deletes(self.planned_snapshot_id) if d.path not in newest)
-        chosen_paths = {d.path for d in chosen} | {d.path for d in self.unused}
+        chosen_paths = {d.path for d in chosen}
         self.chosen = tuple(chosen)
         self.data_files = tuple(f for f in files if any(d.path in chosen_paths for d in f.deletes))
-        earlier = {d.path for f in self.data_files for d in f.deletes if d.kind == "position"}
-        self._files.keep_only((f.path for f in self.data_files), chosen_paths | (earlier if self.vectors else set()))
+        kept = chosen_paths | {d.path for d in self.unused}
+        if self.vectors:  # each data file's earlier DV or position deletes, merged into its new DV
+            kept |= {d.path for f in self.data_files for d in f.deletes if d.kind == "position"}
+        self._files.keep_only((f.path for f in self.data_files), kept)
 
     def _read_keys(self, delete: DeleteRef) -> str | None:
         java = self._files.delete_files[delete.path]
@@ -317,7 +283,8 @@ class EqualityDeleteConversion:
                 positions.append(deleted_positions(read_by_field_id(f.path, ids), keys))
             merged = _sorted_unique(pa.concat_arrays(positions)) if positions else pa.array([], pa.int64())
             if self.vectors:
-                planned = self._plan_vector(f, merged.to_numpy(zero_copy_only=False))
+                earlier = [self._files.delete_files[d.path] for d in f.deletes if d.kind == "position"]
+                planned = plan_vector(self._files.tasks[f.path].file(), earlier, merged.to_numpy(zero_copy_only=False))
                 if planned is not None:
                     vectors.append(planned)
             elif len(merged):
@@ -329,18 +296,6 @@ class EqualityDeleteConversion:
             self._stage_vectors(vectors)
         self._written = True
         return len(self._staged)
-
-    def _plan_vector(self, f: DataFileRef, new: np.ndarray) -> PlannedVector | None:
-        """The file's DV: `new` positions merged with those its earlier position deletes mark;
-        None when `new` adds nothing."""
-        data_file = self._files.tasks[f.path].file()
-        earlier = [self._files.delete_files[d.path] for d in f.deletes if d.kind == "position"]
-        known = [earlier_positions(d, f.path) for d in earlier]
-        before = np.unique(np.concatenate(known)) if known else np.zeros(0, np.int64)
-        merged = np.union1d(before, new.astype(np.int64))
-        if len(merged) == len(before):
-            return None
-        return PlannedVector(data_file, merged, tuple(d for d in earlier if replaceable(d, f.path)))
 
     def _stage_vectors(self, vectors: list[PlannedVector]) -> None:
         written = write_vectors(self.spark, self.table, vectors)

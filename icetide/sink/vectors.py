@@ -1,7 +1,8 @@
-"""Deletion vectors for delete folding on format v3: read a data file's earlier deletes, write new DVs.
+"""Deletion vectors on format v3, on the driver: read a data file's earlier deletes, write new DVs.
 
 On v3 a data file has at most one deletion vector (DV) and new position deletes must be DVs. So
-folding equality deletes into positions writes, per data file, one DV holding the new positions
+whoever marks positions (delete folding, the stream's `deletes="vectors"`) writes, per data file,
+one DV holding the new positions
 merged with every position the file's earlier deletes held (its DV, or position-delete files
 left from before an upgrade to v3), and the commit removes the earlier DV and the file-scoped
 position-delete files it merged. Iceberg's reader ignores other position deletes of a file once
@@ -22,7 +23,6 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from icetide.maintenance.inventory import delete_key
 from icetide.sink.writer import filesystem_for
 from icetide.table.deletion_vectors import deserialize_positions, puffin_file
 from icetide.table.iceberg import jvm
@@ -66,16 +66,24 @@ class PlannedVector:
     replaces: tuple[Any, ...]  # Java DeleteFiles removed in the same commit
 
 
+def plan_vector(data_file: Any, earlier: Sequence[Any], new: np.ndarray) -> PlannedVector | None:
+    """A data file's DV: the `new` positions merged with those its `earlier` position deletes
+    (Java DeleteFiles that apply to it) mark; None when `new` adds nothing."""
+    path = str(data_file.location())
+    known = [earlier_positions(d, path) for d in earlier]
+    before = np.unique(np.concatenate(known)) if known else np.zeros(0, np.int64)
+    merged = np.union1d(before, np.asarray(new, dtype=np.int64))
+    if len(merged) == len(before):
+        return None
+    return PlannedVector(data_file, merged, tuple(d for d in earlier if replaceable(d, path)))
+
+
 @dataclass(frozen=True)
 class WrittenVectors:
     """A Puffin file of DVs and the Java DeleteFiles describing them, in the order planned."""
 
     location: str
     delete_files: tuple[Any, ...]
-
-    def keys(self) -> list[str]:
-        """Each DV's identity (`location#offset`)."""
-        return [delete_key(d) for d in self.delete_files]
 
 
 def write_vectors(spark: SparkSession, jtable: Any, planned: Sequence[PlannedVector]) -> WrittenVectors | None:
