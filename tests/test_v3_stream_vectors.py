@@ -1,0 +1,77 @@
+"""`deletes="vectors"`: the stream commits deletion vectors itself; no equality delete reaches a snapshot.
+
+After every batch the table equals the model in Spark, PyIceberg and DuckDB; compaction, Spark's
+own DELETE (a DV from another writer) and a restarted sink (a new key index built from the table)
+come between batches. tests/test_v3_vectors_crash.py kills a writing process at each new step.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+import icetide
+import tests.test_compaction as seed
+from icetide.errors import ConfigError
+from icetide.maintenance.compaction import compact
+from tests.test_compaction import KEY, SCHEMA, Table
+from tests.test_v3_deletes import deletes_by_kind, one_dv_per_data_file, v3_table
+from tests.test_v3_readers import duckdb_connection, duckdb_rows, model_rows, pyiceberg_rows
+
+
+def vectors_sink(spark: Any, name: str) -> Any:
+    return icetide.UpsertSink(spark, name, pipeline_id="stream", order_by="seq", deletes="vectors")
+
+
+def test_vectors_need_a_v3_table(spark: Any, table_name: str) -> None:
+    icetide.create_table(spark, table_name, schema=SCHEMA, key=KEY)
+    with pytest.raises(ConfigError, match="deletes: vectors needs a format v3 table"):
+        vectors_sink(spark, table_name)
+    with pytest.raises(ConfigError, match="deletes: 'positions' is not one of equality, vectors"):
+        icetide.UpsertSink(spark, table_name, pipeline_id="p", deletes="positions")
+
+
+def test_every_batch_reads_like_a_compacted_table_in_every_engine(spark: Any, table_name: str) -> None:
+    t = v3_table(spark, table_name, distribution="key")
+    t.sink = vectors_sink(spark, table_name)
+    rng = random.Random(21)
+    duck = duckdb_connection()
+    try:
+        for n in range(1, 19):
+            t.upsert(seed._random_batch(rng, rng.randrange(1, 30)))
+            if n == 6:
+                assert compact(spark, table_name, min_input_files=2).groups >= 1  # the index follows it
+            if n == 9:
+                spark.sql(f"DELETE FROM {table_name} WHERE id % 7 = 0")  # another writer's DVs
+                t.model.rows = {k: v for k, v in t.model.rows.items() if k[0] % 7 != 0}
+            if n == 12:
+                t.sink = vectors_sink(spark, table_name)  # a restart: the index is built from the table
+            t.check()
+            kinds = deletes_by_kind(t)
+            assert "equality" not in kinds and "position" not in kinds, kinds
+            one_dv_per_data_file(t)
+            expected = model_rows(t)
+            assert pyiceberg_rows(t) == expected, f"batch {n}"
+            assert duckdb_rows(t, duck) == expected, f"batch {n}"
+    finally:
+        duck.close()
+    assert "dv" in deletes_by_kind(t)
+    summaries = spark.sql(f"SELECT summary FROM {table_name}.snapshots").collect()
+    assert not any(int(s[0].get("added-equality-deletes", "0")) for s in summaries)
+
+
+def test_a_vectors_table_beside_a_plain_table_stays_equal(spark: Any, table_name: str) -> None:
+    """The same batches through `equality` and `vectors` sinks give the same rows."""
+    plain = Table(spark, table_name + "_eq")
+    t = v3_table(spark, table_name)
+    t.sink = vectors_sink(spark, table_name)
+    rng = random.Random(4)
+    for _ in range(6):
+        batch = seed._random_batch(rng, rng.randrange(1, 30))
+        plain.upsert(batch)
+        t.upsert(batch)
+    plain.check()
+    t.check()
+    assert plain.model.rows == t.model.rows
