@@ -69,6 +69,20 @@ def index_form(keys: pa.Table) -> pa.Table:
     return pa.table(columns)
 
 
+def spark_form(field: Any) -> str:
+    """The Spark SQL expression giving a key column (a Java NestedField) in the index's form;
+    ConfigError for a type the index does not take."""
+    type_id = field.type().typeId().toString()
+    if type_id == "TIMESTAMP" and field.type().shouldAdjustToUTC():
+        return f"unix_micros(`{field.name()}`)"
+    if type_id in _SPARK_FORMS:
+        return _SPARK_FORMS[type_id].format(c=field.name())
+    raise ConfigError(
+        f"deletes: vectors needs key columns of integer, string, date or timestamp type; "
+        f"{field.name()} is {type_id.lower()}"
+    )
+
+
 class KeyIndex:
     """key -> (data file, position) of every live row of one table, at `snapshot_id`."""
 
@@ -99,17 +113,7 @@ class KeyIndex:
         index = cls(ids, int(snapshot.snapshotId()) if snapshot is not None else None)
         if snapshot is None:
             return index
-        exprs = []
-        for field_id, name in zip(ids, index.names, strict=True):
-            field = schema.findField(field_id)
-            type_id = field.type().typeId().toString()
-            if type_id == "TIMESTAMP" and field.type().shouldAdjustToUTC():
-                form = "unix_micros(`{c}`)"
-            elif type_id in _SPARK_FORMS:
-                form = _SPARK_FORMS[type_id]
-            else:
-                raise ConfigError(f"deletes: vectors cannot index key column {field.name()} of type {type_id.lower()}")
-            exprs.append(f"{form.format(c=field.name())} AS {name}")
+        exprs = [f"{spark_form(schema.findField(i))} AS {name}" for i, name in zip(ids, index.names, strict=True)]
         catalog, identifier = split_name(table_name)  # Spark's cached table may not know the snapshot yet
         iceberg_catalog(spark, catalog).invalidateTable(
             jvm(spark).org.apache.iceberg.catalog.TableIdentifier.parse(identifier)

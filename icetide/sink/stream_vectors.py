@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icetide.errors import ConfigError
 from icetide.faults import crash_point
-from icetide.sink.key_index import IndexOutOfDate, KeyIndex, index_form
+from icetide.sink.key_index import IndexOutOfDate, KeyIndex, index_form, spark_form
 from icetide.sink.keys import read_by_field_id
 from icetide.sink.vectors import plan_vector, write_vectors
 from icetide.table.iceberg import format_version, key_field_ids
@@ -57,15 +58,16 @@ class StreamVectors:
 
     @staticmethod
     def check_table(table_name: str, jtable: Any) -> None:
-        """Refuse a table that cannot take DVs (format v2)."""
-        from icetide.errors import ConfigError
-
+        """Refuse a table that cannot take DVs (format v2) or whose key the index cannot hold."""
         version = format_version(jtable)
         if version < 3:
             raise ConfigError(
                 f"deletes: vectors needs a format v3 table; {table_name} is v{version} "
                 f"(icetide maintain --upgrade-v3 {table_name})"
             )
+        schema = jtable.schema()
+        for field_id in key_field_ids(jtable):
+            spark_form(schema.findField(field_id))
 
     def batch_keys(self, jtable: Any, equality_delete_paths: Sequence[str]) -> pa.Table:
         """The batch's keys, read back from its (uncommitted) equality-delete files."""
