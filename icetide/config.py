@@ -58,7 +58,9 @@ TOP_LEVEL_KEYS = {
 }
 # The placeholders a table-name template may hold (Debezium's source block, and the Kafka topic).
 TABLE_NAME_PLACEHOLDERS = ("db", "schema", "table", "topic")
-TABLE_OVERRIDE_KEYS = {"partition_by", "properties", "target_file_size", "format_version"}
+TABLE_OVERRIDE_KEYS = {"partition_by", "properties", "target_file_size", "format_version", "deletes"}
+# How the stream removes the rows a batch replaces: equality deletes, or deletion vectors (v3 only).
+DELETE_MODES = ("equality", "vectors")
 # Iceberg format versions icetide writes: v2, and v3 (deletion vectors, row lineage). v1 has no
 # equality deletes, so no upserts.
 FORMAT_VERSIONS = (2, 3)
@@ -142,6 +144,7 @@ class TableConfig:
     partition_by: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
     target_file_size: int | None = None
+    deletes: str = "equality"  # or "vectors": the stream writes deletion vectors (format v3)
 
     @classmethod
     def from_dict(cls, d: Any, *, from_stream: bool = False) -> TableConfig:
@@ -173,6 +176,7 @@ class TableConfig:
             partition_by=tuple(str(p) for p in partition_by),
             properties=_with_format_version(d, "table"),
             target_file_size=parse_size(size, "table.target_file_size") if size is not None else None,
+            deletes=_deletes(d, "table", _with_format_version(d, "table")) or "equality",
         )
 
     @property
@@ -217,6 +221,7 @@ class TableOverride:
     partition_by: tuple[str, ...] | None = None
     properties: dict[str, str] = field(default_factory=dict)
     target_file_size: int | None = None
+    deletes: str | None = None
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> TableOverride:
@@ -235,7 +240,27 @@ class TableOverride:
             partition_by=tuple(partition_by) if partition_by is not None else None,
             properties=_with_format_version(d, where),
             target_file_size=parse_size(size, f"{where}.target_file_size") if size is not None else None,
+            deletes=_deletes(d, where, None),
         )
+
+
+def _deletes(d: Mapping[str, Any], where: str, properties: Mapping[str, str] | None) -> str | None:
+    """A table block's `deletes` mode, checked; with the block's `properties`, `vectors` must come
+    with format version 3 (a per-table override is checked against the table block it overrides)."""
+    mode = d.get("deletes")
+    if mode is None:
+        return None
+    if mode not in DELETE_MODES:
+        raise ConfigError(f"{where}.deletes: must be one of {', '.join(DELETE_MODES)}, got {mode!r}")
+    if properties is not None:
+        check_vectors_version(str(mode), properties, where)
+    return str(mode)
+
+
+def check_vectors_version(mode: str, properties: Mapping[str, str], where: str) -> None:
+    """`deletes: vectors` needs a format v3 table (deletion vectors are a v3 feature)."""
+    if mode == "vectors" and properties.get(FORMAT_VERSION_PROPERTY) != "3":
+        raise ConfigError(f"{where}.deletes: vectors needs format_version: 3 (deletion vectors are a v3 feature)")
 
 
 def parse_format_version(value: Any, key: str) -> int:
@@ -546,6 +571,7 @@ class PipelineConfig:
             partition_by=o.partition_by if o.partition_by is not None else t.partition_by,
             properties={**t.properties, **o.properties},
             target_file_size=o.target_file_size if o.target_file_size is not None else t.target_file_size,
+            deletes=o.deletes or t.deletes,
         )
 
     @property
@@ -679,6 +705,9 @@ class PipelineConfig:
         )
         if routing:
             _check_routing(config)
+            for name in config.tables:
+                routed = config.table_config(name)
+                check_vectors_version(routed.deletes, routed.properties, f"tables.{name}")
         elif config.tables:
             raise ConfigError("tables: per-table settings need a table-name template or several topics")
         if table.schema is None and config.stateful is not None:

@@ -8,6 +8,7 @@ come between batches. tests/test_v3_vectors_crash.py kills a writing process at 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -79,3 +80,45 @@ def test_a_vectors_table_beside_a_plain_table_stays_equal(spark: Any, table_name
     plain.check()
     t.check()
     assert plain.model.rows == t.model.rows
+
+
+def test_deletes_in_pipeline_files() -> None:
+    from icetide.config import PipelineConfig
+    from tests.test_config import GOOD, with_
+    from tests.test_v3_tables import SYNC
+
+    table = PipelineConfig.from_dict(with_("table", {**GOOD["table"], "format_version": 3, "deletes": "vectors"}))
+    assert table.table.deletes == "vectors"
+    assert PipelineConfig.from_dict(GOOD).table.deletes == "equality"
+    with pytest.raises(ConfigError, match=r"^table\.deletes: vectors needs format_version: 3"):
+        PipelineConfig.from_dict(with_("table.deletes", "vectors"))
+    with pytest.raises(ConfigError, match=r"^table\.deletes: must be one of equality, vectors"):
+        PipelineConfig.from_dict(with_("table.deletes", "position"))
+    sync = PipelineConfig.from_dict({**SYNC, "tables": {"lake.inventory.orders": {"deletes": "vectors"}}})
+    assert sync.table_config("lake.inventory.orders").deletes == "vectors"  # v3 from the template
+    assert sync.table_config("lake.inventory.customers").deletes == "equality"
+    with pytest.raises(ConfigError, match=r"^tables\.lake\.inventory\.legacy\.deletes: vectors needs"):
+        PipelineConfig.from_dict({**SYNC, "table": {**SYNC["table"], "deletes": "vectors"}})  # legacy is v2
+
+
+def test_runner_with_deletes_vectors_killed_after_the_dv_write(spark: Any, tmp_path: Path) -> None:
+    """A pipeline file with `deletes: vectors`, run by `icetide run`, killed -9 after a batch's DVs
+    were written and before its commit, then run again: the table equals the model, DVs only."""
+    import yaml
+
+    from tests.commands import crash_and_restart, warehouse_reader
+    from tests.model import table_rows
+    from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
+
+    warehouse = tmp_path / "warehouse"
+    lines, _ = land_files(tmp_path / "landing", 6, seed=5)
+    doc = pipeline_doc("vectors", tmp_path / "landing", str(warehouse))
+    doc["table"] = {**doc["table"], "format_version": 3, "deletes": "vectors"}
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc))
+    crash_and_restart(config_path, "after_dv_write")
+    reader = warehouse_reader(spark, "vectorscheck", warehouse)
+    table = "vectorscheck.runner.vectors"
+    assert table_rows(reader, table, COLUMNS, KEY) == expected(lines)
+    content = {int(r[0]) for r in reader.sql(f"SELECT content FROM {table}.delete_files").collect()}
+    assert content == {1}, content  # deletion vectors only
