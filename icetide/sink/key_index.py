@@ -53,6 +53,11 @@ class IndexOutOfDate(Exception):
     """Catching up cannot follow a commit (or the snapshot is gone): build the index again."""
 
 
+def _same_blob(a: Any, b: Any) -> bool:
+    """Are two Java DeleteFiles the same DV (one Puffin file holds many, at different offsets)?"""
+    return str(a.location()) == str(b.location()) and a.contentOffset() == b.contentOffset()
+
+
 def index_form(keys: pa.Table) -> pa.Table:
     """Canonical key columns (`keys.columns_by_field_id`) in the index's form: integers and dates
     as int64, timestamps (already int64 microseconds) and strings as they are."""
@@ -171,6 +176,10 @@ class KeyIndex:
             added_deletes = [d.copy() for d in java_iter(s.addedDeleteFiles(io))]
             if any(not is_vector(d) for d in added_deletes):
                 raise IndexOutOfDate(f"snapshot {s.snapshotId()} added equality or position-delete files")
+            for d in java_iter(s.removedDeleteFiles(io)):  # a DV replaced or dropped: no longer the file's
+                current = self.vectors.get(str(d.referencedDataFile())) if is_vector(d) else None
+                if current is not None and _same_blob(current, d):
+                    del self.vectors[str(d.referencedDataFile())]
             self._drop_files({str(f.location()) for f in java_iter(s.removedDataFiles(io))})
             added = [self._file_rows(f.copy()) for f in java_iter(s.addedDataFiles(io))]
             if added:  # an empty index takes the key types of the first file (its empty columns are int64)
