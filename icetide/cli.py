@@ -290,6 +290,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from icetide.maintenance.maintain import MaintenancePolicy, maintain
     from icetide.maintenance.orphans import remove_orphan_files
 
+    if args.upgrade_v3:
+        return _upgrade_v3(args)
     every = parse_duration(args.every, "--every") if args.every else None
     budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
     policy = MaintenancePolicy(fold_deletes=args.fold_deletes, time_budget_seconds=budget)
@@ -355,6 +357,22 @@ def cmd_catalog_serve(args: argparse.Namespace) -> int:
         pass
     finally:
         server.stop()
+    return 0
+
+
+def _upgrade_v3(args: argparse.Namespace) -> int:
+    """`icetide maintain --upgrade-v3 TABLE`: raise one table to format v3, and nothing else."""
+    from rich.console import Console
+
+    from icetide.maintenance.upgrade import upgrade_format_version
+
+    if not args.table:
+        raise ConfigError("--upgrade-v3: name the table to upgrade (icetide maintain --upgrade-v3 TABLE)")
+    if args.every or args.orphans:
+        raise ConfigError("--upgrade-v3: runs once and does nothing else; drop --every / --orphans")
+    spark, table, _ = _table_session(args)
+    result = upgrade_format_version(spark, table, 3)
+    Console(stderr=True).print(f"{table}: {result.line()}", highlight=False, soft_wrap=True)
     return 0
 
 
@@ -432,6 +450,11 @@ def build_parser() -> argparse.ArgumentParser:
     maintain.add_argument("--time-budget", metavar="DURATION", help="stop taking compaction groups after DURATION")
     maintain.add_argument(
         "--orphans", action="store_true", help="also delete orphan files older than 3 days (never a batch in flight)"
+    )
+    maintain.add_argument(
+        "--upgrade-v3",
+        action="store_true",
+        help="only upgrade TABLE to Iceberg format v3 (deletion vectors), safely beside a running pipeline",
     )
     maintain.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bars or progress lines"

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from icetide.errors import ConfigError
 from icetide.secrets import expand_env, redact, redacted_repr, remember_secret
 from icetide.stateful.settings import StatefulSettings
+from icetide.table.format_version import FORMAT_VERSION_PROPERTY, parse_format_version
 
 Mode = Literal["upsert", "append"]
 DecimalHandling = Literal["precise", "string", "double"]
@@ -64,7 +65,12 @@ TOP_LEVEL_KEYS = {
 }
 # The placeholders a table-name template may hold (Debezium's source block, and the Kafka topic).
 TABLE_NAME_PLACEHOLDERS = ("db", "schema", "table", "topic")
-TABLE_OVERRIDE_KEYS = {"partition_by", "properties", "target_file_size"}
+TABLE_OVERRIDE_KEYS = {"partition_by", "properties", "target_file_size", "format_version", "deletes"}
+# How the stream removes the rows a batch replaces: equality deletes, or deletion vectors (v3 only).
+DELETE_MODES = ("equality", "vectors")
+# Iceberg format versions icetide writes: v2, and v3 (deletion vectors, row lineage). v1 has no
+# equality deletes, so no upserts.
+TABLE_KEYS = {"name", "schema", "key", *TABLE_OVERRIDE_KEYS}
 FAST_PATH_MODES = ("auto", "off")
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024  # a bigger payload is a bad record (README: bad records)
 MAX_RECORD_BYTES_LIMIT = 16 * 1024 * 1024  # Spark's JSON reader (Jackson) refuses strings over 20M chars
@@ -204,13 +210,14 @@ class TableConfig:
     partition_by: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
     target_file_size: int | None = None
+    deletes: str = "equality"  # or "vectors": the stream writes deletion vectors (format v3)
 
     @classmethod
     def from_dict(cls, d: Any, *, from_stream: bool = False) -> TableConfig:
         """With `from_stream` (Debezium), schema and key may be omitted: the stream's schemas give them."""
         if not isinstance(d, Mapping):
             raise ConfigError("table: expected a mapping with name, schema, key")
-        _unknown(d, {"name", "schema", "key", "partition_by", "properties", "target_file_size"}, "table.")
+        _unknown(d, TABLE_KEYS, "table.")
         if from_stream and not d.get("schema"):
             if d.get("key"):
                 raise ConfigError(
@@ -233,9 +240,16 @@ class TableConfig:
             schema=str(_require(d, "schema", "table.")) if not from_stream or d.get("schema") else None,
             key=tuple(key),
             partition_by=tuple(str(p) for p in partition_by),
-            properties={str(k): str(v) for k, v in (d.get("properties") or {}).items()},
+            properties=_with_format_version(d, "table"),
             target_file_size=parse_size(size, "table.target_file_size") if size is not None else None,
+            deletes=_deletes(d, "table", _with_format_version(d, "table")) or "equality",
         )
+
+    @property
+    def format_version(self) -> int | None:
+        """The Iceberg format version asked for (`format_version`, or the `format-version` property)."""
+        value = self.properties.get(FORMAT_VERSION_PROPERTY)
+        return int(value) if value is not None else None
 
 
 def table_name_placeholders(name: str, key: str = "table.name") -> tuple[str, ...]:
@@ -273,6 +287,7 @@ class TableOverride:
     partition_by: tuple[str, ...] | None = None
     properties: dict[str, str] = field(default_factory=dict)
     target_file_size: int | None = None
+    deletes: str | None = None
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> TableOverride:
@@ -284,15 +299,53 @@ class TableOverride:
             isinstance(partition_by, str) or not all(isinstance(p, str) for p in partition_by)
         ):
             raise ConfigError(f"{where}.partition_by: expected a list, e.g. ['bucket(16, id)']")
-        properties = d.get("properties") or {}
-        if not isinstance(properties, Mapping):
+        if not isinstance(d.get("properties") or {}, Mapping):
             raise ConfigError(f"{where}.properties: expected a mapping of table properties")
         size = d.get("target_file_size")
         return cls(
             partition_by=tuple(partition_by) if partition_by is not None else None,
-            properties={str(k): str(v) for k, v in properties.items()},
+            properties=_with_format_version(d, where),
             target_file_size=parse_size(size, f"{where}.target_file_size") if size is not None else None,
+            deletes=_deletes(d, where, None),
         )
+
+
+def _deletes(d: Mapping[str, Any], where: str, properties: Mapping[str, str] | None) -> str | None:
+    """A table block's `deletes` mode, checked; with the block's `properties`, `vectors` must come
+    with format version 3 (a per-table override is checked against the table block it overrides)."""
+    mode = d.get("deletes")
+    if mode is None:
+        return None
+    if mode not in DELETE_MODES:
+        raise ConfigError(f"{where}.deletes: must be one of {', '.join(DELETE_MODES)}, got {mode!r}")
+    if properties is not None:
+        check_vectors_version(str(mode), properties, where)
+    return str(mode)
+
+
+def check_vectors_version(mode: str, properties: Mapping[str, str], where: str) -> None:
+    """`deletes: vectors` needs a format v3 table (deletion vectors are a v3 feature)."""
+    if mode == "vectors" and properties.get(FORMAT_VERSION_PROPERTY) != "3":
+        raise ConfigError(f"{where}.deletes: vectors needs format_version: 3 (deletion vectors are a v3 feature)")
+
+
+def _with_format_version(d: Mapping[str, Any], where: str) -> dict[str, str]:
+    """A table block's `properties`, with its `format_version` as Iceberg's `format-version`
+    property (the one way a table's version travels to `create_table`); both given must agree."""
+    properties = {str(k): str(v) for k, v in (d.get("properties") or {}).items()}
+    if FORMAT_VERSION_PROPERTY in properties:
+        properties[FORMAT_VERSION_PROPERTY] = str(
+            parse_format_version(properties[FORMAT_VERSION_PROPERTY], f"{where}.properties.{FORMAT_VERSION_PROPERTY}")
+        )
+    if d.get("format_version") is not None:
+        version = str(parse_format_version(d["format_version"], f"{where}.format_version"))
+        if properties.get(FORMAT_VERSION_PROPERTY, version) != version:
+            raise ConfigError(
+                f"{where}.format_version: {version} disagrees with properties.{FORMAT_VERSION_PROPERTY}="
+                f"{properties[FORMAT_VERSION_PROPERTY]}; give one of them"
+            )
+        properties[FORMAT_VERSION_PROPERTY] = version
+    return properties
 
 
 def parse_size(value: Any, key: str) -> int:
@@ -583,6 +636,7 @@ class PipelineConfig:
             partition_by=o.partition_by if o.partition_by is not None else t.partition_by,
             properties={**t.properties, **o.properties},
             target_file_size=o.target_file_size if o.target_file_size is not None else t.target_file_size,
+            deletes=o.deletes or t.deletes,
         )
 
     @property
@@ -718,6 +772,9 @@ class PipelineConfig:
         )
         if routing:
             _check_routing(config)
+            for name in config.tables:
+                routed = config.table_config(name)
+                check_vectors_version(routed.deletes, routed.properties, f"tables.{name}")
         elif config.tables:
             raise ConfigError("tables: per-table settings need a table-name template or several topics")
         if table.schema is None and config.stateful is not None:

@@ -1,7 +1,9 @@
 """Fault injection for the exactly-once tests: kill -9 this process, or fail a call, at a named point.
 
 Crashes: set ICETIDE_CRASH_AT to a point name (`after_write`, `after_dead_letter`,
-`after_table_commit` (a pipeline of many tables: after a table's commit), `after_commit`)
+`after_table_commit` (a pipeline of many tables: after a table's commit), `after_commit`; with
+`deletes="vectors"`: `after_index_catch_up`, `after_dv_write`, `vectors_committed`,
+`after_index_update`)
 and optionally ICETIDE_CRASH_BATCH to a batch id; the process then SIGKILLs itself when it
 reaches that point, exactly as `kill -9` would, with no cleanup and no flush. ICETIDE_PAUSE_AT
 makes it sleep at that point instead (a batch held in flight, for tests of a second runner).

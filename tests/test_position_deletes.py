@@ -19,12 +19,12 @@ from icetide.maintenance.maintain import MaintenancePolicy, maintain
 from icetide.maintenance.position_deletes import (
     DELETE_FILE_PATH_ID,
     DELETE_FILE_POS_ID,
-    columns_by_field_id,
     convert_equality_deletes,
     convertible,
     deleted_positions,
     equality_delete_conversion,
 )
+from icetide.sink.keys import columns_by_field_id
 from icetide.sink.metrics import FIELD_ID_KEY
 from tests.test_compaction import A_ROWS, B_ROWS, Table, rows_of
 

@@ -2,8 +2,9 @@
 
 An equality delete with sequence number s applies to data files of its partition (of every
 partition, when its spec is unpartitioned) whose data sequence number is below s; a position
-delete applies to data files of its partition with a data sequence number at or below s. A
-delete file that applies to no live data file is dangling: dropping it changes no row.
+delete applies to data files of its partition with a data sequence number at or below s, or,
+when it names one data file (a deletion vector, a file-scoped position delete), to that file
+only. A delete file that applies to no live data file is dangling: dropping it changes no row.
 """
 
 from __future__ import annotations
@@ -55,8 +56,13 @@ def removable_deletes(
         if known is None or f.sequence_number < known:
             oldest_by_partition[f.partition] = f.sequence_number
     oldest_anywhere = min(oldest_by_partition.values(), default=None)
+    kept = {f.path for f in live if f.path not in replaced}
     result = []
     for d in candidates:
+        if d.referenced_data_file is not None:  # a DV or file-scoped position delete: its one file only
+            if d.referenced_data_file not in kept:
+                result.append(d)
+            continue
         oldest = oldest_anywhere if d.scope is None else oldest_by_partition.get(d.scope)
         if oldest is None or not _older(d, oldest):
             result.append(d)

@@ -27,6 +27,19 @@ log = logging.getLogger(__name__)
 SNAPSHOT_WALK_LIMIT = 10_000
 
 
+def delete_key(delete_file: Any) -> str:
+    """What identifies a Java DeleteFile: its location, or `location#offset` for a deletion vector
+    (a Puffin file holds the DVs of many data files, each a blob at its own offset)."""
+    offset = delete_file.contentOffset()
+    location = str(delete_file.location())
+    return location if offset is None else f"{location}#{int(offset)}"
+
+
+def _referenced(delete_file: Any) -> str | None:
+    referenced = delete_file.referencedDataFile()
+    return None if referenced is None else str(referenced)
+
+
 class SnapshotGoneError(TransientError):
     """A snapshot a job started from is no longer an ancestor of the current one (rollback, expiry)."""
 
@@ -95,6 +108,22 @@ class TableFiles:
             tasks.close()
         return refs
 
+    def equality_deletes(self, snapshot_id: int) -> list[DeleteRef]:
+        """Every equality-delete file live in the snapshot, whether or not it applies to a data file
+        (reads the delete manifests only)."""
+        snapshot = self.table.snapshot(snapshot_id)
+        reader = jvm(self.spark).org.apache.iceberg.ManifestFiles
+        refs = []
+        for manifest in java_iter(snapshot.deleteManifests(self.table.io())):
+            files = reader.readDeleteManifest(manifest, self.table.io(), self.table.specs())
+            try:
+                for f in java_iter(files):
+                    if f.content().toString() == "EQUALITY_DELETES":
+                        refs.append(self._delete_ref(f.copy()))
+            finally:
+                files.close()
+        return refs
+
     def keep_only(self, data_paths: Iterable[str], delete_paths: Iterable[str]) -> None:
         """Forget the Java objects of every other file (they pin JVM memory through py4j)."""
         data, deletes = set(data_paths), set(delete_paths)
@@ -135,7 +164,7 @@ class TableFiles:
         return self._specs[spec_id]
 
     def _delete_ref(self, delete_file: Any) -> DeleteRef:
-        path = str(delete_file.location())
+        path = delete_key(delete_file)
         known = self._delete_refs.get(path)
         if known is not None:
             return known
@@ -148,6 +177,7 @@ class TableFiles:
             scope=None if equality and unpartitioned else self.partition_key(delete_file),
             record_count=int(delete_file.recordCount()),
             size=int(delete_file.fileSizeInBytes()),
+            referenced_data_file=None if equality else _referenced(delete_file),
         )
         self._delete_refs[path] = ref
         self.delete_files[path] = delete_file
@@ -183,7 +213,7 @@ class TableFiles:
             if not with_deletes:
                 continue
             for f in java_iter(s.removedDeleteFiles(io)):
-                changes.removed_deletes.add(str(f.location()))
+                changes.removed_deletes.add(delete_key(f))
             for f in java_iter(s.addedDataFiles(io)):
                 sequence = f.dataSequenceNumber()
                 seq = int(sequence) if sequence is not None else 0  # unknown: treat as the oldest

@@ -120,7 +120,15 @@ class MaintenanceReport:
             elif v.committed:
                 out.append(
                     f"converted {v.equality_files_removed} equality-delete file(s) ({v.equality_rows_removed} rows) "
-                    f"into {v.position_files_added} position-delete file(s) ({v.positions_added} positions)"
+                    f"into {v.position_files_added} "
+                    + ("deletion vector(s)" if v.vectors else "position-delete file(s)")
+                    + f" ({v.positions_added} positions)"
+                    + (f", {v.earlier_deletes_replaced} earlier one(s) merged" if v.earlier_deletes_replaced else "")
+                    + (
+                        f", {v.unused_equality_files_removed} unused equality-delete file(s) dropped"
+                        if v.unused_equality_files_removed
+                        else ""
+                    )
                     + (f", {len(v.left)} left" if v.left else "")
                 )
         if self.compaction is not None:

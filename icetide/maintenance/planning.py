@@ -45,7 +45,11 @@ def partition_label(key: PartitionKey) -> str:
 
 @dataclass(frozen=True)
 class DeleteRef:
-    """A delete file that applies to some data file of the plan."""
+    """A delete file that applies to some data file of the plan.
+
+    `path` identifies it: the file's location, or for a deletion vector (one of many blobs of a
+    Puffin file) `location#offset`.
+    """
 
     path: str
     kind: Literal["equality", "position"]
@@ -53,6 +57,7 @@ class DeleteRef:
     scope: PartitionKey | None  # None: an equality delete of an unpartitioned spec applies everywhere
     record_count: int
     size: int
+    referenced_data_file: str | None = None  # a DV or file-scoped position delete: the one file it applies to
 
 
 @dataclass(frozen=True)

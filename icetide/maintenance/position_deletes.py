@@ -29,13 +29,18 @@ a `delete` snapshot that adds delete files) and retries, as it does for any writ
 
 Reading happens on the driver with pyarrow, key columns only. Equality deletes on float or
 nested columns, or holding nulls, are left for compaction (`fold_deletes="rewrite"`).
+
+On format v3 the positions go into deletion vectors instead (`icetide.sink.vectors`):
+one per data file, merged with the file's earlier DV (or position deletes from before an upgrade),
+which the same commit removes. A DV that another commit added to one of the data files
+meanwhile makes Iceberg reject the commit (one DV per file), and the next run plans again.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,9 +54,11 @@ from icetide.maintenance.deletes import applies
 from icetide.maintenance.inventory import TableFiles
 from icetide.maintenance.planning import DataFileRef, DeleteRef, partition_label
 from icetide.maintenance.progress import ProgressCallback, notify
+from icetide.sink.keys import read_by_field_id
 from icetide.sink.metrics import FIELD_ID_KEY
+from icetide.sink.vectors import PlannedVector, plan_vector, write_vectors
 from icetide.sink.writer import filesystem_for
-from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table
+from icetide.table.iceberg import format_version, java_exception_class, java_message, jvm, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,42 +82,6 @@ _UNKNOWN = ("org.apache.iceberg.exceptions.CommitStateUnknownException",)
 
 
 # ---------------------------------------------------------------- pure: keys and positions
-
-
-def _canonical(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """One physical form per logical type, so a data file's and a delete file's keys compare
-    equal whoever wrote them (time zone flags, string widths, dictionary encoding)."""
-    dtype = column.type
-    if pa.types.is_dictionary(dtype):
-        column = column.cast(dtype.value_type)
-        dtype = column.type
-    if pa.types.is_timestamp(dtype):
-        return column.cast(pa.timestamp(dtype.unit)).cast(pa.int64())
-    if pa.types.is_large_string(dtype):
-        return column.cast(pa.string())
-    if pa.types.is_large_binary(dtype):
-        return column.cast(pa.binary())
-    return column
-
-
-def columns_by_field_id(table: pa.Table, field_ids: Sequence[int]) -> pa.Table:
-    """The columns carrying these Iceberg field ids, named `f<id>`, in canonical form."""
-    by_id = {int(f.metadata[FIELD_ID_KEY]): f.name for f in table.schema if f.metadata and FIELD_ID_KEY in f.metadata}
-    missing = [i for i in field_ids if i not in by_id]
-    if missing:
-        raise ConfigError(f"file has no column with field id {missing[0]}")
-    return pa.table({f"f{i}": _canonical(table[by_id[i]]) for i in field_ids})
-
-
-def read_by_field_id(location: str, field_ids: Sequence[int]) -> pa.Table:
-    """Only the columns of a Parquet file that carry these field ids, as `columns_by_field_id`."""
-    fs, path = filesystem_for(location)
-    with fs.open_input_file(path) as handle:
-        parquet = pq.ParquetFile(handle)
-        schema = parquet.schema_arrow
-        wanted = {str(i).encode() for i in field_ids}
-        names = [f.name for f in schema if f.metadata and f.metadata.get(FIELD_ID_KEY) in wanted]
-        return columns_by_field_id(parquet.read(columns=names), field_ids)
 
 
 def convertible(keys: pa.Table) -> str | None:
@@ -169,11 +140,14 @@ class DeleteConversionResult:
     snapshot_id: int | None = None  # the conversion's commit; None: nothing committed
     equality_files_removed: int = 0
     equality_rows_removed: int = 0  # records of the equality-delete files removed
-    position_files_added: int = 0
-    positions_added: int = 0
+    position_files_added: int = 0  # on v3: deletion vectors
+    positions_added: int = 0  # on v3: every position of the new DVs, earlier ones merged in included
     data_files_scanned: int = 0
     left: tuple[str, ...] = ()  # equality-delete files not converted, each "path: why"
     conflict: str | None = None  # Iceberg's reason, when the commit was rejected
+    unused_equality_files_removed: int = 0  # equality deletes that applied to no data file, dropped
+    vectors: bool = False  # format v3: positions went into deletion vectors
+    earlier_deletes_replaced: int = 0  # v3: earlier DVs / file-scoped position deletes merged and removed
 
     @property
     def committed(self) -> bool:
@@ -184,9 +158,10 @@ class DeleteConversionResult:
 @dataclass
 class _Staged:
     data_file: DataFileRef
-    path: str  # the new position-delete file
+    path: str  # the new position-delete file (v3: the Puffin file holding its DV)
     records: int
     java: Any  # its DeleteFile
+    replaces: tuple[Any, ...] = ()  # v3: earlier DeleteFiles of the data file the DV merged
 
 
 class EqualityDeleteConversion:
@@ -211,12 +186,7 @@ class EqualityDeleteConversion:
         self.progress = progress
         self.table = load_table(spark, table_name)
         self.table.refresh()
-        version = int(self.table.operations().current().formatVersion())
-        if version >= 3:
-            raise ConfigError(
-                f"fold_deletes: {table_name} is format v{version}, where position deletes are deletion vectors; "
-                "use fold_deletes=rewrite"
-            )
+        self.vectors = format_version(self.table) >= 3
         snapshot = self.table.currentSnapshot()
         self.planned_snapshot_id: int | None = int(snapshot.snapshotId()) if snapshot is not None else None
         self._files = TableFiles(spark, table_name, self.table)
@@ -226,6 +196,7 @@ class EqualityDeleteConversion:
         self._written = False
         self._finished = False
         self.chosen: tuple[DeleteRef, ...] = ()
+        self.unused: tuple[DeleteRef, ...] = ()  # equality deletes that apply to no data file: dropped
         self.data_files: tuple[DataFileRef, ...] = ()  # every data file a chosen delete applies to
         self.left: list[str] = []
         if self.planned_snapshot_id is not None:
@@ -267,10 +238,17 @@ class EqualityDeleteConversion:
                 self.left.append(f"{d.path}: {why}")
                 continue
             chosen.append(d)
+        # Equality deletes no data file's task lists (older data of their partition, overlapping key
+        # bounds) change no row now and never will: newer data is out of their reach, and a
+        # compaction's output keeps its input's bounds. They go in the same commit.
+        self.unused = tuple(d for d in self._files.equality_deletes(self.planned_snapshot_id) if d.path not in newest)
         chosen_paths = {d.path for d in chosen}
         self.chosen = tuple(chosen)
         self.data_files = tuple(f for f in files if any(d.path in chosen_paths for d in f.deletes))
-        self._files.keep_only((f.path for f in self.data_files), chosen_paths)
+        kept = chosen_paths | {d.path for d in self.unused}
+        if self.vectors:  # each data file's earlier DV or position deletes, merged into its new DV
+            kept |= {d.path for f in self.data_files for d in f.deletes if d.kind == "position"}
+        self._files.keep_only((f.path for f in self.data_files), kept)
 
     def _read_keys(self, delete: DeleteRef) -> str | None:
         java = self._files.delete_files[delete.path]
@@ -294,6 +272,7 @@ class EqualityDeleteConversion:
         if self._written:
             raise ConfigError("write: this conversion was already written; plan a new one")
         chosen = {d.path: d for d in self.chosen}
+        vectors: list[PlannedVector] = []
         for n, f in enumerate(self.data_files, start=1):
             applying = [chosen[d.path] for d in f.deletes if d.path in chosen]  # as Iceberg's reader applies them
             by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
@@ -303,11 +282,26 @@ class EqualityDeleteConversion:
             for ids, keys in by_ids.items():
                 positions.append(deleted_positions(read_by_field_id(f.path, ids), keys))
             merged = _sorted_unique(pa.concat_arrays(positions)) if positions else pa.array([], pa.int64())
-            if len(merged):
+            if self.vectors:
+                earlier = [self._files.delete_files[d.path] for d in f.deletes if d.kind == "position"]
+                planned = plan_vector(self._files.tasks[f.path].file(), earlier, merged.to_numpy(zero_copy_only=False))
+                if planned is not None:
+                    vectors.append(planned)
+            elif len(merged):
                 self._staged.append(self._write_positions(f, merged))
             notify(self.progress, self.table_name, "scan data files", n, len(self.data_files), f.label)
+        if vectors:
+            self._stage_vectors(vectors)
         self._written = True
         return len(self._staged)
+
+    def _stage_vectors(self, vectors: list[PlannedVector]) -> None:
+        written = write_vectors(self.spark, self.table, vectors)
+        assert written is not None
+        by_path = {f.path: f for f in self.data_files}
+        for planned, java in zip(vectors, written.delete_files, strict=True):
+            ref = by_path[str(planned.data_file.location())]
+            self._staged.append(_Staged(ref, written.location, len(planned.positions), java, planned.replaces))
 
     def _write_positions(self, f: DataFileRef, positions: pa.Array) -> _Staged:  # type: ignore[type-arg]
         j = jvm(self.spark)
@@ -348,7 +342,7 @@ class EqualityDeleteConversion:
         if self._finished:
             raise ConfigError("commit: this conversion was already committed or aborted; plan a new one")
         self._finished = True
-        if not self.chosen:
+        if not self.chosen and not self.unused:
             return self._result()
         j = jvm(self.spark)
         self.table.refresh()
@@ -364,7 +358,9 @@ class EqualityDeleteConversion:
         )
         for staged in self._staged:
             delta.addDeletes(staged.java)
-        for d in self.chosen:
+            for earlier in staged.replaces:
+                delta.removeDeletes(earlier)
+        for d in (*self.chosen, *self.unused):
             delta.removeDeletes(self._files.delete_files[d.path])
         delta.set(SUMMARY_OPERATION, "fold-deletes")
         delta.set(SUMMARY_PLANNED_SNAPSHOT, str(self.planned_snapshot_id))
@@ -418,11 +414,11 @@ class EqualityDeleteConversion:
 
     def _delete_staged(self) -> int:
         io = self.table.io()
-        for staged in self._staged:
+        for path in dict.fromkeys(s.path for s in self._staged):  # v3: many DVs share one file
             try:
-                io.deleteFile(staged.path)
+                io.deleteFile(path)
             except Exception:
-                log.debug("could not delete %s", staged.path, exc_info=True)
+                log.debug("could not delete %s", path, exc_info=True)
         count, self._staged = len(self._staged), []
         return count
 
@@ -433,10 +429,13 @@ class EqualityDeleteConversion:
             snapshot_id=snapshot_id,
             equality_files_removed=len(self.chosen) if snapshot_id is not None else 0,
             equality_rows_removed=sum(d.record_count for d in self.chosen) if snapshot_id is not None else 0,
+            unused_equality_files_removed=len(self.unused) if snapshot_id is not None else 0,
             position_files_added=len(self._staged),
             positions_added=sum(s.records for s in self._staged),
             data_files_scanned=len(self.data_files),
             left=tuple(self.left),
+            vectors=self.vectors,
+            earlier_deletes_replaced=sum(len(s.replaces) for s in self._staged) if snapshot_id is not None else 0,
         )
 
 

@@ -77,6 +77,7 @@ class Runner:
             write_parallelism=config.write_parallelism,
             target_file_size=t.target_file_size,
             schema_evolution=config.schema_evolution,
+            deletes=t.deletes,
         )
         self.schema = spark_schema(spark, self.sink.committer.table)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None

@@ -114,6 +114,7 @@ class SyncRunner:
                 write_parallelism=c.write_parallelism,
                 target_file_size=c.table_config(name).target_file_size,
                 schema_evolution=c.schema_evolution,
+                deletes=c.table_config(name).deletes,
             )
         return self.sinks[name]
 

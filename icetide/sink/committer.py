@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, SchemaError
-from icetide.faults import fault_point
+from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, ConfigError, SchemaError
+from icetide.faults import crash_point, fault_point
 from icetide.sink.evolution import SchemaChange, apply_in_transaction
+from icetide.sink.stream_vectors import DELETE_MODES, StagedVectors, StreamVectors
 from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import (
     iceberg_catalog,
@@ -149,11 +150,19 @@ def all_pipeline_states(jtable: Any) -> list[PipelineState]:
 class Committer:
     """Commits a batch's files to one table for one pipeline, exactly once."""
 
-    def __init__(self, spark: SparkSession, table_name: str, pipeline_id: str) -> None:
+    def __init__(self, spark: SparkSession, table_name: str, pipeline_id: str, *, deletes: str = "equality") -> None:
         self.spark = spark
         self.table_name = table_name
         self.pipeline_id = pipeline_id
         self.table = load_table(spark, table_name)
+        if deletes not in DELETE_MODES:
+            raise ConfigError(f"deletes: {deletes!r} is not one of {', '.join(DELETE_MODES)}")
+        # deletes="vectors": the batch's equality deletes become DVs at commit (sink/stream_vectors.py)
+        self.vectors = StreamVectors(spark, table_name) if deletes == "vectors" else None
+        if self.vectors is not None:
+            self.vectors.check_table(table_name, self.table)
+        self._keys: Any = None  # vectors: the batch's keys
+        self._staged: StagedVectors | None = None  # vectors: the current attempt's DVs
 
     def last_committed(self) -> PipelineState | None:
         """The pipeline's last committed batch, read from fresh table metadata."""
@@ -241,19 +250,26 @@ class Committer:
                 return CommitOutcome(False, None, attempt, reason, refresh_seconds)
             if data is None:
                 data, deletes = self._content_files(files)
+                if self.vectors is not None:  # the keys go into DVs; the equality deletes are never committed
+                    self._keys = self.vectors.batch_keys(self.table, [f.path for f in files if f.content != "data"])
+                    deletes = []
             try:
                 snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate, schema_change)
                 self._forget_cached_table()
+                self._vectors_landed(batch_id, files)
                 return CommitOutcome(True, snapshot_id, attempt, refresh_seconds=refresh_seconds)
             except Exception as exc:
                 if java_exception_class(exc) in _CONFLICTS:
+                    self._discard_staged()
                     last_error = java_message(exc)
                     log.info("commit of batch %s lost a race (attempt %s): %s", batch_id, attempt, last_error)
-                elif self._resolve(batch_id, files, exc):
+                elif self._resolve_vectors(batch_id, files, exc):
                     self._forget_cached_table()
+                    self._vectors_landed(batch_id, files)
                     reason = "confirmed by re-reading the committed batch"
                     return CommitOutcome(True, None, attempt, reason, refresh_seconds)
                 else:
+                    self._discard_staged()
                     last_error = f"state unknown, then found not committed ({java_message(exc)})"
                     log.info("commit of batch %s: %s; retrying (attempt %s)", batch_id, last_error, attempt)
             wait = min(max_wait, min_wait * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
@@ -264,6 +280,35 @@ class Committer:
         raise CommitConflictError(
             f"commit of batch {batch_id} to {self.table_name} failed {retries + 1} times; last: {last_error}"
         )
+
+    def _resolve_vectors(self, batch_id: int, files: Sequence[WrittenFile], exc: Exception) -> bool:
+        """`_resolve`, keeping the attempt's DVs when the outcome stays unknown and deleting them
+        when the commit definitely failed."""
+        try:
+            return self._resolve(batch_id, files, exc)
+        except CommitStateUnknownError:
+            if self.vectors is not None:
+                self.vectors.forget()
+            raise
+        except CommitFailedError:
+            self._discard_staged()
+            raise
+
+    def _vectors_landed(self, batch_id: int, files: Sequence[WrittenFile]) -> None:
+        """deletes="vectors", after the batch landed: the index follows it, and the equality-delete
+        files the DVs replaced (never committed) are deleted."""
+        if self.vectors is None:
+            return
+        crash_point("vectors_committed", batch_id)
+        self._staged = None
+        self.vectors.landed(self.table, batch_id)
+        replaced = [f for f in files if f.content != "data"]
+        self._delete_files(replaced, reason=f"batch {batch_id} committed deletion vectors instead")
+
+    def _discard_staged(self) -> None:
+        if self.vectors is not None:
+            self.vectors.discard(self.table, self._staged)
+            self._staged = None
 
     def _forget_cached_table(self) -> None:
         """Make readers in this Spark session see the commit. They get the table through the
@@ -338,7 +383,10 @@ class Committer:
         if truncate and current is not None:
             # Its own snapshot, before the batch's: the batch's rows get a higher sequence number.
             txn.newDelete().deleteFromRowFilter(j.org.apache.iceberg.expressions.Expressions.alwaysTrue()).commit()
-        if not deletes and table.properties().get(COMMIT_NUM_RETRIES) == "0":
+        staged = None
+        if self.vectors is not None and not (truncate and current is not None):  # a truncate replaces every row
+            staged = self._staged = self.vectors.stage(table, self._keys, batch_id)
+        if not deletes and not (staged and staged.added) and table.properties().get(COMMIT_NUM_RETRIES) == "0":
             delta = txn.newAppend()
             for f in data:
                 delta.appendFile(f)
@@ -356,6 +404,16 @@ class Committer:
             delta.addRows(f)
         for f in deletes:
             delta.addDeletes(f)
+        if staged is not None and staged.added:
+            # One DV per data file: the earlier one goes, and the files it marks must still be live.
+            referenced = j.java.util.ArrayList()
+            for path in staged.referenced:
+                referenced.add(path)
+            delta.validateDataFilesExist(referenced)
+            for f in staged.added:
+                delta.addDeletes(f)
+            for f in staged.removed:
+                delta.removeDeletes(f)
         return self._finish(txn, delta, batch_id, source_position)
 
     def _check_deletes_reach_every_spec(self, batch_id: int, deletes: list[Any]) -> None:

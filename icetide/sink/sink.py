@@ -139,6 +139,8 @@ class UpsertSink:
     values raises SchemaEvolutionError and commits nothing (see icetide/sink/evolution.py).
     After a partition spec change, each batch's equality deletes are written under every spec
     that still has live data files, so upserts and deletes reach rows written under older specs.
+    With `deletes="vectors"` (format v3 tables) the commit carries deletion vectors for the rows
+    the batch replaces instead of equality deletes (icetide/sink/stream_vectors.py).
 
     Example::
 
@@ -161,6 +163,7 @@ class UpsertSink:
         target_file_size: int | None = None,
         compression_ratio: float = DEFAULT_COMPRESSION_RATIO,
         schema_evolution: bool = False,
+        deletes: str = "equality",
     ) -> None:
         if not pipeline_id:
             raise ConfigError("pipeline_id: a non-empty pipeline id is required")
@@ -183,7 +186,7 @@ class UpsertSink:
         self.schema_evolution = schema_evolution
         self._live_specs: tuple[int, frozenset[int]] | None = None  # (snapshot id, spec ids), cached
         self.catalog = table.split(".")[0]
-        self.committer = Committer(spark, table, pipeline_id)
+        self.committer = Committer(spark, table, pipeline_id, deletes=deletes)
         self.last_plan: SlotPlan | None = None
         self._check_table()
 

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 from icetide.errors import ConfigError, SchemaError
 from icetide.spark.py4j_collections import java_list
 from icetide.table.definition import Column, Definition, compare
-from icetide.table.iceberg import iceberg_catalog, jvm, load_table, spec_fields, split_name
+from icetide.table.iceberg import (
+    check_format_version,
+    iceberg_catalog,
+    jvm,
+    load_table,
+    requested_format_version,
+    spec_fields,
+    split_name,
+)
 from icetide.table.spec import TableSpec
 
 if TYPE_CHECKING:
@@ -136,6 +144,7 @@ def create_table(
     partition_by: list[str] | None = None,
     properties: dict[str, str] | None = None,
     target_file_size: int | None = None,
+    format_version: int | None = None,
 ) -> Any:
     """Create the table, or load it if it exists and fits the definition; returns the Java Table.
 
@@ -146,8 +155,11 @@ def create_table(
     more columns and another partition spec (it evolved), and what differs is logged once.
     Raises SchemaError naming the column or key that conflicts, and ConfigError for an invalid
     definition.
+    `format_version` (2 or 3; or the `format-version` property) is the version of a new table
+    (default 2) and the least an existing one must have (SchemaError otherwise).
     """
     spec = TableSpec.of(schema, key, partition_by or [], properties)
+    version = requested_format_version(format_version, spec.properties)
     catalog_name, ident_text = split_name(name)
     j = jvm(spark)
     jschema, jspec = _build_schema_and_spec(spark, spec)
@@ -155,12 +167,15 @@ def create_table(
     ident = j.org.apache.iceberg.catalog.TableIdentifier.parse(ident_text)
     if catalog.tableExists(ident):
         table = load_table(spark, name)
+        check_format_version(name, table, version)
         check_existing(name, _definition(jschema, jspec), _definition(table.schema(), table.spec()))
         return table
     props = dict(TABLE_DEFAULTS)
     if target_file_size:
         props["write.target-file-size-bytes"] = str(int(target_file_size))
     props.update(spec.properties)
+    if version is not None:
+        props["format-version"] = str(version)
     namespace = ".".join(f"`{part}`" for part in ident_text.split(".")[:-1])
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{catalog_name}`.{namespace}")
     jprops = j.java.util.HashMap()

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from icetide.errors import ConfigError, SchemaError
 from icetide.spark.py4j_collections import java_list
+from icetide.table.format_version import FORMAT_VERSION_PROPERTY, parse_format_version
 from icetide.table.spec import PartitionTransform
 
 if TYPE_CHECKING:
@@ -189,6 +190,35 @@ def data_location(jtable: JavaObject) -> str:
     props = jtable.properties()
     path = props.get("write.data.path") or props.get("write.folder-storage.path")
     return str(path or f"{jtable.location().rstrip('/')}/data")
+
+
+def format_version(jtable: JavaObject) -> int:
+    """The table's Iceberg format version, from its current metadata."""
+    return int(jtable.operations().current().formatVersion())
+
+
+def requested_format_version(format_version: int | None, properties: dict[str, str]) -> int | None:
+    """The format version a table definition asks for (`format_version`, else its `format-version`
+    property), validated; None when it asks for none. Both given must agree."""
+    from_properties = properties.get(FORMAT_VERSION_PROPERTY)
+    version = parse_format_version(format_version, "format_version") if format_version is not None else None
+    if from_properties is not None:
+        asked = parse_format_version(from_properties, f"properties.{FORMAT_VERSION_PROPERTY}")
+        if version is not None and asked != version:
+            raise ConfigError(f"format_version: {version} disagrees with properties.{FORMAT_VERSION_PROPERTY}={asked}")
+        version = asked
+    return version
+
+
+def check_format_version(name: str, jtable: JavaObject, wanted: int | None) -> None:
+    """Refuse an existing table below the format version asked for (a later one serves: a table
+    upgraded beside a running pipeline keeps it running); upgrading is a separate, explicit step."""
+    found = format_version(jtable)
+    if wanted is not None and found < wanted:
+        raise SchemaError(
+            f"table {name} is format v{found}, asked for v{wanted}: "
+            f"upgrade it with `icetide maintain --upgrade-v3 {name}`"
+        )
 
 
 def table_property(jtable: JavaObject, key: str, default: str) -> str:

@@ -1,0 +1,232 @@
+"""The key index of `deletes="vectors"`: where each live row of a table is, by key.
+
+Maps every live key to (data file, row position), at one snapshot of the table, so a batch finds
+the rows it replaces by looking its keys up, not by reading the table. It is derived from the
+table only, and always rebuildable from it:
+
+- `build` reads the key columns with `_file` and `_pos` through Spark at the current snapshot
+  (Spark applies every delete): the one step whose cost follows the table, run when a process
+  starts writing and whenever catching up cannot (an equality delete from another writer, the
+  snapshot it was at expired or rolled back).
+- `catch_up` walks the snapshots committed since, oldest first, whoever made them (this
+  stream's own batches, compaction, delete folding, Spark's DELETE): removed data files drop
+  their rows, added data files add theirs (key columns read with pyarrow, row i at position i),
+  added DVs drop the positions they mark. Its cost follows what those commits added.
+
+It also knows each live data file's Java DataFile and current DV, which a new DV needs (its
+spec and partition; the earlier DV it merges and removes). Memory: the key columns plus 8 bytes
+of position and a file path reference per row (docs/design.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icetide.errors import ConfigError
+from icetide.sink.keys import read_by_field_id
+from icetide.sink.vectors import earlier_positions, is_vector
+from icetide.spark.py4j_collections import java_iter
+from icetide.table.iceberg import iceberg_catalog, jvm, key_field_ids, split_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_WALK_LIMIT = 10_000
+# How Spark gives each supported key type in the index's form: integers and dates as int64,
+# timestamps as microseconds since the epoch (what `keys.canonical` makes of a file's column).
+_SPARK_FORMS = {
+    "INTEGER": "CAST(`{c}` AS BIGINT)",
+    "LONG": "CAST(`{c}` AS BIGINT)",
+    "DATE": "CAST(unix_date(`{c}`) AS BIGINT)",
+    "STRING": "`{c}`",
+}
+
+
+class IndexOutOfDate(Exception):
+    """Catching up cannot follow a commit (or the snapshot is gone): build the index again."""
+
+
+def _same_blob(a: Any, b: Any) -> bool:
+    """Are two Java DeleteFiles the same DV (one Puffin file holds many, at different offsets)?"""
+    return str(a.location()) == str(b.location()) and a.contentOffset() == b.contentOffset()
+
+
+def index_form(keys: pa.Table) -> pa.Table:
+    """Canonical key columns (`keys.columns_by_field_id`) in the index's form: integers and dates
+    as int64, timestamps (already int64 microseconds) and strings as they are."""
+    columns = {}
+    for name, column in zip(keys.column_names, keys.columns, strict=True):
+        dtype = column.type
+        if pa.types.is_date32(dtype):
+            column = column.cast(pa.int32()).cast(pa.int64())
+        elif pa.types.is_integer(dtype):
+            column = column.cast(pa.int64())
+        elif not pa.types.is_string(dtype):
+            raise ConfigError(f"deletes: vectors needs key columns of integer, string, date or timestamp type ({name})")
+        columns[name] = column
+    return pa.table(columns)
+
+
+def spark_form(field: Any) -> str:
+    """The Spark SQL expression giving a key column (a Java NestedField) in the index's form;
+    ConfigError for a type the index does not take."""
+    type_id = field.type().typeId().toString()
+    if type_id == "TIMESTAMP" and field.type().shouldAdjustToUTC():
+        return f"unix_micros(`{field.name()}`)"
+    if type_id in _SPARK_FORMS:
+        return _SPARK_FORMS[type_id].format(c=field.name())
+    raise ConfigError(
+        f"deletes: vectors needs key columns of integer, string, date or timestamp type; "
+        f"{field.name()} is {type_id.lower()}"
+    )
+
+
+class KeyIndex:
+    """key -> (data file, position) of every live row of one table, at `snapshot_id`."""
+
+    def __init__(self, field_ids: list[int], snapshot_id: int | None) -> None:
+        self.field_ids = field_ids
+        self.names = [f"f{i}" for i in field_ids]
+        self.snapshot_id = snapshot_id
+        self.rows = pa.table(
+            {
+                **{n: pa.array([], pa.int64()) for n in self.names},
+                "file": pa.array([], pa.int32()),
+                "pos": pa.array([], pa.int64()),
+            }
+        )
+        self.paths: list[str] = []  # file id -> data file path
+        self.ids: dict[str, int] = {}
+        self.data_files: dict[str, Any] = {}  # path -> Java DataFile, every live data file
+        self.vectors: dict[str, Any] = {}  # data file path -> its current DV (Java DeleteFile)
+
+    # -- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, spark: SparkSession, table_name: str, jtable: Any) -> KeyIndex:
+        """Read the index from the table at its current snapshot (cost follows the table)."""
+        ids = key_field_ids(jtable)
+        schema = jtable.schema()
+        snapshot = jtable.currentSnapshot()
+        index = cls(ids, int(snapshot.snapshotId()) if snapshot is not None else None)
+        if snapshot is None:
+            return index
+        exprs = [f"{spark_form(schema.findField(i))} AS {name}" for i, name in zip(ids, index.names, strict=True)]
+        catalog, identifier = split_name(table_name)  # Spark's cached table may not know the snapshot yet
+        iceberg_catalog(spark, catalog).invalidateTable(
+            jvm(spark).org.apache.iceberg.catalog.TableIdentifier.parse(identifier)
+        )
+        df = (
+            spark.read.format("iceberg")
+            .option("snapshot-id", str(index.snapshot_id))
+            .load(table_name)
+            .selectExpr(*exprs, "_file AS file", "_pos AS pos")
+        )
+        rows = pa.Table.from_pandas(df.toPandas(), preserve_index=False)
+        encoded = pc.dictionary_encode(rows["file"].cast(pa.string())).combine_chunks()
+        remap = pa.array([index.file_id(p) for p in encoded.dictionary.to_pylist()], pa.int32())
+        file_ids = remap.take(encoded.indices) if len(encoded) else pa.array([], pa.int32())
+        index.rows = index_form(rows.select(index.names)).append_column("file", file_ids)
+        index.rows = index.rows.append_column("pos", rows["pos"].cast(pa.int64()))
+        tasks = jtable.newScan().useSnapshot(index.snapshot_id).planFiles()
+        try:
+            for task in java_iter(tasks):
+                data_file = task.file().copy()
+                path = str(data_file.location())
+                index.data_files[path] = data_file
+                for d in java_iter(task.deletes()):
+                    if is_vector(d):
+                        index.vectors[path] = d.copy()
+                    elif d.content().toString() == "POSITION_DELETES":
+                        raise ConfigError(
+                            f"deletes: vectors: {table_name} still has position-delete files from before format v3; "
+                            "compact it first (icetide maintain)"
+                        )
+        finally:
+            tasks.close()
+        log.info(
+            "built the key index of %s at snapshot %s: %d keys", table_name, index.snapshot_id, index.rows.num_rows
+        )
+        return index
+
+    # -- following commits ------------------------------------------------------------------
+
+    def catch_up(self, spark: SparkSession, jtable: Any) -> int:
+        """Apply every snapshot after `snapshot_id` up to the table's current one; returns how many.
+        Raises IndexOutOfDate when it cannot (then `build` again)."""
+        chain = []
+        snapshot = jtable.currentSnapshot()
+        while snapshot is not None and (self.snapshot_id is None or int(snapshot.snapshotId()) != self.snapshot_id):
+            chain.append(snapshot)
+            if len(chain) > SNAPSHOT_WALK_LIMIT:
+                raise IndexOutOfDate("too many snapshots to catch up")
+            parent = snapshot.parentId()
+            snapshot = jtable.snapshot(parent) if parent is not None else None
+        if snapshot is None and self.snapshot_id is not None:
+            raise IndexOutOfDate(f"snapshot {self.snapshot_id} is no longer an ancestor of the current one")
+        io = jtable.io()
+        for s in reversed(chain):
+            added_deletes = [d.copy() for d in java_iter(s.addedDeleteFiles(io))]
+            if any(not is_vector(d) for d in added_deletes):
+                raise IndexOutOfDate(f"snapshot {s.snapshotId()} added equality or position-delete files")
+            for d in java_iter(s.removedDeleteFiles(io)):  # a DV replaced or dropped: no longer the file's
+                current = self.vectors.get(str(d.referencedDataFile())) if is_vector(d) else None
+                if current is not None and _same_blob(current, d):
+                    del self.vectors[str(d.referencedDataFile())]
+            self._drop_files({str(f.location()) for f in java_iter(s.removedDataFiles(io))})
+            added = [self._file_rows(f.copy()) for f in java_iter(s.addedDataFiles(io))]
+            if added:  # an empty index takes the key types of the first file (its empty columns are int64)
+                self.rows = pa.concat_tables([*([self.rows] if self.rows.num_rows else []), *added])
+            marked = []
+            for d in added_deletes:
+                referenced = str(d.referencedDataFile())
+                self.vectors[referenced] = d
+                positions = earlier_positions(d, referenced)
+                file_ids = np.full(len(positions), self.file_id(referenced), np.int32)
+                marked.append(pa.table({"file": file_ids, "pos": positions}))
+            if marked:
+                self.rows = self.rows.join(pa.concat_tables(marked), keys=["file", "pos"], join_type="left anti")
+            self.snapshot_id = int(s.snapshotId())
+        return len(chain)
+
+    def file_id(self, path: str) -> int:
+        """The id rows of data file `path` carry in the index (assigned on first sight)."""
+        known = self.ids.get(path)
+        if known is None:
+            known = self.ids[path] = len(self.paths)
+            self.paths.append(path)
+        return known
+
+    def _drop_files(self, paths: set[str]) -> None:
+        gone = [self.ids[p] for p in paths if p in self.ids]
+        if gone:
+            self.rows = self.rows.filter(pc.invert(pc.is_in(self.rows["file"], pa.array(gone, pa.int32()))))
+        for path in paths:
+            self.data_files.pop(path, None)
+            self.vectors.pop(path, None)
+
+    def _file_rows(self, data_file: Any) -> pa.Table:
+        path = str(data_file.location())
+        self.data_files[path] = data_file
+        keys = index_form(read_by_field_id(path, self.field_ids))
+        keys = keys.append_column("file", pa.array(np.full(keys.num_rows, self.file_id(path), np.int32)))
+        return keys.append_column("pos", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    def locate(self, keys: pa.Table) -> dict[str, np.ndarray]:
+        """data file path -> sorted positions of the live rows holding any of `keys` (index form)."""
+        if not keys.num_rows or not self.rows.num_rows:
+            return {}
+        distinct = keys.select(self.names).group_by(self.names).aggregate([])
+        found = self.rows.join(distinct, keys=self.names, join_type="left semi")
+        files = found["file"].to_numpy()
+        positions = found["pos"].to_numpy()
+        return {self.paths[int(i)]: np.unique(positions[files == i]) for i in np.unique(files)}

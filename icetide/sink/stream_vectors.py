@@ -1,0 +1,132 @@
+"""`deletes="vectors"`: the stream commits deletion vectors for the rows a batch replaces.
+
+The writers work as for `deletes="equality"`: data files, plus equality-delete files holding the
+batch's keys. At commit the keys are read back from those files (cost follows the batch), looked
+up in the table's key index (`key_index.py`), and the rows found are marked in deletion vectors,
+one per data file, merged with the file's earlier DV, which the same commit removes. The commit
+carries the data files and the DVs; the equality-delete files are never committed and are
+deleted once the batch has landed. So no equality delete reaches a snapshot.
+
+Exactly once as before: the committer's batch check runs first, on every attempt; the DVs are
+staged per attempt on the snapshot the attempt builds on (the index caught up to it), and that
+attempt's Puffin file is deleted when it loses a race or fails, kept when its outcome is unknown.
+The index is only a cache of the table: after an unknown outcome it is dropped, and a new process
+(after a crash) builds it again from the table.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from icetide.errors import ConfigError
+from icetide.faults import crash_point
+from icetide.sink.key_index import IndexOutOfDate, KeyIndex, index_form, spark_form
+from icetide.sink.keys import read_by_field_id
+from icetide.sink.vectors import plan_vector, write_vectors
+from icetide.table.iceberg import format_version, key_field_ids
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+DELETE_MODES = ("equality", "vectors")
+
+
+@dataclass(frozen=True)
+class StagedVectors:
+    """One attempt's DVs: what the RowDelta adds, removes and must find still live."""
+
+    location: str | None  # the Puffin file, None when the batch replaces no row
+    added: tuple[Any, ...]  # Java DeleteFiles (DVs)
+    removed: tuple[Any, ...]  # the earlier DVs they merged
+    referenced: tuple[str, ...]  # data files the DVs mark
+
+
+class StreamVectors:
+    """The DV side of one committer in `deletes="vectors"` mode."""
+
+    def __init__(self, spark: SparkSession, table_name: str) -> None:
+        self.spark = spark
+        self.table_name = table_name
+        self.index: KeyIndex | None = None
+
+    @staticmethod
+    def check_table(table_name: str, jtable: Any) -> None:
+        """Refuse a table that cannot take DVs (format v2) or whose key the index cannot hold."""
+        version = format_version(jtable)
+        if version < 3:
+            raise ConfigError(
+                f"deletes: vectors needs a format v3 table; {table_name} is v{version} "
+                f"(icetide maintain --upgrade-v3 {table_name})"
+            )
+        schema = jtable.schema()
+        for field_id in key_field_ids(jtable):
+            spark_form(schema.findField(field_id))
+
+    def batch_keys(self, jtable: Any, equality_delete_paths: Sequence[str]) -> pa.Table:
+        """The batch's keys, read back from its (uncommitted) equality-delete files."""
+        ids = key_field_ids(jtable)
+        tables = [index_form(read_by_field_id(path, ids)) for path in equality_delete_paths]
+        if not tables:
+            return pa.table({f"f{i}": pa.array([], pa.int64()) for i in ids})
+        return pa.concat_tables(tables)
+
+    def stage(self, jtable: Any, keys: pa.Table, batch_id: int) -> StagedVectors:
+        """The DVs replacing the live rows of `keys`, on the table's current snapshot; written,
+        not committed."""
+        index = self._caught_up(jtable)
+        crash_point("after_index_catch_up", batch_id)
+        planned = []
+        for path, positions in index.locate(keys).items():
+            earlier = [index.vectors[path]] if path in index.vectors else []
+            vector = plan_vector(index.data_files[path], earlier, positions)
+            if vector is not None:
+                planned.append(vector)
+        written = write_vectors(self.spark, jtable, planned)
+        crash_point("after_dv_write", batch_id)
+        if written is None:
+            return StagedVectors(None, (), (), ())
+        return StagedVectors(
+            written.location,
+            written.delete_files,
+            tuple(d for p in planned for d in p.replaces),
+            tuple(str(p.data_file.location()) for p in planned),
+        )
+
+    def landed(self, jtable: Any, batch_id: int) -> None:
+        """After the batch committed: the index follows it (reads its new data files' keys)."""
+        try:
+            self._caught_up(jtable)
+        except Exception:  # the batch is committed; the next one builds the index again
+            log.warning("the key index of %s could not follow batch %s; it is rebuilt", self.table_name, batch_id)
+            log.debug("key index catch-up", exc_info=True)
+            self.index = None
+        crash_point("after_index_update", batch_id)
+
+    def forget(self) -> None:
+        """Drop the index (an outcome is unknown): the next batch builds it from the table."""
+        self.index = None
+
+    def discard(self, jtable: Any, staged: StagedVectors | None) -> None:
+        """Delete an attempt's Puffin file that will not be committed."""
+        if staged is not None and staged.location is not None:
+            try:
+                jtable.io().deleteFile(staged.location)
+            except Exception:
+                log.debug("could not delete %s", staged.location, exc_info=True)
+
+    def _caught_up(self, jtable: Any) -> KeyIndex:
+        if self.index is not None:
+            try:
+                self.index.catch_up(self.spark, jtable)
+                return self.index
+            except IndexOutOfDate as exc:
+                log.info("key index of %s: %s; building it again", self.table_name, exc)
+        self.index = KeyIndex.build(self.spark, self.table_name, jtable)
+        return self.index

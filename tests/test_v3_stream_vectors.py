@@ -1,0 +1,124 @@
+"""`deletes="vectors"`: the stream commits deletion vectors itself; no equality delete reaches a snapshot.
+
+After every batch the table equals the model in Spark, PyIceberg and DuckDB; compaction, Spark's
+own DELETE (a DV from another writer) and a restarted sink (a new key index built from the table)
+come between batches. tests/test_v3_vectors_crash.py kills a writing process at each new step.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import icetide
+import tests.test_compaction as seed
+from icetide.errors import ConfigError
+from icetide.maintenance.compaction import compact
+from tests.test_compaction import KEY, SCHEMA, Table
+from tests.test_v3_deletes import deletes_by_kind, one_dv_per_data_file, v3_table
+from tests.test_v3_readers import duckdb_connection, duckdb_rows, model_rows, pyiceberg_rows
+
+
+def vectors_sink(spark: Any, name: str) -> Any:
+    return icetide.UpsertSink(spark, name, pipeline_id="stream", order_by="seq", deletes="vectors")
+
+
+def test_vectors_need_a_v3_table(spark: Any, table_name: str) -> None:
+    icetide.create_table(spark, table_name, schema=SCHEMA, key=KEY)
+    with pytest.raises(ConfigError, match="deletes: vectors needs a format v3 table"):
+        vectors_sink(spark, table_name)
+    with pytest.raises(ConfigError, match="deletes: 'positions' is not one of equality, vectors"):
+        icetide.UpsertSink(spark, table_name, pipeline_id="p", deletes="positions")
+    decimal_key = table_name + "_decimal"
+    icetide.create_table(spark, decimal_key, schema="k DECIMAL(10, 2) NOT NULL, v STRING", key=["k"], format_version=3)
+    with pytest.raises(ConfigError, match="integer, string, date or timestamp type; k is decimal"):
+        vectors_sink(spark, decimal_key)
+
+
+def test_every_batch_reads_like_a_compacted_table_in_every_engine(spark: Any, table_name: str) -> None:
+    t = v3_table(spark, table_name, distribution="key")
+    t.sink = vectors_sink(spark, table_name)
+    rng = random.Random(21)
+    duck = duckdb_connection()
+    try:
+        for n in range(1, 15):
+            t.upsert(seed._random_batch(rng, rng.randrange(1, 30)))
+            if n == 6:
+                assert compact(spark, table_name, min_input_files=2).groups >= 1  # the index follows it
+            if n == 9:
+                spark.sql(f"DELETE FROM {table_name} WHERE id % 7 = 0")  # another writer's DVs
+                t.model.rows = {k: v for k, v in t.model.rows.items() if k[0] % 7 != 0}
+            if n == 12:
+                t.sink = vectors_sink(spark, table_name)  # a restart: the index is built from the table
+            t.check()
+            kinds = deletes_by_kind(t)
+            assert "equality" not in kinds and "position" not in kinds, kinds
+            one_dv_per_data_file(t)
+            expected = model_rows(t)
+            assert pyiceberg_rows(t) == expected, f"batch {n}"
+            assert duckdb_rows(t, duck) == expected, f"batch {n}"
+    finally:
+        duck.close()
+    assert "dv" in deletes_by_kind(t)
+    summaries = spark.sql(f"SELECT summary FROM {table_name}.snapshots").collect()
+    assert not any(int(s[0].get("added-equality-deletes", "0")) for s in summaries)
+
+
+def test_a_vectors_table_beside_a_plain_table_stays_equal(spark: Any, table_name: str) -> None:
+    """The same batches through `equality` and `vectors` sinks give the same rows."""
+    plain = Table(spark, table_name + "_eq")
+    t = v3_table(spark, table_name)
+    t.sink = vectors_sink(spark, table_name)
+    rng = random.Random(4)
+    for _ in range(6):
+        batch = seed._random_batch(rng, rng.randrange(1, 30))
+        plain.upsert(batch)
+        t.upsert(batch)
+    plain.check()
+    t.check()
+    assert plain.model.rows == t.model.rows
+
+
+def test_deletes_in_pipeline_files() -> None:
+    from icetide.config import PipelineConfig
+    from tests.test_config import GOOD, with_
+    from tests.test_v3_tables import SYNC
+
+    table = PipelineConfig.from_dict(with_("table", {**GOOD["table"], "format_version": 3, "deletes": "vectors"}))
+    assert table.table.deletes == "vectors"
+    assert PipelineConfig.from_dict(GOOD).table.deletes == "equality"
+    with pytest.raises(ConfigError, match=r"^table\.deletes: vectors needs format_version: 3"):
+        PipelineConfig.from_dict(with_("table.deletes", "vectors"))
+    with pytest.raises(ConfigError, match=r"^table\.deletes: must be one of equality, vectors"):
+        PipelineConfig.from_dict(with_("table.deletes", "position"))
+    sync = PipelineConfig.from_dict({**SYNC, "tables": {"lake.inventory.orders": {"deletes": "vectors"}}})
+    assert sync.table_config("lake.inventory.orders").deletes == "vectors"  # v3 from the template
+    assert sync.table_config("lake.inventory.customers").deletes == "equality"
+    with pytest.raises(ConfigError, match=r"^tables\.lake\.inventory\.legacy\.deletes: vectors needs"):
+        PipelineConfig.from_dict({**SYNC, "table": {**SYNC["table"], "deletes": "vectors"}})  # legacy is v2
+
+
+def test_runner_with_deletes_vectors_killed_after_the_dv_write(spark: Any, tmp_path: Path) -> None:
+    """A pipeline file with `deletes: vectors`, run by `icetide run`, killed -9 after a batch's DVs
+    were written and before its commit, then run again: the table equals the model, DVs only."""
+    import yaml
+
+    from tests.commands import crash_and_restart, warehouse_reader
+    from tests.model import table_rows
+    from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
+
+    warehouse = tmp_path / "warehouse"
+    lines, _ = land_files(tmp_path / "landing", 6, seed=5)
+    doc = pipeline_doc("vectors", tmp_path / "landing", str(warehouse))
+    doc["table"] = {**doc["table"], "format_version": 3, "deletes": "vectors"}
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc))
+    crash_and_restart(config_path, "after_dv_write")
+    reader = warehouse_reader(spark, "vectorscheck", warehouse)
+    table = "vectorscheck.runner.vectors"
+    assert table_rows(reader, table, COLUMNS, KEY) == expected(lines)
+    content = {int(r[0]) for r in reader.sql(f"SELECT content FROM {table}.delete_files").collect()}
+    assert content == {1}, content  # deletion vectors only
