@@ -54,6 +54,11 @@ class CommitStateUnknownError(TransientError):
     """
 
 
+class CatalogUnavailableError(TransientError):
+    """The catalog could not be opened (unreachable, refused the credentials); the message says
+    which catalog and why. Retrying helps once it is reachable, or the settings are fixed."""
+
+
 class SourceError(TransientError):
     """A source could not be read."""
 

@@ -10,11 +10,13 @@ database, so catalogs of different tests never share tables.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -106,6 +108,19 @@ def postgres_server() -> Iterator[PostgresServer]:
     )  # fmt: skip
     os.remove(pwfile)
     port = 0
+
+    def stop() -> None:
+        """Stop the server (idempotent); kill its postmaster if pg_ctl could not; remove its files."""
+        subprocess.run(
+            [*as_postgres, str(bin_dir / "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
+        with contextlib.suppress(OSError, ValueError), open(os.path.join(data, "postmaster.pid")) as f:
+            os.kill(int(f.readline()), signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+
+    atexit.register(stop)  # also if this process ends without finishing the fixture
     try:
         for _attempt in range(3):
             port = _free_port()
@@ -120,12 +135,8 @@ def postgres_server() -> Iterator[PostgresServer]:
         server.sql(f"CREATE ROLE {USER} LOGIN PASSWORD '{password}'")
         yield server
     finally:
-        subprocess.run(
-            [*as_postgres, str(bin_dir / "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"],
-            capture_output=True,
-            timeout=60,
-        )
-        shutil.rmtree(root, ignore_errors=True)
+        stop()
+        atexit.unregister(stop)
 
 
 @pytest.fixture(scope="session")

@@ -97,6 +97,11 @@ def test_the_lake_reads_the_same_in_spark_pyiceberg_and_duckdb(spark: Any, wareh
             assert duckdb_rows(con, "served.runner.readers", COLUMNS, KEY) == want
         reader = catalog_reader(spark, "served", {"type": "rest", "uri": uri})
         assert table_rows(reader, "served.runner.readers", COLUMNS, KEY) == want
+        # A second server on the same port says why it cannot start, in one line.
+        taken = run_cli("catalog", "serve", "--warehouse", warehouse, "--port", uri.rsplit(":", 1)[1])
+        assert taken.returncode == 1
+        why = "icetide: error: catalog serve: the server did not start: BindException: Address already in use"
+        assert taken.stderr.strip() == why, taken.stderr
 
 
 def test_run_exactly_once_through_kill_9_with_maintain_beside_it(spark: Any, tmp_path: Path, monkeypatch: Any) -> None:

@@ -114,7 +114,8 @@ class CatalogServer:
         proc.stdin.write(json.dumps(settings) + "\n")
         proc.stdin.flush()  # kept open: the server exits when it closes, even if this process is killed
         errors: list[str] = []
-        relay = threading.Thread(target=_relay, args=(proc.stderr, errors), daemon=True)
+        serving = threading.Event()
+        relay = threading.Thread(target=_relay, args=(proc.stderr, errors, serving), daemon=True)
         relay.start()
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
@@ -128,7 +129,8 @@ class CatalogServer:
             reason = errors[-1] if errors else f"exited with code {proc.returncode}"
             raise ConfigError(f"catalog serve: the server did not start: {scrub(reason)}")
         self.uri = line.split(" ", 2)[2].strip()
-        threading.Thread(target=_relay, args=(proc.stdout, []), daemon=True).start()
+        serving.set()
+        threading.Thread(target=_relay, args=(proc.stdout, [], serving), daemon=True).start()
         log.info("serving catalog %s (%s) at %s", self.catalog.name, self.catalog.describe(), self.uri)
         return self.uri
 
@@ -150,13 +152,14 @@ class CatalogServer:
                 self._proc.wait()
 
 
-def _relay(stream: IO[str], keep: list[str]) -> None:
-    """Pass the server's output lines on to this process's log, secrets scrubbed."""
+def _relay(stream: IO[str], keep: list[str], serving: threading.Event) -> None:
+    """Pass the server's output lines on to this process's log, secrets scrubbed: warnings once
+    it serves; before, debug lines (a failed start is reported by `start` itself)."""
     for line in stream:
         text = scrub(line.rstrip())
         if text:
             keep.append(text)
-            log.warning("catalog server: %s", text)
+            log.log(logging.WARNING if serving.is_set() else logging.DEBUG, "catalog server: %s", text)
 
 
 @contextmanager

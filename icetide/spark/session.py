@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from icetide.config import check_catalog_for_warehouse
-from icetide.errors import ConfigError, one_line
+from icetide.errors import CatalogUnavailableError, ConfigError, one_line
 from icetide.secrets import redact
 from icetide.spark.jars import iceberg_runtime_jar, icetide_jar, jdbc_driver_jar
 from icetide.spark.java import check_java
@@ -88,8 +88,8 @@ def spark_session(
     classpath. `conf` entries win over everything icetide sets, except `spark.jars`, which is
     added to icetide's jars rather than replacing them. The session time zone is UTC, so
     timestamps mean the same on every machine. An existing active session is reused. A catalog
-    given by `catalog_options` is opened at once: one that cannot be (unreachable, refused) is a
-    ConfigError naming it.
+    given by `catalog_options` is opened at once: one that cannot be (unreachable, refused)
+    raises CatalogUnavailableError naming it.
     """
     check_java()
     from pyspark.sql import SparkSession
@@ -149,4 +149,4 @@ def _open_catalog(spark: SparkSession, catalog: str) -> None:
     try:
         spark._jsparkSession.sessionState().catalogManager().catalog(catalog)
     except Exception as exc:
-        raise ConfigError(f"catalog: cannot open catalog {catalog!r}: {one_line(exc)}") from exc
+        raise CatalogUnavailableError(f"catalog: cannot open catalog {catalog!r}: {one_line(exc)}") from exc
