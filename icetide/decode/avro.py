@@ -38,7 +38,7 @@ from icetide.config import AVRO_FORMATS, RegistrySettings
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
 from icetide.decode.avro_schema import CompiledSchema, compile_schema
-from icetide.decode.debezium_arrow import Envelope, NotHere
+from icetide.decode.debezium_arrow import Envelope, NotHere, envelope_of
 from icetide.decode.limits import PayloadLimits
 from icetide.decode.schema_registry import BadAvroRecord, registry_schemas, split_wire
 from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
@@ -171,21 +171,7 @@ class AvroMessages:
             schema_id = -1 - shape.schema.schema_id  # a key schema's delete: never a value schema's plan
         else:
             schema_id = shape.schema.schema_id
-        op = payload.get("op")
-        if type(op) is not str:
-            raise NotHere("a message without an op")
-        before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
-        if any(part is not None and not isinstance(part, dict) for part in (before, after, source)):
-            raise NotHere("a message whose before, after or source is not an object (malformed for Spark)")
-        return Envelope(
-            op=op,
-            before=before,
-            after=after,
-            source=source or {},
-            ts_ms=payload.get("ts_ms"),
-            schema=shape.envelope,
-            schema_id=schema_id,
-        )
+        return envelope_of(payload, shape.envelope, schema_id)
 
     def _check_limits(self, shape: _Shape, payload: dict[str, Any], size: int) -> None:
         """The payload limits of the message the Spark path would read (decode/debezium_arrow.py's

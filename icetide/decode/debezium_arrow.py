@@ -376,21 +376,7 @@ class EnvelopeReader:
             raise NotHere("a message that is not a JSON object")
         if schema_id == 0 and ("schema" in payload or "payload" in payload):
             raise NotHere("a message with a schema in another layout than the JSON converter's")
-        op = payload.get("op")
-        if type(op) is not str:
-            raise NotHere("a message without an op")
-        before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
-        if any(part is not None and not isinstance(part, dict) for part in (before, after, source)):
-            raise NotHere("a message whose before, after or source is not an object (malformed for Spark)")
-        return Envelope(
-            op=op,
-            before=before,
-            after=after,
-            source=source or {},
-            ts_ms=payload.get("ts_ms"),
-            schema=schema,
-            schema_id=schema_id,
-        )
+        return envelope_of(payload, schema, schema_id)
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -612,3 +598,24 @@ class TableRows:
         fields = [*self.schema, pa.field("_op", pa.string()), pa.field("_source_order", pa.string())]
         arrays += [pa.array(self.ops, pa.string()), pa.array(self.orders, pa.string())]
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelope:
+    """The change event of a Debezium payload (the JSON converter's `payload`, or an Avro record
+    shaped as one) with its envelope schema; NotHere for one without an op, or whose before,
+    after or source is not an object."""
+    op = payload.get("op")
+    if type(op) is not str:
+        raise NotHere("a message without an op")
+    before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
+    if any(part is not None and not isinstance(part, dict) for part in (before, after, source)):
+        raise NotHere("a message whose before, after or source is not an object (malformed for Spark)")
+    return Envelope(
+        op=op,
+        before=before,
+        after=after,
+        source=source or {},
+        ts_ms=payload.get("ts_ms"),
+        schema=schema,
+        schema_id=schema_id,
+    )
