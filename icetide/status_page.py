@@ -115,20 +115,20 @@ def _partition_axis(fig: Any, health: TableHealth) -> None:
     fig.update_xaxes(title_text=f"partition: {health.partitioned_by}", row=2, col=1)
 
 
+def _stacked(*titles: str, spacing: float = 0.08) -> Any:
+    """A figure of one chart per title, stacked over one shared x axis."""
+    from plotly.subplots import make_subplots
+
+    return make_subplots(rows=len(titles), cols=1, shared_xaxes=True, vertical_spacing=spacing, subplot_titles=titles)
+
+
 def files_chart(health: TableHealth) -> Any:
     """Data files and small files per partition; average data file size against the target."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     parts = _charted(health)
     labels = [p.label for p in parts]
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.08,
-        subplot_titles=("data files per partition", "average data file size (MiB)"),
-    )
+    fig = _stacked("data files per partition", "average data file size (MiB)")
     fig.add_trace(go.Bar(name="data files", x=labels, y=[p.data_files for p in parts], marker_color="#4c78a8"), 1, 1)
     fig.add_trace(
         go.Bar(
@@ -173,17 +173,10 @@ def files_chart(health: TableHealth) -> Any:
 def deletes_chart(health: TableHealth) -> Any:
     """Delete files per partition by kind, and the rows they delete."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     parts = _charted(health)
     labels = [p.label for p in parts]
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.08,
-        subplot_titles=("delete files per partition", "rows deleted but not yet folded away"),
-    )
+    fig = _stacked("delete files per partition", "rows deleted but not yet folded away")
     kinds = [
         ("equality-delete files", [p.equality_delete_files for p in parts], "#e45756"),
         ("position-delete files", [p.position_delete_files for p in parts], "#f58518"),
@@ -213,14 +206,9 @@ def timeline_chart(events: Sequence[SnapshotEvent]) -> Any:
     """Snapshots over time: rows, data files and delete files added (up) and removed (down),
     stream commits and maintenance commits in their own colours."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
-    fig = make_subplots(
-        rows=3,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.07,
-        subplot_titles=("rows added (+) / removed (-)", "data files added / removed", "delete files added / removed"),
+    fig = _stacked(
+        "rows added (+) / removed (-)", "data files added / removed", "delete files added / removed", spacing=0.07
     )
     kinds = [
         ("stream", STREAM_COLOUR, "stream commits"),
