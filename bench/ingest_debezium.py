@@ -2,10 +2,12 @@
 
 The same N events go into two topics: as plain JSON objects, and as Debezium JSON-converter
 messages with `schemas.enable=true` (the Connect schema repeated in every message, a MySQL source
-block with binlog positions). Each topic is drained by the runner in upsert mode (the Spark path:
-decode, collapse, equality deletes, commit), in alternating rounds; rows/s per core is rows over
-the CPU seconds this benchmark's processes (driver, Spark JVM, Python workers, broker) spent
-during the run, so other load on a shared machine does not count.
+block with binlog positions). Four single-table pipelines drain them, in shuffled order each
+round: the plain JSON topic in append mode (the append fast path) and in upsert mode (the Spark
+path), and the Debezium topic in upsert mode with `fast_path: off` (the Spark path: how every
+one-table Debezium pipeline ran before the sync fast path served it) and on the fast path. Rows/s
+per core is rows over the CPU seconds this benchmark's processes (driver, Spark JVM, Python
+workers, broker) spent during the run, so other load on a shared machine does not count.
 """
 
 from __future__ import annotations
@@ -97,7 +99,30 @@ def produce_both(bootstrap: str, plain_topic: str, dbz_topic: str, count: int, e
     return sizes[0] // count, sizes[1] // count
 
 
-def config(bootstrap: str, topic: str, name: str, fmt: str, schema: str, max_records: int) -> Any:
+VARIANTS = {  # name -> (topic, format, mode, fast_path)
+    "json append": ("plain", "json", "append", "auto"),
+    "json upsert": ("plain", "json", "upsert", "auto"),
+    "debezium, Spark path": ("dbz", "debezium", "upsert", "off"),
+    "debezium, fast path": ("dbz", "debezium", "upsert", "auto"),
+}
+LABELS = {
+    "json append": "plain JSON, append (append fast path)",
+    "json upsert": "plain JSON, upsert (Spark path)",
+    "debezium, Spark path": "Debezium with schema, upsert, fast_path: off (Spark path)",
+    "debezium, fast path": "Debezium with schema, upsert (fast path)",
+}
+
+
+def config(
+    bootstrap: str,
+    topic: str,
+    name: str,
+    fmt: str,
+    schema: str,
+    max_records: int,
+    mode: str = "upsert",
+    fast_path: str = "auto",
+) -> Any:
     from icetide.config import PipelineConfig
 
     return PipelineConfig.from_dict(
@@ -111,7 +136,8 @@ def config(bootstrap: str, topic: str, name: str, fmt: str, schema: str, max_rec
                 "key": ["event_id", "event_time"],
                 "partition_by": ["hours(event_time)"],
             },
-            "mode": "upsert",
+            "mode": mode,
+            "fast_path": fast_path,
             "trigger": {"interval": "1s", "max_records": max_records},
             "dead_letter": f"lake.bench.{name}_dead_letter",
         }
@@ -128,45 +154,55 @@ def run_debezium(events: int, warehouse: str, broker_log: Any, max_records: int,
         from bench.common import bench_session
 
         spark = bench_session(warehouse)
-        results: dict[str, list[float]] = {"json": [], "debezium": []}
+        results: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        paths: dict[str, set[str]] = {name: set() for name in VARIANTS}
         sizes = (0, 0)
-        # Round -1 warms the JVM up on both paths and is not counted.
+        # Round -1 warms the JVM up on every path and is not counted.
         for r in range(-1, rounds):
             count = min(events, WARM_UP_EVENTS) if r < 0 else events
-            plain_topic = create_topic(bootstrap, partitions=4, prefix="plain")
-            dbz_topic = create_topic(bootstrap, partitions=4, prefix="dbz")
-            sizes = produce_both(bootstrap, plain_topic, dbz_topic, count, event)
-            order = [("json", plain_topic), ("debezium", dbz_topic)]
+            topics = {
+                "plain": create_topic(bootstrap, partitions=4, prefix="plain"),
+                "dbz": create_topic(bootstrap, partitions=4, prefix="dbz"),
+            }
+            sizes = produce_both(bootstrap, topics["plain"], topics["dbz"], count, event)
+            order = list(VARIANTS)
             random.Random(r).shuffle(order)
-            for fmt, topic in order:
-                cfg = config(bootstrap, topic, f"{fmt}_{r + 1}", fmt, schema, max_records)
+            for name in order:
+                source, fmt, mode, fast_path = VARIANTS[name]
+                table = name.replace(",", "").replace(" ", "_")
+                cfg = config(bootstrap, topics[source], f"{table}_{r + 1}", fmt, schema, max_records, mode, fast_path)
                 runner = Runner(cfg, spark)
                 busy = sum(process_cpu_seconds().values())
                 summary = runner.run(once=True, handle_signals=False)
                 core_seconds = sum(process_cpu_seconds().values()) - busy
                 rows = sum(b.records_in for b in summary.batches)
-                assert rows == count and sum(b.bad_records for b in summary.batches) == 0, (fmt, rows)
+                assert rows == count and sum(b.bad_records for b in summary.batches) == 0, (name, rows)
                 if r >= 0:
-                    results[fmt].append(rows / core_seconds)
+                    results[name].append(rows / core_seconds)
+                    paths[name] |= {b.path.split(":")[0] for b in summary.batches}
         spark.stop()
     table = render_table(
-        ["path", "message bytes", "rows/s per core (median)", "runs"],
+        ["pipeline", "message bytes", "paths", "rows/s per core (median)", "runs"],
         [
-            ["plain JSON (format: json)", str(sizes[0]), f"{median(results['json']):,.0f}", _runs(results["json"])],
             [
-                "Debezium with schema (format: debezium)",
-                str(sizes[1]),
-                f"{median(results['debezium']):,.0f}",
-                _runs(results["debezium"]),
-            ],
+                LABELS[name],
+                str(sizes[0] if VARIANTS[name][0] == "plain" else sizes[1]),
+                " ".join(sorted(paths[name])),
+                f"{median(results[name]):,.0f}",
+                _runs(results[name]),
+            ]
+            for name in VARIANTS
         ],
     )
-    ratio = median(results["debezium"]) / median(results["json"])
+    m = {name: median(values) for name, values in results.items()}
     return (
-        f"{events:,} rows, 4 Kafka partitions (Tansu on 127.0.0.1), upsert mode, batches of up to "
-        f"{max_records:,}, {rounds} alternating rounds after an uncounted warm-up round of "
+        f"{events:,} rows, 4 Kafka partitions (Tansu on 127.0.0.1), batches of up to "
+        f"{max_records:,}, {rounds} rounds in shuffled order after an uncounted warm-up round of "
         f"{min(events, WARM_UP_EVENTS):,}; CPU seconds of this benchmark's processes.\n\n{table}\n\n"
-        f"Debezium with schema / plain JSON: {ratio:.2f}x (target: at least 0.5x).\n"
+        f"Debezium upsert on the fast path / plain JSON append fast path: "
+        f"{m['debezium, fast path'] / m['json append']:.2f}x (target: at least 0.4x); "
+        f"Debezium fast path / Debezium Spark path: {m['debezium, fast path'] / m['debezium, Spark path']:.2f}x; "
+        f"Debezium Spark path / plain JSON upsert: {m['debezium, Spark path'] / m['json upsert']:.2f}x.\n"
     )
 
 

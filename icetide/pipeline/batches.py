@@ -45,6 +45,7 @@ class BatchMetrics:
     plan_seconds: float = 0.0  # the sink's preparation and distribution plan (its statistics job)
     refresh_seconds: float = 0.0  # reading the table's committed state (before writing, before committing)
     source_plan_seconds: float = 0.0  # planning the batch: the table's committed position, then the source's plan
+    path: str = "spark"  # "fast": staged by one Spark job of Python tasks; else "spark: <why>" (pipeline/staging.py)
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -92,4 +93,3 @@ class SyncBatchMetrics(BatchMetrics):
     tables_committed: int = 0
     table_rows: dict[str, int] = field(default_factory=dict)  # table -> rows written, tables with rows only
     created_tables: tuple[str, ...] = ()
-    path: str = "spark"  # "fast": one Spark job for every table (pipeline/sync_fast.py); else why not

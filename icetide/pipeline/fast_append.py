@@ -35,6 +35,7 @@ import pyarrow as pa
 from icetide.decode.arrow_json import ArrowJsonDecoder, BadRecord, unsupported_columns
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import payload_limits
+from icetide.pipeline.staging import Fallback
 from icetide.secrets import redacted_repr
 from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import PARTITION_COLUMN_PREFIX, UpsertSink
@@ -311,7 +312,6 @@ class FastBatch:
     files: list[WrittenFile]
     bad: list[BadRecord]
     records_in: int
-    changes: bool
     read_decode_seconds: float
     write_seconds: float
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # AppendTaskResult.timings()
@@ -327,27 +327,27 @@ class FastAppend:
         self.sink = sink
         self.kafka = kafka
         self.time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
-        self._checked: tuple[Any, str | None] | None = None
+        self._checked: tuple[Any, Fallback | None] | None = None
         self._task_config: tuple[Any, AppendTaskConfig] | None = None
 
     @staticmethod
-    def applies(config: PipelineConfig) -> str | None:
+    def applies(config: PipelineConfig) -> Fallback | None:
         """Why the pipeline's config rules the fast path out, or None."""
         if config.fast_path == "off":
-            return "fast_path: off"
+            return Fallback("fast_path: off")
         if config.capture_source:
-            return "stage 1 of a two-stage pipeline (records keep their source position and op)"
+            return Fallback("stage 1 of a two-stage pipeline (records keep their source position and op)")
         if config.mode != "append":
-            return f"mode: {config.mode}"
+            return Fallback(f"mode: {config.mode}")
         if config.source_kind != "kafka":
-            return f"source: {config.source_kind}"
+            return Fallback(f"source: {config.source_kind}")
         if config.format != "json":
-            return f"format: {config.format}"
+            return Fallback(f"format: {config.format}")
         if config.schema_evolution:  # the Spark path adds new keys as columns; the pyarrow decoder only counts them
-            return "schema_evolution: true"
+            return Fallback("schema_evolution: true")
         return None
 
-    def unavailable(self) -> str | None:
+    def unavailable(self) -> Fallback | None:
         """Why the table (as last refreshed) rules the fast path out, or None; checked per schema/spec."""
         jtable = self.sink.committer.table
         version = (int(jtable.schema().schemaId()), int(jtable.spec().specId()))
@@ -356,8 +356,8 @@ class FastAppend:
         reason = self._check(jtable)
         if reason:
             log.info("append fast path off for %s: %s", self.sink.table_name, reason)
-        self._checked = (version, reason)
-        return reason
+        self._checked = (version, Fallback(reason) if reason else None)
+        return self._checked[1]
 
     def _check(self, jtable: Any) -> str | None:
         from zoneinfo import ZoneInfo
@@ -408,8 +408,10 @@ class FastAppend:
         parallelism = self.config.write_parallelism or self.spark.sparkContext.defaultParallelism
         return max(1, min(parallelism, records // MIN_TASK_RECORDS))
 
-    def write(self, batch_id: int, ranges: list[OffsetRange]) -> FastBatch:
-        """Run the batch's tasks; files written, nothing committed. Failed tasks' files are deleted."""
+    def write(self, batch_id: int, ranges: list[OffsetRange]) -> FastBatch | Fallback:
+        """Run the batch's tasks; files written, nothing committed. Failed tasks' files are deleted,
+        and so is the whole batch when a record carries a change (`_op` other than INSERT): the
+        Spark path runs it."""
         config = self.task_config(batch_id)
         groups = split_ranges([r for r in ranges if r.count > 0], self.tasks_for(sum(r.count for r in ranges)))
         started, started_at = time.monotonic(), time.time()
@@ -433,13 +435,15 @@ class FastAppend:
             [(round(r.started_at - started_at, 2), round(r.finished_at - started_at, 2)) for r in results],
             [r.timings() for r in results],
         )
+        if any(r.changes for r in results):
+            self.discard(batch_id)
+            return Fallback("records carry _op changes")
         files = [WrittenFile.from_row(f) for r in results for f in r.files]
         write_seconds = max((r.write_seconds for r in results), default=0.0)
         return FastBatch(
             files=files,
             bad=[b for r in results for b in r.bad],
             records_in=sum(r.records for r in results),
-            changes=any(r.changes for r in results),
             read_decode_seconds=max(0.0, elapsed - write_seconds),
             write_seconds=write_seconds,
             task_timings=[r.timings() for r in results],

@@ -28,7 +28,9 @@ from icetide.pipeline.fast_append import FastAppend, FastBatch
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
+from icetide.pipeline.staging import FAST_PATH, Fallback
 from icetide.pipeline.supervision import RestartMetrics
+from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
@@ -81,12 +83,22 @@ class Runner:
         )
         self.schema = spark_schema(spark, self.sink.committer.table)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None
+        # The fast path: appends of JSON (fast_append.py), or Debezium changes through the sync
+        # fast path with one fixed route (sync_fast.py); else why every batch runs on the Spark path.
         self.fast: FastAppend | None = None
-        not_fast = FastAppend.applies(config)
-        if not_fast is None:
-            self.fast = FastAppend(spark, config, self.sink, self.source.kafka)
+        self.changes: SyncFastPath | None = None
+        self.no_fast: Fallback | None = None
+        if config.reads_debezium:
+            self.no_fast = SyncFastPath.applies(config)
+            if self.no_fast is None:
+                kafka = self.source.kafka.config
+                self.changes = SyncFastPath(spark, config, kafka.reader_settings(), kafka.read_timeout_seconds)
         else:
-            log.debug("append fast path not used: %s", not_fast)
+            self.no_fast = FastAppend.applies(config)
+            if self.no_fast is None:
+                self.fast = FastAppend(spark, config, self.sink, self.source.kafka)
+        if self.no_fast is not None:
+            log.debug("fast path not used: %s", self.no_fast.reason)
         self._stop = threading.Event()
         self._first_position: dict[str, Any] | None = None
         self._last_plan_full = False
@@ -145,19 +157,18 @@ class Runner:
                     self._first_position = plan.position
                 self._finish_in_flight()
                 return
-            if plan.items and self.fast is not None and self.fast.unavailable() is None:
-                out = self._write_fast(batch_id, plan)
-                if out is not None:
-                    self._finish_in_flight(discard=batch_id)
-                    self._dead_letters_fast(batch_id, plan, out)
-                    if overlap and self._last_plan_full and not self._maintenance_due(batch_id):
-                        commit = self._commit_thread().submit(self._commit_fast, batch_id, plan, out, plan_seconds)
-                        self._in_flight = _InFlight(batch_id, plan.position, commit)
-                    else:
-                        self._finished.append(self._commit_fast(batch_id, plan, out, plan_seconds))
-                    return
+            staged = self._stage_fast(batch_id, plan)
+            if isinstance(staged, FastBatch):
+                self._finish_in_flight(discard=batch_id)
+                self._dead_letters_fast(batch_id, plan, staged)
+                if overlap and self._last_plan_full and not self._maintenance_due(batch_id):
+                    commit = self._commit_thread().submit(self._commit_fast, batch_id, plan, staged, plan_seconds)
+                    self._in_flight = _InFlight(batch_id, plan.position, commit)
+                else:
+                    self._finished.append(self._commit_fast(batch_id, plan, staged, plan_seconds))
+                return
             self._finish_in_flight()
-            self._finished.append(self._run_spark_path(batch_id, plan, plan_seconds))
+            self._finished.append(self._run_spark_path(batch_id, plan, plan_seconds, staged))
         except BaseException:
             self._finish_in_flight(quiet=True)
             raise
@@ -183,8 +194,8 @@ class Runner:
                     "planning again from the table"
                 )
         except BaseException:
-            if discard is not None and self.fast is not None:
-                self.fast.discard(discard)
+            if discard is not None:
+                self.sink.remove_batch_files(discard)
             if not quiet:
                 raise
             log.debug("the commit of batch %s failed too", flight.batch_id, exc_info=True)
@@ -199,7 +210,9 @@ class Runner:
         every = self.config.maintain_every_batches
         return every is not None and every > 0 and batch_id % every == 0
 
-    def _run_spark_path(self, batch_id: int, plan: PlannedBatch, plan_seconds: float) -> BatchMetrics:
+    def _run_spark_path(
+        self, batch_id: int, plan: PlannedBatch, plan_seconds: float, fallback: Fallback
+    ) -> BatchMetrics:
         """The batch decoded in Spark and written by the sink, committed before returning."""
         started = time.monotonic()
         # The table's schema as of now: schema evolution (ours, or another writer's) changes it.
@@ -257,6 +270,7 @@ class Runner:
             plan_seconds=round(result.plan_seconds, 3),
             refresh_seconds=round(result.refresh_seconds, 3),
             source_plan_seconds=plan_seconds,
+            path=fallback.path,
         )
 
     def _with_losses(self, bad: Any, plan: PlannedBatch) -> Any:
@@ -268,21 +282,40 @@ class Runner:
         rows = [(None, loss["error"], loss["source_position"]) for loss in plan.losses]
         return bad.unionByName(self.spark.createDataFrame(rows, BAD_DDL))
 
-    def _write_fast(self, batch_id: int, plan: PlannedBatch) -> FastBatch | None:
-        """The batch's files written by the append fast path; None if it must run on the Spark path."""
+    def _stage_fast(self, batch_id: int, plan: PlannedBatch) -> FastBatch | Fallback:
+        """The batch's files written by the fast path; or why it runs on the Spark path."""
         from icetide.sources.kafka import OffsetRange
 
-        assert self.fast is not None
-        out: FastBatch = self.fast.write(batch_id, [OffsetRange(**r) for r in plan.items])
-        if out.changes:
-            log.info("batch %s: records carry _op changes; running it on the Spark path", batch_id)
-            self.fast.discard(batch_id)
-            return None
-        return out
+        if not plan.items:
+            return Fallback("data losses only")
+        ranges = [OffsetRange(**r) for r in plan.items]
+        if self.fast is not None:
+            return self.fast.unavailable() or self.fast.write(batch_id, ranges)
+        if self.changes is None:
+            assert self.no_fast is not None
+            return self.no_fast
+        if plan.losses:
+            return Fallback("the batch has data losses (dead letters)")
+        name = self.sink.table_name
+        table = self.changes.table(self.sink)
+        if isinstance(table, str):
+            return Fallback(table)
+        out = self.changes.write(batch_id, ranges, {name: self.sink}, {name: {r.topic for r in ranges}}, {})
+        if isinstance(out, Fallback):
+            log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
+            return out
+        prefix = f"{name}."
+        return FastBatch(
+            files=out.files.get(name, []),
+            bad=[],  # a bad record sends the batch to the Spark path
+            records_in=out.records_in,
+            read_decode_seconds=out.read_decode_seconds,
+            write_seconds=out.write_seconds,
+            unknown_fields={k.removeprefix(prefix): n for k, n in out.unknown_fields.items()},
+        )
 
     def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> None:
         """Check the fast path's bad records and commit them (with the plan) before the data."""
-        assert self.fast is not None
         bad_count = len(out.bad)
         if out.unknown_fields:
             log.warning(
@@ -291,7 +324,7 @@ class Runner:
                 ", ".join(f"{n} ({c} records)" for n, c in sorted(out.unknown_fields.items())),
             )
         if out.records_in and bad_count / out.records_in > self.config.max_bad_fraction:
-            self.fast.discard(batch_id)
+            self.sink.remove_batch_files(batch_id)
             raise TooManyBadRecordsError(
                 f"batch {batch_id}: {bad_count} of {out.records_in} records are bad, more than max_bad_fraction "
                 f"{self.config.max_bad_fraction}; first error: {out.bad[0].error}"
@@ -313,18 +346,19 @@ class Runner:
         outcome = self.sink.committer.commit(batch_id, out.files, plan.position)
         commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds
         crash_point("after_commit", batch_id)
-        data = [f for f in out.files if f.content == "data"]
+        data = [f for f in out.files if f.content == "data"] if outcome.committed else []
+        deletes = [f for f in out.files if f.content != "data"] if outcome.committed else []
         return BatchMetrics(
             pipeline=self.config.pipeline,
             batch_id=batch_id,
             committed=outcome.committed,
             records_in=out.records_in,
-            rows_written=sum(f.record_count for f in data) if outcome.committed else 0,
-            delete_rows=0,
+            rows_written=sum(f.record_count for f in data),
+            delete_rows=sum(f.record_count for f in deletes),
             bad_records=len(out.bad),
-            data_files=len(data) if outcome.committed else 0,
-            delete_files=0,
-            bytes_written=sum(f.file_size for f in data) if outcome.committed else 0,
+            data_files=len(data),
+            delete_files=len(deletes),
+            bytes_written=sum(f.file_size for f in data),
             read_decode_seconds=round(out.read_decode_seconds, 3),
             write_seconds=round(out.write_seconds, 3),
             commit_seconds=round(commit_seconds, 3),
@@ -334,6 +368,7 @@ class Runner:
             refresh_seconds=round(outcome.refresh_seconds, 3),
             source_plan_seconds=plan_seconds,
             unknown_fields=dict(sorted(out.unknown_fields.items())),
+            path=FAST_PATH,
         )
 
     def _lag(self, position: dict[str, Any]) -> int:

@@ -32,8 +32,9 @@ from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
+from icetide.pipeline.staging import FAST_PATH, Fallback
 from icetide.pipeline.supervision import RestartMetrics
-from icetide.pipeline.sync_fast import NotFast, SyncFastBatch, SyncFastPath
+from icetide.pipeline.sync_fast import SyncFastBatch, SyncFastPath
 from icetide.pipeline.sync_spark import TABLE_THREADS, TableBatch, run_spark_batch
 from icetide.pipeline.sync_state import Position, SyncState, TableState, advance, parse_position, skipped_below
 from icetide.pipeline.table_from_stream import create_from_definition, definition_from_messages
@@ -76,7 +77,7 @@ class SyncRunner:
         if not_fast is None:
             self.fast = SyncFastPath(spark, config, kafka.reader_settings(), kafka.read_timeout_seconds)
         else:
-            log.debug("sync fast path not used: %s", not_fast)
+            log.debug("sync fast path not used: %s", not_fast.reason)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline)
         self.sinks: dict[str, UpsertSink] = {}
         self.state = SyncState()
@@ -157,13 +158,14 @@ class SyncRunner:
         read = plan.topics_read()
         if not read and not plan.losses:
             return None
-        path = f"spark: {self._not_fast}"
+        fallback = self._not_fast
         if self.fast is not None:
             fast = self._run_fast(batch_id, plan, plan_seconds, started)
-            if not isinstance(fast, str):
+            if not isinstance(fast, Fallback):
                 return fast
-            path = f"spark: {fast}"
-        return run_spark_batch(self, batch_id, plan, plan_seconds, started, path)
+            fallback = fast
+        assert fallback is not None
+        return run_spark_batch(self, batch_id, plan, plan_seconds, started, fallback.path)
 
     def create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None:
         """Create table `name` from the pipeline's `table.schema`, else from the schema and key of
@@ -189,13 +191,15 @@ class SyncRunner:
 
     # -- the fast path ---------------------------------------------------------------------
 
-    def _run_fast(self, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float) -> SyncBatchMetrics | str:
+    def _run_fast(
+        self, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float
+    ) -> SyncBatchMetrics | Fallback:
         """The batch on the fast path (pipeline/sync_fast.py), committed; or why it is for the Spark path."""
         assert self.fast is not None
         out, created = self._write_fast(batch_id, plan)
-        if isinstance(out, NotFast):
+        if isinstance(out, Fallback):
             log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
-            return out.reason
+            return out
         read_seconds = time.monotonic() - started
         registry_changed = False
         for name, topics in sorted(out.feeds.items()):
@@ -238,15 +242,17 @@ class SyncRunner:
             tables_committed=sum(1 for r in results.values() if r.committed),
             table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
             created_tables=tuple(created),
-            path="fast",
+            path=FAST_PATH,
         )
 
-    def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[SyncFastBatch | NotFast, list[str]]:
+    def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[SyncFastBatch | Fallback, list[str]]:
         """The batch's files, written by the fast path (tables it routes to that do not exist yet
         created first, from its messages); or why it is for the Spark path."""
         assert self.fast is not None
         created: list[str] = []
-        out: SyncFastBatch | NotFast = NotFast("not run")
+        if plan.losses:
+            return Fallback("the batch has data losses (dead letters)"), created
+        out: SyncFastBatch | Fallback = Fallback("not run")
         for _attempt in range(2):
             names = set(self.state.tables) | set(self.sinks)  # tables created this batch are not registered yet
             sinks = {n: self.sink_for(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
@@ -256,20 +262,20 @@ class SyncRunner:
                 if n in sinks
             }
             feeding = {n: s.topics() for n, s in self.state.tables.items()}
-            out = self.fast.write(batch_id, plan, sinks, feeding, held)
-            if not isinstance(out, NotFast) or not out.new_tables:
+            out = self.fast.write(batch_id, plan.ranges, sinks, feeding, held)
+            if not isinstance(out, Fallback) or not out.new_tables:
                 break
             for name, samples in sorted(out.new_tables.items()):
                 if name in self.sinks or table_exists(self.spark, name):
                     self.sink_for(name)
                 elif not samples and self.config.table_config(name).schema is None:
                     # The Spark path looks further (and says so when no message can make the table).
-                    return NotFast(f"no keyed message of new table {name} among the samples"), created
+                    return Fallback(f"no keyed message of new table {name} among the samples"), created
                 else:
                     try:
                         self.create_table(name, lambda samples=samples: samples)  # type: ignore[misc]
                     except SourceError as exc:  # no schema among the few samples: the Spark path reads more
-                        return NotFast(f"new table {name}: {exc}"), created
+                        return Fallback(f"new table {name}: {exc}"), created
                     created.append(name)
         return out, created
 

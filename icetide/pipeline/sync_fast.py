@@ -39,6 +39,7 @@ from icetide.decode.route import identifier_part
 from icetide.errors import IcetideError, SourceError, one_line
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
 from icetide.pipeline.fast_append import BlockReader, no_cycle_collection
+from icetide.pipeline.staging import Fallback
 from icetide.secrets import redacted_repr
 from icetide.sink.changelog import ARRIVAL_COLUMN
 from icetide.sink.committer import WrittenFile
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 
     from icetide.config import PipelineConfig
     from icetide.decode.avro import AvroSettings
-    from icetide.sources.kafka_topics import TopicsPlan
 
 log = logging.getLogger(__name__)
 
@@ -268,14 +268,6 @@ class SyncFastBatch:
     write_seconds: float
 
 
-@dataclass(frozen=True)
-class NotFast:
-    """The batch is for the Spark path (`reason`), or needs tables created first (`new_tables`)."""
-
-    reason: str
-    new_tables: dict[str, list[tuple[bytes | None, bytes]]] = field(default_factory=dict)
-
-
 class SyncFastPath:
     """Drives the fast path for a pipeline of many tables."""
 
@@ -294,14 +286,18 @@ class SyncFastPath:
         self._tables: dict[str, tuple[Any, SyncTable | str]] = {}  # name -> (writer config version, table or why not)
 
     @staticmethod
-    def applies(config: PipelineConfig) -> str | None:
+    def applies(config: PipelineConfig) -> Fallback | None:
         """Why the pipeline's config rules the fast path out, or None."""
         if config.fast_path == "off":
-            return "fast_path: off"
+            return Fallback("fast_path: off")
         if not config.reads_debezium:
-            return f"format: {config.format}"
+            return Fallback(f"format: {config.format}")
+        if config.source_kind != "kafka":
+            return Fallback(f"source: {config.source_kind}")
+        if config.capture_source:
+            return Fallback("stage 1 of a two-stage pipeline (records keep their source position and op)")
         if config.order_by == "_source_ts":
-            return "order_by: _source_ts"
+            return Fallback("order_by: _source_ts")
         return None
 
     def table(self, sink: UpsertSink) -> SyncTable | str:
@@ -350,17 +346,15 @@ class SyncFastPath:
     def write(
         self,
         batch_id: int,
-        plan: TopicsPlan,
+        ranges: list[OffsetRange],
         sinks: dict[str, UpsertSink],
         feeding: dict[str, set[str]],
         held: dict[str, dict[tuple[str, int], int]],
-    ) -> SyncFastBatch | NotFast:
-        """Run the batch's tasks over `plan`; files written, nothing committed.
+    ) -> SyncFastBatch | Fallback:
+        """Run the batch's tasks over its offset `ranges`; files written, nothing committed.
 
         `sinks`: the pipeline's existing tables; `feeding`: table -> the topics that feed it;
         `held`: table -> offsets below which it already holds its records."""
-        if plan.losses:
-            return NotFast("the batch has data losses (dead letters)")
         tables: dict[str, SyncTable] = {}
         elsewhere: dict[str, str] = {}
         for name, sink in sinks.items():
@@ -383,7 +377,7 @@ class SyncFastPath:
             evolving=c.schema_evolution,
             avro=avro_transcoding(c),
         )
-        ranges = [r for r in plan.ranges if r.end > r.start]
+        ranges = [r for r in ranges if r.end > r.start]
         parallelism = c.write_parallelism or self.spark.sparkContext.defaultParallelism
         groups = task_groups(ranges, feeding, parallelism)
         started = time.monotonic()
@@ -411,7 +405,7 @@ class SyncFastPath:
             self._delete(written, sinks)
             if any(r.wrote for r in results):
                 self.discard(batch_id, sinks.values())
-            return NotFast(reason or f"new tables: {', '.join(sorted(new_tables))}", new_tables if not reason else {})
+            return Fallback(reason or f"new tables: {', '.join(sorted(new_tables))}", new_tables if not reason else {})
         files: dict[str, list[WrittenFile]] = {}
         for name, f in written:
             files.setdefault(name, []).append(WrittenFile.from_row(f))
