@@ -6,7 +6,8 @@ same messages (confluent-kafka's AvroSerializer through the test schema registry
 tests/schema_registry_server.py: magic byte, schema id, Avro body). Both topics are drained, in
 alternating rounds, by the same two pipelines:
 
-- runner: the single-table runner, upsert mode, the table given in the file (the Spark path:
+- runner: the single-table runner, upsert mode, the table given in the file (the sync fast path
+  with one fixed route, Avro values read directly; batches it refuses take the Spark path, where
   Avro values are transcoded to the JSON converter's messages in the read task);
 - sync: a database sync of that one topic (`topic_pattern`, table created from the stream), whose
   fast path decodes in Python (Avro values read directly, no JSON in between).

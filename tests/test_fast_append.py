@@ -388,8 +388,10 @@ def test_a_failed_commit_in_flight_discards_the_batch_written_after_it(
     runner = Runner(PipelineConfig.from_dict(config), spark)
     assert runner.fast is not None
     discarded: list[int] = []
-    discard = runner.fast.discard
-    monkeypatch.setattr(runner.fast, "discard", lambda batch_id: (discarded.append(batch_id), discard(batch_id)))
+    discard = runner.sink.remove_batch_files
+    monkeypatch.setattr(
+        runner.sink, "remove_batch_files", lambda batch_id: (discarded.append(batch_id), discard(batch_id))[1]
+    )
     try:
         summary = runner.run(
             once=True,
