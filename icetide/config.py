@@ -1,29 +1,98 @@
 """Typed pipeline configuration, loaded from YAML and validated once, at load.
 
 Every error names the offending key (`trigger.interval: ...`). Source blocks are validated by
-their source modules, which know their own settings.
+their source modules, which know their own settings. The blocks have their own modules:
+icetide.config_table (the table and per-table overrides), icetide.config_decode (Schema Registry,
+Debezium), icetide.config_runner (trigger, restart, metrics, maintenance) and
+icetide.config_values (durations, sizes, keys); their names are importable from here too.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
-from urllib.parse import urlsplit, urlunsplit
 
+from icetide.config_decode import (
+    DEBEZIUM_KEYS,
+    DebeziumSettings,
+    DecimalHandling,
+    OnTruncate,
+    RegistrySettings,
+    TimePrecision,
+    public_url,
+)
+from icetide.config_runner import (
+    FOLD_DELETES,
+    MAINTENANCE_KEYS,
+    MaintenanceConfig,
+    MetricsConfig,
+    RestartConfig,
+    TriggerConfig,
+)
+from icetide.config_table import (
+    DELETE_MODES,
+    TABLE_KEYS,
+    TABLE_NAME_PLACEHOLDERS,
+    TABLE_OVERRIDE_KEYS,
+    TableConfig,
+    TableOverride,
+    check_vectors_version,
+    table_name_placeholders,
+    table_overrides,
+)
+from icetide.config_values import parse_duration, parse_size, reject_unknown_keys, require_key
 from icetide.errors import ConfigError
-from icetide.secrets import expand_env, redact, redacted_repr, remember_secret
+from icetide.secrets import expand_env, redact, redacted_repr
 from icetide.stateful.settings import StatefulSettings
-from icetide.table.format_version import FORMAT_VERSION_PROPERTY, parse_format_version
+
+__all__ = [
+    "AVRO_FORMATS",
+    "DEBEZIUM_FORMATS",
+    "DEBEZIUM_KEYS",
+    "DEFAULT_MAX_NESTING_DEPTH",
+    "DEFAULT_MAX_RECORD_BYTES",
+    "DELETE_MODES",
+    "DISTRIBUTIONS",
+    "FAST_PATH_MODES",
+    "FOLD_DELETES",
+    "FORMATS",
+    "HADOOP_CATALOG_IMPL",
+    "MAINTENANCE_KEYS",
+    "MAX_NESTING_DEPTH_LIMIT",
+    "MAX_RECORD_BYTES_LIMIT",
+    "OBJECT_STORE_SCHEMES",
+    "ON_DATA_LOSS",
+    "TABLE_KEYS",
+    "TABLE_NAME_PLACEHOLDERS",
+    "TABLE_OVERRIDE_KEYS",
+    "TOP_LEVEL_KEYS",
+    "DebeziumSettings",
+    "DecimalHandling",
+    "Format",
+    "MaintenanceConfig",
+    "MetricsConfig",
+    "Mode",
+    "OnTruncate",
+    "PipelineConfig",
+    "RegistrySettings",
+    "RestartConfig",
+    "TableConfig",
+    "TableOverride",
+    "TimePrecision",
+    "TriggerConfig",
+    "check_catalog_for_warehouse",
+    "check_vectors_version",
+    "load_config",
+    "parse_duration",
+    "parse_size",
+    "public_url",
+    "table_name_placeholders",
+]
 
 Mode = Literal["upsert", "append"]
-DecimalHandling = Literal["precise", "string", "double"]
-TimePrecision = Literal["adaptive_time_microseconds", "adaptive", "connect"]
-OnTruncate = Literal["apply", "dead_letter"]
-DEBEZIUM_KEYS = ("decimal.handling.mode", "time.precision.mode")
 Format = Literal["json", "debezium", "debezium-avro", "avro"]
 FORMATS = get_args(Format)
 DEBEZIUM_FORMATS = ("debezium", "debezium-avro", "avro")  # read by the Debezium decoders
@@ -63,335 +132,11 @@ TOP_LEVEL_KEYS = {
     "tables",
     "schema_registry",
 }
-# The placeholders a table-name template may hold (Debezium's source block, and the Kafka topic).
-TABLE_NAME_PLACEHOLDERS = ("db", "schema", "table", "topic")
-TABLE_OVERRIDE_KEYS = {"partition_by", "properties", "target_file_size", "format_version", "deletes"}
-# How the stream removes the rows a batch replaces: equality deletes, or deletion vectors (v3 only).
-DELETE_MODES = ("equality", "vectors")
-# Iceberg format versions icetide writes: v2, and v3 (deletion vectors, row lineage). v1 has no
-# equality deletes, so no upserts.
-TABLE_KEYS = {"name", "schema", "key", *TABLE_OVERRIDE_KEYS}
 FAST_PATH_MODES = ("auto", "off")
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024  # a bigger payload is a bad record (README: bad records)
 MAX_RECORD_BYTES_LIMIT = 16 * 1024 * 1024  # Spark's JSON reader (Jackson) refuses strings over 20M chars
 DEFAULT_MAX_NESTING_DEPTH = 64  # JSON arrays/objects nested deeper make a bad record
 MAX_NESTING_DEPTH_LIMIT = 500  # Python's json and Spark's Jackson (1000) recurse per level
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(value: Any, key: str) -> float:
-    """'5s', '500ms', '2m', '1h', '30d' or a number of seconds -> seconds."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ConfigError(f"{key}: {value!r} is not a duration like 5s, 500ms, 2m")
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds < 0:
-        raise ConfigError(f"{key}: must not be negative")
-    return seconds
-
-
-def _require(d: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in d or d[key] in (None, ""):
-        raise ConfigError(f"{where}{key}: required")
-    return d[key]
-
-
-def _unknown(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(d) - allowed)
-    if extra:
-        raise ConfigError(f"{where}{extra[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
-
-
-_REGISTRY_SECRETS = ("basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret", "ssl.key.password")
-
-
-def public_url(url: str) -> str:
-    """The registry URL(s) without any user:password part, for messages."""
-    out = []
-    for one in url.split(","):
-        parts = urlsplit(one.strip())
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        out.append(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
-    return ",".join(out)
-
-
-@dataclass(frozen=True)
-class RegistrySettings:
-    """The `schema_registry:` block: confluent-kafka SchemaRegistryClient settings, as given."""
-
-    conf: dict[str, Any] = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        """Secret settings as `***`, the URL without its user:password."""
-        return f"RegistrySettings(conf={redact({**self.conf, 'url': self.url})!r})"
-
-    @property
-    def url(self) -> str:
-        """The registry URL(s), without credentials."""
-        return public_url(str(self.conf.get("url", "")))
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "schema_registry") -> RegistrySettings:
-        """Validated by building a client (no request is sent); ConfigError naming the key."""
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"{where}: expected a mapping of Schema Registry client settings with a url")
-        conf = {str(k): v for k, v in d.items()}
-        url = conf.get("url")
-        if not isinstance(url, str) or not url.strip():
-            raise ConfigError(f"{where}.url: required, e.g. http://127.0.0.1:8081")
-        for name in _REGISTRY_SECRETS:
-            if conf.get(name):
-                remember_secret(conf[name])
-        userinfo = urlsplit(url.split(",")[0].strip()).password
-        if userinfo:
-            remember_secret(userinfo)
-        try:
-            from confluent_kafka.schema_registry import SchemaRegistryClient
-        except ImportError as exc:
-            raise ConfigError(
-                f"{where}: Schema Registry support is not installed: pip install 'icetide[kafka]'"
-            ) from exc
-        try:
-            SchemaRegistryClient(dict(conf))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{where}: {exc}") from exc
-        return cls(conf)
-
-    def key(self) -> str:
-        """The settings as one text, for a per-process cache."""
-        return json.dumps(self.conf, sort_keys=True, default=str)
-
-
-@dataclass(frozen=True)
-class DebeziumSettings:
-    """How to read messages that carry no schema, mirroring the connector's own settings.
-
-    With a schema in the message these are not needed: the schema says what each value is.
-    """
-
-    decimal_handling_mode: DecimalHandling = "precise"
-    time_precision_mode: TimePrecision = "adaptive_time_microseconds"
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "debezium.") -> DebeziumSettings:
-        """From a pipeline file's `debezium:` block (the connector's own key names)."""
-        if d is None:
-            return cls()
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"{where.rstrip('.')}: expected a mapping with {', '.join(DEBEZIUM_KEYS)}")
-        for k in d:
-            if k not in DEBEZIUM_KEYS:
-                raise ConfigError(f"{where}{k}: unknown key (allowed: {', '.join(DEBEZIUM_KEYS)})")
-        decimal = d.get("decimal.handling.mode", "precise")
-        if decimal not in get_args(DecimalHandling):
-            raise ConfigError(
-                f"{where}decimal.handling.mode: {decimal!r} is not one of {', '.join(get_args(DecimalHandling))}"
-            )
-        time = d.get("time.precision.mode", "adaptive_time_microseconds")
-        if time not in get_args(TimePrecision):
-            raise ConfigError(
-                f"{where}time.precision.mode: {time!r} is not one of {', '.join(get_args(TimePrecision))}"
-            )
-        return cls(decimal_handling_mode=decimal, time_precision_mode=time)
-
-
-@dataclass(frozen=True)
-class TableConfig:
-    """The target table's definition."""
-
-    name: str
-    schema: str | None  # None: created from the stream's own schema (Debezium with schemas)
-    key: tuple[str, ...]
-    partition_by: tuple[str, ...] = ()
-    properties: dict[str, str] = field(default_factory=dict)
-    target_file_size: int | None = None
-    deletes: str = "equality"  # or "vectors": the stream writes deletion vectors (format v3)
-
-    @classmethod
-    def from_dict(cls, d: Any, *, from_stream: bool = False) -> TableConfig:
-        """With `from_stream` (Debezium), schema and key may be omitted: the stream's schemas give them."""
-        if not isinstance(d, Mapping):
-            raise ConfigError("table: expected a mapping with name, schema, key")
-        _unknown(d, TABLE_KEYS, "table.")
-        if from_stream and not d.get("schema"):
-            if d.get("key"):
-                raise ConfigError(
-                    "table.key: given without table.schema; give both, or neither to take them from the stream"
-                )
-            key: Any = []
-        else:
-            key = _require(d, "key", "table.")
-        if isinstance(key, str) or not all(isinstance(k, str) for k in key):
-            raise ConfigError("table.key: expected a list of column names")
-        partition_by = d.get("partition_by") or []
-        if isinstance(partition_by, str):
-            raise ConfigError("table.partition_by: expected a list, e.g. ['hours(event_time)']")
-        name = str(_require(d, "name", "table."))
-        if len(name.split(".")) < 3:
-            raise ConfigError(f"table.name: {name!r} must be <catalog>.<namespace>.<table>")
-        size = d.get("target_file_size")
-        return cls(
-            name=name,
-            schema=str(_require(d, "schema", "table.")) if not from_stream or d.get("schema") else None,
-            key=tuple(key),
-            partition_by=tuple(str(p) for p in partition_by),
-            properties=_with_format_version(d, "table"),
-            target_file_size=parse_size(size, "table.target_file_size") if size is not None else None,
-            deletes=_deletes(d, "table", _with_format_version(d, "table")) or "equality",
-        )
-
-    @property
-    def format_version(self) -> int | None:
-        """The Iceberg format version asked for (`format_version`, or the `format-version` property)."""
-        value = self.properties.get(FORMAT_VERSION_PROPERTY)
-        return int(value) if value is not None else None
-
-
-def table_name_placeholders(name: str, key: str = "table.name") -> tuple[str, ...]:
-    """The placeholders of a table-name template (`lake.inventory.{table}` -> ("table",)), in order.
-
-    A name without any is a plain table name. Raises ConfigError naming `key` for a placeholder
-    other than {db}, {schema}, {table} and {topic}, a malformed brace, or one in the catalog part
-    (a pipeline writes to one catalog).
-    """
-    import string
-
-    try:
-        parts = list(string.Formatter().parse(name))
-    except ValueError as exc:
-        raise ConfigError(f"{key}: {name!r} is not a valid template ({exc})") from None
-    fields: list[str] = []
-    for _, field_name, spec, conversion in parts:
-        if field_name is None:
-            continue
-        if field_name not in TABLE_NAME_PLACEHOLDERS or spec or conversion:
-            raise ConfigError(
-                f"{key}: unknown placeholder {{{field_name}}} in {name!r} "
-                f"(allowed: {', '.join('{' + p + '}' for p in TABLE_NAME_PLACEHOLDERS)})"
-            )
-        fields.append(field_name)
-    if fields and "{" in name.split(".")[0]:
-        raise ConfigError(f"{key}: the catalog part of {name!r} must be fixed (a pipeline writes to one catalog)")
-    return tuple(fields)
-
-
-@dataclass(frozen=True)
-class TableOverride:
-    """Settings for one table of a pipeline that routes to many (`tables: {<name>: {...}}`)."""
-
-    partition_by: tuple[str, ...] | None = None
-    properties: dict[str, str] = field(default_factory=dict)
-    target_file_size: int | None = None
-    deletes: str | None = None
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> TableOverride:
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"{where}: expected a mapping, e.g. {{partition_by: ['bucket(16, id)']}}")
-        _unknown(d, TABLE_OVERRIDE_KEYS, f"{where}.")
-        partition_by = d.get("partition_by")
-        if partition_by is not None and (
-            isinstance(partition_by, str) or not all(isinstance(p, str) for p in partition_by)
-        ):
-            raise ConfigError(f"{where}.partition_by: expected a list, e.g. ['bucket(16, id)']")
-        if not isinstance(d.get("properties") or {}, Mapping):
-            raise ConfigError(f"{where}.properties: expected a mapping of table properties")
-        size = d.get("target_file_size")
-        return cls(
-            partition_by=tuple(partition_by) if partition_by is not None else None,
-            properties=_with_format_version(d, where),
-            target_file_size=parse_size(size, f"{where}.target_file_size") if size is not None else None,
-            deletes=_deletes(d, where, None),
-        )
-
-
-def _deletes(d: Mapping[str, Any], where: str, properties: Mapping[str, str] | None) -> str | None:
-    """A table block's `deletes` mode, checked; with the block's `properties`, `vectors` must come
-    with format version 3 (a per-table override is checked against the table block it overrides)."""
-    mode = d.get("deletes")
-    if mode is None:
-        return None
-    if mode not in DELETE_MODES:
-        raise ConfigError(f"{where}.deletes: must be one of {', '.join(DELETE_MODES)}, got {mode!r}")
-    if properties is not None:
-        check_vectors_version(str(mode), properties, where)
-    return str(mode)
-
-
-def check_vectors_version(mode: str, properties: Mapping[str, str], where: str) -> None:
-    """`deletes: vectors` needs a format v3 table (deletion vectors are a v3 feature)."""
-    if mode == "vectors" and properties.get(FORMAT_VERSION_PROPERTY) != "3":
-        raise ConfigError(f"{where}.deletes: vectors needs format_version: 3 (deletion vectors are a v3 feature)")
-
-
-def _with_format_version(d: Mapping[str, Any], where: str) -> dict[str, str]:
-    """A table block's `properties`, with its `format_version` as Iceberg's `format-version`
-    property (the one way a table's version travels to `create_table`); both given must agree."""
-    properties = {str(k): str(v) for k, v in (d.get("properties") or {}).items()}
-    if FORMAT_VERSION_PROPERTY in properties:
-        properties[FORMAT_VERSION_PROPERTY] = str(
-            parse_format_version(properties[FORMAT_VERSION_PROPERTY], f"{where}.properties.{FORMAT_VERSION_PROPERTY}")
-        )
-    if d.get("format_version") is not None:
-        version = str(parse_format_version(d["format_version"], f"{where}.format_version"))
-        if properties.get(FORMAT_VERSION_PROPERTY, version) != version:
-            raise ConfigError(
-                f"{where}.format_version: {version} disagrees with properties.{FORMAT_VERSION_PROPERTY}="
-                f"{properties[FORMAT_VERSION_PROPERTY]}; give one of them"
-            )
-        properties[FORMAT_VERSION_PROPERTY] = version
-    return properties
-
-
-def parse_size(value: Any, key: str) -> int:
-    """'128MB', '1GB', '64kb' or a number of bytes -> bytes."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", str(value), flags=re.IGNORECASE)
-    if not match:
-        raise ConfigError(f"{key}: {value!r} is not a size like 128MB")
-    unit = (match.group(2) or "b").lower().rstrip("b").rstrip("i")
-    factor = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}[unit]
-    return int(float(match.group(1)) * factor)
-
-
-@dataclass(frozen=True)
-class TriggerConfig:
-    """How often batches run and how big they get."""
-
-    interval: float = 5.0
-    max_records: int = 100_000
-    max_files: int = 100
-    # While a backlog drains, the next append fast-path batch is read and written while this one
-    # commits (docs/runner.md, "Overlapped commits"); false: each batch commits before the next plans.
-    overlap_commit: bool = True
-
-    @classmethod
-    def from_dict(cls, d: Any) -> TriggerConfig:
-        if d is None:
-            return cls()
-        if not isinstance(d, Mapping):
-            raise ConfigError("trigger: expected a mapping, e.g. {interval: 5s, max_records: 100000}")
-        _unknown(d, {"interval", "max_records", "max_files", "overlap_commit"}, "trigger.")
-        overlap = d.get("overlap_commit", True)
-        if not isinstance(overlap, bool):
-            raise ConfigError(f"trigger.overlap_commit: expected true or false, got {overlap!r}")
-        out = cls(
-            interval=parse_duration(d.get("interval", 5.0), "trigger.interval"),
-            max_records=int(d.get("max_records", 100_000)),
-            max_files=int(d.get("max_files", 100)),
-            overlap_commit=overlap,
-        )
-        if out.max_records < 1:
-            raise ConfigError("trigger.max_records: must be at least 1")
-        if out.max_files < 1:
-            raise ConfigError("trigger.max_files: must be at least 1")
-        return out
 
 
 # Object stores have no atomic rename, which the Hadoop catalog's commit relies on.
@@ -434,130 +179,7 @@ def check_catalog_for_warehouse(warehouse: str | None, catalog_options: Mapping[
         )
 
 
-@dataclass(frozen=True)
-class MetricsConfig:
-    """Where the runner serves Prometheus metrics (`metrics: {prometheus_port: 9464}`)."""
-
-    prometheus_port: int
-    prometheus_host: str = "127.0.0.1"  # loopback by default: metrics are not published beyond the machine
-
-    @classmethod
-    def from_dict(cls, d: Any) -> MetricsConfig | None:
-        """None for an absent or empty block; ConfigError naming the key otherwise."""
-        if not d:
-            return None
-        if not isinstance(d, Mapping):
-            raise ConfigError("metrics: expected a mapping, e.g. {prometheus_port: 9464}")
-        _unknown(d, {"prometheus_port", "prometheus_host"}, "metrics.")
-        port = _require(d, "prometheus_port", "metrics.")
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise ConfigError(f"metrics.prometheus_port: {port!r} is not a port number (0-65535; 0 picks a free one)")
-        host = d.get("prometheus_host", "127.0.0.1")
-        if not isinstance(host, str) or not host:
-            raise ConfigError("metrics.prometheus_host: expected an address to listen on, e.g. 127.0.0.1")
-        return cls(prometheus_port=port, prometheus_host=host)
-
-
-@dataclass(frozen=True)
-class RestartConfig:
-    """How `icetide run` rides out transient failures (docs/runner.md, "Supervision").
-
-    After a transient failure (a commit conflict past the retry budget, a broker or source that
-    cannot be read, a commit whose state was unknown) the runner waits `backoff`, doubling each
-    time up to `max_backoff`, and starts again from the table's last commit. `max_attempts`
-    restarts in a row without a committed batch in between end the run with the last error;
-    0 turns restarts off. Terminal failures (bad config, schema, too many bad records) never
-    restart.
-    """
-
-    max_attempts: int = 5
-    backoff: float = 1.0
-    max_backoff: float = 60.0
-
-    @classmethod
-    def from_dict(cls, d: Any) -> RestartConfig:
-        if d is None:
-            return cls()
-        if not isinstance(d, Mapping):
-            raise ConfigError("restart: expected a mapping, e.g. {max_attempts: 5, backoff: 1s}")
-        _unknown(d, {"max_attempts", "backoff", "max_backoff"}, "restart.")
-        attempts = d.get("max_attempts", cls.max_attempts)
-        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
-            raise ConfigError("restart.max_attempts: expected a whole number, 0 or more")
-        out = cls(
-            max_attempts=attempts,
-            backoff=parse_duration(d.get("backoff", cls.backoff), "restart.backoff"),
-            max_backoff=parse_duration(d.get("max_backoff", cls.max_backoff), "restart.max_backoff"),
-        )
-        if out.max_backoff < out.backoff:
-            raise ConfigError("restart.max_backoff: must not be less than restart.backoff")
-        return out
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait before restart number `attempt` (1-based)."""
-        return float(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
-
-
 ON_DATA_LOSS = ("fail", "skip")
-
-FOLD_DELETES = ("rewrite", "position")
-MAINTENANCE_KEYS = {"every_batches", "every", "time_budget", "fold_deletes"}
-
-
-@dataclass(frozen=True)
-class MaintenanceConfig:
-    """When maintenance runs beside a pipeline, in its Spark application, and how.
-
-    Exactly one schedule: `every_batches` runs it between batches, on the runner's thread (the
-    stream waits); `every` runs it on a background thread every so often while batches keep
-    committing. `time_budget` bounds each run's compaction; `fold_deletes` picks how equality
-    deletes are folded away (rewrite the files, or convert them to position deletes).
-    """
-
-    every_batches: int | None = None
-    every_seconds: float | None = None
-    time_budget_seconds: float | None = None
-    fold_deletes: Literal["rewrite", "position"] = "rewrite"
-
-    @property
-    def on_thread(self) -> bool:
-        """Does maintenance run on its own thread (rather than between batches)?"""
-        return self.every_seconds is not None
-
-    @classmethod
-    def from_dict(cls, d: Any) -> MaintenanceConfig | None:
-        """None for an absent or empty block; ConfigError naming the key otherwise."""
-        if not d:
-            return None
-        if not isinstance(d, Mapping):
-            raise ConfigError("maintenance: expected a mapping, e.g. {every_batches: 20} or {every: 5m}")
-        _unknown(d, MAINTENANCE_KEYS, "maintenance.")
-        every_batches = d.get("every_batches")
-        if every_batches is not None and (
-            not isinstance(every_batches, int) or isinstance(every_batches, bool) or every_batches < 1
-        ):
-            raise ConfigError("maintenance.every_batches: expected a positive integer")
-        every = parse_duration(d["every"], "maintenance.every") if d.get("every") is not None else None
-        if every is not None and every <= 0:
-            raise ConfigError("maintenance.every: must be more than 0, e.g. 5m")
-        if every is not None and every_batches is not None:
-            raise ConfigError(
-                "maintenance.every: give either every_batches (between batches) or every (on a thread), not both"
-            )
-        if every is None and every_batches is None:
-            raise ConfigError(
-                "maintenance: give every_batches (between batches) or every (on a background thread), e.g. {every: 5m}"
-            )
-        budget = d.get("time_budget")
-        fold = d.get("fold_deletes", "rewrite")
-        if fold not in FOLD_DELETES:
-            raise ConfigError(f"maintenance.fold_deletes: {fold!r} is not one of {', '.join(FOLD_DELETES)}")
-        return cls(
-            every_batches=every_batches,
-            every_seconds=every,
-            time_budget_seconds=parse_duration(budget, "maintenance.time_budget") if budget is not None else None,
-            fold_deletes=fold,
-        )
 
 
 @dataclass(frozen=True)
@@ -654,11 +276,11 @@ class PipelineConfig:
         """Validate a parsed YAML document; raises ConfigError naming the first bad key."""
         if not isinstance(d, Mapping):
             raise ConfigError("pipeline file: expected a mapping at the top level")
-        _unknown(d, TOP_LEVEL_KEYS, "")
-        pipeline = str(_require(d, "pipeline", ""))
+        reject_unknown_keys(d, TOP_LEVEL_KEYS, "")
+        pipeline = str(require_key(d, "pipeline", ""))
         if not re.match(r"^[A-Za-z0-9_.-]+$", pipeline):
             raise ConfigError(f"pipeline: {pipeline!r} may hold only letters, digits, '_', '.' and '-'")
-        source = _require(d, "source", "")
+        source = require_key(d, "source", "")
         if not isinstance(source, Mapping) or len(source) != 1 or next(iter(source)) not in ("kafka", "files"):
             raise ConfigError("source: expected exactly one of 'kafka' or 'files'")
         kind = next(iter(source))
@@ -698,7 +320,7 @@ class PipelineConfig:
         parallelism = d.get("write_parallelism")
         if parallelism is not None and (not isinstance(parallelism, int) or parallelism < 1):
             raise ConfigError("write_parallelism: expected a positive integer")
-        table = TableConfig.from_dict(_require(d, "table", ""), from_stream=fmt in DEBEZIUM_FORMATS)
+        table = TableConfig.from_dict(require_key(d, "table", ""), from_stream=fmt in DEBEZIUM_FORMATS)
         on_truncate = d.get("on_truncate", "apply")
         if on_truncate not in ("apply", "dead_letter"):
             raise ConfigError(f"on_truncate: {on_truncate!r} is not one of apply, dead_letter")
@@ -767,7 +389,7 @@ class PipelineConfig:
             max_nesting_depth=max_nesting_depth,
             restart=RestartConfig.from_dict(d.get("restart")),
             on_data_loss=on_data_loss,
-            tables=_table_overrides(d.get("tables")),
+            tables=table_overrides(d.get("tables")),
             schema_registry=registry,
         )
         if routing:
@@ -802,19 +424,6 @@ def _schema_registry(d: Mapping[str, Any], fmt: str, kind: str, template: tuple[
     if block is None:
         raise ConfigError(f"schema_registry: required with format: {fmt} (e.g. {{url: http://127.0.0.1:8081}})")
     return RegistrySettings.from_dict(block)
-
-
-def _table_overrides(d: Any) -> dict[str, TableOverride]:
-    if d is None:
-        return {}
-    if not isinstance(d, Mapping):
-        raise ConfigError("tables: expected a mapping of table name to settings, e.g. {lake.db.orders: {...}}")
-    out = {}
-    for name, settings in d.items():
-        if len(str(name).split(".")) < 3 or "{" in str(name):
-            raise ConfigError(f"tables.{name}: must be a table's full name <catalog>.<namespace>.<table>")
-        out[str(name)] = TableOverride.from_dict(settings, f"tables.{name}")
-    return out
 
 
 def _check_routing(config: PipelineConfig) -> None:
