@@ -288,12 +288,13 @@ class Runner:
 
         if not plan.items:
             return Fallback("data losses only")
-        ranges = [OffsetRange(**r) for r in plan.items]
-        if self.fast is not None:
-            return self.fast.unavailable() or self.fast.write(batch_id, ranges)
-        if self.changes is None:
+        if self.fast is None and self.changes is None:
             assert self.no_fast is not None
             return self.no_fast
+        ranges = [OffsetRange(**r) for r in plan.items]  # the fast paths read Kafka only
+        if self.fast is not None:
+            return self.fast.unavailable() or self.fast.write(batch_id, ranges)
+        assert self.changes is not None
         if plan.losses:
             return Fallback("the batch has data losses (dead letters)")
         name = self.sink.table_name
