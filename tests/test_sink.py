@@ -379,6 +379,35 @@ def test_bad_sink_config_names_the_key(spark: Any, table_name: str) -> None:
         icetide.UpsertSink(spark, table_name, pipeline_id="")
 
 
+def test_per_batch_settings_override_the_sinks_for_that_batch_only(spark: Any, table_name: str) -> None:
+    """`write(order_by=...)` decides which change of a key wins in that batch (in the writers and in
+    the Spark collapse of distribution `none`); the next batch orders by the sink's own again."""
+    make_table(spark, table_name)
+    sink = icetide.UpsertSink(spark, table_name, pipeline_id="per-batch")  # no order_by: the last arrival wins
+    ts = naive(T0)
+
+    def changes(first: str, second: str) -> list[dict[str, Any]]:
+        # The first to arrive has the higher seq: order_by="seq" keeps it, arrival order the second.
+        return [{"id": 1, "ts": ts, "v": first, "seq": 2}, {"id": 1, "ts": ts, "v": second, "seq": 1}]
+
+    def value() -> str:
+        return spark.table(table_name).where("id = 1").collect()[0]["v"]
+
+    assert sink.write(to_df(spark, changes("a", "b")), batch_id=1, order_by="seq").committed
+    assert value() == "a"
+    assert sink.write(to_df(spark, changes("c", "d")), batch_id=2).committed
+    assert value() == "d"
+    assert sink.write(to_df(spark, changes("e", "f")), batch_id=3, order_by="seq", distribution="none").committed
+    assert value() == "e"
+    assert (sink.order_by, sink.distribution) == (None, "dynamic")
+    with pytest.raises(ConfigError, match="distribution: 'random'"):
+        sink.write(to_df(spark, changes("g", "h")), batch_id=4, distribution="random")
+    with pytest.raises(ConfigError, match="write_parallelism"):
+        sink.write(to_df(spark, changes("g", "h")), batch_id=4, write_parallelism=0)
+    assert sink.last_committed().batch_id == 3  # type: ignore[union-attr]
+    assert spark.table(table_name).count() == 1
+
+
 def _throw(spark: Any, java_class: str, message: str) -> None:
     """Make the JVM throw `java_class` the way a catalog would during a commit."""
     jvm = spark._jvm

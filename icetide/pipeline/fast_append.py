@@ -38,7 +38,7 @@ from icetide.pipeline.adapter import payload_limits
 from icetide.pipeline.staging import Fallback
 from icetide.secrets import redacted_repr
 from icetide.sink.committer import WrittenFile
-from icetide.sink.sink import PARTITION_COLUMN_PREFIX, UpsertSink
+from icetide.sink.sink import UpsertSink
 from icetide.sink.transforms import arrow_partition_values, computable
 from icetide.sink.writer import WriterConfig, write_appends
 from icetide.sources.base import ExecutorSourceError, raise_source_error_in
@@ -389,9 +389,8 @@ class FastAppend:
         return dataclasses.replace(config, writer=dataclasses.replace(config.writer, batch_id=batch_id))
 
     def _build_task_config(self, batch_id: int) -> AppendTaskConfig:
-        fields = partition_fields(self.sink.committer.table)
-        names = tuple(f"{PARTITION_COLUMN_PREFIX}{i}" for i in range(len(fields)))
-        writer = self.sink.writer_config(batch_id, names)
+        plan = self.sink.plan_writers(batch_id, deletes=False)
+        writer = plan.writer
         source = self.kafka.config
         return AppendTaskConfig(
             consumer_settings=source.reader_settings(),
@@ -400,7 +399,7 @@ class FastAppend:
                 writer.table_schema, writer.key, time_zone=self.time_zone, limits=payload_limits(self.config)
             ),
             writer=writer,
-            partitions=tuple((n, pf.transform) for n, pf in zip(names, fields, strict=True)),
+            partitions=plan.partitions,
         )
 
     def tasks_for(self, records: int) -> int:

@@ -222,7 +222,6 @@ class Runner:
         try:
             decoded = self.source.decode(raw, self.schema, list(self.sink.key), kept)
             good, bad = decoded.good, decoded.bad
-            self.sink.order_by = decoded.order_by
             bad_count = bad.count()  # materializes the decoded cache: the source is read once
             records_in = good.count() + bad_count
             read_seconds = time.monotonic() - started
@@ -237,7 +236,12 @@ class Runner:
             elif bad_count:
                 log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
             result = self.sink.write(
-                good, batch_id=batch_id, source_position=plan.position, input_cached=True, truncate=decoded.truncated
+                good,
+                batch_id=batch_id,
+                source_position=plan.position,
+                input_cached=True,
+                truncate=decoded.truncated,
+                order_by=decoded.order_by,
             )
         except IcetideError:
             raise

@@ -43,13 +43,12 @@ from icetide.pipeline.staging import Fallback
 from icetide.secrets import redacted_repr
 from icetide.sink.changelog import ARRIVAL_COLUMN
 from icetide.sink.committer import WrittenFile
-from icetide.sink.sink import OLD_SPEC_COLUMN_PREFIX, PARTITION_COLUMN_PREFIX, UpsertSink
+from icetide.sink.sink import UpsertSink
 from icetide.sink.transforms import arrow_partition_values, computable
 from icetide.sink.writer import WriteError, WriterConfig, write_task
 from icetide.sources.base import SourceAccessError, raise_source_error_in
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
-from icetide.table.iceberg import partition_fields
 from icetide.table.spec import PartitionTransform
 
 if TYPE_CHECKING:
@@ -317,14 +316,10 @@ class SyncFastPath:
 
     def _build(self, sink: UpsertSink) -> SyncTable | str:
         c = self.config
-        jtable = sink.committer.table
-        fields = partition_fields(jtable)
-        sink._check_spec_serves_upserts(int(jtable.spec().specId()), fields)
-        layouts = sink._earlier_specs(jtable, has_fields=bool(fields))
-        names = tuple(f"{PARTITION_COLUMN_PREFIX}{i}" for i in range(len(fields)))
+        plan = sink.plan_writers(0)
         order_by = c.order_by or SOURCE_ORDER
         writer = dataclasses.replace(
-            sink.writer_config(0, names, delete_specs=tuple(layout for layout, _ in layouts)),
+            plan.writer,
             order_by=order_by,
             changelog=c.changelog or c.mode == "append",
             keep_inserts=c.mode == "append",
@@ -333,15 +328,11 @@ class SyncFastPath:
         if order_by != SOURCE_ORDER and order_by not in schema.names:
             return f"order_by {order_by} is not a column"
         TableRows(schema, writer.key, c.mode, self.conversions)  # NotHere for a column type it does not produce
-        partitions = list(zip(names, (pf.transform for pf in fields), strict=True))
-        for layout, layout_fields in layouts:
-            assert layout.columns[0].startswith(OLD_SPEC_COLUMN_PREFIX) if layout.columns else True
-            partitions += zip(layout.columns, (pf.transform for pf in layout_fields), strict=True)
-        for _, transform in partitions:
+        for _, transform in plan.partitions:
             source = schema.field(transform.column).type if transform is not None else pa.null()
             if not computable(transform, source):
                 return f"partition transform {transform} is computed in the JVM"
-        return SyncTable(writer=writer, partitions=tuple(partitions))
+        return SyncTable(writer=writer, partitions=plan.partitions)
 
     def write(
         self,
@@ -427,7 +418,7 @@ class SyncFastPath:
         for name, f in written:
             by_table.setdefault(name, []).append(WrittenFile.from_row(f))
         for name, files in by_table.items():
-            sinks[name].committer._delete_files(files, reason="the batch runs on the Spark path")
+            sinks[name].committer.delete_files(files, reason="the batch runs on the Spark path")
 
     @staticmethod
     def discard(batch_id: int, sinks: Any) -> None:

@@ -275,13 +275,16 @@ def write_table(
     if batch is None:
         outcome = runner.sink_for(name).committer.commit(batch_id, [], position)
         return BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
-    sink = runner.sinks[name]
-    sink.order_by = batch.order_by
     small = batch.records <= SMALL_SHARE_RECORDS and runner.config.distribution == "dynamic"
-    sink.distribution = "key" if small else runner.config.distribution
-    sink.write_parallelism = 1 if small else runner.config.write_parallelism
-    return sink.write(
-        batch.good, batch_id=batch_id, source_position=position, input_cached=True, truncate=batch.truncated
+    return runner.sinks[name].write(
+        batch.good,
+        batch_id=batch_id,
+        source_position=position,
+        input_cached=True,
+        truncate=batch.truncated,
+        order_by=batch.order_by,
+        distribution="key" if small else runner.config.distribution,
+        write_parallelism=1 if small else runner.config.write_parallelism,
     )
 
 

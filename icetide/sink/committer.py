@@ -245,7 +245,7 @@ class Committer:
                     # that landed, so none is deleted (orphan removal finds any left over).
                     log.warning("batch %s was committed while its commit was being retried; files kept", batch_id)
                     return CommitOutcome(False, None, attempt, f"batch {batch_id} committed during the retries")
-                self._delete_files(files, reason=f"batch {batch_id} is already committed")
+                self.delete_files(files, reason=f"batch {batch_id} is already committed")
                 reason = f"batch {batch_id} <= last committed {state.batch_id}"
                 return CommitOutcome(False, None, attempt, reason, refresh_seconds)
             if data is None:
@@ -276,7 +276,7 @@ class Committer:
             if time.monotonic() - started + wait > total_timeout:
                 break
             time.sleep(wait)
-        self._delete_files(files, reason="the commit kept conflicting")
+        self.delete_files(files, reason="the commit kept conflicting")
         raise CommitConflictError(
             f"commit of batch {batch_id} to {self.table_name} failed {retries + 1} times; last: {last_error}"
         )
@@ -303,7 +303,7 @@ class Committer:
         self._staged = None
         self.vectors.landed(self.table, batch_id)
         replaced = [f for f in files if f.content != "data"]
-        self._delete_files(replaced, reason=f"batch {batch_id} committed deletion vectors instead")
+        self.delete_files(replaced, reason=f"batch {batch_id} committed deletion vectors instead")
 
     def _discard_staged(self) -> None:
         if self.vectors is not None:
@@ -338,7 +338,7 @@ class Committer:
             return True
         if kind in _UNKNOWN or isinstance(exc, CommitStateUnknownError):
             return False
-        self._delete_files(files, reason="the commit failed")
+        self.delete_files(files, reason="the commit failed")
         raise CommitFailedError(f"commit of batch {batch_id} to {self.table_name} failed: {java_message(exc)}") from exc
 
     def _batch_landed(self, batch_id: int, *, reads: int = RESOLVE_READS) -> bool | None:
@@ -457,7 +457,12 @@ class Committer:
             log.warning("batch %s committed; reading its snapshot id failed", batch_id, exc_info=True)
             return -1
 
-    def _delete_files(self, files: Sequence[WrittenFile], *, reason: str) -> None:
+    def delete_files(self, files: Sequence[WrittenFile], *, reason: str) -> None:
+        """Delete `files` of a batch known not to be committed; `reason`, logged, says how that is known.
+
+        Never raises: a file that cannot be deleted is left for orphan removal. Not for a batch whose
+        commit outcome is unknown, whose files may be live in the table.
+        """
         if not files:
             return
         log.info("deleting %d file(s) of an uncommitted batch: %s", len(files), reason)

@@ -38,6 +38,7 @@ from icetide.table.iceberg import (
     spec_fields,
     table_property,
 )
+from icetide.table.spec import PartitionTransform
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -85,6 +86,26 @@ class BatchResult:
     def total_seconds(self) -> float:
         """The batch's time in the sink, all phases."""
         return self.plan_seconds + self.write_seconds + self.refresh_seconds + self.commit_seconds
+
+
+@dataclass(frozen=True)
+class WriterPlan:
+    """What writer tasks outside the sink need to stage a batch: its writer config, and the columns
+    to add to the batch with the partition transform that computes each (None: a void field, null);
+    the current spec's columns (PARTITION_COLUMN_PREFIX<i>) first, then those of each earlier spec
+    the batch's deletes are also written under (OLD_SPEC_COLUMN_PREFIX<spec id>_<i>)."""
+
+    writer: WriterConfig
+    partitions: tuple[tuple[str, PartitionTransform | None], ...]
+
+
+def _check_write_settings(distribution: str | None, write_parallelism: int | None) -> None:
+    """Raise ConfigError naming the key when a distribution or write parallelism is not one the sink
+    takes (None: not given)."""
+    if distribution is not None and distribution not in DISTRIBUTIONS:
+        raise ConfigError(f"distribution: {distribution!r} is not one of {', '.join(DISTRIBUTIONS)}")
+    if write_parallelism is not None and write_parallelism < 1:
+        raise ConfigError("write_parallelism: must be at least 1")
 
 
 def fits_column(source: DataType, target: DataType) -> bool:
@@ -167,10 +188,7 @@ class UpsertSink:
     ) -> None:
         if not pipeline_id:
             raise ConfigError("pipeline_id: a non-empty pipeline id is required")
-        if distribution not in DISTRIBUTIONS:
-            raise ConfigError(f"distribution: {distribution!r} is not one of {', '.join(DISTRIBUTIONS)}")
-        if write_parallelism is not None and write_parallelism < 1:
-            raise ConfigError("write_parallelism: must be at least 1")
+        _check_write_settings(distribution, write_parallelism)
         if not 0 < compression_ratio <= 1:
             raise ConfigError("compression_ratio: must be in (0, 1]")
         self.spark = spark
@@ -215,6 +233,9 @@ class UpsertSink:
         source_position: Any = None,
         input_cached: bool | None = None,
         truncate: bool = False,
+        order_by: str | None = None,
+        distribution: str | None = None,
+        write_parallelism: int | None = None,
     ) -> BatchResult:
         """Write and commit one batch, exactly once: a batch id at or below the last one is a no-op.
 
@@ -223,16 +244,22 @@ class UpsertSink:
 
         `input_cached` says the batch reads from a persisted DataFrame (default: `df.is_cached`);
         then the dynamic distribution's two passes read that cache instead of persisting again.
+
+        `order_by`, `distribution` and `write_parallelism` override the sink's own for this batch
+        only (None: the sink's own); a bad one raises ConfigError naming it before anything is read.
         """
+        _check_write_settings(distribution, write_parallelism)
         started = time.monotonic()
         state = self.committer.last_committed()
         refresh_seconds = time.monotonic() - started
         if state is not None and batch_id <= state.batch_id:
             log.info("batch %s of %s already committed (last %s): skipped", batch_id, self.pipeline_id, state.batch_id)
             return BatchResult(batch_id, False, None, 0, 0, 0, 0, 0, 0.0, 0.0, {}, "already committed")
-        config, prepared, change = self._prepare(df, batch_id)
+        config, prepared, change = self._prepare(df, batch_id, order_by=order_by)
         cached = df.is_cached if input_cached is None else input_cached
-        files, write_seconds = self._write_files(prepared, config, source_cached=cached)
+        files, write_seconds = self._write_files(
+            prepared, config, source_cached=cached, distribution=distribution, write_parallelism=write_parallelism
+        )
         plan_seconds = time.monotonic() - started - refresh_seconds - write_seconds
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
@@ -271,10 +298,13 @@ class UpsertSink:
         log.debug("batch %s: %s", batch_id, result)
         return result
 
-    def _prepare(self, df: DataFrame, batch_id: int) -> tuple[WriterConfig, DataFrame, SchemaChange]:
+    def _prepare(
+        self, df: DataFrame, batch_id: int, *, order_by: str | None = None
+    ) -> tuple[WriterConfig, DataFrame, SchemaChange]:
         """Check the batch against the table (evolving it if allowed) and add op, arrival and partition columns.
 
-        Returns the schema change the commit must apply (empty without one).
+        `order_by` overrides the sink's own (None: the sink's own). Returns the schema change the
+        commit must apply (empty without one).
         """
         from pyspark.sql import functions as F
         from pyspark.sql.types import NullType
@@ -283,7 +313,8 @@ class UpsertSink:
         table_struct = spark_schema(self.spark, jtable)
         table_fields = {f.name: f for f in table_struct.fields}
         batch_types = {f.name: f.dataType for f in df.schema.fields}
-        extra_order = self.order_by if self.order_by and self.order_by not in table_fields else None
+        order_by = self.order_by if order_by is None else order_by
+        extra_order = order_by if order_by and order_by not in table_fields else None
         if extra_order and extra_order not in batch_types:
             raise SchemaError(
                 f"batch {batch_id}: order_by column {extra_order!r} is neither in the batch nor in {self.table_name}"
@@ -326,22 +357,40 @@ class UpsertSink:
         if extra_order:  # orders changes of one key (e.g. a CDC source timestamp), never written
             columns.append(F.col(f"`{extra_order}`"))
         prepared = df.select(*columns, op.alias(OP_COLUMN), F.monotonically_increasing_id().alias(ARRIVAL_COLUMN))
-        fields = partition_fields(jtable)
-        self._check_spec_serves_upserts(int(jtable.spec().specId()), fields)
-        pcols = []
-        for i, pf in enumerate(fields):
-            name = f"{PARTITION_COLUMN_PREFIX}{i}"
-            expr = F.expr(pf.transform.spark_expression(self.catalog)) if pf.transform else F.lit(None)
+        plan = self._plan_writers(batch_id, deletes=True, schema=jschema, order_by=order_by)
+        for name, transform in plan.partitions:
+            expr = F.expr(transform.spark_expression(self.catalog)) if transform else F.lit(None)
             prepared = prepared.withColumn(name, expr)
-            pcols.append(name)
+        return plan.writer, prepared, change
+
+    def plan_writers(self, batch_id: int, *, deletes: bool = True) -> WriterPlan:
+        """The writer config and partition columns for staging `batch_id` outside the sink, from the
+        table's current metadata, exactly as `write` stages a batch.
+
+        With `deletes` (the upsert paths) it raises SchemaError for a spec whose partition values are
+        not computed from the key alone, and adds the layout of every earlier spec with live data
+        files, which the batch's equality deletes are also written under. Without (append-only
+        batches: no deletes) it plans the current spec only.
+        """
+        return self._plan_writers(batch_id, deletes=deletes)
+
+    def _plan_writers(
+        self, batch_id: int, *, deletes: bool, schema: Any = None, order_by: str | None = None
+    ) -> WriterPlan:
+        jtable = self.committer.table
+        fields = partition_fields(jtable)
         layouts = []
-        for layout, layout_fields in self._earlier_specs(jtable, has_fields=bool(fields)):
-            for name, pf in zip(layout.columns, layout_fields, strict=True):
-                expr = F.expr(pf.transform.spark_expression(self.catalog)) if pf.transform else F.lit(None)
-                prepared = prepared.withColumn(name, expr)
-            layouts.append(layout)
-        config = self.writer_config(batch_id, tuple(pcols), schema=jschema, delete_specs=tuple(layouts))
-        return config, prepared, change
+        if deletes:
+            self._check_spec_serves_upserts(int(jtable.spec().specId()), fields)
+            layouts = self._earlier_specs(jtable, has_fields=bool(fields))
+        names = tuple(f"{PARTITION_COLUMN_PREFIX}{i}" for i in range(len(fields)))
+        partitions = list(zip(names, (pf.transform for pf in fields), strict=True))
+        for layout, layout_fields in layouts:
+            partitions += zip(layout.columns, (pf.transform for pf in layout_fields), strict=True)
+        writer = self.writer_config(
+            batch_id, names, schema=schema, delete_specs=tuple(layout for layout, _ in layouts), order_by=order_by
+        )
+        return WriterPlan(writer, tuple(partitions))
 
     def _check_spec_serves_upserts(self, spec_id: int, fields: list[PartitionField]) -> None:
         """Refuse a spec whose partition values are not computed from key columns alone.
@@ -405,12 +454,14 @@ class UpsertSink:
         *,
         schema: Any = None,
         delete_specs: tuple[SpecLayout, ...] = (),
+        order_by: str | None = None,
     ) -> WriterConfig:
         """What writer tasks need for `batch_id`, from the table's current metadata.
 
         `partition_columns` name the batch columns holding the spec's partition values, in order;
         `schema` is the Iceberg schema files are written in (default: the table's current one);
-        `delete_specs` are earlier specs the batch's deletes are also written under.
+        `delete_specs` are earlier specs the batch's deletes are also written under; `order_by`
+        orders changes of one key (default: the sink's own).
         """
         jtable = self.committer.table
         fields = partition_fields(jtable)
@@ -430,7 +481,7 @@ class UpsertSink:
             data_location=data_location(jtable),
             pipeline_id=self.pipeline_id,
             batch_id=batch_id,
-            order_by=self.order_by,
+            order_by=self.order_by if order_by is None else order_by,
             changelog=self.changelog,
             target_file_size=target,
             row_group_bytes=int(
@@ -442,14 +493,14 @@ class UpsertSink:
             delete_specs=delete_specs,
         )
 
-    def _collapse_in_spark(self, df: DataFrame) -> DataFrame:
+    def _collapse_in_spark(self, df: DataFrame, order_by: str | None) -> DataFrame:
         """For distribution `none`: collapse duplicate keys with a Spark aggregation, keep its layout
         (with `keep_inserts`, keys with only INSERTs keep every row, as the writers do)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         others = [c for c in df.columns if c not in self.key]
-        order = [F.col(self.order_by)] if self.order_by else []
+        order = [F.col(order_by)] if order_by else []
         ordering = F.struct(*order, F.col(ARRIVAL_COLUMN))
         op = F.upper(F.trim(F.coalesce(F.col(OP_COLUMN), F.lit(UPSERT))))
         df = df.withColumn(OP_COLUMN, op)
@@ -471,28 +522,35 @@ class UpsertSink:
         return collapsed if kept is None else kept.unionByName(collapsed)
 
     def _write_files(
-        self, prepared: DataFrame, config: WriterConfig, *, source_cached: bool
+        self,
+        prepared: DataFrame,
+        config: WriterConfig,
+        *,
+        source_cached: bool,
+        distribution: str | None = None,
+        write_parallelism: int | None = None,
     ) -> tuple[list[WrittenFile], float]:
         """The batch's files, written by one Spark job after the distribution's plan; and that
-        job's seconds."""
+        job's seconds. `distribution` and `write_parallelism` override the sink's own (None: its own)."""
         from pyspark import StorageLevel
 
-        parallelism = self.write_parallelism or self.spark.sparkContext.defaultParallelism
+        distribution = self.distribution if distribution is None else distribution
+        parallelism = write_parallelism or self.write_parallelism or self.spark.sparkContext.defaultParallelism
         # A batch Spark knows to be small skips the statistics pass (distribution.is_small_batch).
-        estimate = plan_estimated_bytes(prepared) if self.distribution == "dynamic" else None
+        estimate = plan_estimated_bytes(prepared) if distribution == "dynamic" else None
         small = is_small_batch(estimate, config.target_file_size)
         # The statistics pass and the write must not read the source twice: persist the batch,
         # unless the caller already did (the runner persists what it read).
-        cached = self.distribution == "dynamic" and not small and not source_cached
+        cached = distribution == "dynamic" and not small and not source_cached
         if cached:
             prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            if self.distribution == "none":
-                routed, plan = self._collapse_in_spark(prepared), None
+            if distribution == "none":
+                routed, plan = self._collapse_in_spark(prepared, config.order_by), None
             else:
                 routed, plan = distribute(
                     prepared,
-                    mode=self.distribution,
+                    mode=distribution,
                     key=self.key,
                     partition_columns=config.partition_columns,
                     parallelism=parallelism,
