@@ -303,8 +303,8 @@ class Runner:
             return Fallback("the batch has data losses (dead letters)")
         name = self.sink.table_name
         table = self.changes.table(self.sink)
-        if isinstance(table, str):
-            return Fallback(table)
+        if isinstance(table, Fallback):
+            return table
         out = self.changes.write(batch_id, ranges, {name: self.sink}, {name: {r.topic for r in ranges}}, {})
         if isinstance(out, Fallback):
             log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)

@@ -282,7 +282,8 @@ class SyncFastPath:
         self.conversions = Conversions(
             time_zone=tz, decimal_handling_mode=s.decimal_handling_mode, time_precision_mode=s.time_precision_mode
         )
-        self._tables: dict[str, tuple[Any, SyncTable | str]] = {}  # name -> (writer config version, table or why not)
+        # name -> (writer config version, the table or why the fast path cannot write it)
+        self._tables: dict[str, tuple[Any, SyncTable | Fallback]] = {}
 
     @staticmethod
     def applies(config: PipelineConfig) -> Fallback | None:
@@ -299,22 +300,22 @@ class SyncFastPath:
             return Fallback("order_by: _source_ts")
         return None
 
-    def table(self, sink: UpsertSink) -> SyncTable | str:
+    def table(self, sink: UpsertSink) -> SyncTable | Fallback:
         """The table's writer part (batch id 0), or why the fast path cannot write it; cached per
         table schema, spec and writer properties."""
         version = sink.writer_config_version()
         cached = self._tables.get(sink.table_name)
         if cached is None or cached[0] != version:
             try:
-                built: SyncTable | str = self._build(sink)
+                built: SyncTable | Fallback = self._build(sink)
             except (IcetideError, NotHere) as exc:
-                built = one_line(exc)
-            if isinstance(built, str):
-                log.info("sync fast path off for %s: %s", sink.table_name, built)
+                built = Fallback(one_line(exc))
+            if isinstance(built, Fallback):
+                log.info("sync fast path off for %s: %s", sink.table_name, built.reason)
             cached = self._tables[sink.table_name] = (version, built)
         return cached[1]
 
-    def _build(self, sink: UpsertSink) -> SyncTable | str:
+    def _build(self, sink: UpsertSink) -> SyncTable | Fallback:
         c = self.config
         plan = sink.plan_writers(0)
         order_by = c.order_by or SOURCE_ORDER
@@ -326,12 +327,12 @@ class SyncFastPath:
         )
         schema = writer.table_schema
         if order_by != SOURCE_ORDER and order_by not in schema.names:
-            return f"order_by {order_by} is not a column"
+            return Fallback(f"order_by {order_by} is not a column")
         TableRows(schema, writer.key, c.mode, self.conversions)  # NotHere for a column type it does not produce
         for _, transform in plan.partitions:
             source = schema.field(transform.column).type if transform is not None else pa.null()
             if not computable(transform, source):
-                return f"partition transform {transform} is computed in the JVM"
+                return Fallback(f"partition transform {transform} is computed in the JVM")
         return SyncTable(writer=writer, partitions=plan.partitions)
 
     def write(
@@ -350,8 +351,8 @@ class SyncFastPath:
         elsewhere: dict[str, str] = {}
         for name, sink in sinks.items():
             built = self.table(sink)
-            if isinstance(built, str):
-                elsewhere[name] = built
+            if isinstance(built, Fallback):
+                elsewhere[name] = built.reason
             else:
                 writer = dataclasses.replace(built.writer, batch_id=batch_id)
                 tables[name] = dataclasses.replace(built, writer=writer, held=held.get(name, {}))
