@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from icetide.maintenance.position_deletes import convert_equality_deletes
     from icetide.pipeline.entry import run
     from icetide.pipeline.runner import Runner
+    from icetide.sink.batch import BatchResult
     from icetide.sink.committer import PipelineState
-    from icetide.sink.sink import BatchResult, UpsertSink
+    from icetide.sink.sink import UpsertSink
     from icetide.spark.session import spark_session
     from icetide.table.catalog import create_table
 
@@ -46,7 +47,7 @@ __version__ = "0.1.0"
 
 # Imported on first use, so `import icetide` (and the CLI's --help) stays fast and light.
 _LAZY = {
-    "BatchResult": "icetide.sink.sink",
+    "BatchResult": "icetide.sink.batch",
     "UpsertSink": "icetide.sink.sink",
     "PipelineState": "icetide.sink.committer",
     "spark_session": "icetide.spark.session",

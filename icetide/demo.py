@@ -6,7 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from icetide.sink.sink import BatchResult, UpsertSink
+from icetide.sink.batch import BatchResult
+from icetide.sink.sink import UpsertSink
 from icetide.sources.generator import AD_EVENTS_KEY, AD_EVENTS_PARTITION_BY, AD_EVENTS_SCHEMA, AdEventsConfig, ad_events
 from icetide.table.catalog import create_table
 

@@ -328,8 +328,7 @@ def test_plan_change_rules() -> None:
     """The evolution rules on types alone (no Spark session)."""
     from pyspark.sql import types as T
 
-    from icetide.sink.evolution import plan_change, widened
-    from icetide.sink.sink import fits_column
+    from icetide.sink.evolution import fits_column, plan_change, widened
 
     assert widened(T.LongType(), T.IntegerType()) == T.LongType()
     assert widened(T.DoubleType(), T.FloatType()) == T.DoubleType()

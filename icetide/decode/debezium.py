@@ -686,7 +686,7 @@ def fits_column(source: DataType, target: DataType) -> bool:
     and any timestamp into either timestamp kind (a DATETIME kept as the source's wall time)."""
     from pyspark.sql import types as T
 
-    from icetide.sink.sink import fits_column
+    from icetide.sink.evolution import fits_column
 
     timestamps = (T.TimestampType, T.TimestampNTZType)
     return fits_column(source, target) or (isinstance(source, timestamps) and isinstance(target, timestamps))

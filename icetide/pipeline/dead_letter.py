@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from icetide.sink.sink import BatchResult, UpsertSink
+from icetide.sink.batch import BatchResult
+from icetide.sink.sink import UpsertSink
 from icetide.table.catalog import create_table
 
 if TYPE_CHECKING:

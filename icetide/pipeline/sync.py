@@ -38,8 +38,9 @@ from icetide.pipeline.sync_fast import SyncFastBatch, SyncFastPath
 from icetide.pipeline.sync_spark import TABLE_THREADS, TableBatch, run_spark_batch
 from icetide.pipeline.sync_state import Position, SyncState, TableState, advance, parse_position, skipped_below
 from icetide.pipeline.table_from_stream import create_from_definition, definition_from_messages
+from icetide.sink.batch import BatchResult
 from icetide.sink.committer import Committer
-from icetide.sink.sink import BatchResult, UpsertSink
+from icetide.sink.sink import UpsertSink
 from icetide.sources.kafka import KafkaSourceConfig
 from icetide.sources.kafka_topics import KafkaTopics, TopicsPlan
 from icetide.table.catalog import table_exists

@@ -24,7 +24,7 @@ from icetide.pipeline.adapter import avro_transcoding, payload_limits
 from icetide.pipeline.batches import SyncBatchMetrics, TooManyBadRecordsError
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
-from icetide.sink.sink import BatchResult
+from icetide.sink.batch import BatchResult
 from icetide.sources.base import raise_source_error_in
 from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
 from icetide.table.catalog import table_exists

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from icetide.pipeline.batches import BatchMetrics
-    from icetide.sink.sink import BatchResult
+    from icetide.sink.batch import BatchResult
 
 log = logging.getLogger(__name__)
 

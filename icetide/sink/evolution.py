@@ -165,3 +165,33 @@ def apply_in_transaction(spark: SparkSession, txn: Any, change: SchemaChange, *,
             )
     if staged:
         update.commit()
+
+
+def fits_column(source: DataType, target: DataType) -> bool:
+    """May a batch column of type `source` be written to a table column of type `target`?"""
+    from pyspark.sql import types as T
+
+    if source == target or isinstance(source, T.NullType):
+        return True
+    integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+    if isinstance(source, integral) and isinstance(target, integral):
+        return integral.index(type(source)) <= integral.index(type(target))
+    if isinstance(source, T.FloatType) and isinstance(target, T.DoubleType):
+        return True
+    if isinstance(source, (*integral, T.DecimalType)) and isinstance(target, T.DoubleType):
+        return True
+    if isinstance(source, integral) and isinstance(target, T.DecimalType):
+        return True
+    if isinstance(source, T.DecimalType) and isinstance(target, T.DecimalType):
+        return source.scale <= target.scale and source.precision - source.scale <= target.precision - target.scale
+    if isinstance(source, T.TimestampNTZType | T.DateType) and isinstance(target, T.TimestampType):
+        return True
+    if isinstance(source, T.StructType) and isinstance(target, T.StructType):
+        return [f.name for f in source.fields] == [f.name for f in target.fields] and all(
+            fits_column(s.dataType, t.dataType) for s, t in zip(source.fields, target.fields, strict=True)
+        )
+    if isinstance(source, T.ArrayType) and isinstance(target, T.ArrayType):
+        return fits_column(source.elementType, target.elementType)
+    if isinstance(source, T.MapType) and isinstance(target, T.MapType):
+        return fits_column(source.keyType, target.keyType) and fits_column(source.valueType, target.valueType)
+    return False

@@ -5,23 +5,22 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, IcetideError, SchemaError, one_line
 from icetide.faults import crash_point
+from icetide.sink.batch import BatchResult, WriterPlan
 from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.committer import CommitOutcome, Committer, PipelineState, WrittenFile
 from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute, is_small_batch, plan_estimated_bytes
-from icetide.sink.evolution import SchemaChange, evolved_schema, plan_change
+from icetide.sink.evolution import SchemaChange, evolved_schema, fits_column, plan_change
 from icetide.sink.writer import (
     EXECUTOR_ERROR_MARKER,
     WRITTEN_FILE_DDL,
     SpecLayout,
     WriterConfig,
     file_prefix,
-    filesystem_for,
+    remove_files,
     writer_function,
 )
 from icetide.spark.py4j_collections import java_list
@@ -38,11 +37,9 @@ from icetide.table.iceberg import (
     spec_fields,
     table_property,
 )
-from icetide.table.spec import PartitionTransform
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType
 
 log = logging.getLogger(__name__)
 
@@ -62,43 +59,6 @@ WRITER_PROPERTIES = (
 OLD_SPEC_COLUMN_PREFIX = "_icetide_s"  # partition values under an earlier spec: _icetide_s<spec id>_<i>
 
 
-@dataclass(frozen=True)
-class BatchResult:
-    """What one UpsertSink.write did."""
-
-    batch_id: int
-    committed: bool
-    snapshot_id: int | None
-    data_files: int
-    delete_files: int
-    rows_written: int
-    delete_rows: int
-    bytes_written: int
-    write_seconds: float  # the write job: executors write the batch's files
-    commit_seconds: float  # the catalog commit, its retries included
-    files_per_partition: dict[str, int]
-    skipped_reason: str = ""
-    writers: tuple[str, ...] = ()  # host:pid of the processes that wrote the files
-    plan_seconds: float = 0.0  # preparing the batch and its distribution (the statistics job)
-    refresh_seconds: float = 0.0  # reading the table's committed state, before writing and committing
-
-    @property
-    def total_seconds(self) -> float:
-        """The batch's time in the sink, all phases."""
-        return self.plan_seconds + self.write_seconds + self.refresh_seconds + self.commit_seconds
-
-
-@dataclass(frozen=True)
-class WriterPlan:
-    """What writer tasks outside the sink need to stage a batch: its writer config, and the columns
-    to add to the batch with the partition transform that computes each (None: a void field, null);
-    the current spec's columns (PARTITION_COLUMN_PREFIX<i>) first, then those of each earlier spec
-    the batch's deletes are also written under (OLD_SPEC_COLUMN_PREFIX<spec id>_<i>)."""
-
-    writer: WriterConfig
-    partitions: tuple[tuple[str, PartitionTransform | None], ...]
-
-
 def _check_write_settings(distribution: str | None, write_parallelism: int | None) -> None:
     """Raise ConfigError naming the key when a distribution or write parallelism is not one the sink
     takes (None: not given)."""
@@ -106,36 +66,6 @@ def _check_write_settings(distribution: str | None, write_parallelism: int | Non
         raise ConfigError(f"distribution: {distribution!r} is not one of {', '.join(DISTRIBUTIONS)}")
     if write_parallelism is not None and write_parallelism < 1:
         raise ConfigError("write_parallelism: must be at least 1")
-
-
-def fits_column(source: DataType, target: DataType) -> bool:
-    """May a batch column of type `source` be written to a table column of type `target`?"""
-    from pyspark.sql import types as T
-
-    if source == target or isinstance(source, T.NullType):
-        return True
-    integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
-    if isinstance(source, integral) and isinstance(target, integral):
-        return integral.index(type(source)) <= integral.index(type(target))
-    if isinstance(source, T.FloatType) and isinstance(target, T.DoubleType):
-        return True
-    if isinstance(source, (*integral, T.DecimalType)) and isinstance(target, T.DoubleType):
-        return True
-    if isinstance(source, integral) and isinstance(target, T.DecimalType):
-        return True
-    if isinstance(source, T.DecimalType) and isinstance(target, T.DecimalType):
-        return source.scale <= target.scale and source.precision - source.scale <= target.precision - target.scale
-    if isinstance(source, T.TimestampNTZType | T.DateType) and isinstance(target, T.TimestampType):
-        return True
-    if isinstance(source, T.StructType) and isinstance(target, T.StructType):
-        return [f.name for f in source.fields] == [f.name for f in target.fields] and all(
-            fits_column(s.dataType, t.dataType) for s, t in zip(source.fields, target.fields, strict=True)
-        )
-    if isinstance(source, T.ArrayType) and isinstance(target, T.ArrayType):
-        return fits_column(source.elementType, target.elementType)
-    if isinstance(source, T.MapType) and isinstance(target, T.MapType):
-        return fits_column(source.keyType, target.keyType) and fits_column(source.valueType, target.valueType)
-    return False
 
 
 def _executor_message(exc: BaseException) -> str | None:
@@ -612,19 +542,3 @@ class UpsertSink:
                 "deleted %d file(s) of uncommitted batches after %s of pipeline %s", removed, last, self.pipeline_id
             )
         return removed
-
-
-def remove_files(location: str, doomed: Callable[[str], bool]) -> int:
-    """Delete the files under `location` whose names `doomed` picks; returns how many."""
-    import pyarrow.fs as pafs
-
-    fs, base = filesystem_for(location)
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    except OSError:
-        log.debug("could not list %s", base, exc_info=True)
-        return 0
-    paths = [i.path for i in infos if i.type == pafs.FileType.File and doomed(i.base_name)]
-    for path in paths:
-        fs.delete_file(path)
-    return len(paths)

@@ -7,11 +7,12 @@ yields one small metadata row per file it wrote, which is all the driver ever se
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from urllib.parse import quote
@@ -25,6 +26,8 @@ import pyarrow.parquet as pq
 from icetide.sink.changelog import BadOperationError, collapse
 from icetide.sink.metrics import FileStats, content_file_json, partition_json_value
 from icetide.spark.worker_imports import keep_zip_directories
+
+log = logging.getLogger(__name__)
 
 EXECUTOR_ERROR_MARKER = "[icetide] "
 WRITER_ID = f"{socket.gethostname()}:{os.getpid()}"  # which process wrote a file, for debugging
@@ -325,3 +328,19 @@ def writer_function(config: WriterConfig) -> object:
         yield write_task(batches, config, f"{tag}-{uuid.uuid4().hex[:8]}")
 
     return run
+
+
+def remove_files(location: str, doomed: Callable[[str], bool]) -> int:
+    """Delete the files under `location` whose names `doomed` picks; returns how many."""
+    import pyarrow.fs as pafs
+
+    fs, base = filesystem_for(location)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except OSError:
+        log.debug("could not list %s", base, exc_info=True)
+        return 0
+    paths = [i.path for i in infos if i.type == pafs.FileType.File and doomed(i.base_name)]
+    for path in paths:
+        fs.delete_file(path)
+    return len(paths)

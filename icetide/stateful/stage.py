@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, SchemaError
 from icetide.faults import crash_point
+from icetide.sink.batch import BatchResult
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT
-from icetide.sink.sink import BatchResult, UpsertSink
+from icetide.sink.sink import UpsertSink
 from icetide.spark.state_store import PROVIDER_CLASS, provider_loaded, state_store_provider
 from icetide.stateful.enrich import Enrichment
 from icetide.stateful.merge import (

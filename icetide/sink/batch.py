@@ -1,0 +1,46 @@
+"""What a sink batch is staged with and what writing it did: plain values shared by the sink and
+the pipelines that stage batches outside it (pipeline/fast_append.py, pipeline/sync_fast.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icetide.sink.writer import WriterConfig
+from icetide.table.spec import PartitionTransform
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one UpsertSink.write did."""
+
+    batch_id: int
+    committed: bool
+    snapshot_id: int | None
+    data_files: int
+    delete_files: int
+    rows_written: int
+    delete_rows: int
+    bytes_written: int
+    write_seconds: float  # the write job: executors write the batch's files
+    commit_seconds: float  # the catalog commit, its retries included
+    files_per_partition: dict[str, int]
+    skipped_reason: str = ""
+    writers: tuple[str, ...] = ()  # host:pid of the processes that wrote the files
+    plan_seconds: float = 0.0  # preparing the batch and its distribution (the statistics job)
+    refresh_seconds: float = 0.0  # reading the table's committed state, before writing and committing
+
+    @property
+    def total_seconds(self) -> float:
+        """The batch's time in the sink, all phases."""
+        return self.plan_seconds + self.write_seconds + self.refresh_seconds + self.commit_seconds
+
+
+@dataclass(frozen=True)
+class WriterPlan:
+    """What writer tasks outside the sink need to stage a batch: its writer config, and the columns
+    to add to the batch with the partition transform that computes each (None: a void field, null);
+    the current spec's columns (PARTITION_COLUMN_PREFIX<i>) first, then those of each earlier spec
+    the batch's deletes are also written under (OLD_SPEC_COLUMN_PREFIX<spec id>_<i>)."""
+
+    writer: WriterConfig
+    partitions: tuple[tuple[str, PartitionTransform | None], ...]
