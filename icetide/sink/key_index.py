@@ -6,8 +6,9 @@ table only, and always rebuildable from it:
 
 - `build` reads the key columns with `_file` and `_pos` through Spark at the current snapshot
   (Spark applies every delete): the one step whose cost follows the table, run when a process
-  starts writing and whenever catching up cannot (an equality delete from another writer, the
-  snapshot it was at expired or rolled back).
+  starts writing without a usable persisted copy (`key_index_copy.py`) and whenever catching
+  up cannot (an equality delete from another writer, the snapshot it was at expired or rolled
+  back).
 - `catch_up` walks the snapshots committed since, oldest first, whoever made them (this
   stream's own batches, compaction, delete folding, Spark's DELETE): removed data files drop
   their rows, added data files add theirs (key columns read with pyarrow, row i at position i),
@@ -135,15 +136,26 @@ class KeyIndex:
         file_ids = remap.take(encoded.indices) if len(encoded) else pa.array([], pa.int32())
         index.rows = index_form(rows.select(index.names)).append_column("file", file_ids)
         index.rows = index.rows.append_column("pos", rows["pos"].cast(pa.int64()))
-        tasks = jtable.newScan().useSnapshot(index.snapshot_id).planFiles()
+        index.resolve_files(table_name, jtable)
+        log.info(
+            "built the key index of %s at snapshot %s: %d keys", table_name, index.snapshot_id, index.rows.num_rows
+        )
+        return index
+
+    def resolve_files(self, table_name: str, jtable: Any) -> None:
+        """Fill `data_files` and `vectors` from the manifests of `snapshot_id` (a scan plan: its
+        cost follows the number of files, not of rows). ConfigError when a data file still has
+        Parquet position deletes from before format v3."""
+        self.data_files, self.vectors = {}, {}
+        tasks = jtable.newScan().useSnapshot(self.snapshot_id).planFiles()
         try:
             for task in java_iter(tasks):
                 data_file = task.file().copy()
                 path = str(data_file.location())
-                index.data_files[path] = data_file
+                self.data_files[path] = data_file
                 for d in java_iter(task.deletes()):
                     if is_vector(d):
-                        index.vectors[path] = d.copy()
+                        self.vectors[path] = d.copy()
                     elif d.content().toString() == "POSITION_DELETES":
                         raise ConfigError(
                             f"deletes: vectors: {table_name} still has position-delete files from before format v3; "
@@ -151,10 +163,6 @@ class KeyIndex:
                         )
         finally:
             tasks.close()
-        log.info(
-            "built the key index of %s at snapshot %s: %d keys", table_name, index.snapshot_id, index.rows.num_rows
-        )
-        return index
 
     # -- following commits ------------------------------------------------------------------
 

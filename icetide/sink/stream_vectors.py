@@ -11,7 +11,9 @@ Exactly once as before: the committer's batch check runs first, on every attempt
 staged per attempt on the snapshot the attempt builds on (the index caught up to it), and that
 attempt's Puffin file is deleted when it loses a race or fails, kept when its outcome is unknown.
 The index is only a cache of the table: after an unknown outcome it is dropped, and a new process
-(after a crash) builds it again from the table.
+(after a crash) starts from the newest persisted copy of it that is still at an ancestor of the
+table's snapshot (`key_index_copy.py`, written every few batches after the batch landed) and
+catches up from there, or builds it again from the table when no copy is usable.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pyarrow as pa
 from icetide.errors import ConfigError
 from icetide.faults import crash_point
 from icetide.sink.key_index import IndexOutOfDate, KeyIndex, index_form, spark_form
+from icetide.sink.key_index_copy import COPY_EVERY_BATCHES_DEFAULT, copy_every_batches, load_copy, write_copy
 from icetide.sink.keys import read_by_field_id
 from icetide.sink.vectors import plan_vector, write_vectors
 from icetide.table.iceberg import format_version, key_field_ids
@@ -55,10 +58,12 @@ class StreamVectors:
         self.spark = spark
         self.table_name = table_name
         self.index: KeyIndex | None = None
+        self.copy_every = COPY_EVERY_BATCHES_DEFAULT  # batches between two copies of the index, 0: never
+        self._since_copy = 0  # batches the index followed since it was built, loaded or copied
 
-    @staticmethod
-    def check_table(table_name: str, jtable: Any) -> None:
-        """Refuse a table that cannot take DVs (format v2) or whose key the index cannot hold."""
+    def check_table(self, table_name: str, jtable: Any) -> None:
+        """Refuse a table that cannot take DVs (format v2) or whose key the index cannot hold;
+        read how often the index is copied (ConfigError naming the property if it is bad)."""
         version = format_version(jtable)
         if version < 3:
             raise ConfigError(
@@ -68,6 +73,7 @@ class StreamVectors:
         schema = jtable.schema()
         for field_id in key_field_ids(jtable):
             spark_form(schema.findField(field_id))
+        self.copy_every = copy_every_batches(table_name, jtable)
 
     def batch_keys(self, jtable: Any, equality_delete_paths: Sequence[str]) -> pa.Table:
         """The batch's keys, read back from its (uncommitted) equality-delete files."""
@@ -100,7 +106,8 @@ class StreamVectors:
         )
 
     def landed(self, jtable: Any, batch_id: int) -> None:
-        """After the batch committed: the index follows it (reads its new data files' keys)."""
+        """After the batch committed: the index follows it (reads its new data files' keys), and
+        every `copy_every` batches a copy of it is written (a failure there is only logged)."""
         try:
             self._caught_up(jtable)
         except Exception:  # the batch is committed; the next one builds the index again
@@ -108,6 +115,16 @@ class StreamVectors:
             log.debug("key index catch-up", exc_info=True)
             self.index = None
         crash_point("after_index_update", batch_id)
+        if self.index is None:
+            return
+        self._since_copy += 1
+        if self.copy_every and self._since_copy >= self.copy_every:
+            self._since_copy = 0  # a failed copy is tried again `copy_every` batches later
+            try:
+                write_copy(jtable, self.index)
+            except Exception as exc:  # only a cache: the batch stands, a restart builds the index
+                log.warning("could not write a copy of the key index of %s: %s", self.table_name, exc)
+                log.debug("key index copy", exc_info=True)
 
     def forget(self) -> None:
         """Drop the index (an outcome is unknown): the next batch builds it from the table."""
@@ -126,7 +143,28 @@ class StreamVectors:
             try:
                 self.index.catch_up(self.spark, jtable)
                 return self.index
-            except IndexOutOfDate as exc:
+            except IndexOutOfDate as exc:  # a copy is older still: it could not follow either
                 log.info("key index of %s: %s; building it again", self.table_name, exc)
+        else:
+            self.index = self._from_copy(jtable)
+            if self.index is not None:
+                return self.index
         self.index = KeyIndex.build(self.spark, self.table_name, jtable)
+        self._since_copy = 0
         return self.index
+
+    def _from_copy(self, jtable: Any) -> KeyIndex | None:
+        """The index from its newest usable copy, caught up to the table; None to build it."""
+        index = load_copy(self.table_name, jtable)
+        if index is None:
+            return None
+        copied_at = index.snapshot_id
+        try:
+            followed = index.catch_up(self.spark, jtable)
+        except Exception as exc:  # IndexOutOfDate, or a file it needs is gone: build instead
+            log.info("the key index copy of %s at snapshot %s cannot catch up (%s)", self.table_name, copied_at, exc)
+            log.debug("key index copy catch-up", exc_info=True)
+            return None
+        log.info("key index of %s: copy at snapshot %s caught up %d snapshot(s)", self.table_name, copied_at, followed)
+        self._since_copy = 0
+        return index
