@@ -156,6 +156,7 @@ def run_debezium(events: int, warehouse: str, broker_log: Any, max_records: int,
         spark = bench_session(warehouse)
         results: dict[str, list[float]] = {name: [] for name in VARIANTS}
         paths: dict[str, set[str]] = {name: set() for name in VARIANTS}
+        by_kind: dict[str, dict[str, float]] = {name: {} for name in VARIANTS}  # CPU seconds by process kind
         sizes = (0, 0)
         # Round -1 warms the JVM up on every path and is not counted.
         for r in range(-1, rounds):
@@ -172,14 +173,18 @@ def run_debezium(events: int, warehouse: str, broker_log: Any, max_records: int,
                 table = name.replace(",", "").replace(" ", "_")
                 cfg = config(bootstrap, topics[source], f"{table}_{r + 1}", fmt, schema, max_records, mode, fast_path)
                 runner = Runner(cfg, spark)
-                busy = sum(process_cpu_seconds().values())
+                before = process_cpu_seconds()
                 summary = runner.run(once=True, handle_signals=False)
-                core_seconds = sum(process_cpu_seconds().values()) - busy
+                after = process_cpu_seconds()
+                core_seconds = sum(after.values()) - sum(before.values())
                 rows = sum(b.records_in for b in summary.batches)
                 assert rows == count and sum(b.bad_records for b in summary.batches) == 0, (name, rows)
                 if r >= 0:
                     results[name].append(rows / core_seconds)
                     paths[name] |= {b.path.split(":")[0] for b in summary.batches}
+                    for kind, seconds in after.items():
+                        spent = by_kind[name].get(kind, 0.0) + seconds - before.get(kind, 0.0)
+                        by_kind[name][kind] = spent
         spark.stop()
     table = render_table(
         ["pipeline", "message bytes", "paths", "rows/s per core (median)", "runs"],
@@ -194,6 +199,12 @@ def run_debezium(events: int, warehouse: str, broker_log: Any, max_records: int,
             for name in VARIANTS
         ],
     )
+    per_million = 1_000_000 / (events * rounds)
+    cpu_lines = "\n".join(
+        f"- {LABELS[name]}: "
+        + ", ".join(f"{kind} {seconds * per_million:.1f}" for kind, seconds in sorted(by_kind[name].items()))
+        for name in VARIANTS
+    )
     m = {name: median(values) for name, values in results.items()}
     return (
         f"{events:,} rows, 4 Kafka partitions (Tansu on 127.0.0.1), batches of up to "
@@ -202,7 +213,8 @@ def run_debezium(events: int, warehouse: str, broker_log: Any, max_records: int,
         f"Debezium upsert on the fast path / plain JSON append fast path: "
         f"{m['debezium, fast path'] / m['json append']:.2f}x (target: at least 0.4x); "
         f"Debezium fast path / Debezium Spark path: {m['debezium, fast path'] / m['debezium, Spark path']:.2f}x; "
-        f"Debezium Spark path / plain JSON upsert: {m['debezium, Spark path'] / m['json upsert']:.2f}x.\n"
+        f"Debezium Spark path / plain JSON upsert: {m['debezium, Spark path'] / m['json upsert']:.2f}x.\n\n"
+        f"CPU seconds per million rows, by process (all rounds):\n\n{cpu_lines}\n"
     )
 
 
