@@ -123,7 +123,8 @@ def split_ranges(ranges: list[OffsetRange], tasks: int) -> list[list[OffsetRange
 
 @dataclass(frozen=True)
 class _Block:
-    """Consecutive messages of one range, and their payloads joined by newlines (None: a tombstone)."""
+    """Consecutive messages of one range, and their payloads joined by newlines (None: a tombstone,
+    or a reader that does not join)."""
 
     where: str  # "topic/partition@", for dead-letter positions
     messages: list[Any]
@@ -141,9 +142,10 @@ class BlockReader:
     overlaps the decode of the current one. At most QUEUED_BLOCKS blocks wait in the queue.
     """
 
-    def __init__(self, config: AppendTaskConfig, ranges: list[OffsetRange]) -> None:
+    def __init__(self, config: AppendTaskConfig, ranges: list[OffsetRange], *, join: bool = True) -> None:
         self.config = config
         self.ranges = ranges
+        self.join = join  # False: blocks without joined payloads, for a reader that takes messages one by one
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUED_BLOCKS)
         self.stopping = threading.Event()
         self.cpu_seconds = 0.0
@@ -208,10 +210,10 @@ class BlockReader:
                 )
                 where = f"{r.topic}/{r.partition}@"
                 for messages in reader.message_blocks():
-                    try:  # in C: no Python list of the payloads
-                        joined: bytes | None = b"\n".join(map(value, messages))
-                    except TypeError:  # a tombstone (null value)
-                        joined = None
+                    joined: bytes | None = None
+                    if self.join:
+                        with contextlib.suppress(TypeError):  # TypeError: a tombstone (null value)
+                            joined = b"\n".join(map(value, messages))  # in C: no Python list of the payloads
                     if not self._put(_Block(where, messages, joined)):
                         return
             finally:

@@ -125,41 +125,52 @@ def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping
     return template.format(**{k: identifier_part(v) for k, v in values.items()})
 
 
+@dataclass
+class _Destination:
+    """Where a block's events for one table go, resolved once per block and table, not per message."""
+
+    share: TableShare
+    rows: TableRows | None  # None: a table to create, whose messages are sampled
+    held: int = -1  # offsets of the block's partition below this are in the table
+    by_source: bool = False  # its collapse orders by the events' source order
+
+
 def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> SyncTaskResult:
     """Read, decode, route and write one task's ranges (on an executor)."""
     result = SyncTaskResult()
-    reader_of = EnvelopeReader(config.limits)
+    read = EnvelopeReader(config.limits).read
     avro = messages_for(config.avro) if config.avro is not None else None
-    needed = table_name_placeholders(config.template)
+    template, evolving = config.template, config.evolving
+    needed = table_name_placeholders(template)
+    by_topic = set(needed) <= {"topic"}  # the route needs no source field: one table per block
     rows: dict[str, TableRows] = {}
+    records = 0  # tombstones too, as the Spark path counts a batch's records
     started = time.thread_time()
     try:
-        with BlockReader(config, ranges) as reader:  # type: ignore[arg-type]
+        with BlockReader(config, ranges, join=False) as reader:  # type: ignore[arg-type]
             for block in reader.blocks():
                 topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
-                partition = int(partition_text)
+                feed = (topic, int(partition_text))
+                destinations: dict[str, _Destination] = {}
+                fixed = route_of(template, needed, topic, {}) if by_topic else None
                 for message in block.messages:
-                    result.records += 1  # tombstones too, as the Spark path counts a batch's records
+                    records += 1
                     value = message.value()
                     if avro is not None:
                         envelope = avro.envelope(message.key(), value)
                     elif value is None:
                         continue
                     else:
-                        envelope = reader_of.read(value)
+                        envelope = read(value)
                     if envelope is None:
                         continue
-                    name = route_of(config.template, needed, topic, envelope.source)
-                    share = result.tables.get(name)
-                    if share is None:
-                        share = result.tables[name] = TableShare()
-                    share.records += 1
-                    share.feeds.add((topic, partition))
-                    table = config.tables.get(name)
-                    if table is None:
-                        if name in config.elsewhere:
-                            raise NotHere(f"table {name}: {config.elsewhere[name]}")
-                        samples = result.new_tables.setdefault(name, [])
+                    name = fixed if fixed is not None else route_of(template, needed, topic, envelope.source)
+                    to = destinations.get(name)
+                    if to is None:
+                        to = destinations[name] = _destination(config, result, rows, name, feed)
+                    to.share.records += 1
+                    if to.rows is None:
+                        samples = result.new_tables[name]
                         key = message.key()
                         if key is not None and len(samples) < SAMPLE_MESSAGES:  # a table is made from a keyed one
                             if avro is not None:  # as the JSON converter's messages: what the table is made from
@@ -168,20 +179,17 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                                 samples.append((key, value))
                         continue
                     offset = message.offset()
-                    if offset < table.held.get((topic, partition), -1):
+                    if offset < to.held:
                         continue
-                    collected = rows.get(name)
-                    if collected is None:
-                        w = table.writer
-                        collected = rows[name] = TableRows(w.table_schema, w.key, config.op_mode, config.conversions)
-                    order = source_order(envelope.source, envelope.ts_ms, offset) if _orders_by_source(table) else ""
-                    collected.add(envelope, order, evolving=config.evolving)
+                    order = source_order(envelope.source, envelope.ts_ms, offset) if to.by_source else ""
+                    to.rows.add(envelope, order, evolving=evolving)
     except NotHere as exc:
-        return SyncTaskResult(not_here=str(exc), records=result.records)
+        return SyncTaskResult(not_here=str(exc), records=records)
     except (SourceError, SourceAccessError):
         raise  # the source's failure (the schema registry's too), as on the Spark path
     except Exception as exc:  # a record the decoder did not foresee: the Spark path reads the batch
-        return SyncTaskResult(not_here=f"the fast decoder failed: {one_line(exc)}", records=result.records)
+        return SyncTaskResult(not_here=f"the fast decoder failed: {one_line(exc)}", records=records)
+    result.records = records
     result.decode_seconds = time.thread_time() - started
     if result.new_tables:
         return result
@@ -193,9 +201,31 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
             share.files = _write_table(collected.table(), config.tables[name], tag)
     except (NotHere, WriteError, ValueError, TypeError, pa.ArrowException) as exc:
         # Files already written are found again by their batch prefix and deleted by the driver.
-        return SyncTaskResult(not_here=f"writing failed: {one_line(exc)}", records=result.records, wrote=True)
+        return SyncTaskResult(not_here=f"writing failed: {one_line(exc)}", records=records, wrote=True)
     result.write_seconds = time.perf_counter() - writing
     return result
+
+
+def _destination(
+    config: SyncTaskConfig, result: SyncTaskResult, rows: dict[str, TableRows], name: str, feed: tuple[str, int]
+) -> _Destination:
+    """Table `name`'s share, rows and held offset for a block from topic-partition `feed`; NotHere
+    for a table the fast path cannot write."""
+    share = result.tables.get(name)
+    if share is None:
+        share = result.tables[name] = TableShare()
+    share.feeds.add(feed)
+    table = config.tables.get(name)
+    if table is None:
+        if name in config.elsewhere:
+            raise NotHere(f"table {name}: {config.elsewhere[name]}")
+        result.new_tables.setdefault(name, [])
+        return _Destination(share, None)
+    collected = rows.get(name)
+    if collected is None:
+        w = table.writer
+        collected = rows[name] = TableRows(w.table_schema, w.key, config.op_mode, config.conversions)
+    return _Destination(share, collected, table.held.get(feed, -1), _orders_by_source(table))
 
 
 def _orders_by_source(table: SyncTable) -> bool:
