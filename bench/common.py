@@ -87,3 +87,13 @@ def report(title: str, body: str, *, save: bool) -> None:
     print(body)
     if save:
         record(title, body)
+
+
+def produce_waiting(producer: Any, topic: str, **record: Any) -> None:
+    """`producer.produce(topic, **record)`, waiting for room while the producer's queue is full."""
+    while True:
+        try:
+            producer.produce(topic, **record)
+            return
+        except BufferError:
+            producer.poll(0.05)

@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_session, in_temp_warehouse, median, parser, render_table, report, timed
+from bench.common import bench_session, in_temp_warehouse, median, parser, produce_waiting, render_table, report, timed
 
 SCHEMA = (
     "event_id STRING NOT NULL, event_time TIMESTAMP NOT NULL, ad_id BIGINT, campaign_id BIGINT, country STRING, "
@@ -130,12 +130,7 @@ def produce(bootstrap: str, topic: str, start: int, count: int, rate: float | No
     )
     began = time.monotonic()
     for i in range(start, start + count):
-        while True:
-            try:
-                producer.produce(topic, value=event(i, int(time.time() * 1000)), partition=i % 4)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, value=event(i, int(time.time() * 1000)), partition=i % 4)
         if rate and i % 500 == 0:
             ahead = (i - start) / rate - (time.monotonic() - began)
             if ahead > 0:

@@ -26,7 +26,7 @@ import random
 import time
 from typing import Any
 
-from bench.common import median, render_table
+from bench.common import median, produce_waiting, render_table
 
 WARM_UP_EVENTS = 20_000
 KEY_SCHEMA = {
@@ -62,12 +62,7 @@ def produce_both(bootstrap: str, registry_url: str, json_topic: str, avro_topic:
         sizes[0] += len(value)
         sizes[1] += len(avro_value)
         for topic, k, v in ((json_topic, key, value), (avro_topic, avro_key, avro_value)):
-            while True:
-                try:
-                    producer.produce(topic, key=k, value=v, partition=i % 4)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce_waiting(producer, topic, key=k, value=v, partition=i % 4)
     producer.flush(120)
     return sizes[0] // count, sizes[1] // count
 

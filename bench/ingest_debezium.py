@@ -17,7 +17,7 @@ import random
 import time
 from typing import Any
 
-from bench.common import median, render_table
+from bench.common import median, produce_waiting, render_table
 
 WARM_UP_EVENTS = 20_000
 
@@ -89,12 +89,7 @@ def produce_both(bootstrap: str, plain_topic: str, dbz_topic: str, count: int, e
         sizes[0] += len(plain)
         sizes[1] += len(dbz)
         for topic, value in ((plain_topic, plain), (dbz_topic, dbz)):
-            while True:
-                try:
-                    producer.produce(topic, value=value, partition=i % 4)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce_waiting(producer, topic, value=value, partition=i % 4)
     producer.flush(120)
     return sizes[0] // count, sizes[1] // count
 

@@ -16,7 +16,7 @@ import json
 import time
 from typing import Any
 
-from bench.common import median, render_table
+from bench.common import median, produce_waiting, render_table
 from bench.ingest_debezium import debezium_event
 
 
@@ -39,12 +39,7 @@ def produce_tables(bootstrap: str, prefix: str, tables: int, per_table: int, eve
             assert named != value, "the source block's table name was not found"  # else all go to one table
             value = named
             for target, partition in ((topic, 0), (single, n % 4)):
-                while True:
-                    try:
-                        producer.produce(target, value=value, partition=partition)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+                produce_waiting(producer, target, value=value, partition=partition)
             n += 1
             del j
     producer.flush(300)

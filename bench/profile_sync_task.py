@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import in_temp_warehouse, median, parser, render_table
+from bench.common import in_temp_warehouse, median, parser, produce_waiting, render_table
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> int:
@@ -43,12 +43,7 @@ def _produce(bootstrap: str, topic: str, count: int) -> int:
     for i in range(count):
         value = debezium_event(json.loads(event(i, now)), i)
         size += len(value)
-        while True:
-            try:
-                producer.produce(topic, value=value, partition=i % 4)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, value=value, partition=i % 4)
     producer.flush(120)
     return size // count
 

@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, bench_session, parser, render_table, report
+from bench.common import ROOT, bench_session, parser, produce_waiting, render_table, report
 
 SCHEMA = "k STRING NOT NULL, n BIGINT, amount DOUBLE, tag STRING, ts TIMESTAMP, produced_at TIMESTAMP"
 COLUMNS = ["k", "n", "amount", "tag", "ts", "produced_at"]
@@ -298,12 +298,7 @@ class Stream:
                     if err is not None or msg.offset() != want:
                         mismatches.append(f"{part}@{want}: {err or msg.offset()}")
 
-                while True:
-                    try:
-                        producer.produce(TOPIC, key=key, value=value, partition=p, on_delivery=landed)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+                produce_waiting(producer, TOPIC, key=key, value=value, partition=p, on_delivery=landed)
                 count += 1
             producer.flush(300)
         if mismatches:
