@@ -304,12 +304,23 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     with console.status("starting Spark ...") if console.is_terminal else _nothing():
         spark, table, _ = _table_session(args)
     while True:
-        with progress_view(console) as progress:
-            progress_callback = progress if args.progress else None
-            report = maintain(spark, table, policy, progress=progress_callback)
-            orphans = (
-                remove_orphan_files(spark, table, dry_run=False, progress=progress_callback) if args.orphans else None
-            )
+        try:
+            with progress_view(console) as progress:
+                progress_callback = progress if args.progress else None
+                report = maintain(spark, table, policy, progress=progress_callback)
+                orphans = (
+                    remove_orphan_files(spark, table, dry_run=False, progress=progress_callback)
+                    if args.orphans
+                    else None
+                )
+        except Exception as exc:
+            if every is None:
+                raise  # once: an error ends the command
+            # With --every, beside a running pipeline: a failed run is named and the next one comes.
+            log.debug("maintenance of %s failed", table, exc_info=True)
+            console.print(f"{table}: maintenance failed: {scrub(one_line(exc))}", highlight=False, soft_wrap=True)
+            time.sleep(every)
+            continue
         for line in report.lines():
             console.print(f"{table}: {line}", highlight=False, soft_wrap=True)
         if orphans is not None:

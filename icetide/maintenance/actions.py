@@ -11,12 +11,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icetide.spark.py4j_collections import java_iter
-from icetide.table.iceberg import jvm, load_table
+from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+MANIFEST_REWRITE_ATTEMPTS = 3
+_LOST_RACE = (
+    "org.apache.iceberg.exceptions.ValidationException",  # a concurrent commit replaced its manifests
+    "org.apache.iceberg.exceptions.CommitFailedException",
+)
 
 
 def _actions(spark: SparkSession) -> Any:
@@ -25,10 +31,12 @@ def _actions(spark: SparkSession) -> Any:
 
 @dataclass(frozen=True)
 class ManifestRewriteResult:
-    """Manifests replaced and written by a manifest rewrite."""
+    """Manifests replaced and written by a manifest rewrite; `skipped` says why none were, when
+    every attempt lost its race with concurrent commits (the next pass tries again)."""
 
     rewritten: int
     added: int
+    skipped: str = ""
 
 
 def rewrite_manifests(spark: SparkSession, table: str) -> ManifestRewriteResult:
@@ -36,15 +44,28 @@ def rewrite_manifests(spark: SparkSession, table: str) -> ManifestRewriteResult:
 
     Guarantees: the table's rows and files are unchanged; only how they are listed changes.
     A stream commits one manifest per batch, so planning slows with the batch count until
-    this runs.
+    this runs. A commit beside it that replaces manifests it planned to replace (the stream's
+    own manifest merging, another maintenance run) makes Iceberg refuse the rewrite; it is
+    planned again from the new snapshot, up to MANIFEST_REWRITE_ATTEMPTS times, then skipped:
+    a manifest rewrite is never worth failing a maintenance pass.
     """
     jtable = load_table(spark, table)
-    jtable.refresh()
-    result = _actions(spark).rewriteManifests(jtable).execute()
-    rewritten = sum(1 for _ in java_iter(result.rewrittenManifests()))
-    added = sum(1 for _ in java_iter(result.addedManifests()))
-    log.info("rewrote %d manifest(s) of %s into %d", rewritten, table, added)
-    return ManifestRewriteResult(rewritten=rewritten, added=added)
+    lost = ""
+    for attempt in range(1, MANIFEST_REWRITE_ATTEMPTS + 1):
+        jtable.refresh()
+        try:
+            result = _actions(spark).rewriteManifests(jtable).execute()
+        except Exception as exc:
+            if java_exception_class(exc) not in _LOST_RACE:
+                raise
+            lost = java_message(exc)
+            log.info("manifest rewrite of %s lost a race (attempt %d): %s", table, attempt, lost)
+            continue
+        rewritten = sum(1 for _ in java_iter(result.rewrittenManifests()))
+        added = sum(1 for _ in java_iter(result.addedManifests()))
+        log.info("rewrote %d manifest(s) of %s into %d", rewritten, table, added)
+        return ManifestRewriteResult(rewritten=rewritten, added=added)
+    return ManifestRewriteResult(0, 0, skipped=f"concurrent commits won {MANIFEST_REWRITE_ATTEMPTS} times ({lost})")
 
 
 def remove_dangling_deletes(spark: SparkSession, table: str) -> int:

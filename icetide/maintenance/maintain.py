@@ -140,7 +140,9 @@ class MaintenanceReport:
             )
         if self.dangling_deletes_removed:
             out.append(f"removed {self.dangling_deletes_removed} dangling delete file(s)")
-        if self.manifests is not None:
+        if self.manifests is not None and self.manifests.skipped:
+            out.append(f"manifest rewrite skipped: {self.manifests.skipped}")
+        elif self.manifests is not None:
             out.append(f"rewrote {self.manifests.rewritten} manifests into {self.manifests.added}")
         if self.expiry is not None and self.expiry.expired_snapshots:
             out.append(f"expired {self.expiry.expired_snapshots} snapshot(s), {self.expiry.snapshots_left} left")
