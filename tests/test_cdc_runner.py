@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from icetide.config import PipelineConfig
+from icetide.errors import IcetideError, one_line
 from icetide.pipeline.runner import Runner
 from tests.commands import crash_and_restart, warehouse_reader
 from tests.debezium_messages import ProductsStream, apply_changes
@@ -158,3 +160,28 @@ def test_dead_letters_hold_the_whole_record_when_the_schema_was_split_off(spark:
     assert sorted(r["payload"].encode() for r in letters) == sorted(bad)
     assert any(r["error"].startswith("column weight") for r in letters)
     assert rows_of(spark, config.table.name) == model_of(records)
+
+
+def test_a_failed_fast_path_job_names_the_pipeline_and_its_table(spark: Any, kafka_broker: str, warehouse: str) -> None:
+    """A batch whose sync fast path job fails for real (the table's data directory is a file: no
+    task can write under it, not even as root) fails with one line that names the pipeline and
+    the table, and the root cause; nothing is committed."""
+    records, _ = cdc_stream(seed=5, count=20)
+    inserts = [r for r in records if r[2] is not None and json.loads(r[2])["payload"]["op"] in "cr"]
+    topic = create_topic(kafka_broker, partitions=1, prefix="cdc")
+    produce(kafka_broker, topic, inserts[:5])
+    config = PipelineConfig.from_dict(doc("unwritable", kafka_broker, topic))
+    first = Runner(config, spark).run(once=True, handle_signals=False)
+    assert [b.path for b in first.batches] == ["fast"]
+    data = Path(warehouse) / "cdc" / "unwritable" / "data"
+    shutil.rmtree(data)
+    data.write_text("a file where the table's data directory was")
+    produce(kafka_broker, topic, inserts[5:])
+    runner = Runner(config, spark)
+    with pytest.raises(IcetideError) as failed:
+        runner.run(once=True, handle_signals=False)
+    line = one_line(failed.value)
+    assert line.startswith("pipeline unwritable, table lake.cdc.unwritable: writing batch 2 failed: "), line
+    assert str(data) in line and line.endswith("nothing was committed"), line
+    assert "\n" not in line
+    assert runner.last_committed_batch() == 1

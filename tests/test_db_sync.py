@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import shutil
 import threading
 import time
 import uuid
@@ -28,7 +29,7 @@ import pytest
 import yaml
 
 from icetide.config import PipelineConfig, load_config
-from icetide.errors import ConfigError
+from icetide.errors import ConfigError, IcetideError, one_line
 from icetide.pipeline.sync import SyncBatchMetrics, SyncRunner
 from tests.commands import crash_and_restart, run_cli, warehouse_reader
 from tests.debezium_messages import messages
@@ -466,6 +467,35 @@ def test_every_table_equals_its_source_after_kill_9(
     listed = {s["table"]: s for s in json.loads(status.stdout)}
     assert {f"lake.{namespace}.{t}" for t in streams} < set(listed)
     assert all(listed[f"lake.{namespace}.{t}"]["lag"] == 0 for t in streams)
+
+
+def test_a_failed_fast_path_job_names_the_tables_of_the_batch(spark: Any, kafka_broker: str, warehouse: str) -> None:
+    """A batch whose fast path job fails for real (a table's data directory is a file: no task can
+    write under it, not even as root) fails with one line naming the pipeline and the tables the
+    batch feeds, and the root cause; nothing is committed."""
+    prefix, namespace = f"db{unique()}", f"sync{unique()}"
+    streams = inventory_streams()
+    records = {t: changes(streams[t], seed=i, count=8) for i, t in enumerate(["customers", "products"])}
+    topics = {t: f"{prefix}.inventory.{t}" for t in records}
+    for t, recs in records.items():
+        _create(kafka_broker, topics[t])
+        produce(kafka_broker, topics[t], recs[:4])
+    config = PipelineConfig.from_dict(pipeline_doc("unwritable_sync", kafka_broker, prefix, namespace))
+    runner = SyncRunner(config, spark)
+    assert runner.run_batch() is not None  # creates both tables
+    data = Path(warehouse) / namespace / "products" / "data"
+    shutil.rmtree(data)
+    data.write_text("a file where the table's data directory was")
+    produce(kafka_broker, topics["products"], records["products"][4:])  # only products is in batch 2
+    with pytest.raises(IcetideError) as failed:
+        runner.run_batch()
+    line = one_line(failed.value)
+    assert line.startswith(f"pipeline unwritable_sync, table lake.{namespace}.products: writing batch 2 failed: "), line
+    assert str(data) in line and "\n" not in line, line
+    runner.close()
+    again = SyncRunner(config, spark)  # what the tables hold
+    assert again.last_committed_batch() == 1
+    again.close()
 
 
 def _create(bootstrap: str, name: str) -> None:

@@ -28,7 +28,7 @@ from icetide.pipeline.fast_append import FastAppend, FastBatch
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
-from icetide.pipeline.staging import FAST_PATH, Fallback
+from icetide.pipeline.staging import FAST_PATH, Fallback, batch_place, failures_named
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
@@ -305,7 +305,8 @@ class Runner:
         table = self.changes.table(self.sink)
         if isinstance(table, Fallback):
             return table
-        out = self.changes.write(batch_id, ranges, {name: self.sink}, {name: {r.topic for r in ranges}}, {})
+        with failures_named(batch_place(self.config.pipeline, [name])):
+            out = self.changes.write(batch_id, ranges, {name: self.sink}, {name: {r.topic for r in ranges}}, {})
         if isinstance(out, Fallback):
             log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
             return out

@@ -8,9 +8,14 @@ reason is logged and carried into the batch's metrics line as `path: "spark: <re
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from icetide.errors import IcetideError, TransientError
+
 FAST_PATH = "fast"
+TABLES_NAMED = 3  # a failure's line names this many of the batch's tables, then counts the rest
 
 
 @dataclass(frozen=True)
@@ -25,3 +30,28 @@ class Fallback:
     def path(self) -> str:
         """The metrics line's `path` of a batch that fell back for this reason."""
         return f"spark: {self.reason}"
+
+
+def batch_place(pipeline: str, tables: Sequence[str]) -> str:
+    """Where a batch failed, as its error line starts: the pipeline and the batch's tables (the
+    first TABLES_NAMED of them, sorted), or the pipeline alone when they are not known."""
+    if not tables:
+        return f"pipeline {pipeline}"
+    names = sorted(tables)
+    shown = ", ".join(names[:TABLES_NAMED])
+    if len(names) > TABLES_NAMED:
+        shown += f" and {len(names) - TABLES_NAMED} more"
+    return f"pipeline {pipeline}, table{'s' if len(names) > 1 else ''} {shown}"
+
+
+@contextmanager
+def failures_named(place: str) -> Iterator[None]:
+    """A fast path's failed Spark job (an IcetideError, its trace already in the debug log) raised
+    as one line that starts with `place` (see `batch_place`). A transient error, the source's that
+    names its topic, is raised as it is: it keeps restarting the run."""
+    try:
+        yield
+    except TransientError:
+        raise
+    except IcetideError as exc:
+        raise IcetideError(f"{place}: {exc}") from exc

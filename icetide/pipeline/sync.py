@@ -32,7 +32,7 @@ from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
-from icetide.pipeline.staging import FAST_PATH, Fallback
+from icetide.pipeline.staging import FAST_PATH, Fallback, batch_place, failures_named
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastBatch, SyncFastPath
 from icetide.pipeline.sync_spark import TABLE_THREADS, TableBatch, run_spark_batch
@@ -263,7 +263,10 @@ class SyncRunner:
                 if n in sinks
             }
             feeding = {n: s.topics() for n, s in self.state.tables.items()}
-            out = self.fast.write(batch_id, plan.ranges, sinks, feeding, held)
+            read = plan.topics_read()
+            batch_tables = {n for n, topics in feeding.items() if topics & read} | set(created)
+            with failures_named(batch_place(self.config.pipeline, sorted(batch_tables))):
+                out = self.fast.write(batch_id, plan.ranges, sinks, feeding, held)
             if not isinstance(out, Fallback) or not out.new_tables:
                 break
             for name, samples in sorted(out.new_tables.items()):
