@@ -6,7 +6,7 @@ Each error names the key it is about (`trigger.interval: ...`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from icetide.errors import ConfigError
@@ -36,9 +36,9 @@ def require_key(d: Mapping[str, Any], key: str, where: str) -> Any:
     return d[key]
 
 
-def reject_unknown_keys(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
+def reject_unknown_keys(d: Mapping[str, Any], allowed: Collection[str], where: str) -> None:
     """ConfigError naming the first key of `d` (sorted) not in `allowed`, listing the allowed ones."""
-    extra = sorted(set(d) - allowed)
+    extra = sorted(set(d).difference(allowed))
     if extra:
         raise ConfigError(f"{where}{extra[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
 

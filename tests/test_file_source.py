@@ -48,7 +48,10 @@ def test_config_from_dict_names_the_bad_key() -> None:
         ({"path": "in", "format": "xml"}, r"source\.files\.format: 'xml' is not one of json, csv, parquet"),
         ({"path": "in", "format": "json", "min_age_seconds": -1}, r"source\.files\.min_age_seconds"),
         ({"path": "in", "format": "json", "recursive": "yes"}, r"source\.files\.recursive"),
-        ({"path": "in", "format": "json", "pattern": "*"}, r"source\.files\.pattern: unknown key"),
+        (
+            {"path": "in", "format": "json", "pattern": "*"},
+            r"source\.files\.pattern: unknown key \(allowed: format, glob, .*path, recursive\)",
+        ),
     ]:
         with pytest.raises(ConfigError, match=message):
             FileSourceConfig.from_dict(block)

@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from icetide.config_values import reject_unknown_keys
 from icetide.errors import ConfigError, DataLossError, SourceError
 from icetide.sources.base import ExecutorSourceError
 from icetide.spark.worker_imports import keep_zip_directories
@@ -97,9 +98,7 @@ class FileSourceConfig:
         """Build from a config block (e.g. YAML `source.files`); errors name the offending key."""
         if not isinstance(d, Mapping):
             raise ConfigError(f"{prefix}: must be a mapping")
-        for name in d:
-            if name not in _CONFIG_KEYS:
-                raise ConfigError(f"{prefix}.{name}: unknown key; expected one of {', '.join(_CONFIG_KEYS)}")
+        reject_unknown_keys(d, _CONFIG_KEYS, f"{prefix}.")
         options = d.get("options") or {}
         if not isinstance(options, Mapping):
             raise ConfigError(f"{prefix}.options: must be a mapping of reader options")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from icetide.config_values import reject_unknown_keys
 from icetide.errors import ConfigError
 from icetide.secrets import redacted_repr
 
@@ -107,9 +108,7 @@ class KafkaSourceConfig:
         """
         if not isinstance(d, Mapping):
             raise ConfigError(f"{prefix}: must be a mapping")
-        for name in d:
-            if name not in _CONFIG_KEYS:
-                raise ConfigError(f"{prefix}.{name}: unknown key; expected one of {', '.join(_CONFIG_KEYS)}")
+        reject_unknown_keys(d, _CONFIG_KEYS, f"{prefix}.")
         consumer = d.get("consumer") or {}
         if not isinstance(consumer, Mapping):
             raise ConfigError(f"{prefix}.consumer: must be a mapping of librdkafka settings")
