@@ -8,10 +8,14 @@ Each table is created unpartitioned, gets `days(ts)` (spec 1) and `rows` rows, t
 full read that applies the deletes (the cost every reader pays until compaction folds them).
 - per-spec (what the sink does): each batch's equality deletes under spec 2 and under spec 1;
 - global: the deletes under the unpartitioned spec 0 (they apply to every data file), plus spec 2.
+Both stage every batch the same way, outside the sink from its writer plan
+(UpsertSink.plan_writers, as the fast paths do), and commit it through the sink's committer;
+only the specs the deletes are written under differ.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -38,10 +42,50 @@ def _batch(spark: Any, ids: range, tag: str) -> Any:
     )
 
 
-def _global_layouts(sink: Any, jtable: Any, *, has_fields: bool) -> list[Any]:
-    from icetide.sink.writer import SpecLayout
+def _write_batch(spark: Any, sink: Any, df: Any, batch_id: int, design: str) -> None:
+    """Stage `df` (upserts of the table's columns) from the sink's writer plan and commit it.
 
-    return [(SpecLayout(0, (), (), (), ()), [])]
+    per-spec: the plan as the sink makes it, deletes under the current spec and every earlier
+    live one; global: the earlier specs replaced by the unpartitioned spec 0, whose deletes apply
+    to every data file. Distributed, written and committed as UpsertSink.write does.
+    """
+    from pyspark.sql import functions as F
+
+    from icetide.sink.changelog import ARRIVAL_COLUMN, OP_COLUMN, UPSERT
+    from icetide.sink.committer import WrittenFile
+    from icetide.sink.distribution import distribute, plan_estimated_bytes
+    from icetide.sink.writer import WRITTEN_FILE_DDL, SpecLayout, writer_function
+
+    # As UpsertSink.write and the runners do before staging: read the table afresh, so the plan
+    # has the spec the ALTER TABLE made (plan_writers plans from the metadata the sink holds).
+    sink.last_committed()
+    plan = sink.plan_writers(batch_id)
+    writer, partitions = plan.writer, plan.partitions
+    if design == "global":
+        writer = dataclasses.replace(writer, delete_specs=(SpecLayout(0, (), (), (), ()),))
+        partitions = tuple((name, t) for name, t in partitions if name in writer.partition_columns)
+    prepared = df.select(
+        *df.columns, F.lit(UPSERT).alias(OP_COLUMN), F.monotonically_increasing_id().alias(ARRIVAL_COLUMN)
+    )
+    for name, transform in partitions:
+        prepared = prepared.withColumn(
+            name, F.expr(transform.spark_expression(sink.catalog)) if transform is not None else F.lit(None)
+        )
+    routed, _ = distribute(
+        prepared,
+        mode="dynamic",
+        key=sink.key,
+        partition_columns=writer.partition_columns,
+        parallelism=spark.sparkContext.defaultParallelism,
+        target_file_size=writer.target_file_size,
+        compression_ratio=sink.compression_ratio,
+        value_columns=list(writer.table_schema.names),
+        estimated_bytes=plan_estimated_bytes(prepared),
+        cached_input=df.is_cached,
+    )
+    rows = routed.mapInArrow(writer_function(writer), WRITTEN_FILE_DDL).collect()
+    outcome = sink.committer.commit(batch_id, [WrittenFile.from_row(r) for r in rows])
+    assert outcome.committed, f"{design}: batch {batch_id} not committed: {outcome.reason}"
 
 
 def run_design(spark: Any, name: str, design: str, rows: int, batch: int, batches: int) -> dict[str, float]:
@@ -52,17 +96,14 @@ def run_design(spark: Any, name: str, design: str, rows: int, batch: int, batche
     icetide.create_table(spark, name, schema="id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING", key=["id", "ts"])
     spark.sql(f"ALTER TABLE {name} ADD PARTITION FIELD days(ts)")
     sink = UpsertSink(spark, name, pipeline_id="bench")
-    if design == "global":
-        sink._earlier_specs = lambda jtable, has_fields: _global_layouts(sink, jtable, has_fields=has_fields)  # type: ignore[method-assign]
-    sink.write(_batch(spark, range(rows), "initial"), batch_id=1)
+    _write_batch(spark, sink, _batch(spark, range(rows), "initial"), 1, design)
     spark.sql(f"ALTER TABLE {name} REPLACE PARTITION FIELD days(ts) WITH hours(ts)")
     write_times = []
     for b in range(batches):
         start = (b * batch * 7) % max(1, rows - batch)
         df = _batch(spark, range(start, start + batch), f"b{b}")
         df.count()
-        seconds, result = timed(lambda df=df, b=b: sink.write(df, batch_id=b + 2))
-        assert result.committed
+        seconds, _ = timed(lambda df=df, b=b: _write_batch(spark, sink, df, b + 2, design))
         write_times.append(seconds)
     reads = []
     for _ in range(3):
