@@ -34,13 +34,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from icetide.config import AVRO_FORMATS, RegistrySettings
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
+from icetide.decode.avro_runs import NotColumnar, changes_of, run_reader
 from icetide.decode.avro_schema import CompiledSchema, compile_schema
-from icetide.decode.debezium_arrow import Envelope, NotHere, envelope_of
+from icetide.decode.debezium_arrow import Envelope, NotHere, TableRows, envelope_of
 from icetide.decode.limits import PayloadLimits
-from icetide.decode.schema_registry import BadAvroRecord, registry_schemas, split_wire
+from icetide.decode.schema_registry import HEADER_BYTES, BadAvroRecord, registry_schemas, split_wire
 from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
 
 __all__ = ["VALUE_ERROR_COLUMN", "AvroMessages", "AvroSettings", "messages_for"]
@@ -173,21 +177,68 @@ class AvroMessages:
             schema_id = shape.schema.schema_id
         return envelope_of(payload, shape.envelope, schema_id)
 
-    def _check_limits(self, shape: _Shape, payload: dict[str, Any], size: int) -> None:
-        """The payload limits of the message the Spark path would read (decode/debezium_arrow.py's
-        EnvelopeReader checks), computed only when the schema's bounds cannot rule a break out."""
+    def _within_bounds(self, shape: _Shape, size: int) -> bool:
+        """Do the schema's bounds rule out a payload limit break for a record of `size` bytes?"""
         limits = self.settings.limits
         factor, depth = shape.schema.bytes_factor, shape.schema.depth
         room = limits.max_nesting_depth - 1  # the payload is inside the message
         small = factor is not None and len(shape.head) + 2 * factor * size + 64 <= limits.max_record_bytes
-        shallow = depth is not None and depth + 2 <= room
-        if small and shallow:
+        return small and depth is not None and depth + 2 <= room
+
+    def _check_limits(self, shape: _Shape, payload: dict[str, Any], size: int) -> None:
+        """The payload limits of the message the Spark path would read (decode/debezium_arrow.py's
+        EnvelopeReader checks), computed only when the schema's bounds cannot rule a break out."""
+        if self._within_bounds(shape, size):
             return
+        limits = self.settings.limits
+        room = limits.max_nesting_depth - 1
         body = _dumps(payload)
         if len(shape.head) + len(body) + 1 > limits.max_record_bytes:
             raise NotHere("a message over the payload size limit")
         if lim.nesting_depth(body.decode("utf-8")) > room:
             raise NotHere("a message nested beyond the limit")
+
+    def add_run(
+        self,
+        rows: TableRows,
+        values: Sequence[bytes],
+        offsets: np.ndarray,
+        *,
+        held: int,
+        by_source: bool,
+        evolving: bool,
+    ) -> None:
+        """Add the changes of a run of records with one schema id (none a tombstone) to `rows`,
+        exactly as `envelope` and `TableRows.add` would one by one (decode/avro_runs.py), those
+        below offset `held` decoded but skipped; NotColumnar when the run must be read that way."""
+        try:
+            schema = self.compiled(int.from_bytes(values[0][1:5], "big"))
+            shape = self._value_shape(schema)
+        except BadAvroRecord as exc:
+            raise NotColumnar(str(exc)) from None
+        if not self._within_bounds(shape, max(map(len, values))):
+            raise NotColumnar("a record the payload limits may refuse")
+        records = run_reader().decode(schema.writer, [memoryview(v)[HEADER_BYTES:] for v in values])
+        if held > offsets[0]:
+            keep = offsets >= held
+            records, offsets = records.filter(pa.array(keep)), offsets[keep]
+        if not len(records):
+            return
+        try:
+            rows.prepare(shape.envelope, schema.schema_id, evolving=evolving)
+        except NotHere as exc:
+            raise NotColumnar(str(exc)) from None
+        changes, unknown = changes_of(
+            records,
+            envelope=self.settings.envelope,
+            schema=shape.envelope,
+            columns=rows.schema,
+            key=rows.key,
+            upsert=rows.upsert,
+            orders=offsets if by_source else None,
+            evolving=evolving,
+        )
+        rows.add_changes(changes, unknown)
 
     # -- the Spark path's read ------------------------------------------------------------------
 

@@ -241,6 +241,7 @@ class CompiledSchema:
 
     schema_id: int
     parsed: Any  # fastavro's parsed schema, logical types removed
+    writer: Any  # the schema's JSON, logical types removed (decode/avro_runs.py reads runs with it)
     connect: dict[str, Any]  # the value's Connect schema
     convert: Convert | None
     is_record: bool
@@ -275,14 +276,16 @@ def compile_schema(schema_id: int, text: str) -> CompiledSchema:
         raise BadAvroRecord(f"avro: schema id {schema_id} is not JSON") from exc
     compiler = _Compiler()
     node = compiler.node(schema, "")
+    writer = _strip_logical(schema)
     try:
-        parsed = parse_schema(_strip_logical(schema))
+        parsed = parse_schema(writer)
     except Exception as exc:
         raise BadAvroRecord(f"avro: schema id {schema_id} does not parse: {exc}"[:300]) from None
     factor = None if compiler.unbounded else max(8, node.longest_name + 10)
     return CompiledSchema(
         schema_id=schema_id,
         parsed=parsed,
+        writer=writer,
         connect={**node.connect, "optional": False},
         convert=node.convert,
         is_record=node.connect.get("type") == "struct",

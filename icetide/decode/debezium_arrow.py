@@ -295,16 +295,22 @@ class TableRows:
         self._plans: dict[int, list[_Step]] = {}  # per envelope schema
         self._sealed: list[pa.Table] = []  # earlier changes, already in Arrow
 
-    def _plan(self, envelope: Envelope, evolving: bool) -> list[_Step]:
+    def prepare(self, schema: C.EnvelopeSchema | None, schema_id: int, *, evolving: bool) -> None:
+        """Make the plan for rows of envelope schema `schema_id` now, as the first such row's `add`
+        would; NotHere where that would raise it."""
+        if schema_id not in self._plans:
+            self._plan(schema, schema_id, evolving)
+
+    def _plan(self, schema: C.EnvelopeSchema | None, schema_id: int, evolving: bool) -> list[_Step]:
         """Each column's step for rows of this envelope's schema, made once per schema."""
         plan = []
         for f, column in zip(self.schema, self.columns, strict=True):
-            field = envelope.schema.field(f.name) if envelope.schema is not None else None
+            field = schema.field(f.name) if schema is not None else None
             if evolving and field is not None and not _holds(f.type, field):
                 raise NotHere(f"column {f.name}: the schema sends {C.column_ddl(field)}; the Spark path widens it")
             required = f.name in self.key or not f.nullable
             plan.append((f.name, self.conversions.converter(field, f.type, f.name), required, column.append))
-        self._plans[envelope.schema_id] = plan
+        self._plans[schema_id] = plan
         return plan
 
     def add(self, envelope: Envelope, order: str, *, evolving: bool) -> None:
@@ -336,7 +342,7 @@ class TableRows:
                 self.unknown[name] = self.unknown.get(name, 0) + 1
         plan = self._plans.get(envelope.schema_id)
         if plan is None:
-            plan = self._plan(envelope, evolving)
+            plan = self._plan(envelope.schema, envelope.schema_id, evolving)
         for change_op, row in changes:
             if not isinstance(row, dict):
                 raise NotHere(f"op {envelope.op!r} without its row")
@@ -364,6 +370,18 @@ class TableRows:
                 del column[rows:]
             raise
 
+    def add_changes(self, changes: pa.Table, unknown: Mapping[str, int]) -> None:
+        """Changes already in this object's columns (`changes_schema`), after those added so far,
+        with the counts of the fields they had that the table lacks."""
+        self._seal()
+        self._sealed.append(changes)
+        for name, count in unknown.items():
+            self.unknown[name] = self.unknown.get(name, 0) + count
+
+    def changes_schema(self) -> pa.Schema:
+        """The columns of `table()`: the table's, then `_op` and `_source_order`."""
+        return pa.schema([*self.schema, pa.field("_op", pa.string()), pa.field("_source_order", pa.string())])
+
     def __len__(self) -> int:
         return sum(t.num_rows for t in self._sealed) + len(self.ops)
 
@@ -387,9 +405,8 @@ class TableRows:
         for f, values in zip(self.schema, self.columns, strict=True):
             array = pa.array(values, type=storage_type(f.type))
             arrays.append(array if array.type == f.type else array.cast(f.type))
-        fields = [*self.schema, pa.field("_op", pa.string()), pa.field("_source_order", pa.string())]
         arrays += [pa.array(self.ops, pa.string()), pa.array(self.orders, pa.string())]
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        return pa.Table.from_arrays(arrays, schema=self.changes_schema())
 
 
 def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelope:

@@ -53,5 +53,5 @@ def failures_named(place: str) -> Iterator[None]:
         yield
     except TransientError:
         raise
-    except IcetideError as exc:
-        raise IcetideError(f"{place}: {exc}") from exc
+    except IcetideError as exc:  # the same class: a TerminalError (refused credentials) stays terminal
+        raise type(exc)(f"{place}: {exc}") from exc

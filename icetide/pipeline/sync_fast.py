@@ -34,8 +34,10 @@ import pyarrow as pa
 
 from icetide.config import table_name_placeholders
 from icetide.decode.avro import messages_for
+from icetide.decode.avro_runs import MIN_RUN, NotColumnar
 from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows, source_order
 from icetide.decode.route import identifier_part
+from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
 from icetide.errors import IcetideError, SourceError, one_line
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
 from icetide.pipeline.fast_append import BlockReader, no_cycle_collection
@@ -146,6 +148,49 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
     rows: dict[str, TableRows] = {}
     records = 0  # tombstones too, as the Spark path counts a batch's records
     started = time.thread_time()
+
+    def one(message: Any, destinations: dict[str, _Destination], fixed: str | None, feed: tuple[str, int]) -> None:
+        value = message.value()
+        if avro is not None:
+            envelope = avro.envelope(message.key(), value)
+        elif value is None:
+            return
+        else:
+            envelope = read(value)
+        if envelope is None:
+            return
+        name = fixed if fixed is not None else route_of(template, needed, feed[0], envelope.source)
+        to = destinations.get(name)
+        if to is None:
+            to = destinations[name] = _destination(config, result, rows, name, feed)
+        to.share.records += 1
+        if to.rows is None:
+            samples = result.new_tables[name]
+            key = message.key()
+            if key is not None and len(samples) < SAMPLE_MESSAGES:  # a table is made from a keyed one
+                if avro is not None:  # as the JSON converter's messages: what the table is made from
+                    key, value = avro.key_message(key), avro.message(key, value)
+                if key is not None and value is not None:
+                    samples.append((key, value))
+            return
+        offset = message.offset()
+        if offset < to.held:
+            return
+        order = source_order(envelope.source, envelope.ts_ms, offset) if to.by_source else ""
+        to.rows.add(envelope, order, evolving=evolving)
+
+    def run(messages: list[Any], values: list[bytes], to: _Destination) -> bool:
+        """A run of Avro records of one schema id, read as columns; False: read it record by record."""
+        assert avro is not None and to.rows is not None
+        offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
+        try:
+            avro.add_run(to.rows, values, offsets, held=to.held, by_source=to.by_source, evolving=evolving)
+        except NotColumnar as exc:
+            log.debug("%d Avro records read one by one: %s", len(messages), exc)
+            return False
+        to.share.records += len(messages)
+        return True
+
     try:
         with BlockReader(config, ranges, join=False) as reader:  # type: ignore[arg-type]
             for block in reader.blocks():
@@ -153,36 +198,20 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                 feed = (topic, int(partition_text))
                 destinations: dict[str, _Destination] = {}
                 fixed = route_of(template, needed, topic, {}) if by_topic else None
-                for message in block.messages:
-                    records += 1
-                    value = message.value()
-                    if avro is not None:
-                        envelope = avro.envelope(message.key(), value)
-                    elif value is None:
-                        continue
-                    else:
-                        envelope = read(value)
-                    if envelope is None:
-                        continue
-                    name = fixed if fixed is not None else route_of(template, needed, topic, envelope.source)
-                    to = destinations.get(name)
-                    if to is None:
-                        to = destinations[name] = _destination(config, result, rows, name, feed)
-                    to.share.records += 1
-                    if to.rows is None:
-                        samples = result.new_tables[name]
-                        key = message.key()
-                        if key is not None and len(samples) < SAMPLE_MESSAGES:  # a table is made from a keyed one
-                            if avro is not None:  # as the JSON converter's messages: what the table is made from
-                                key, value = avro.key_message(key), avro.message(key, value)
-                            if key is not None and value is not None:
-                                samples.append((key, value))
-                        continue
-                    offset = message.offset()
-                    if offset < to.held:
-                        continue
-                    order = source_order(envelope.source, envelope.ts_ms, offset) if to.by_source else ""
-                    to.rows.add(envelope, order, evolving=evolving)
+                messages = block.messages
+                records += len(messages)
+                start = 0
+                while start < len(messages):
+                    end, values = _avro_run(messages, start) if avro is not None and fixed is not None else (start, [])
+                    if end - start >= MIN_RUN:
+                        to = destinations.get(fixed) or _destination(config, result, rows, fixed, feed)  # type: ignore[arg-type]
+                        destinations[fixed] = to  # type: ignore[index]
+                        if to.rows is not None and run(messages[start:end], values, to):
+                            start = end
+                            continue
+                    for message in messages[start : max(end, start + 1)]:
+                        one(message, destinations, fixed, feed)
+                    start = max(end, start + 1)
     except NotHere as exc:
         return SyncTaskResult(not_here=str(exc), records=records)
     except (SourceError, SourceAccessError):
@@ -204,6 +233,23 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         return SyncTaskResult(not_here=f"writing failed: {one_line(exc)}", records=records, wrote=True)
     result.write_seconds = time.perf_counter() - writing
     return result
+
+
+def _avro_run(messages: Any, start: int) -> tuple[int, list[bytes]]:
+    """(end, values) of the run of wire-format Avro values of one schema id from `start` (end ==
+    start: the message there is not one)."""
+    values: list[bytes] = []
+    head = None
+    for message in messages[start:]:
+        value = message.value()
+        if value is None or len(value) < HEADER_BYTES or value[0] != MAGIC_BYTE:
+            break
+        if head is None:
+            head = value[:HEADER_BYTES]
+        elif value[:HEADER_BYTES] != head:
+            break
+        values.append(value)
+    return start + len(values), values
 
 
 def _destination(

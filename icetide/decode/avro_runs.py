@@ -1,0 +1,462 @@
+"""Avro records decoded a run at a time into Arrow columns: the sync fast path's Avro decoder.
+
+Per record, fastavro plus the JSON converter's value forms cost about 11 µs (docs/benchmarks.md);
+the bodies of a run of records of one schema id are instead joined into one block of an Avro
+object container file (the bodies are exactly that block's records) and read by DuckDB's Avro
+reader (C++), about 2 µs per record, with the Debezium rules then applied to whole columns.
+
+The per-record decoder (decode/avro.py `AvroMessages.envelope` with decode/debezium_arrow.py
+`TableRows.add`) stays the specification: a run gives either exactly the changes it would give,
+or `NotColumnar` and the run is read record by record. So this module refuses, rather than
+decides, everything but the common case:
+
+- each body's length must equal the bytes its decoded value takes in Avro's binary encoding
+  (computed from the columns), which proves that every record was decoded from its own body
+  and nothing else: a body cut short or with bytes after it is refused;
+- the schema has no arrays, maps or unions of two types; the ops are c, r, u and d; no update
+  moves its key; every row a change needs is there;
+- each column's conversion is one whose column form is the converter's (decode/connect_conversions.py)
+  for every value: strings, integers within the column's range, doubles, booleans, and epoch
+  millisecond and microsecond timestamps within years 0001-9999. Decimals, dates, times of day
+  and the rest are read record by record.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icetide.decode import connect as C
+from icetide.decode import limits as lim
+from icetide.sink.changelog import DELETE
+
+__all__ = [
+    "MIN_RUN",
+    "NotColumnar",
+    "RunReader",
+    "changes_of",
+    "column_of",
+    "container",
+    "encoded_sizes",
+    "run_reader",
+    "source_orders",
+]
+
+MIN_RUN = 32  # shorter runs are read record by record: a DuckDB query costs about what 30 records do
+_SYNC = b"icetide-avro-run"  # the container's 16-byte sync marker
+_OPS = pa.array(["c", "r", "u", "d"])
+_MIN_MS, _MAX_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
+_INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
+_EXACT_DOUBLE = 2**53
+
+
+class NotColumnar(Exception):
+    """This run is read record by record; the message says why (for the debug log)."""
+
+
+# -- decoding a run --------------------------------------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    """Avro's long: zig-zag, then 7 bits a byte."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _avro_bytes(data: bytes) -> bytes:
+    return _varint(len(data)) + data
+
+
+def container(writer_schema: str, bodies: Sequence[bytes | memoryview]) -> bytes:
+    """An Avro object container file of one block holding `bodies` as its records."""
+    meta = _avro_bytes(b"avro.schema") + _avro_bytes(writer_schema.encode()) + _avro_bytes(b"avro.codec")
+    head = b"Obj\x01" + _varint(2) + meta + _avro_bytes(b"null") + _varint(0) + _SYNC
+    data = b"".join(bodies)
+    return head + _varint(len(bodies)) + _varint(len(data)) + data + _SYNC
+
+
+class RunReader:
+    """Reads runs of Avro bodies with DuckDB's Avro reader; one per Python worker (`run_reader`)."""
+
+    def __init__(self) -> None:
+        try:
+            import duckdb
+        except ImportError as exc:
+            raise NotColumnar("duckdb is not installed (pip install 'icetide[kafka]')") from exc
+        # One thread: a Spark task has one core. No file cache: each run is written to a new file,
+        # and a cached older one of the same name and size would be read instead.
+        self._con = duckdb.connect(config={"threads": 1, "enable_external_file_cache": False})
+        try:
+            self._con.execute(f"LOAD '{_extension_path(duckdb.__version__)}'")
+        except duckdb.Error as exc:
+            raise NotColumnar(f"DuckDB's Avro extension does not load: {exc}"[:300]) from None
+        folder = "/dev/shm" if os.path.isdir("/dev/shm") else None  # memory, not disk, where there is one
+        self._folder = tempfile.mkdtemp(prefix="icetide-avro-runs-", dir=folder)
+        self._runs = 0
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
+        with contextlib.suppress(Exception):
+            self._con.close()
+
+    def decode(self, writer_schema: Any, bodies: Sequence[bytes | memoryview]) -> pa.StructArray:
+        """The records of `bodies` (one writer schema, logical types removed) as one struct array;
+        NotColumnar when DuckDB cannot read them, or any body is not exactly one record."""
+        self._runs += 1
+        path = os.path.join(self._folder, f"run-{self._runs}.avro")
+        try:
+            with open(path, "wb") as out:
+                out.write(container(json.dumps(writer_schema), bodies))
+            table = self._con.execute("SELECT * FROM read_avro(?)", [path]).to_arrow_table()
+        except Exception as exc:  # duckdb's errors have no common root worth naming
+            raise NotColumnar(f"DuckDB's Avro reader: {type(exc).__name__}: {exc}"[:300]) from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if table.num_rows != len(bodies):
+            raise NotColumnar(f"DuckDB read {table.num_rows} records of {len(bodies)}")
+        columns = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in table.columns]
+        records = pa.StructArray.from_arrays(columns, names=table.column_names) if columns else None
+        if records is None:
+            raise NotColumnar("a record of no fields")
+        lengths = np.fromiter((len(b) for b in bodies), np.int64, len(bodies))
+        if not np.array_equal(encoded_sizes(writer_schema, records), lengths):
+            raise NotColumnar("a body that is not exactly one record of its schema")
+        return records
+
+
+def _extension_path(version: str) -> str:
+    try:
+        import duckdb_extension_avro
+    except ImportError as exc:
+        raise NotColumnar("duckdb-extension-avro is not installed (pip install 'icetide[kafka]')") from exc
+    folder = os.path.dirname(duckdb_extension_avro.__file__)
+    return os.path.join(folder, "extensions", f"v{version}", "avro.duckdb_extension")
+
+
+_READER: RunReader | None = None
+
+
+def run_reader() -> RunReader:
+    """The process's one run reader (made on first use)."""
+    global _READER
+    if _READER is None:
+        _READER = RunReader()
+    return _READER
+
+
+# -- what each record's encoding takes ---------------------------------------------------------
+
+
+def _varint_sizes(values: np.ndarray) -> np.ndarray:
+    """Bytes of each int64 as Avro's zig-zag varint."""
+    v = values.astype(np.int64, copy=False)
+    z = ((v << 1) ^ (v >> 63)).view(np.uint64)
+    sizes = np.ones(len(z), np.int64)
+    for k in range(1, 10):
+        sizes += z >= np.uint64(1 << (7 * k))
+    return sizes
+
+
+def _valid(array: pa.Array) -> np.ndarray:
+    if array.null_count == 0:
+        return np.ones(len(array), bool)
+    return np.asarray(array.is_valid())
+
+
+def _ints(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.fill_null(0) if array.null_count else array, np.int64)
+
+
+class _Sizer:
+    """Walks a writer schema with Avro's name resolution, beside the struct array DuckDB made of it."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, Any] = {}
+
+    def sizes(self, schema: Any, array: pa.Array, namespace: str) -> np.ndarray:
+        if isinstance(schema, list):
+            real = [b for b in schema if b != "null" and not (isinstance(b, Mapping) and b.get("type") == "null")]
+            if len(real) > 1:
+                raise NotColumnar("a union of several types")
+            if len(schema) > 64:
+                raise NotColumnar("a union of over 64 branches")
+            if not real:
+                return np.ones(len(array), np.int64)
+            inner = self.sizes(real[0], array, namespace)
+            return 1 + np.where(_valid(array), inner, 0) if len(schema) > 1 else 1 + inner
+        if isinstance(schema, str):
+            if schema in ("null", "boolean", "int", "long", "float", "double", "bytes", "string"):
+                return self.sizes({"type": schema}, array, namespace)
+            fullname = schema if "." in schema else (f"{namespace}.{schema}" if namespace else schema)
+            found = self.names.get(fullname, self.names.get(schema))
+            if found is None:
+                raise NotColumnar(f"an unknown type name {schema!r}")
+            return self.sizes(found[0], array, found[1])
+        kind = schema.get("type")
+        if isinstance(kind, list | Mapping):
+            return self.sizes(kind, array, namespace)
+        if kind in ("record", "error", "enum", "fixed"):
+            name = str(schema["name"])
+            ns = name.rsplit(".", 1)[0] if "." in name else str(schema.get("namespace", namespace) or "")
+            self.names[name if "." in name else (f"{ns}.{name}" if ns else name)] = (schema, ns)
+            return self._named(schema, array, ns)
+        return self._primitive(str(kind), array)
+
+    def _named(self, schema: Mapping[str, Any], array: pa.Array, ns: str) -> np.ndarray:
+        kind = schema["type"]
+        if kind == "fixed":
+            return np.full(len(array), int(schema["size"]), np.int64)
+        if kind == "enum":
+            if len(schema.get("symbols", [])) > 64:
+                raise NotColumnar("an enum of over 64 symbols")
+            return np.ones(len(array), np.int64)
+        if not isinstance(array, pa.StructArray):
+            raise NotColumnar(f"a record read as {array.type}")
+        total = np.zeros(len(array), np.int64)
+        for f in schema.get("fields", []):
+            index = array.type.get_field_index(str(f["name"]))
+            if index < 0:
+                raise NotColumnar(f"field {f['name']} missing from DuckDB's record")
+            total += self.sizes(f["type"], array.field(index), ns)
+        return total
+
+    def _primitive(self, kind: str, array: pa.Array) -> np.ndarray:
+        fixed = {"null": 0, "boolean": 1, "float": 4, "double": 8}
+        if kind in fixed:
+            return np.full(len(array), fixed[kind], np.int64)
+        if kind in ("int", "long"):
+            if not pa.types.is_integer(array.type):
+                raise NotColumnar(f"an Avro {kind} read as {array.type}")
+            return _varint_sizes(_ints(array))
+        if kind in ("string", "bytes"):
+            lengths = _ints(pc.binary_length(array))
+            return _varint_sizes(lengths) + lengths
+        raise NotColumnar(f"an Avro {kind}")
+
+
+def encoded_sizes(writer_schema: Any, records: pa.StructArray) -> np.ndarray:
+    """The bytes each record takes in Avro's binary encoding (with its varints at their shortest).
+    NotColumnar for a schema with arrays or maps, or a union of several types."""
+    return _Sizer().sizes(writer_schema, records, "")
+
+
+# -- Debezium's rules on columns -----------------------------------------------------------------
+
+
+def _text(array: pa.Array | None, rows: int) -> pa.Array:
+    """A source-block field as text (decode/debezium_arrow.py `_text`): strings as they are, integers
+    in decimal; null where absent. NotColumnar for other types."""
+    if array is None or pa.types.is_null(array.type):
+        return pa.nulls(rows, pa.string())
+    if pa.types.is_string(array.type):
+        return array
+    if pa.types.is_integer(array.type) or pa.types.is_boolean(array.type):
+        return pc.cast(array, pa.string())
+    raise NotColumnar(f"a source field of type {array.type}")
+
+
+def _lpad(text: pa.Array, width: int) -> pa.Array:
+    """Spark's lpad: padded on the left with zeros, or cut to `width` (ASCII text only)."""
+    if pc.any(pc.invert(pc.string_is_ascii(text))).as_py():
+        raise NotColumnar("a source position that is not ASCII text")
+    return pc.utf8_slice_codeunits(pc.utf8_lpad(text, width=width, padding="0"), 0, width)
+
+
+def _join(*parts: pa.Array | str) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def source_orders(source: pa.StructArray | None, ts_ms: pa.Array | None, offsets: np.ndarray) -> pa.Array:
+    """decode/debezium_arrow.py `source_order` of every record: binlog file/pos/row, LSN or time,
+    then the Kafka offset."""
+    rows = len(offsets)
+
+    def field(array: pa.StructArray | None, name: str) -> pa.Array | None:
+        if array is None or array.type.get_field_index(name) < 0:
+            return None
+        child = array.field(name)
+        return child if array.null_count == 0 else pc.if_else(array.is_valid(), child, pa.nulls(rows, child.type))
+
+    file, pos, row = (_text(field(source, n), rows) for n in ("file", "pos", "row"))
+    lsn = _text(field(source, "lsn"), rows)
+    ts = pc.coalesce(_text(field(source, "ts_ms"), rows), _text(ts_ms, rows))
+    row = pc.if_else(pc.greater(pc.utf8_length(row.fill_null("")), 0), row, "0")
+    binlog = _join("m", file.fill_null(""), "/", _lpad(pos.fill_null(""), 20), "/", _lpad(row, 10))
+    position = _join("p", _lpad(lsn.fill_null(""), 20))
+    timed = pc.match_substring_regex(ts.fill_null(""), r"^[0-9]{1,15}$")
+    when = pc.if_else(timed, _join("t", _lpad(ts.fill_null(""), 15)), "")
+    head = pc.if_else(pc.and_(file.is_valid(), pos.is_valid()), binlog, pc.if_else(lsn.is_valid(), position, when))
+    tail = _lpad(pc.cast(pa.array(offsets, pa.int64()), pa.string()), 20)
+    return _join(head, "|", tail)
+
+
+def column_of(values: pa.Array | None, field: C.ConnectField | None, t: pa.DataType, name: str) -> pa.Array:
+    """Column `name` of Arrow type `t` from the record field's values, as the converter of
+    decode/connect_conversions.py makes it value by value; NotColumnar where it is not known to."""
+    rows_type = values.type if values is not None else pa.null()
+    if values is None or pa.types.is_null(rows_type):
+        return pa.nulls(0 if values is None else len(values), t)
+    logical = field.logical if field is not None else None
+    if field is None:
+        raise NotColumnar(f"column {name}: a record without a schema field for it")
+    if logical == C.DECIMAL or logical == C.VARIABLE_SCALE_DECIMAL or pa.types.is_decimal(t):
+        raise NotColumnar(f"column {name}: decimals are read record by record")
+    if logical in C.TIME_MICROS or logical in C.DATES:
+        raise NotColumnar(f"column {name}: {logical} is read record by record")
+    if logical in C.TIMESTAMP_UNITS and pa.types.is_timestamp(t):
+        return _timestamp(values, C.TIMESTAMP_UNITS[logical], t, name)
+    if pa.types.is_string(t):
+        if pa.types.is_string(rows_type):
+            return values
+        if pa.types.is_integer(rows_type) or pa.types.is_boolean(rows_type):
+            return pc.cast(values, t)
+    elif pa.types.is_integer(t):
+        if pa.types.is_integer(rows_type):
+            low, high = _INT_RANGES[t.bit_width]
+            if len(values) - values.null_count and (pc.min(values).as_py() < low or pc.max(values).as_py() > high):
+                raise NotColumnar(f"column {name}: a value beyond {t}")
+            return pc.cast(values, t)
+    elif pa.types.is_float64(t):
+        if pa.types.is_float64(rows_type):
+            return values
+        if pa.types.is_integer(rows_type):
+            extent = pc.max(pc.abs_checked(values)).as_py() if len(values) - values.null_count else 0
+            if extent is None or extent > _EXACT_DOUBLE:
+                raise NotColumnar(f"column {name}: an integer a DOUBLE may round")
+            return pc.cast(values, t)
+    elif pa.types.is_boolean(t) and pa.types.is_boolean(rows_type):
+        return values
+    elif pa.types.is_timestamp(t) and logical is None:
+        return _timestamp(values, "ms", t, name)
+    raise NotColumnar(f"column {name}: {logical or rows_type} into {t}")
+
+
+def _timestamp(values: pa.Array, unit: str, t: pa.DataType, name: str) -> pa.Array:
+    if not pa.types.is_int64(values.type) and not pa.types.is_int32(values.type):
+        raise NotColumnar(f"column {name}: a timestamp read as {values.type}")
+    if unit not in ("ms", "us"):
+        raise NotColumnar(f"column {name}: {unit} timestamps are read record by record")
+    low, high = (_MIN_MS, _MAX_MS) if unit == "ms" else (lim.MIN_EPOCH_MICROS, lim.MAX_EPOCH_MICROS)
+    if len(values) - values.null_count and (pc.min(values).as_py() < low or pc.max(values).as_py() > high):
+        raise NotColumnar(f"column {name}: a timestamp outside years 0001-9999")
+    micros = pc.cast(values, pa.int64())
+    if unit == "ms":
+        micros = pc.multiply(micros, 1000)
+    return micros.cast(t)
+
+
+def changes_of(
+    records: pa.StructArray,
+    *,
+    envelope: bool,
+    schema: C.EnvelopeSchema,
+    columns: pa.Schema,
+    key: Sequence[str],
+    upsert: str,
+    orders: np.ndarray | None,
+    evolving: bool,
+) -> tuple[pa.Table, dict[str, int]]:
+    """The changes of a run's records (every one at or past the table's held offset) in
+    decode/debezium_arrow.py TableRows' columns, and the counts of fields the table lacks;
+    `orders`: the records' offsets, when the table orders by source. NotColumnar otherwise."""
+    rows = len(records)
+    if envelope:
+        parts = {
+            n: records.field(n)
+            for n in ("before", "after", "source", "op", "ts_ms")
+            if records.type.get_field_index(n) >= 0
+        }
+        op = parts.get("op")
+        if op is None or not pa.types.is_string(op.type):
+            raise NotColumnar("an envelope without a string op")
+        if not pc.all(pc.is_in(op, value_set=_OPS)).as_py():
+            raise NotColumnar("an op other than c, r, u and d")
+        deletes = np.asarray(pc.equal(op, "d"))
+    else:
+        parts = {"after": records}
+        deletes = np.zeros(rows, bool)
+    before, after, source = parts.get("before"), parts.get("after"), parts.get("source")
+    for part in (before, after, source):
+        if part is not None and not isinstance(part, pa.StructArray):
+            raise NotColumnar("a before, after or source that is not a record")
+    has_before = _valid(before) if before is not None else np.zeros(rows, bool)
+    has_after = _valid(after) if after is not None else np.zeros(rows, bool)
+    if not np.all(np.where(deletes, has_before, has_after)):
+        raise NotColumnar("an op without its row")
+    if envelope and before is not None and after is not None:
+        updates = np.asarray(pc.equal(parts["op"], "u")) & has_before
+        if updates.any() and _key_moves(before, after, key, updates):
+            raise NotColumnar("an update that moves its key")
+    known = set(columns.names)
+    unknown: dict[str, int] = {}
+    for part, counted in ((after, has_after), (before, ~has_after & has_before)):
+        if part is not None and counted.any():
+            for name in (f.name for f in part.type if f.name not in known):
+                unknown[name] = unknown.get(name, 0) + int(counted.sum())
+    if unknown and evolving:
+        raise NotColumnar("fields the table lacks, and schema_evolution is on")
+    mask = pa.array(deletes)
+    arrays = []
+    for f in columns:
+        values = _row_values(before, after, mask, f.name, rows)
+        if values.null_count and (f.name in key or not f.nullable):
+            raise NotColumnar(f"column {f.name} is missing or null")
+        column = column_of(values, schema.field(f.name), f.type, f.name)
+        arrays.append(column if len(column) == rows else pa.nulls(rows, f.type))
+    ops = pc.if_else(mask, DELETE, upsert)
+    order = source_orders(source, parts.get("ts_ms"), orders) if orders is not None else pa.array([""] * rows)
+    fields = [*columns, pa.field("_op", pa.string()), pa.field("_source_order", pa.string())]
+    return pa.Table.from_arrays([*arrays, ops, order], schema=pa.schema(fields)), unknown
+
+
+def _row_values(
+    before: pa.StructArray | None, after: pa.StructArray | None, deletes: pa.Array, name: str, rows: int
+) -> pa.Array:
+    """Column `name` of each change's row: `before` for a delete, `after` otherwise."""
+    sides: list[pa.Array | None] = []
+    for part in (before, after):
+        if part is None or part.type.get_field_index(name) < 0:
+            sides.append(None)
+        else:
+            sides.append(part.field(name))
+    old, new = sides
+    if old is None and new is None:
+        return pa.nulls(rows)
+    kind = (new if new is not None else old).type  # type: ignore[union-attr]
+    old = old if old is not None else pa.nulls(rows, kind)
+    new = new if new is not None else pa.nulls(rows, kind)
+    if old.type != new.type:
+        raise NotColumnar(f"column {name}: before and after of different types")
+    return pc.if_else(deletes, old, new)
+
+
+def _key_moves(before: pa.StructArray, after: pa.StructArray, key: Sequence[str], updates: np.ndarray) -> bool:
+    """Does any update change its key? (compared as text, where the old key is not null)"""
+    for name in key:
+        if before.type.get_field_index(name) < 0:
+            continue
+        old = before.field(name)
+        new = after.field(name) if after.type.get_field_index(name) >= 0 else pa.nulls(len(old), old.type)
+        if old.type != new.type or not (pa.types.is_string(old.type) or pa.types.is_integer(old.type)):
+            raise NotColumnar(f"key column {name} of type {old.type}")
+        differs = pc.or_kleene(pc.not_equal(old, new), new.is_null()).fill_null(False)
+        if np.any(np.asarray(differs) & _valid(old) & updates):
+            return True
+    return False
