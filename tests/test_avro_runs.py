@@ -69,7 +69,8 @@ def as_run(
 ) -> tuple[list[dict[str, Any]], dict[str, int]] | None:
     """What the run reader makes of it, None when it refuses the run."""
     try:
-        reader.add_run(rows, values, np.array(offsets, np.int64), held=held, by_source=by_source, evolving=False)
+        run = reader.read_run(values)
+        run.add_to(rows, np.array(offsets, np.int64), held=held, by_source=by_source, evolving=False)
     except NotColumnar:
         return None
     return changes(rows), dict(rows.unknown)
@@ -189,11 +190,11 @@ def test_unknown_fields_are_counted_per_event(registry: SchemaRegistryServer) ->
     narrow = pa.schema([("id", pa.int64()), ("name", pa.string())])
     assert agree(reader, narrow, ["id"], values)
     rows = table_rows(narrow, ["id"])
-    reader.add_run(rows, values, np.arange(len(values)), held=-1, by_source=True, evolving=False)
+    reader.read_run(values).add_to(rows, np.arange(len(values)), held=-1, by_source=True, evolving=False)
     assert rows.unknown == {"description": 60, "weight": 60}
     with pytest.raises(NotColumnar):
-        reader.add_run(
-            table_rows(narrow, ["id"]), values, np.arange(len(values)), held=-1, by_source=True, evolving=True
+        reader.read_run(values).add_to(
+            table_rows(narrow, ["id"]), np.arange(len(values)), held=-1, by_source=True, evolving=True
         )
 
 

@@ -34,15 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from icetide.config import AVRO_FORMATS, RegistrySettings
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
-from icetide.decode.avro_runs import NotColumnar, changes_of, run_reader
+from icetide.decode.avro_runs import AvroRun, NotColumnar, run_reader
 from icetide.decode.avro_schema import CompiledSchema, compile_schema
-from icetide.decode.debezium_arrow import Envelope, NotHere, TableRows, envelope_of
+from icetide.decode.debezium_arrow import Envelope, NotHere, envelope_of
 from icetide.decode.limits import PayloadLimits
 from icetide.decode.schema_registry import HEADER_BYTES, BadAvroRecord, registry_schemas, split_wire
 from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
@@ -198,19 +195,9 @@ class AvroMessages:
         if lim.nesting_depth(body.decode("utf-8")) > room:
             raise NotHere("a message nested beyond the limit")
 
-    def add_run(
-        self,
-        rows: TableRows,
-        values: Sequence[bytes],
-        offsets: np.ndarray,
-        *,
-        held: int,
-        by_source: bool,
-        evolving: bool,
-    ) -> None:
-        """Add the changes of a run of records with one schema id (none a tombstone) to `rows`,
-        exactly as `envelope` and `TableRows.add` would one by one (decode/avro_runs.py), those
-        below offset `held` decoded but skipped; NotColumnar when the run must be read that way."""
+    def read_run(self, values: Sequence[bytes]) -> AvroRun:
+        """A run of records with one schema id (none a tombstone) read as columns
+        (decode/avro_runs.py); NotColumnar when it must be read record by record."""
         try:
             schema = self.compiled(int.from_bytes(values[0][1:5], "big"))
             shape = self._value_shape(schema)
@@ -219,26 +206,7 @@ class AvroMessages:
         if not self._within_bounds(shape, max(map(len, values))):
             raise NotColumnar("a record the payload limits may refuse")
         records = run_reader().decode(schema.writer, [memoryview(v)[HEADER_BYTES:] for v in values])
-        if held > offsets[0]:
-            keep = offsets >= held
-            records, offsets = records.filter(pa.array(keep)), offsets[keep]
-        if not len(records):
-            return
-        try:
-            rows.prepare(shape.envelope, schema.schema_id, evolving=evolving)
-        except NotHere as exc:
-            raise NotColumnar(str(exc)) from None
-        changes, unknown = changes_of(
-            records,
-            envelope=self.settings.envelope,
-            schema=shape.envelope,
-            columns=rows.schema,
-            key=rows.key,
-            upsert=rows.upsert,
-            orders=offsets if by_source else None,
-            evolving=evolving,
-        )
-        rows.add_changes(changes, unknown)
+        return AvroRun(records, schema.schema_id, shape.envelope, self.settings.envelope)
 
     # -- the Spark path's read ------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,10 +39,12 @@ import pyarrow.compute as pc
 
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
+from icetide.decode.debezium_arrow import NotHere, TableRows
 from icetide.sink.changelog import DELETE
 
 __all__ = [
     "MIN_RUN",
+    "AvroRun",
     "NotColumnar",
     "RunReader",
     "changes_of",
@@ -49,6 +52,7 @@ __all__ = [
     "container",
     "encoded_sizes",
     "run_reader",
+    "single_source_values",
     "source_orders",
 ]
 
@@ -460,3 +464,65 @@ def _key_moves(before: pa.StructArray, after: pa.StructArray, key: Sequence[str]
         if np.any(np.asarray(differs) & _valid(old) & updates):
             return True
     return False
+
+
+@dataclass(frozen=True)
+class AvroRun:
+    """A run of records of one schema id, as columns."""
+
+    records: pa.StructArray
+    schema_id: int
+    schema: C.EnvelopeSchema
+    envelope: bool  # debezium-avro: Debezium's envelope; avro: flat records
+
+    def source_fields(self, names: Sequence[str]) -> dict[str, str]:
+        """The one value of each source field in `names` that every record of the run has, as
+        text (what a table name template is filled with); NotColumnar otherwise."""
+        return single_source_values(self.records if self.envelope else None, names)
+
+    def add_to(self, rows: TableRows, offsets: np.ndarray, *, held: int, by_source: bool, evolving: bool) -> None:
+        """Add the run's changes to `rows`, exactly as `AvroMessages.envelope` and `TableRows.add`
+        would one by one, those below offset `held` skipped; NotColumnar when they must."""
+        records = self.records
+        if held > offsets[0]:
+            keep = offsets >= held
+            records, offsets = records.filter(pa.array(keep)), offsets[keep]
+        if not len(records):
+            return
+        try:
+            rows.prepare(self.schema, self.schema_id, evolving=evolving)
+        except NotHere as exc:
+            raise NotColumnar(str(exc)) from None
+        changes, unknown = changes_of(
+            records,
+            envelope=self.envelope,
+            schema=self.schema,
+            columns=rows.schema,
+            key=rows.key,
+            upsert=rows.upsert,
+            orders=offsets if by_source else None,
+            evolving=evolving,
+        )
+        rows.add_changes(changes, unknown)
+
+
+def single_source_values(records: pa.StructArray | None, names: Sequence[str]) -> dict[str, str]:
+    """The one value every record's source block has for each field in `names` (but "topic"), as
+    text (a string as it is, an integer in decimal); NotColumnar where records differ or lack it."""
+    out: dict[str, str] = {}
+    for name in names:
+        if name == "topic":
+            continue
+        source = (
+            records.field("source") if records is not None and records.type.get_field_index("source") >= 0 else None
+        )
+        if not isinstance(source, pa.StructArray) or source.type.get_field_index(name) < 0 or source.null_count:
+            raise NotColumnar(f"a source block without {name}")
+        values = source.field(name)
+        if not (pa.types.is_string(values.type) or pa.types.is_integer(values.type)) or values.null_count:
+            raise NotColumnar(f"a source {name} of type {values.type}, or missing")
+        distinct = pc.unique(values)
+        if len(distinct) != 1:
+            raise NotColumnar(f"records of several {name}s in one run")
+        out[name] = str(distinct[0].as_py())
+    return out

@@ -179,13 +179,23 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         order = source_order(envelope.source, envelope.ts_ms, offset) if to.by_source else ""
         to.rows.add(envelope, order, evolving=evolving)
 
-    def run(messages: list[Any], values: list[bytes], to: _Destination) -> bool:
-        """A run of Avro records of one schema id, read as columns; False: read it record by record."""
-        assert avro is not None and to.rows is not None
-        offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
+    def run(
+        messages: list[Any], values: list[bytes], destinations: dict[str, _Destination], feed: tuple[str, int]
+    ) -> bool:
+        """A run of Avro records of one schema id, read as columns, routed to the one table all of
+        them go to; False: read it record by record."""
+        assert avro is not None
         try:
-            avro.add_run(to.rows, values, offsets, held=to.held, by_source=to.by_source, evolving=evolving)
-        except NotColumnar as exc:
+            decoded = avro.read_run(values)
+            name = route_of(template, needed, feed[0], decoded.source_fields(needed))
+            to = destinations.get(name)
+            if to is None:
+                to = destinations[name] = _destination(config, result, rows, name, feed)
+            if to.rows is None:
+                return False  # a table to create: its messages are sampled
+            offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
+            decoded.add_to(to.rows, offsets, held=to.held, by_source=to.by_source, evolving=evolving)
+        except (NotColumnar, NotHere) as exc:
             log.debug("%d Avro records read one by one: %s", len(messages), exc)
             return False
         to.share.records += len(messages)
@@ -202,13 +212,10 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                 records += len(messages)
                 start = 0
                 while start < len(messages):
-                    end, values = _avro_run(messages, start) if avro is not None and fixed is not None else (start, [])
-                    if end - start >= MIN_RUN:
-                        to = destinations.get(fixed) or _destination(config, result, rows, fixed, feed)  # type: ignore[arg-type]
-                        destinations[fixed] = to  # type: ignore[index]
-                        if to.rows is not None and run(messages[start:end], values, to):
-                            start = end
-                            continue
+                    end, values = _avro_run(messages, start) if avro is not None else (start, [])
+                    if end - start >= MIN_RUN and run(messages[start:end], values, destinations, feed):
+                        start = end
+                        continue
                     for message in messages[start : max(end, start + 1)]:
                         one(message, destinations, fixed, feed)
                     start = max(end, start + 1)
