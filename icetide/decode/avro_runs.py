@@ -51,6 +51,7 @@ __all__ = [
     "column_of",
     "container",
     "encoded_sizes",
+    "envelope_parts",
     "run_reader",
     "single_source_values",
     "source_orders",
@@ -366,6 +367,24 @@ def _timestamp(values: pa.Array, unit: str, t: pa.DataType, name: str) -> pa.Arr
     return micros.cast(t)
 
 
+def envelope_parts(records: pa.StructArray, *, envelope: bool) -> dict[str, pa.Array]:
+    """The parts of the run's events (`before`, `after`, `source`, `op`, `ts_ms`, those it has),
+    every record an event decode/debezium_arrow.py `envelope_of` takes: a string op, and a
+    before, after and source that are records. NotColumnar otherwise. A flat record (`avro`) is
+    the `after` of its event."""
+    if not envelope:
+        return {"after": records}
+    names = ("before", "after", "source", "op", "ts_ms")
+    parts = {n: records.field(n) for n in names if records.type.get_field_index(n) >= 0}
+    op = parts.get("op")
+    if op is None or not pa.types.is_string(op.type) or op.null_count:
+        raise NotColumnar("an event without an op")
+    for name in ("before", "after", "source"):
+        if name in parts and not isinstance(parts[name], pa.StructArray):
+            raise NotColumnar(f"an event whose {name} is not a record")
+    return parts
+
+
 def changes_of(
     records: pa.StructArray,
     *,
@@ -381,25 +400,14 @@ def changes_of(
     decode/debezium_arrow.py TableRows' columns, and the counts of fields the table lacks;
     `orders`: the records' offsets, when the table orders by source. NotColumnar otherwise."""
     rows = len(records)
+    parts = envelope_parts(records, envelope=envelope)
     if envelope:
-        parts = {
-            n: records.field(n)
-            for n in ("before", "after", "source", "op", "ts_ms")
-            if records.type.get_field_index(n) >= 0
-        }
-        op = parts.get("op")
-        if op is None or not pa.types.is_string(op.type):
-            raise NotColumnar("an envelope without a string op")
-        if not pc.all(pc.is_in(op, value_set=_OPS)).as_py():
+        if not pc.all(pc.is_in(parts["op"], value_set=_OPS)).as_py():
             raise NotColumnar("an op other than c, r, u and d")
-        deletes = np.asarray(pc.equal(op, "d"))
+        deletes = np.asarray(pc.equal(parts["op"], "d"))
     else:
-        parts = {"after": records}
         deletes = np.zeros(rows, bool)
     before, after, source = parts.get("before"), parts.get("after"), parts.get("source")
-    for part in (before, after, source):
-        if part is not None and not isinstance(part, pa.StructArray):
-            raise NotColumnar("a before, after or source that is not a record")
     has_before = _valid(before) if before is not None else np.zeros(rows, bool)
     has_after = _valid(after) if after is not None else np.zeros(rows, bool)
     if not np.all(np.where(deletes, has_before, has_after)):
@@ -476,9 +484,10 @@ class AvroRun:
     envelope: bool  # debezium-avro: Debezium's envelope; avro: flat records
 
     def source_fields(self, names: Sequence[str]) -> dict[str, str]:
-        """The one value of each source field in `names` that every record of the run has, as
-        text (what a table name template is filled with); NotColumnar otherwise."""
-        return single_source_values(self.records if self.envelope else None, names)
+        """The one value of each source field in `names` that every event of the run has, as
+        text (what a table name template is filled with); NotColumnar otherwise, or when any
+        record is not an event `envelope_of` takes."""
+        return single_source_values(envelope_parts(self.records, envelope=self.envelope).get("source"), names)
 
     def add_to(self, rows: TableRows, offsets: np.ndarray, *, held: int, by_source: bool, evolving: bool) -> None:
         """Add the run's changes to `rows`, exactly as `AvroMessages.envelope` and `TableRows.add`
@@ -506,16 +515,13 @@ class AvroRun:
         rows.add_changes(changes, unknown)
 
 
-def single_source_values(records: pa.StructArray | None, names: Sequence[str]) -> dict[str, str]:
-    """The one value every record's source block has for each field in `names` (but "topic"), as
-    text (a string as it is, an integer in decimal); NotColumnar where records differ or lack it."""
+def single_source_values(source: pa.Array | None, names: Sequence[str]) -> dict[str, str]:
+    """The one value every event's source block has for each field in `names` (but "topic"), as
+    text (a string as it is, an integer in decimal); NotColumnar where events differ or lack it."""
     out: dict[str, str] = {}
     for name in names:
         if name == "topic":
             continue
-        source = (
-            records.field("source") if records is not None and records.type.get_field_index("source") >= 0 else None
-        )
         if not isinstance(source, pa.StructArray) or source.type.get_field_index(name) < 0 or source.null_count:
             raise NotColumnar(f"a source block without {name}")
         values = source.field(name)
@@ -523,6 +529,6 @@ def single_source_values(records: pa.StructArray | None, names: Sequence[str]) -
             raise NotColumnar(f"a source {name} of type {values.type}, or missing")
         distinct = pc.unique(values)
         if len(distinct) != 1:
-            raise NotColumnar(f"records of several {name}s in one run")
+            raise NotColumnar(f"events of several {name}s in one run")
         out[name] = str(distinct[0].as_py())
     return out

@@ -191,8 +191,18 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
             to = destinations.get(name)
             if to is None:
                 to = destinations[name] = _destination(config, result, rows, name, feed)
-            if to.rows is None:
-                return False  # a table to create: its messages are sampled
+            if to.rows is None:  # a table to create: the run's first keyed records are its samples
+                samples = result.new_tables[name]
+                for message, value in zip(messages, values, strict=True):
+                    key = message.key()
+                    if len(samples) >= SAMPLE_MESSAGES:
+                        break
+                    if key is not None:
+                        key_message, message_text = avro.key_message(key), avro.message(key, value)
+                        if key_message is not None and message_text is not None:
+                            samples.append((key_message, message_text))
+                to.share.records += len(messages)
+                return True
             offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
             decoded.add_to(to.rows, offsets, held=to.held, by_source=to.by_source, evolving=evolving)
         except (NotColumnar, NotHere) as exc:
