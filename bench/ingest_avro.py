@@ -26,9 +26,13 @@ import random
 import time
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from bench.common import median, produce_waiting, render_table
 
 WARM_UP_EVENTS = 20_000
+RUN = 5_000  # records a run in the decoders' table (the bench's runs: 50,000 rows over 4 partitions)
 KEY_SCHEMA = {
     "type": "struct",
     "name": "dbserver1.ads.events.Key",
@@ -77,7 +81,7 @@ def decode_micros(registry_url: str, count: int) -> dict[str, float]:
     from bench.ingest_debezium import debezium_event
     from icetide.config import RegistrySettings
     from icetide.decode.avro import AvroMessages, AvroSettings
-    from icetide.decode.debezium_arrow import EnvelopeReader
+    from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, TableRows, source_order
     from icetide.decode.limits import PayloadLimits
     from tests.avro_messages import AvroEncoder
 
@@ -89,6 +93,14 @@ def decode_micros(registry_url: str, count: int) -> dict[str, float]:
     messages, reader = AvroMessages(settings), EnvelopeReader(PayloadLimits())
     parsed = messages.compiled(int.from_bytes(avro[0][1:5], "big")).parsed
 
+    def timed_all(fn: Any, items: list[bytes]) -> float:
+        passes = []
+        for _ in range(3):
+            started = time.process_time()
+            fn(items)
+            passes.append((time.process_time() - started) / len(items) * 1e6)
+        return median(passes)
+
     def timed(fn: Any, items: list[bytes]) -> float:
         passes = []
         for _ in range(3):
@@ -98,10 +110,41 @@ def decode_micros(registry_url: str, count: int) -> dict[str, float]:
             passes.append((time.process_time() - started) / len(items) * 1e6)
         return median(passes)
 
+    columns = pa.schema(
+        [
+            pa.field("event_id", pa.string(), nullable=False),
+            pa.field("event_time", pa.timestamp("us", tz="UTC"), nullable=False),
+            *[(n, pa.int64()) for n in ("ad_id", "campaign_id")],
+            *[(n, pa.string()) for n in ("country", "device")],
+            ("price", pa.float64()),
+            ("clicks", pa.int32()),
+            ("produced_at", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+
+    def one_by_one(items: list[bytes]) -> None:
+        rows = TableRows(columns, ["event_id", "event_time"], "upsert", Conversions())
+        for offset, item in enumerate(items):
+            envelope = messages.envelope(None, item)
+            assert envelope is not None
+            rows.add(envelope, source_order(envelope.source, envelope.ts_ms, offset), evolving=False)
+        rows.table()
+
+    def as_runs(items: list[bytes]) -> None:
+        rows = TableRows(columns, ["event_id", "event_time"], "upsert", Conversions())
+        for start in range(0, len(items), RUN):
+            run = items[start : start + RUN]
+            messages.read_run(run).add_to(
+                rows, np.arange(start, start + len(run)), held=-1, by_source=True, evolving=False
+            )
+        rows.table()
+
     return {
         "JSON message -> event (EnvelopeReader)": timed(reader.read, values),
         "Avro record -> event (AvroMessages.envelope)": timed(lambda v: messages.envelope(None, v), avro),
         "fastavro schemaless_reader alone": timed(lambda v: schemaless_reader(io.BytesIO(v[5:]), parsed, None), avro),
+        "Avro records -> changes, one by one (envelope, TableRows.add)": timed_all(one_by_one, avro),
+        f"Avro records -> changes, runs of {RUN:,} as columns (AvroRun)": timed_all(as_runs, avro),
     }
 
 

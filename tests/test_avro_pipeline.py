@@ -223,3 +223,42 @@ def test_format_avro_reads_flat_records_and_deletes_on_tombstones(
     Runner(PipelineConfig.from_dict(doc), spark).run(once=True)
     assert same(rows_of(spark, table, "id"), model)
     assert spark.table(f"{table}_dead_letter").count() == 0
+
+
+@pytest.mark.parametrize("routing", [False, True])
+def test_long_runs_are_read_as_columns_and_equal_the_model(
+    spark: Any, kafka_broker: str, registry: SchemaRegistryServer, routing: bool
+) -> None:
+    """Streams long enough for runs of one schema id (decode/avro_runs.py MIN_RUN), with updates,
+    deletes and their tombstones, and a DATE column: the one-table runner and a database sync
+    (routing by the source block's table) read most records as columns, and every table equals its
+    model."""
+    from icetide.decode.avro_runs import MIN_RUN
+    from icetide.pipeline.sync import SyncRunner
+
+    tables = ("orders", "customers") if routing else ("orders",)
+    streams = {t: s for t, s in inventory_streams().items() if t in tables}
+    records = {t: changes(s, seed=40 + i, count=3 * MIN_RUN) for i, (t, s) in enumerate(sorted(streams.items()))}
+    prefix, namespace = f"db{unique()}", f"avroruns{unique()}"
+    encoder = AvroEncoder(registry.url)
+    for t, recs in records.items():
+        topic = f"{prefix}.inventory.{t}"
+        _create(kafka_broker, topic)
+        produce(kafka_broker, topic, encoded(encoder, topic, recs))
+    if routing:
+        doc = single_table_doc("avroruns", kafka_broker, "", f"lake.{namespace}.{{table}}", registry.url)
+        doc["source"]["kafka"].pop("topic")
+        doc["source"]["kafka"]["topic_pattern"] = prefix + r"\.inventory\..*"
+        doc["dead_letter"] = f"lake.{namespace}.dead_letter"
+        runner: Any = SyncRunner(PipelineConfig.from_dict(doc), spark)
+    else:
+        doc = single_table_doc(
+            "avroruns", kafka_broker, f"{prefix}.inventory.orders", f"lake.{namespace}.orders", registry.url
+        )
+        runner = Runner(PipelineConfig.from_dict(doc), spark)
+    summary = runner.run(once=True)
+    events = sum(1 for recs in records.values() for _, _, v, _ in recs if v is not None)
+    as_columns = sum(b.records_as_columns for b in summary.batches)
+    assert as_columns > events // 2, (as_columns, events, [b.path for b in summary.batches])
+    for t in streams:
+        assert same(rows_of(spark, f"lake.{namespace}.{t}", KEYS[t]), model_of(records[t])), t

@@ -23,12 +23,11 @@ decides, everything but the common case:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
-import shutil
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,8 @@ import pyarrow.compute as pc
 
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
+from icetide.decode.avro_schema import base64_text, float32_text
+from icetide.decode.connect_conversions import Converter, storage_type
 from icetide.decode.debezium_arrow import NotHere, TableRows
 from icetide.sink.changelog import DELETE
 
@@ -57,12 +58,13 @@ __all__ = [
     "source_orders",
 ]
 
-MIN_RUN = 32  # shorter runs are read record by record: a DuckDB query costs about what 30 records do
+MIN_RUN = 256  # shorter runs are read record by record: a run costs about 2-3 ms before its first record
 _SYNC = b"icetide-avro-run"  # the container's 16-byte sync marker
 _OPS = pa.array(["c", "r", "u", "d"])
 _MIN_MS, _MAX_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
 _INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 _EXACT_DOUBLE = 2**53
+_MIN_DAY, _MAX_DAY = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31, in days from 1970-01-01
 
 
 class NotColumnar(Exception):
@@ -103,32 +105,29 @@ class RunReader:
             import duckdb
         except ImportError as exc:
             raise NotColumnar("duckdb is not installed (pip install 'icetide[kafka]')") from exc
-        # One thread: a Spark task has one core. No file cache: each run is written to a new file,
-        # and a cached older one of the same name and size would be read instead.
+        # One thread: a Spark task has one core. No file cache: a cached older run of the same
+        # name, size and time would be read instead of the new one (temporary names are reused).
         self._con = duckdb.connect(config={"threads": 1, "enable_external_file_cache": False})
         try:
             self._con.execute(f"LOAD '{_extension_path(duckdb.__version__)}'")
         except duckdb.Error as exc:
             raise NotColumnar(f"DuckDB's Avro extension does not load: {exc}"[:300]) from None
-        folder = "/dev/shm" if os.path.isdir("/dev/shm") else None  # memory, not disk, where there is one
-        self._folder = tempfile.mkdtemp(prefix="icetide-avro-runs-", dir=folder)
-        self._runs = 0
-        atexit.register(self.close)
+        self._folder = "/dev/shm" if os.path.isdir("/dev/shm") else None  # memory, not disk, where there is one
+        self._lock = threading.Lock()
 
     def close(self) -> None:
-        shutil.rmtree(self._folder, ignore_errors=True)
         with contextlib.suppress(Exception):
             self._con.close()
 
     def decode(self, writer_schema: Any, bodies: Sequence[bytes | memoryview]) -> pa.StructArray:
         """The records of `bodies` (one writer schema, logical types removed) as one struct array;
         NotColumnar when DuckDB cannot read them, or any body is not exactly one record."""
-        self._runs += 1
-        path = os.path.join(self._folder, f"run-{self._runs}.avro")
+        fd, path = tempfile.mkstemp(prefix="icetide-avro-run-", suffix=".avro", dir=self._folder)
         try:
-            with open(path, "wb") as out:
+            with os.fdopen(fd, "wb") as out:
                 out.write(container(json.dumps(writer_schema), bodies))
-            table = self._con.execute("SELECT * FROM read_avro(?)", [path]).to_arrow_table()
+            with self._lock:
+                table = self._con.execute("SELECT * FROM read_avro(?)", [path]).to_arrow_table()
         except Exception as exc:  # duckdb's errors have no common root worth naming
             raise NotColumnar(f"DuckDB's Avro reader: {type(exc).__name__}: {exc}"[:300]) from None
         finally:
@@ -169,14 +168,14 @@ def run_reader() -> RunReader:
 # -- what each record's encoding takes ---------------------------------------------------------
 
 
+_VARINT_STEPS = np.array([1 << (7 * k) for k in range(1, 10)], np.uint64)  # the least zig-zag value of each longer size
+
+
 def _varint_sizes(values: np.ndarray) -> np.ndarray:
     """Bytes of each int64 as Avro's zig-zag varint."""
     v = values.astype(np.int64, copy=False)
     z = ((v << 1) ^ (v >> 63)).view(np.uint64)
-    sizes = np.ones(len(z), np.int64)
-    for k in range(1, 10):
-        sizes += z >= np.uint64(1 << (7 * k))
-    return sizes
+    return 1 + np.searchsorted(_VARINT_STEPS, z, side="right").astype(np.int64)
 
 
 def _valid(array: pa.Array) -> np.ndarray:
@@ -312,59 +311,88 @@ def source_orders(source: pa.StructArray | None, ts_ms: pa.Array | None, offsets
     return _join(head, "|", tail)
 
 
-def column_of(values: pa.Array | None, field: C.ConnectField | None, t: pa.DataType, name: str) -> pa.Array:
-    """Column `name` of Arrow type `t` from the record field's values, as the converter of
-    decode/connect_conversions.py makes it value by value; NotColumnar where it is not known to."""
-    rows_type = values.type if values is not None else pa.null()
-    if values is None or pa.types.is_null(rows_type):
-        return pa.nulls(0 if values is None else len(values), t)
+def column_of(
+    values: pa.Array, field: C.ConnectField | None, t: pa.DataType, name: str, convert: Converter
+) -> pa.Array:
+    """Column `name` of Arrow type `t` from the record field's values, exactly as `convert` (the
+    column's converter, decode/connect_conversions.py) makes it value by value: in whole columns
+    where their form is known to be the converter's, else by `convert` itself. NotColumnar where
+    a value does not convert (the per-record decoder then decides)."""
+    kind = values.type
+    if pa.types.is_null(kind) or values.null_count == len(values):
+        return pa.nulls(len(values), t)
     logical = field.logical if field is not None else None
-    if field is None:
-        raise NotColumnar(f"column {name}: a record without a schema field for it")
-    if logical == C.DECIMAL or logical == C.VARIABLE_SCALE_DECIMAL or pa.types.is_decimal(t):
-        raise NotColumnar(f"column {name}: decimals are read record by record")
-    if logical in C.TIME_MICROS or logical in C.DATES:
-        raise NotColumnar(f"column {name}: {logical} is read record by record")
-    if logical in C.TIMESTAMP_UNITS and pa.types.is_timestamp(t):
-        return _timestamp(values, C.TIMESTAMP_UNITS[logical], t, name)
-    if pa.types.is_string(t):
-        if pa.types.is_string(rows_type):
-            return values
-        if pa.types.is_integer(rows_type) or pa.types.is_boolean(rows_type):
-            return pc.cast(values, t)
-    elif pa.types.is_integer(t):
-        if pa.types.is_integer(rows_type):
-            low, high = _INT_RANGES[t.bit_width]
-            if len(values) - values.null_count and (pc.min(values).as_py() < low or pc.max(values).as_py() > high):
-                raise NotColumnar(f"column {name}: a value beyond {t}")
-            return pc.cast(values, t)
-    elif pa.types.is_float64(t):
-        if pa.types.is_float64(rows_type):
-            return values
-        if pa.types.is_integer(rows_type):
-            extent = pc.max(pc.abs_checked(values)).as_py() if len(values) - values.null_count else 0
-            if extent is None or extent > _EXACT_DOUBLE:
-                raise NotColumnar(f"column {name}: an integer a DOUBLE may round")
-            return pc.cast(values, t)
-    elif pa.types.is_boolean(t) and pa.types.is_boolean(rows_type):
-        return values
+    columnar = None
+    if field is None or logical in (C.DECIMAL, C.VARIABLE_SCALE_DECIMAL) or pa.types.is_decimal(t):
+        pass
+    elif logical in C.TIMESTAMP_UNITS and pa.types.is_timestamp(t):
+        columnar = _timestamp(values, C.TIMESTAMP_UNITS[logical])
+    elif logical in C.TIME_MICROS:
+        pass
+    elif pa.types.is_date32(t) and pa.types.is_integer(kind) and (logical is None or logical in C.DATES):
+        columnar = _within(values, _MIN_DAY, _MAX_DAY, pa.int32(), t)
+    elif pa.types.is_string(t):
+        if pa.types.is_string(kind):
+            columnar = values
+        elif pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+            columnar = pc.cast(values, t)
+    elif pa.types.is_integer(t) and pa.types.is_integer(kind):
+        low, high = _INT_RANGES[t.bit_width]
+        columnar = _within(values, low, high, t, t)
+    elif pa.types.is_float64(t) and pa.types.is_float64(kind):
+        columnar = values
+    elif pa.types.is_float64(t) and pa.types.is_integer(kind):
+        columnar = _within(values, -_EXACT_DOUBLE, _EXACT_DOUBLE, t, t)
+    elif pa.types.is_boolean(t) and pa.types.is_boolean(kind):
+        columnar = values
     elif pa.types.is_timestamp(t) and logical is None:
-        return _timestamp(values, "ms", t, name)
-    raise NotColumnar(f"column {name}: {logical or rows_type} into {t}")
+        columnar = _timestamp(values, "ms")
+    if columnar is not None:
+        return columnar.cast(t) if columnar.type != t else columnar
+    return _by_value(values, t, name, convert)
 
 
-def _timestamp(values: pa.Array, unit: str, t: pa.DataType, name: str) -> pa.Array:
-    if not pa.types.is_int64(values.type) and not pa.types.is_int32(values.type):
-        raise NotColumnar(f"column {name}: a timestamp read as {values.type}")
-    if unit not in ("ms", "us"):
-        raise NotColumnar(f"column {name}: {unit} timestamps are read record by record")
+def _within(values: pa.Array, low: int, high: int, storage: pa.DataType, t: pa.DataType) -> pa.Array | None:
+    """The integers as `t` (through `storage`) when all lie in [low, high]; None: convert them one by one."""
+    if pc.min(values).as_py() < low or pc.max(values).as_py() > high:
+        return None
+    stored = pc.cast(values, storage)
+    return stored if storage == t else stored.cast(t)
+
+
+def _by_value(values: pa.Array, t: pa.DataType, name: str, convert: Converter) -> pa.Array:
+    """The column made value by value by the per-record decoder's own converter, each value first
+    in the JSON converter's form (decode/avro_schema.py): bytes as base64, a float32 as its shortest text."""
+    kind = values.type
+    if pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_map(kind):
+        raise NotColumnar(f"column {name}: a nested value")
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
+        form: Converter | None = base64_text
+    elif pa.types.is_float32(kind):
+        form = float32_text
+    else:
+        form = None
+    out: list[Any] = []
+    append = out.append
+    try:
+        for v in values.to_pylist():
+            if v is None:
+                append(None)
+            else:
+                append(convert(form(v) if form is not None else v))
+    except NotHere as exc:
+        raise NotColumnar(str(exc)) from None
+    array = pa.array(out, type=storage_type(t))
+    return array if array.type == t else array.cast(t)
+
+
+def _timestamp(values: pa.Array, unit: str) -> pa.Array | None:
+    """Epoch milliseconds or microseconds as microseconds, when all lie in years 0001-9999."""
+    if not pa.types.is_integer(values.type) or unit not in ("ms", "us"):
+        return None
     low, high = (_MIN_MS, _MAX_MS) if unit == "ms" else (lim.MIN_EPOCH_MICROS, lim.MAX_EPOCH_MICROS)
-    if len(values) - values.null_count and (pc.min(values).as_py() < low or pc.max(values).as_py() > high):
-        raise NotColumnar(f"column {name}: a timestamp outside years 0001-9999")
-    micros = pc.cast(values, pa.int64())
-    if unit == "ms":
-        micros = pc.multiply(micros, 1000)
-    return micros.cast(t)
+    micros = _within(values, low, high, pa.int64(), pa.int64())
+    return pc.multiply(micros, 1000) if micros is not None and unit == "ms" else micros
 
 
 def envelope_parts(records: pa.StructArray, *, envelope: bool) -> dict[str, pa.Array]:
@@ -395,6 +423,7 @@ def changes_of(
     upsert: str,
     orders: np.ndarray | None,
     evolving: bool,
+    converters: Sequence[Converter],
 ) -> tuple[pa.Table, dict[str, int]]:
     """The changes of a run's records (every one at or past the table's held offset) in
     decode/debezium_arrow.py TableRows' columns, and the counts of fields the table lacks;
@@ -426,12 +455,11 @@ def changes_of(
         raise NotColumnar("fields the table lacks, and schema_evolution is on")
     mask = pa.array(deletes)
     arrays = []
-    for f in columns:
+    for f, convert in zip(columns, converters, strict=True):
         values = _row_values(before, after, mask, f.name, rows)
         if values.null_count and (f.name in key or not f.nullable):
             raise NotColumnar(f"column {f.name} is missing or null")
-        column = column_of(values, schema.field(f.name), f.type, f.name)
-        arrays.append(column if len(column) == rows else pa.nulls(rows, f.type))
+        arrays.append(column_of(values, schema.field(f.name), f.type, f.name, convert))
     ops = pc.if_else(mask, DELETE, upsert)
     order = source_orders(source, parts.get("ts_ms"), orders) if orders is not None else pa.array([""] * rows)
     fields = [*columns, pa.field("_op", pa.string()), pa.field("_source_order", pa.string())]
@@ -499,7 +527,7 @@ class AvroRun:
         if not len(records):
             return
         try:
-            rows.prepare(self.schema, self.schema_id, evolving=evolving)
+            converters = rows.converters(self.schema, self.schema_id, evolving=evolving)
         except NotHere as exc:
             raise NotColumnar(str(exc)) from None
         changes, unknown = changes_of(
@@ -511,6 +539,7 @@ class AvroRun:
             upsert=rows.upsert,
             orders=offsets if by_source else None,
             evolving=evolving,
+            converters=converters,
         )
         rows.add_changes(changes, unknown)
 

@@ -45,11 +45,12 @@ _LOGICAL_NAMES = {
 Convert = Callable[[Any], Any]
 
 
-def _b64(v: bytes) -> str:
+def base64_text(v: bytes) -> str:
+    """Avro bytes as the JSON converter sends them."""
     return base64.b64encode(v).decode("ascii")
 
 
-def _single(v: float) -> Any:
+def float32_text(v: float) -> Any:
     """A float32 as the JSON converter writes it: its shortest text (21.8, not 21.799999237060547)."""
     return float(repr(np.float32(v))) if math.isfinite(v) else v
 
@@ -57,7 +58,7 @@ def _single(v: float) -> Any:
 def _union_text(v: Any) -> Any:
     if v is None or isinstance(v, str):
         return v
-    return json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=_b64)
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=base64_text)
 
 
 def _nullable(convert: Convert) -> Convert:
@@ -196,9 +197,9 @@ class _Compiler:
             connect["name"] = _LOGICAL_NAMES[str(logical)]
         convert: Convert | None = None
         if kind == "bytes" or fixed:
-            convert = _b64
+            convert = base64_text
         elif kind == "float":
-            convert = _single
+            convert = float32_text
         return _Node(_connect_attrs(schema, connect), convert, 0, False, 0)
 
 

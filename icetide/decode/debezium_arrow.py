@@ -295,11 +295,13 @@ class TableRows:
         self._plans: dict[int, list[_Step]] = {}  # per envelope schema
         self._sealed: list[pa.Table] = []  # earlier changes, already in Arrow
 
-    def prepare(self, schema: C.EnvelopeSchema | None, schema_id: int, *, evolving: bool) -> None:
-        """Make the plan for rows of envelope schema `schema_id` now, as the first such row's `add`
-        would; NotHere where that would raise it."""
-        if schema_id not in self._plans:
-            self._plan(schema, schema_id, evolving)
+    def converters(self, schema: C.EnvelopeSchema | None, schema_id: int, *, evolving: bool) -> list[Converter]:
+        """Each column's converter for rows of envelope schema `schema_id` (`schema`), made as the
+        first such row's `add` makes them; NotHere where that would raise it."""
+        plan = self._plans.get(schema_id)
+        if plan is None:
+            plan = self._plan(schema, schema_id, evolving)
+        return [convert for _, convert, _, _ in plan]
 
     def _plan(self, schema: C.EnvelopeSchema | None, schema_id: int, evolving: bool) -> list[_Step]:
         """Each column's step for rows of this envelope's schema, made once per schema."""

@@ -318,6 +318,7 @@ class FastBatch:
     write_seconds: float
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # AppendTaskResult.timings()
     unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
+    records_as_columns: int = 0  # records read a run at a time (decode/avro_runs.py)
 
 
 class FastAppend:

@@ -318,6 +318,7 @@ class Runner:
             read_decode_seconds=out.read_decode_seconds,
             write_seconds=out.write_seconds,
             unknown_fields={k.removeprefix(prefix): n for k, n in out.unknown_fields.items()},
+            records_as_columns=out.records_as_columns,
         )
 
     def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> None:
@@ -375,6 +376,7 @@ class Runner:
             source_plan_seconds=plan_seconds,
             unknown_fields=dict(sorted(out.unknown_fields.items())),
             path=FAST_PATH,
+            records_as_columns=out.records_as_columns,
         )
 
     def _lag(self, position: dict[str, Any]) -> int:

@@ -244,6 +244,7 @@ class SyncRunner:
             table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
             created_tables=tuple(created),
             path=FAST_PATH,
+            records_as_columns=out.records_as_columns,
         )
 
     def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[SyncFastBatch | Fallback, list[str]]:

@@ -113,6 +113,7 @@ class SyncTaskResult:
     decode_seconds: float = 0.0
     write_seconds: float = 0.0
     wrote: bool = False  # it failed after writing files it cannot name: delete the batch's by prefix
+    records_as_columns: int = 0  # records read a run at a time (decode/avro_runs.py)
 
 
 def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping[str, Any]) -> str:
@@ -209,6 +210,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
             log.debug("%d Avro records read one by one: %s", len(messages), exc)
             return False
         to.share.records += len(messages)
+        result.records_as_columns += len(messages)
         return True
 
     try:
@@ -222,8 +224,12 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                 records += len(messages)
                 start = 0
                 while start < len(messages):
-                    end, values = _avro_run(messages, start) if avro is not None else (start, [])
-                    if end - start >= MIN_RUN and run(messages[start:end], values, destinations, feed):
+                    end, events, values = (
+                        _avro_run(messages, start, skip_tombstones=avro.settings.envelope)
+                        if avro is not None
+                        else (start, [], [])
+                    )
+                    if len(values) >= MIN_RUN and run(events, values, destinations, feed):
                         start = end
                         continue
                     for message in messages[start : max(end, start + 1)]:
@@ -252,21 +258,30 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
     return result
 
 
-def _avro_run(messages: Any, start: int) -> tuple[int, list[bytes]]:
-    """(end, values) of the run of wire-format Avro values of one schema id from `start` (end ==
-    start: the message there is not one)."""
+def _avro_run(messages: Any, start: int, *, skip_tombstones: bool) -> tuple[int, list[Any], list[bytes]]:
+    """(end, events, values) of the run of wire-format Avro values of one schema id from `start`:
+    the messages up to `end`, those of them that carry a value, and their values (end == start:
+    the message there is not one). Tombstones are in the run when `skip_tombstones` (Debezium's,
+    which follow a delete and change nothing), else they end it (`avro`'s delete a key)."""
+    events: list[Any] = []
     values: list[bytes] = []
     head = None
+    end = start
     for message in messages[start:]:
         value = message.value()
+        if value is None and skip_tombstones:
+            end += 1
+            continue
         if value is None or len(value) < HEADER_BYTES or value[0] != MAGIC_BYTE:
             break
         if head is None:
             head = value[:HEADER_BYTES]
         elif value[:HEADER_BYTES] != head:
             break
+        events.append(message)
         values.append(value)
-    return start + len(values), values
+        end += 1
+    return end, events, values
 
 
 def _destination(
@@ -358,6 +373,7 @@ class SyncFastBatch:
     unknown_fields: dict[str, int]  # "table.field" -> records
     read_decode_seconds: float
     write_seconds: float
+    records_as_columns: int = 0  # records read a run at a time (decode/avro_runs.py)
 
 
 class SyncFastPath:
@@ -504,6 +520,7 @@ class SyncFastPath:
             unknown_fields={f"{name}.{k}": v for name, share in shares for k, v in share.unknown_fields.items()},
             read_decode_seconds=max(0.0, elapsed - write_seconds),
             write_seconds=write_seconds,
+            records_as_columns=sum(r.records_as_columns for r in results),
         )
 
     @staticmethod
