@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from icetide.decode.avro import AvroMessages
-from icetide.decode.avro_runs import NotColumnar, container, encoded_sizes, run_reader
+from icetide.decode.avro_container import NotColumnar, container, encoded_sizes, run_reader
 from icetide.decode.debezium_arrow import NotHere, TableRows, source_order
 from tests.schema_registry_server import SchemaRegistryServer
 from tests.test_avro import FLINK_SCHEMA, flink_events, messages, serializer, source, table_rows

@@ -37,7 +37,8 @@ from typing import Any
 from icetide.config import AVRO_FORMATS, RegistrySettings
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
-from icetide.decode.avro_runs import AvroRun, NotColumnar, run_reader
+from icetide.decode.avro_container import NotColumnar, run_reader
+from icetide.decode.avro_runs import AvroRun
 from icetide.decode.avro_schema import CompiledSchema, compile_schema
 from icetide.decode.debezium_arrow import Envelope, NotHere, envelope_of
 from icetide.decode.limits import PayloadLimits

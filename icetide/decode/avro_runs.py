@@ -1,34 +1,27 @@
-"""Avro records decoded a run at a time into Arrow columns: the sync fast path's Avro decoder.
+"""Avro records decoded a run at a time into Arrow columns: the fast path's Avro decoder.
 
-Per record, fastavro plus the JSON converter's value forms cost about 11 µs (docs/benchmarks.md);
-the bodies of a run of records of one schema id are instead joined into one block of an Avro
-object container file (the bodies are exactly that block's records) and read by DuckDB's Avro
-reader (C++), about 2 µs per record, with the Debezium rules then applied to whole columns.
+Per record, fastavro plus the JSON converter's value forms and `TableRows.add` cost about 13 µs
+(docs/benchmarks.md). A run of records of one schema id is read in one go instead
+(decode/avro_container.py: DuckDB's Avro reader, each body proven to be one record), and
+Debezium's rules then apply to whole columns: about 3.6 µs per record.
 
 The per-record decoder (decode/avro.py `AvroMessages.envelope` with decode/debezium_arrow.py
-`TableRows.add`) stays the specification: a run gives either exactly the changes it would give,
-or `NotColumnar` and the run is read record by record. So this module refuses, rather than
-decides, everything but the common case:
+`TableRows.add`) stays the specification: a run gives exactly the changes it would give, or
+`NotColumnar` and the run is read record by record, which then decides. So this module takes
+only what it can prove equal:
 
-- each body's length must equal the bytes its decoded value takes in Avro's binary encoding
-  (computed from the columns), which proves that every record was decoded from its own body
-  and nothing else: a body cut short or with bytes after it is refused;
-- the schema has no arrays, maps or unions of two types; the ops are c, r, u and d; no update
-  moves its key; every row a change needs is there;
-- each column's conversion is one whose column form is the converter's (decode/connect_conversions.py)
-  for every value: strings, integers within the column's range, doubles, booleans, and epoch
-  millisecond and microsecond timestamps within years 0001-9999. Decimals, dates, times of day
-  and the rest are read record by record.
+- every record an event `envelope_of` takes; ops c, r, u and d; no update that moves its key;
+  every row a change needs; no null in a key or NOT NULL column;
+- each column made by the column's own converter (decode/connect_conversions.py): as a whole
+  column where its form is known to be the converter's (strings, integers and dates in range,
+  doubles, booleans, epoch millisecond and microsecond timestamps in years 0001-9999), else
+  value by value from the JSON converter's value forms; a value the converter refuses refuses
+  the run.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import tempfile
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +31,7 @@ import pyarrow.compute as pc
 
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
+from icetide.decode.avro_container import NotColumnar, present
 from icetide.decode.avro_schema import base64_text, float32_text
 from icetide.decode.connect_conversions import Converter, storage_type
 from icetide.decode.debezium_arrow import NotHere, TableRows
@@ -47,218 +41,19 @@ __all__ = [
     "MIN_RUN",
     "AvroRun",
     "NotColumnar",
-    "RunReader",
     "changes_of",
     "column_of",
-    "container",
-    "encoded_sizes",
     "envelope_parts",
-    "run_reader",
     "single_source_values",
     "source_orders",
 ]
 
 MIN_RUN = 256  # shorter runs are read record by record: a run costs about 2-3 ms before its first record
-_SYNC = b"icetide-avro-run"  # the container's 16-byte sync marker
 _OPS = pa.array(["c", "r", "u", "d"])
 _MIN_MS, _MAX_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
 _INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 _EXACT_DOUBLE = 2**53
 _MIN_DAY, _MAX_DAY = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31, in days from 1970-01-01
-
-
-class NotColumnar(Exception):
-    """This run is read record by record; the message says why (for the debug log)."""
-
-
-# -- decoding a run --------------------------------------------------------------------------------
-
-
-def _varint(n: int) -> bytes:
-    """Avro's long: zig-zag, then 7 bits a byte."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _avro_bytes(data: bytes) -> bytes:
-    return _varint(len(data)) + data
-
-
-def container(writer_schema: str, bodies: Sequence[bytes | memoryview]) -> bytes:
-    """An Avro object container file of one block holding `bodies` as its records."""
-    meta = _avro_bytes(b"avro.schema") + _avro_bytes(writer_schema.encode()) + _avro_bytes(b"avro.codec")
-    head = b"Obj\x01" + _varint(2) + meta + _avro_bytes(b"null") + _varint(0) + _SYNC
-    data = b"".join(bodies)
-    return head + _varint(len(bodies)) + _varint(len(data)) + data + _SYNC
-
-
-class RunReader:
-    """Reads runs of Avro bodies with DuckDB's Avro reader; one per Python worker (`run_reader`)."""
-
-    def __init__(self) -> None:
-        try:
-            import duckdb
-        except ImportError as exc:
-            raise NotColumnar("duckdb is not installed (pip install 'icetide[kafka]')") from exc
-        # One thread: a Spark task has one core. No file cache: a cached older run of the same
-        # name, size and time would be read instead of the new one (temporary names are reused).
-        self._con = duckdb.connect(config={"threads": 1, "enable_external_file_cache": False})
-        try:
-            self._con.execute(f"LOAD '{_extension_path(duckdb.__version__)}'")
-        except duckdb.Error as exc:
-            raise NotColumnar(f"DuckDB's Avro extension does not load: {exc}"[:300]) from None
-        self._folder = "/dev/shm" if os.path.isdir("/dev/shm") else None  # memory, not disk, where there is one
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._con.close()
-
-    def decode(self, writer_schema: Any, bodies: Sequence[bytes | memoryview]) -> pa.StructArray:
-        """The records of `bodies` (one writer schema, logical types removed) as one struct array;
-        NotColumnar when DuckDB cannot read them, or any body is not exactly one record."""
-        fd, path = tempfile.mkstemp(prefix="icetide-avro-run-", suffix=".avro", dir=self._folder)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(container(json.dumps(writer_schema), bodies))
-            with self._lock:
-                table = self._con.execute("SELECT * FROM read_avro(?)", [path]).to_arrow_table()
-        except Exception as exc:  # duckdb's errors have no common root worth naming
-            raise NotColumnar(f"DuckDB's Avro reader: {type(exc).__name__}: {exc}"[:300]) from None
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        if table.num_rows != len(bodies):
-            raise NotColumnar(f"DuckDB read {table.num_rows} records of {len(bodies)}")
-        columns = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in table.columns]
-        records = pa.StructArray.from_arrays(columns, names=table.column_names) if columns else None
-        if records is None:
-            raise NotColumnar("a record of no fields")
-        lengths = np.fromiter((len(b) for b in bodies), np.int64, len(bodies))
-        if not np.array_equal(encoded_sizes(writer_schema, records), lengths):
-            raise NotColumnar("a body that is not exactly one record of its schema")
-        return records
-
-
-def _extension_path(version: str) -> str:
-    try:
-        import duckdb_extension_avro
-    except ImportError as exc:
-        raise NotColumnar("duckdb-extension-avro is not installed (pip install 'icetide[kafka]')") from exc
-    folder = os.path.dirname(duckdb_extension_avro.__file__)
-    return os.path.join(folder, "extensions", f"v{version}", "avro.duckdb_extension")
-
-
-_READER: RunReader | None = None
-
-
-def run_reader() -> RunReader:
-    """The process's one run reader (made on first use)."""
-    global _READER
-    if _READER is None:
-        _READER = RunReader()
-    return _READER
-
-
-# -- what each record's encoding takes ---------------------------------------------------------
-
-
-_VARINT_STEPS = np.array([1 << (7 * k) for k in range(1, 10)], np.uint64)  # the least zig-zag value of each longer size
-
-
-def _varint_sizes(values: np.ndarray) -> np.ndarray:
-    """Bytes of each int64 as Avro's zig-zag varint."""
-    v = values.astype(np.int64, copy=False)
-    z = ((v << 1) ^ (v >> 63)).view(np.uint64)
-    return 1 + np.searchsorted(_VARINT_STEPS, z, side="right").astype(np.int64)
-
-
-def _valid(array: pa.Array) -> np.ndarray:
-    if array.null_count == 0:
-        return np.ones(len(array), bool)
-    return np.asarray(array.is_valid())
-
-
-def _ints(array: pa.Array) -> np.ndarray:
-    return np.asarray(array.fill_null(0) if array.null_count else array, np.int64)
-
-
-class _Sizer:
-    """Walks a writer schema with Avro's name resolution, beside the struct array DuckDB made of it."""
-
-    def __init__(self) -> None:
-        self.names: dict[str, Any] = {}
-
-    def sizes(self, schema: Any, array: pa.Array, namespace: str) -> np.ndarray:
-        if isinstance(schema, list):
-            real = [b for b in schema if b != "null" and not (isinstance(b, Mapping) and b.get("type") == "null")]
-            if len(real) > 1:
-                raise NotColumnar("a union of several types")
-            if len(schema) > 64:
-                raise NotColumnar("a union of over 64 branches")
-            if not real:
-                return np.ones(len(array), np.int64)
-            inner = self.sizes(real[0], array, namespace)
-            return 1 + np.where(_valid(array), inner, 0) if len(schema) > 1 else 1 + inner
-        if isinstance(schema, str):
-            if schema in ("null", "boolean", "int", "long", "float", "double", "bytes", "string"):
-                return self.sizes({"type": schema}, array, namespace)
-            fullname = schema if "." in schema else (f"{namespace}.{schema}" if namespace else schema)
-            found = self.names.get(fullname, self.names.get(schema))
-            if found is None:
-                raise NotColumnar(f"an unknown type name {schema!r}")
-            return self.sizes(found[0], array, found[1])
-        kind = schema.get("type")
-        if isinstance(kind, list | Mapping):
-            return self.sizes(kind, array, namespace)
-        if kind in ("record", "error", "enum", "fixed"):
-            name = str(schema["name"])
-            ns = name.rsplit(".", 1)[0] if "." in name else str(schema.get("namespace", namespace) or "")
-            self.names[name if "." in name else (f"{ns}.{name}" if ns else name)] = (schema, ns)
-            return self._named(schema, array, ns)
-        return self._primitive(str(kind), array)
-
-    def _named(self, schema: Mapping[str, Any], array: pa.Array, ns: str) -> np.ndarray:
-        kind = schema["type"]
-        if kind == "fixed":
-            return np.full(len(array), int(schema["size"]), np.int64)
-        if kind == "enum":
-            if len(schema.get("symbols", [])) > 64:
-                raise NotColumnar("an enum of over 64 symbols")
-            return np.ones(len(array), np.int64)
-        if not isinstance(array, pa.StructArray):
-            raise NotColumnar(f"a record read as {array.type}")
-        total = np.zeros(len(array), np.int64)
-        for f in schema.get("fields", []):
-            index = array.type.get_field_index(str(f["name"]))
-            if index < 0:
-                raise NotColumnar(f"field {f['name']} missing from DuckDB's record")
-            total += self.sizes(f["type"], array.field(index), ns)
-        return total
-
-    def _primitive(self, kind: str, array: pa.Array) -> np.ndarray:
-        fixed = {"null": 0, "boolean": 1, "float": 4, "double": 8}
-        if kind in fixed:
-            return np.full(len(array), fixed[kind], np.int64)
-        if kind in ("int", "long"):
-            if not pa.types.is_integer(array.type):
-                raise NotColumnar(f"an Avro {kind} read as {array.type}")
-            return _varint_sizes(_ints(array))
-        if kind in ("string", "bytes"):
-            lengths = _ints(pc.binary_length(array))
-            return _varint_sizes(lengths) + lengths
-        raise NotColumnar(f"an Avro {kind}")
-
-
-def encoded_sizes(writer_schema: Any, records: pa.StructArray) -> np.ndarray:
-    """The bytes each record takes in Avro's binary encoding (with its varints at their shortest).
-    NotColumnar for a schema with arrays or maps, or a union of several types."""
-    return _Sizer().sizes(writer_schema, records, "")
 
 
 # -- Debezium's rules on columns -----------------------------------------------------------------
@@ -437,8 +232,8 @@ def changes_of(
     else:
         deletes = np.zeros(rows, bool)
     before, after, source = parts.get("before"), parts.get("after"), parts.get("source")
-    has_before = _valid(before) if before is not None else np.zeros(rows, bool)
-    has_after = _valid(after) if after is not None else np.zeros(rows, bool)
+    has_before = present(before) if before is not None else np.zeros(rows, bool)
+    has_after = present(after) if after is not None else np.zeros(rows, bool)
     if not np.all(np.where(deletes, has_before, has_after)):
         raise NotColumnar("an op without its row")
     if envelope and before is not None and after is not None:
@@ -497,7 +292,7 @@ def _key_moves(before: pa.StructArray, after: pa.StructArray, key: Sequence[str]
         if old.type != new.type or not (pa.types.is_string(old.type) or pa.types.is_integer(old.type)):
             raise NotColumnar(f"key column {name} of type {old.type}")
         differs = pc.or_kleene(pc.not_equal(old, new), new.is_null()).fill_null(False)
-        if np.any(np.asarray(differs) & _valid(old) & updates):
+        if np.any(np.asarray(differs) & present(old) & updates):
             return True
     return False
 
