@@ -21,7 +21,13 @@ TABLE_OVERRIDE_KEYS = {"partition_by", "properties", "target_file_size", "format
 DELETE_MODES = ("equality", "vectors")
 # Iceberg format versions icetide writes: v2, and v3 (deletion vectors, row lineage). v1 has no
 # equality deletes, so no upserts.
-TABLE_KEYS = {"name", "schema", "key", *TABLE_OVERRIDE_KEYS}
+TABLE_KEYS = {"name", "schema", "key", "key_index_memory", *TABLE_OVERRIDE_KEYS}
+# deletes: vectors keeps a key index per table in memory (about 20 MB per million BIGINT keys);
+# the indexes one process holds are bounded by `table.key_index_memory` (sink/key_index_memory.py).
+# 1 GiB holds some 50 million BIGINT keys, every table of most databases, and stays beside the
+# driver's JVM (1 GiB heap by default) on a small machine; a fraction of the machine's memory
+# would change with the host and cannot see a container's limit.
+KEY_INDEX_MEMORY_DEFAULT = 1024**3
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,7 @@ class TableConfig:
     properties: dict[str, str] = field(default_factory=dict)
     target_file_size: int | None = None
     deletes: str = "equality"  # or "vectors": the stream writes deletion vectors (format v3)
+    key_index_memory: int = KEY_INDEX_MEMORY_DEFAULT  # bytes of key indexes the process holds (vectors)
 
     @classmethod
     def from_dict(cls, d: Any, *, from_stream: bool = False) -> TableConfig:
@@ -67,6 +74,7 @@ class TableConfig:
             properties=_with_format_version(d, "table"),
             target_file_size=parse_size(size, "table.target_file_size") if size is not None else None,
             deletes=_deletes(d, "table", _with_format_version(d, "table")) or "equality",
+            key_index_memory=_key_index_memory(d.get("key_index_memory")),
         )
 
     @property
@@ -132,6 +140,16 @@ class TableOverride:
             target_file_size=parse_size(size, f"{where}.target_file_size") if size is not None else None,
             deletes=_deletes(d, where, None),
         )
+
+
+def _key_index_memory(value: Any) -> int:
+    """`table.key_index_memory`: a size >= 0 (0 keeps only the index of the table being written)."""
+    if value is None:
+        return KEY_INDEX_MEMORY_DEFAULT
+    size = parse_size(value, "table.key_index_memory")
+    if size < 0:
+        raise ConfigError(f"table.key_index_memory: must not be negative, got {value!r}")
+    return size
 
 
 def _deletes(d: Mapping[str, Any], where: str, properties: Mapping[str, str] | None) -> str | None:

@@ -32,6 +32,7 @@ from icetide.pipeline.staging import FAST_PATH, Fallback, batch_place, failures_
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
+from icetide.sink.key_index_memory import process_key_indexes
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
 from icetide.table.iceberg import spark_schema
@@ -81,6 +82,7 @@ class Runner:
             schema_evolution=config.schema_evolution,
             deletes=t.deletes,
         )
+        process_key_indexes().set_limit(t.key_index_memory)  # deletes: vectors (one table: its index stays)
         self.schema = spark_schema(spark, self.sink.committer.table)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None
         # The fast path: appends of JSON (fast_append.py), or Debezium changes through the sync

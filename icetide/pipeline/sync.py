@@ -40,6 +40,7 @@ from icetide.pipeline.sync_state import Position, SyncState, TableState, advance
 from icetide.pipeline.table_from_stream import create_from_definition, definition_from_messages
 from icetide.sink.batch import BatchResult
 from icetide.sink.committer import Committer
+from icetide.sink.key_index_memory import process_key_indexes
 from icetide.sink.sink import UpsertSink
 from icetide.sources.kafka import KafkaSourceConfig
 from icetide.sources.kafka_topics import KafkaTopics, TopicsPlan
@@ -80,6 +81,8 @@ class SyncRunner:
         else:
             log.debug("sync fast path not used: %s", not_fast.reason)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline)
+        # deletes: vectors keeps one key index per table: the process holds at most this much of them
+        process_key_indexes().set_limit(config.table.key_index_memory)
         self.sinks: dict[str, UpsertSink] = {}
         self.state = SyncState()
         self._unfed: dict[str, dict[str, int]] = {}  # topics with no position yet, resolved once per process

@@ -22,6 +22,7 @@ of position and a file path reference per row (docs/design.md).
 from __future__ import annotations
 
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -89,6 +90,16 @@ def spark_form(field: Any) -> str:
     )
 
 
+def _compacted(rows: pa.Table) -> pa.Table:
+    """`rows` in buffers of their own size when what it holds is mostly slack: a hash join's
+    output sits in buffers allocated for batches of 32k rows (650 kB for an index of 160 keys),
+    which a small index would otherwise hold for as long as it lives. Copying costs ~10 ms per
+    million rows; a large index is rarely more than 2% slack and is left alone."""
+    if rows.get_total_buffer_size() <= 1.5 * rows.nbytes + 4096:
+        return rows
+    return pa.table({n: pa.concat_arrays([*rows[n].chunks, pa.array([], rows[n].type)]) for n in rows.column_names})
+
+
 class KeyIndex:
     """key -> (data file, position) of every live row of one table, at `snapshot_id`."""
 
@@ -135,7 +146,7 @@ class KeyIndex:
         remap = pa.array([index.file_id(p) for p in encoded.dictionary.to_pylist()], pa.int32())
         file_ids = remap.take(encoded.indices) if len(encoded) else pa.array([], pa.int32())
         index.rows = index_form(rows.select(index.names)).append_column("file", file_ids)
-        index.rows = index.rows.append_column("pos", rows["pos"].cast(pa.int64()))
+        index.rows = _compacted(index.rows.append_column("pos", rows["pos"].cast(pa.int64())))
         index.resolve_files(table_name, jtable)
         log.info(
             "built the key index of %s at snapshot %s: %d keys", table_name, index.snapshot_id, index.rows.num_rows
@@ -202,6 +213,7 @@ class KeyIndex:
             if marked:
                 self.rows = self.rows.join(pa.concat_tables(marked), keys=["file", "pos"], join_type="left anti")
             self.snapshot_id = int(s.snapshotId())
+        self.rows = _compacted(self.rows)
         return len(chain)
 
     def file_id(self, path: str) -> int:
@@ -226,6 +238,15 @@ class KeyIndex:
         keys = index_form(read_by_field_id(path, self.field_ids))
         keys = keys.append_column("file", pa.array(np.full(keys.num_rows, self.file_id(path), np.int32)))
         return keys.append_column("pos", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+
+    # -- size -------------------------------------------------------------------------------
+
+    def nbytes(self) -> int:
+        """The bytes this index holds in Python: its rows' Arrow buffers (each buffer once, as
+        allocated, not as sliced) and its file paths. The Java DataFiles and DVs live in the JVM
+        (one of each per live data file) and are not counted."""
+        paths = sys.getsizeof(self.paths) + sys.getsizeof(self.ids) + sum(sys.getsizeof(p) for p in self.paths)
+        return int(self.rows.get_total_buffer_size()) + paths
 
     # -- lookups ----------------------------------------------------------------------------
 

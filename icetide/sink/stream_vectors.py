@@ -13,12 +13,15 @@ attempt's Puffin file is deleted when it loses a race or fails, kept when its ou
 The index is only a cache of the table: after an unknown outcome it is dropped, and a new process
 (after a crash) starts from the newest persisted copy of it that is still at an ancestor of the
 table's snapshot (`key_index_copy.py`, written every few batches after the batch landed) and
-catches up from there, or builds it again from the table when no copy is usable.
+catches up from there, or builds it again from the table when no copy is usable. The indexes of
+one process are bounded (`key_index_memory.py`): a table whose index was dropped to stay within
+the bound gets it back the same way, from the copy it wrote when dropping it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,6 +32,7 @@ from icetide.errors import ConfigError
 from icetide.faults import crash_point
 from icetide.sink.key_index import IndexOutOfDate, KeyIndex, index_form, spark_form
 from icetide.sink.key_index_copy import COPY_EVERY_BATCHES_DEFAULT, copy_every_batches, load_copy, write_copy
+from icetide.sink.key_index_memory import KeyIndexMemory, process_key_indexes
 from icetide.sink.keys import read_by_field_id
 from icetide.sink.vectors import plan_vector, write_vectors
 from icetide.table.iceberg import format_version, key_field_ids
@@ -54,10 +58,16 @@ class StagedVectors:
 class StreamVectors:
     """The DV side of one committer in `deletes="vectors"` mode."""
 
-    def __init__(self, spark: SparkSession, table_name: str) -> None:
+    def __init__(self, spark: SparkSession, table_name: str, memory: KeyIndexMemory | None = None) -> None:
         self.spark = spark
         self.table_name = table_name
         self.index: KeyIndex | None = None
+        # The process's bound on its key indexes may drop this one between batches (`drop_index`).
+        self.memory = memory or process_key_indexes()
+        self.lock = threading.Lock()  # held while `index` changes
+        self._jtable: Any = None  # the table the index last followed (to write a copy when dropping it)
+        self._copied_at: int | None = None  # the snapshot of the newest copy written or loaded
+        self._dropped = False  # the bound dropped the index: getting it back is a reload
         self.copy_every = COPY_EVERY_BATCHES_DEFAULT  # batches between two copies of the index, 0: never
         self._since_copy = 0  # batches the index followed since it was built, loaded or copied
 
@@ -113,22 +123,47 @@ class StreamVectors:
         except Exception:  # the batch is committed; the next one builds the index again
             log.warning("the key index of %s could not follow batch %s; it is rebuilt", self.table_name, batch_id)
             log.debug("key index catch-up", exc_info=True)
-            self.index = None
+            self.forget()
         crash_point("after_index_update", batch_id)
-        if self.index is None:
+        index = self.index
+        if index is None:
             return
         self._since_copy += 1
         if self.copy_every and self._since_copy >= self.copy_every:
             self._since_copy = 0  # a failed copy is tried again `copy_every` batches later
             try:
-                write_copy(jtable, self.index)
+                write_copy(jtable, index)
+                self._copied_at = index.snapshot_id
             except Exception as exc:  # only a cache: the batch stands, a restart builds the index
                 log.warning("could not write a copy of the key index of %s: %s", self.table_name, exc)
                 log.debug("key index copy", exc_info=True)
+        self.memory.trim(keep=self)  # tables that committed beside this one may have passed the bound
 
     def forget(self) -> None:
         """Drop the index (an outcome is unknown): the next batch builds it from the table."""
-        self.index = None
+        with self.lock:
+            self.index = None
+            self.memory.release(self)
+
+    def drop_index(self) -> bool:
+        """Drop the index from memory for the process's bound (the caller holds `lock`), after
+        writing a copy at its snapshot unless one is there already (or copies are off); True when
+        it wrote one. The next batch loads the copy and catches up, as a restart does."""
+        index, self.index = self.index, None
+        if index is None:
+            return False
+        self._dropped = True
+        if not self.copy_every or self._jtable is None or index.snapshot_id in (None, self._copied_at):
+            return False
+        try:
+            write_copy(self._jtable, index)
+        except Exception as exc:  # the next batch builds the index from the table instead
+            log.warning("could not write a copy of the key index of %s before dropping it: %s", self.table_name, exc)
+            log.debug("key index copy", exc_info=True)
+            return False
+        self._copied_at = index.snapshot_id
+        self._since_copy = 0
+        return True
 
     def discard(self, jtable: Any, staged: StagedVectors | None) -> None:
         """Delete an attempt's Puffin file that will not be committed."""
@@ -139,6 +174,13 @@ class StreamVectors:
                 log.debug("could not delete %s", staged.location, exc_info=True)
 
     def _caught_up(self, jtable: Any) -> KeyIndex:
+        with self.lock:  # the bound does not drop the index while it changes
+            index = self._follow(jtable)
+            self._jtable = jtable
+            self.memory.hold(self, index.nbytes())
+            return index
+
+    def _follow(self, jtable: Any) -> KeyIndex:
         if self.index is not None:
             try:
                 self.index.catch_up(self.spark, jtable)
@@ -147,6 +189,9 @@ class StreamVectors:
                 log.info("key index of %s: %s; building it again", self.table_name, exc)
         else:
             self.index = self._from_copy(jtable)
+            if self._dropped:
+                self._dropped = False
+                self.memory.reloaded(from_copy=self.index is not None)
             if self.index is not None:
                 return self.index
         self.index = KeyIndex.build(self.spark, self.table_name, jtable)
@@ -167,4 +212,5 @@ class StreamVectors:
             return None
         log.info("key index of %s: copy at snapshot %s caught up %d snapshot(s)", self.table_name, copied_at, followed)
         self._since_copy = 0
+        self._copied_at = copied_at
         return index
