@@ -1,15 +1,21 @@
-"""Shared bits of the benchmarks: a session, timing, a table printer, and recording results."""
+"""Shared bits of the benchmarks: a session, timing, a table printer, recording results, and timed
+reads of an Iceberg table in Spark, DuckDB and PyIceberg."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import platform
+import random
 import shutil
 import statistics
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -97,3 +103,189 @@ def produce_waiting(producer: Any, topic: str, **record: Any) -> None:
             return
         except BufferError:
             producer.poll(0.05)
+
+
+READ_ENGINES = ("spark", "duckdb", "pyiceberg")
+UPSERT_SCHEMA = "id BIGINT NOT NULL, v STRING, amount DOUBLE, seq BIGINT"
+
+
+class UpsertBatches:
+    """Upsert batches of `keys` keys over a table whose ids are 0..rows-1: a fifth of each batch
+    updates existing ids (drawn at random), the rest are new ids."""
+
+    def __init__(self, rows: int, keys: int, seed: int = 1) -> None:
+        self.rng = random.Random(seed)
+        self.keys = keys
+        self.next_id = rows
+
+    @staticmethod
+    def initial(spark: Any, rows: int) -> Any:
+        """The table's first `rows` rows, to append."""
+        return spark.sql(f"SELECT id, 'v0' v, rand(7) amount, 0L seq FROM range({rows})")
+
+    def batch(self, spark: Any, seq: int) -> Any:
+        """Batch `seq`, cached and counted (unpersist it when done)."""
+        updates = self.rng.sample(range(self.next_id), self.keys // 5)
+        ids = updates + list(range(self.next_id, self.next_id + self.keys - len(updates)))
+        self.next_id += self.keys - len(updates)
+        rows = [(i, f"v{seq}", self.rng.random(), seq, None) for i in ids]
+        df = spark.createDataFrame(rows, f"{UPSERT_SCHEMA}, _op STRING").cache()
+        df.count()
+        return df
+
+
+@contextmanager
+def duckdb_with_iceberg() -> Iterator[Any]:
+    """A DuckDB connection with the iceberg extension loaded, offline, from its wheels (dev extras)."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        for name in ("avro", "iceberg"):  # iceberg needs avro first
+            package = importlib.import_module(f"duckdb_extension_{name}")
+            folder = os.path.dirname(package.__file__ or "")
+            con.execute(
+                f"LOAD '{os.path.join(folder, 'extensions', f'v{duckdb.__version__}', f'{name}.duckdb_extension')}'"
+            )
+        yield con
+    finally:
+        con.close()
+
+
+@dataclass(frozen=True)
+class ReadTime:
+    """One timed read: seconds, or None when the engine refused the table; `capped`: stopped there."""
+
+    seconds: float | None
+    capped: bool = False  # stopped at `seconds`; with seconds None: not read (an earlier read was stopped)
+
+    def ratio(self, base: ReadTime) -> float | None:
+        """Times `base` (None when either was not measured or `base` was capped)."""
+        if self.seconds is None or base.seconds is None or base.capped or not base.seconds:
+            return None
+        return self.seconds / base.seconds
+
+    def show(self, base: ReadTime | None = None) -> str:
+        """`0.42 (1.3x)`, `>60.00 (stopped)`, `not read` or `refused`."""
+        if self.seconds is None:
+            return "not read" if self.capped else "refused"
+        if self.capped:
+            return f">{self.seconds:.2f} (stopped)"
+        ratio = self.ratio(base) if base is not None else None
+        return f"{self.seconds:.2f}" + (f" ({ratio:.1f}x)" if ratio is not None else "")
+
+
+@dataclass(frozen=True)
+class TableReads:
+    """Full scan (count and sum over every row) and point lookup of one table in each engine."""
+
+    scan: dict[str, ReadTime]
+    lookup: dict[str, ReadTime]
+    rows: int  # what Spark counted
+
+
+def table_reads(
+    spark: Any,
+    table: str,
+    metadata: str,
+    probe: int,
+    con: Any,
+    *,
+    repeats: int = 3,
+    slow: float = 10.0,
+    duckdb_cap: float | None = None,
+    skip: Sequence[str] = (),
+    snapshot_id: int | None = None,
+) -> TableReads:
+    """Medians of `repeats` reads after one warm-up, in Spark (`table`), DuckDB and PyIceberg (the
+    metadata file `metadata`); a read slower than `slow` seconds is timed once. PyIceberg refusing
+    equality deletes is recorded as refused; a DuckDB read past `duckdb_cap` seconds is interrupted
+    and recorded as capped; an engine in `skip` is not read (recorded as capped, with no seconds).
+    With `snapshot_id`, that snapshot is read instead of the current one."""
+    from pyiceberg.expressions import EqualTo
+    from pyiceberg.table import StaticTable
+
+    at = f" VERSION AS OF {snapshot_id}" if snapshot_id is not None else ""
+    scan_of = f"iceberg_scan('{metadata}'" + (f", snapshot_from_id={snapshot_id})" if snapshot_id is not None else ")")
+
+    counted: list[int] = []
+
+    def spark_scan() -> Any:
+        row = spark.sql(f"SELECT count(*), sum(amount) FROM {table}{at}").collect()[0]
+        counted.append(int(row[0]))
+        return row
+
+    def spark_lookup() -> Any:
+        return spark.sql(f"SELECT * FROM {table}{at} WHERE id = {probe}").collect()
+
+    def duck_scan() -> Any:
+        return con.execute(f"SELECT count(*), sum(amount) FROM {scan_of}").fetchall()
+
+    def duck_lookup() -> Any:
+        return con.execute(f"SELECT * FROM {scan_of} WHERE id = {probe}").fetchall()
+
+    def py_scan() -> Any:
+        return (
+            StaticTable.from_metadata(metadata)
+            .scan(selected_fields=("id", "amount"), snapshot_id=snapshot_id)
+            .to_arrow()
+        )
+
+    def py_lookup() -> Any:
+        return (
+            StaticTable.from_metadata(metadata)
+            .scan(row_filter=EqualTo("id", probe), snapshot_id=snapshot_id)
+            .to_arrow()
+        )
+
+    def once(engine: str, fn: Callable[[], Any]) -> ReadTime:
+        import duckdb
+
+        if engine != "duckdb" or duckdb_cap is None:
+            return ReadTime(timed(fn)[0])
+        timer = threading.Timer(duckdb_cap, con.interrupt)
+        timer.start()
+        try:
+            return ReadTime(timed(fn)[0])
+        except duckdb.InterruptException:
+            return ReadTime(duckdb_cap, capped=True)
+        finally:
+            timer.cancel()
+
+    def measured(engine: str, fn: Callable[[], Any]) -> ReadTime:
+        first = once(engine, fn)
+        if first.capped or (first.seconds or 0.0) > slow:
+            return first
+        runs = [once(engine, fn) for _ in range(repeats)]
+        if any(r.capped for r in runs):
+            return next(r for r in runs if r.capped)
+        return ReadTime(median([r.seconds or 0.0 for r in runs]))
+
+    scan: dict[str, ReadTime] = {}
+    lookup: dict[str, ReadTime] = {}
+    for engine, scan_fn, lookup_fn in (
+        ("spark", spark_scan, spark_lookup),
+        ("duckdb", duck_scan, duck_lookup),
+        ("pyiceberg", py_scan, py_lookup),
+    ):
+        if engine in skip:
+            scan[engine] = lookup[engine] = ReadTime(None, capped=True)
+            continue
+        try:
+            scan[engine] = measured(engine, scan_fn)
+        except ValueError:  # PyIceberg: "does not yet support equality deletes"
+            scan[engine] = lookup[engine] = ReadTime(None)
+            continue
+        lookup[engine] = measured(engine, lookup_fn)
+    return TableReads(scan, lookup, counted[0] if counted else -1)
+
+
+def current_metadata(spark: Any, table: str) -> str:
+    """The table's current metadata file, fresh from the catalog (for DuckDB and PyIceberg); Spark's
+    cached copy of the table is refreshed too."""
+    from icetide.table.iceberg import load_table
+
+    spark.sql(f"REFRESH TABLE {table}")
+    jtable = load_table(spark, table)
+    jtable.refresh()
+    return str(jtable.operations().current().metadataFileLocation())

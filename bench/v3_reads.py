@@ -15,137 +15,76 @@ compaction (the compacted copy every ratio is against). Medians of 3 after a war
 
 from __future__ import annotations
 
-import os
-import random
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_session, in_temp_warehouse, median, parser, render_table, report, timed
+from bench.common import (
+    READ_ENGINES,
+    UPSERT_SCHEMA,
+    TableReads,
+    UpsertBatches,
+    bench_session,
+    current_metadata,
+    duckdb_with_iceberg,
+    in_temp_warehouse,
+    median,
+    parser,
+    render_table,
+    report,
+    table_reads,
+    timed,
+)
 
 TABLE = "lake.bench.v3"
-SCHEMA = "id BIGINT NOT NULL, v STRING, amount DOUBLE, seq BIGINT"
-
-
-def _duckdb() -> Any:
-    import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect()
-    for module, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
-        folder = os.path.dirname(module.__file__ or "")
-        path = os.path.join(folder, "extensions", f"v{duckdb.__version__}", f"{name}.duckdb_extension")
-        con.execute(f"LOAD '{path}'")
-    return con
-
-
-def _reads(spark: Any, table: str, metadata: str, probe: int, con: Any) -> dict[str, tuple[float | None, float | None]]:
-    """engine -> (full scan s, point lookup s), medians of 3 after one warm-up; None: refused."""
-    from pyiceberg.expressions import EqualTo
-    from pyiceberg.table import StaticTable
-
-    def spark_scan() -> Any:
-        return spark.sql(f"SELECT count(*), sum(amount) FROM {table}").collect()
-
-    def spark_lookup() -> Any:
-        return spark.sql(f"SELECT * FROM {table} WHERE id = {probe}").collect()
-
-    def duck_scan() -> Any:
-        return con.execute(f"SELECT count(*), sum(amount) FROM iceberg_scan('{metadata}')").fetchall()
-
-    def duck_lookup() -> Any:
-        return con.execute(f"SELECT * FROM iceberg_scan('{metadata}') WHERE id = {probe}").fetchall()
-
-    def py_scan() -> Any:
-        return StaticTable.from_metadata(metadata).scan(selected_fields=("id", "amount")).to_arrow()
-
-    def py_lookup() -> Any:
-        return StaticTable.from_metadata(metadata).scan(row_filter=EqualTo("id", probe)).to_arrow()
-
-    out: dict[str, tuple[float | None, float | None]] = {}
-    for engine, scan, lookup in (
-        ("spark", spark_scan, spark_lookup),
-        ("duckdb", duck_scan, duck_lookup),
-        ("pyiceberg", py_scan, py_lookup),
-    ):
-        try:
-            first, _ = timed(scan)
-        except ValueError:  # PyIceberg: "does not yet support equality deletes"
-            out[engine] = (None, None)
-            continue
-        once, _ = timed(lookup)
-        out[engine] = (
-            first if first > 10 else median([timed(scan)[0] for _ in range(3)]),
-            once if once > 10 else median([timed(lookup)[0] for _ in range(3)]),
-        )
-    return out
 
 
 def run(rows: int, batches: int, keys: int, warehouse: str) -> str:
     import icetide
     from icetide.maintenance.compaction import compact
     from icetide.maintenance.position_deletes import convert_equality_deletes
-    from icetide.table.iceberg import load_table
 
     spark = bench_session(warehouse)
     tables = {mode: f"{TABLE}_{mode}" for mode in ("equality", "vectors")}
     sinks = {}
     for mode, name in tables.items():
-        icetide.create_table(spark, name, schema=SCHEMA, key=["id"], format_version=3)
-        spark.sql(f"SELECT id, 'v0' v, rand(7) amount, 0L seq FROM range({rows})").writeTo(name).append()
+        icetide.create_table(spark, name, schema=UPSERT_SCHEMA, key=["id"], format_version=3)
+        UpsertBatches.initial(spark, rows).writeTo(name).append()
         sinks[mode] = icetide.UpsertSink(spark, name, pipeline_id="bench", order_by="seq", deletes=mode)
-    rng = random.Random(1)
-    next_id = rows
+    stream = UpsertBatches(rows, keys)
     latency: dict[str, list[float]] = {"equality": [], "vectors": []}
     for b in range(1, batches + 1):
-        updates = rng.sample(range(next_id), keys // 5)
-        ids = updates + list(range(next_id, next_id + keys - len(updates)))
-        next_id += keys - len(updates)
-        df = spark.createDataFrame([(i, f"v{b}", rng.random(), b, None) for i in ids], f"{SCHEMA}, _op STRING").cache()
-        df.count()
+        df = stream.batch(spark, b)
         for mode, sink in sinks.items():
             latency[mode].append(sink.write(df, batch_id=b).total_seconds)
         df.unpersist()
         print(f"batch {b}: equality {latency['equality'][-1]:.2f}s, vectors {latency['vectors'][-1]:.2f}s", flush=True)
 
-    def metadata(name: str) -> str:
-        jtable = load_table(spark, name)
-        jtable.refresh()
-        return str(jtable.operations().current().metadataFileLocation())
-
-    def reads(name: str) -> dict[str, tuple[float | None, float | None]]:
-        spark.sql(f"REFRESH TABLE {name}")
-        return _reads(spark, name, metadata(name), probe, con)
-
-    con = _duckdb()
-    probe = rng.randrange(rows)
+    probe = stream.rng.randrange(rows)
     eq, vec = tables["equality"], tables["vectors"]
-    states: list[tuple[str, dict[str, tuple[float | None, float | None]], str]] = []
-    states.append(("equality, as streamed", reads(eq), ""))
-    states.append(("vectors, as streamed", reads(vec), ""))
-    seconds, converted = timed(lambda: convert_equality_deletes(spark, eq))
-    states.append(
-        ("equality, deletes folded into DVs", reads(eq), f"{converted.position_files_added} DVs, {seconds:.1f}s")
-    )
-    seconds, compacted = timed(lambda: compact(spark, eq, min_input_files=2))
-    states.append(("compacted", reads(eq), f"{compacted.files_added} files, {seconds:.1f}s"))
+    states: list[tuple[str, TableReads, str]] = []
+    with duckdb_with_iceberg() as con:
+
+        def reads(name: str) -> TableReads:
+            return table_reads(spark, name, current_metadata(spark, name), probe, con)
+
+        states.append(("equality, as streamed", reads(eq), ""))
+        states.append(("vectors, as streamed", reads(vec), ""))
+        seconds, converted = timed(lambda: convert_equality_deletes(spark, eq))
+        states.append(
+            ("equality, deletes folded into DVs", reads(eq), f"{converted.position_files_added} DVs, {seconds:.1f}s")
+        )
+        seconds, compacted = timed(lambda: compact(spark, eq, min_input_files=2))
+        states.append(("compacted", reads(eq), f"{compacted.files_added} files, {seconds:.1f}s"))
     spark.stop()
     base = states[-1][1]
-
-    def cell(value: float | None, ref: float | None) -> str:
-        if value is None:
-            return "refused"
-        return f"{value:.2f}" + (f" ({value / ref:.1f}x)" if ref else "")
 
     table_rows = []
     for name, reads, note in states:
         row = [name]
-        for engine in ("spark", "duckdb", "pyiceberg"):
-            scan, lookup = reads[engine]
-            row += [cell(scan, base[engine][0]), cell(lookup, base[engine][1])]
+        for engine in READ_ENGINES:
+            row += [reads.scan[engine].show(base.scan[engine]), reads.lookup[engine].show(base.lookup[engine])]
         table_rows.append([*row, note])
     table = render_table(
         [

@@ -28,6 +28,10 @@ class BatchResult:
     writers: tuple[str, ...] = ()  # host:pid of the processes that wrote the files
     plan_seconds: float = 0.0  # preparing the batch and its distribution (the statistics job)
     refresh_seconds: float = 0.0  # reading the table's committed state, before writing and committing
+    # deletes="vectors", within commit_seconds: finding the rows the batch replaces (its keys read
+    # back and looked up in the key index), and the index built or following commits
+    find_seconds: float = 0.0
+    index_seconds: float = 0.0
 
     @property
     def total_seconds(self) -> float:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, ConfigError, SchemaError
 from icetide.faults import crash_point, fault_point
 from icetide.sink.evolution import SchemaChange, apply_in_transaction
-from icetide.sink.stream_vectors import DELETE_MODES, StagedVectors, StreamVectors
+from icetide.sink.stream_vectors import DELETE_MODES, IndexSeconds, StagedVectors, StreamVectors
 from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import (
     iceberg_catalog,
@@ -163,11 +163,16 @@ class Committer:
             self.vectors.check_table(table_name, self.table)
         self._keys: Any = None  # vectors: the batch's keys
         self._staged: StagedVectors | None = None  # vectors: the current attempt's DVs
+        self._index_seconds = IndexSeconds()
 
     def last_committed(self) -> PipelineState | None:
         """The pipeline's last committed batch, read from fresh table metadata."""
         self.table.refresh()
         return read_pipeline_state(self.table, self.pipeline_id)
+
+    def index_seconds(self) -> IndexSeconds:
+        """deletes="vectors": the key index's time in the last `commit` call (zero otherwise)."""
+        return self._index_seconds
 
     def _retry_settings(self) -> tuple[int, float, float, float]:
         props = self.table.properties()
@@ -224,6 +229,22 @@ class Committer:
         definite rejection (files deleted), CommitStateUnknownError when the outcome cannot be
         learnt (nothing deleted).
         """
+        if self.vectors is not None:
+            self.vectors.take_seconds()  # what came before this call is not this batch's
+        try:
+            return self._commit(batch_id, files, source_position, truncate, schema_change)
+        finally:
+            if self.vectors is not None:
+                self._index_seconds = self.vectors.take_seconds()
+
+    def _commit(
+        self,
+        batch_id: int,
+        files: Sequence[WrittenFile],
+        source_position: Any,
+        truncate: bool,
+        schema_change: SchemaChange | None,
+    ) -> CommitOutcome:
         retries, min_wait, max_wait, total_timeout = self._retry_settings()
         started = time.monotonic()
         data: list[Any] | None = None

@@ -202,6 +202,7 @@ class UpsertSink:
         else:
             outcome = self.committer.commit(batch_id, files, source_position, truncate=truncate)
         refresh_seconds += outcome.refresh_seconds
+        index = self.committer.index_seconds()
         commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds
         per_partition: dict[str, int] = {}
         for f in files:
@@ -224,6 +225,8 @@ class UpsertSink:
             writers=tuple(sorted({f.writer for f in files})),
             plan_seconds=plan_seconds,
             refresh_seconds=refresh_seconds,
+            find_seconds=index.find,
+            index_seconds=index.follow,
         )
         log.debug("batch %s: %s", batch_id, result)
         return result

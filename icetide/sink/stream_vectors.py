@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,14 @@ class StagedVectors:
     referenced: tuple[str, ...]  # data files the DVs mark
 
 
+@dataclass(frozen=True)
+class IndexSeconds:
+    """Where one batch's time in the key index went (`deletes="vectors"`)."""
+
+    find: float = 0.0  # finding the rows the batch replaces: its keys read back and looked up
+    follow: float = 0.0  # the index built, or following commits: the batch's own and any other writer's
+
+
 class StreamVectors:
     """The DV side of one committer in `deletes="vectors"` mode."""
 
@@ -70,6 +79,14 @@ class StreamVectors:
         self._dropped = False  # the bound dropped the index: getting it back is a reload
         self.copy_every = COPY_EVERY_BATCHES_DEFAULT  # batches between two copies of the index, 0: never
         self._since_copy = 0  # batches the index followed since it was built, loaded or copied
+        self._find_seconds = 0.0  # since the last `take_seconds`
+        self._follow_seconds = 0.0
+
+    def take_seconds(self) -> IndexSeconds:
+        """The index's time since the last call (the batch's, all its attempts), and start again."""
+        taken = IndexSeconds(self._find_seconds, self._follow_seconds)
+        self._find_seconds = self._follow_seconds = 0.0
+        return taken
 
     def check_table(self, table_name: str, jtable: Any) -> None:
         """Refuse a table that cannot take DVs (format v2) or whose key the index cannot hold;
@@ -87,19 +104,23 @@ class StreamVectors:
 
     def batch_keys(self, jtable: Any, equality_delete_paths: Sequence[str]) -> pa.Table:
         """The batch's keys, read back from its (uncommitted) equality-delete files."""
+        started = time.monotonic()
         ids = key_field_ids(jtable)
         tables = [index_form(read_by_field_id(path, ids)) for path in equality_delete_paths]
-        if not tables:
-            return pa.table({f"f{i}": pa.array([], pa.int64()) for i in ids})
-        return pa.concat_tables(tables)
+        keys = pa.concat_tables(tables) if tables else pa.table({f"f{i}": pa.array([], pa.int64()) for i in ids})
+        self._find_seconds += time.monotonic() - started
+        return keys
 
     def stage(self, jtable: Any, keys: pa.Table, batch_id: int) -> StagedVectors:
         """The DVs replacing the live rows of `keys`, on the table's current snapshot; written,
         not committed."""
         index = self._caught_up(jtable)
         crash_point("after_index_catch_up", batch_id)
+        started = time.monotonic()
+        located = index.locate(keys)
+        self._find_seconds += time.monotonic() - started
         planned = []
-        for path, positions in index.locate(keys).items():
+        for path, positions in located.items():
             earlier = [index.vectors[path]] if path in index.vectors else []
             vector = plan_vector(index.data_files[path], earlier, positions)
             if vector is not None:
@@ -175,7 +196,11 @@ class StreamVectors:
 
     def _caught_up(self, jtable: Any) -> KeyIndex:
         with self.lock:  # the bound does not drop the index while it changes
-            index = self._follow(jtable)
+            started = time.monotonic()
+            try:
+                index = self._follow(jtable)
+            finally:
+                self._follow_seconds += time.monotonic() - started
             self._jtable = jtable
             self.memory.hold(self, index.nbytes())
             return index
