@@ -361,3 +361,19 @@ def test_encoded_sizes_are_the_bodies_lengths(registry: SchemaRegistryServer) ->
     records = run_reader().decode(ROW, bodies)
     assert list(encoded_sizes(ROW, records)) == [len(b) for b in bodies]
     assert container(json.dumps(ROW), bodies).startswith(b"Obj\x01")
+
+
+def test_without_duckdb_runs_are_refused_with_one_warning(monkeypatch: Any, caplog: Any) -> None:
+    """No duckdb installed: every run is refused (read record by record), and the process says so once."""
+    import sys
+
+    import icetide.decode.avro_container as ac
+
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # `import duckdb` raises ImportError
+    monkeypatch.setattr(ac, "_READER", None)
+    with caplog.at_level("WARNING", logger="icetide.decode.avro_container"):
+        for _ in range(3):
+            with pytest.raises(NotColumnar, match="duckdb is not installed"):
+                run_reader()
+    warnings = [r for r in caplog.records if "read one by one" in r.getMessage()]
+    assert len(warnings) == 1 and "pip install 'icetide[kafka]'" in warnings[0].getMessage()

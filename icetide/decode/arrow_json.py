@@ -44,7 +44,6 @@ RAW_MESSAGE_CHARS = 60  # as decode/json.py: how much of a bad value an error me
 EPOCH_MS_DIGITS = 15
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1)
-_INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 _INTEGRAL_MS = re.compile(r"^-?[0-9]{1,15}$")
 _INTEGRAL_DAYS = re.compile(r"^-?[0-9]{1,7}$")
 _INTEGER_TEXT = re.compile(r"^[+-]?[0-9]+$")
@@ -318,7 +317,7 @@ class ArrowJsonDecoder:
             return a.cast(t, safe=False)
         if pa.types.is_integer(t):
             if t.bit_width < 64 and a.null_count < len(a):
-                low, high = _INT_RANGES[t.bit_width]
+                low, high = lim.INT_RANGES[t.bit_width]
                 mm = pc.min_max(a)
                 if mm["min"].as_py() < low or mm["max"].as_py() > high:
                     return None
@@ -440,7 +439,7 @@ class ArrowJsonDecoder:
             if len(digits) > 20:  # beyond every integer type, and maybe beyond int()
                 return None
             number = int(text)
-            low, high = _INT_RANGES[t.bit_width]
+            low, high = lim.INT_RANGES[t.bit_width]
             return number if low <= number <= high else None
         if pa.types.is_floating(t):
             text = raw.strip()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -24,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["NotColumnar", "RunReader", "container", "encoded_sizes", "present", "run_reader"]
+
+log = logging.getLogger(__name__)
 
 _SYNC = b"icetide-avro-run"  # the container's 16-byte sync marker
 
@@ -115,14 +118,22 @@ def _extension_path(version: str) -> str:
     return os.path.join(folder, "extensions", f"v{version}", "avro.duckdb_extension")
 
 
-_READER: RunReader | None = None
+_READER: RunReader | NotColumnar | None = None
 
 
 def run_reader() -> RunReader:
-    """The process's one run reader (made on first use)."""
+    """The process's one run reader (made on first use). NotColumnar when DuckDB or its Avro
+    extension is missing: said once per process as a warning, and every run is then read record
+    by record (the same rows, more slowly)."""
     global _READER
     if _READER is None:
-        _READER = RunReader()
+        try:
+            _READER = RunReader()
+        except NotColumnar as exc:
+            log.warning("Avro records are read one by one, about 3x slower: %s", exc)
+            _READER = exc
+    if isinstance(_READER, NotColumnar):
+        raise NotColumnar(str(_READER))
     return _READER
 
 

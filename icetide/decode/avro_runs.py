@@ -50,8 +50,6 @@ __all__ = [
 
 MIN_RUN = 256  # shorter runs are read record by record: a run costs about 2-3 ms before its first record
 _OPS = pa.array(["c", "r", "u", "d"])
-_MIN_MS, _MAX_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
-_INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 _EXACT_DOUBLE = 2**53
 _MIN_DAY, _MAX_DAY = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31, in days from 1970-01-01
 
@@ -132,7 +130,7 @@ def column_of(
         elif pa.types.is_integer(kind) or pa.types.is_boolean(kind):
             columnar = pc.cast(values, t)
     elif pa.types.is_integer(t) and pa.types.is_integer(kind):
-        low, high = _INT_RANGES[t.bit_width]
+        low, high = lim.INT_RANGES[t.bit_width]
         columnar = _within(values, low, high, t, t)
     elif pa.types.is_float64(t) and pa.types.is_float64(kind):
         columnar = values
@@ -185,7 +183,7 @@ def _timestamp(values: pa.Array, unit: str) -> pa.Array | None:
     """Epoch milliseconds or microseconds as microseconds, when all lie in years 0001-9999."""
     if not pa.types.is_integer(values.type) or unit not in ("ms", "us"):
         return None
-    low, high = (_MIN_MS, _MAX_MS) if unit == "ms" else (lim.MIN_EPOCH_MICROS, lim.MAX_EPOCH_MICROS)
+    low, high = (lim.MIN_EPOCH_MS, lim.MAX_EPOCH_MS) if unit == "ms" else (lim.MIN_EPOCH_MICROS, lim.MAX_EPOCH_MICROS)
     micros = _within(values, low, high, pa.int64(), pa.int64())
     return pc.multiply(micros, 1000) if micros is not None and unit == "ms" else micros
 

@@ -30,11 +30,9 @@ _NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")
 _MICROS_FROM = 100_000_000_000_000  # as decode/debezium.py: a larger schemaless epoch is microseconds
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1)
-_MIN_MS, _MAX_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
 _DECIMAL_38 = 10**38
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _SPARK_TRIMS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "  # the whitespace Spark trims off text it casts (ASCII only)
-_INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 
 
 class NotHere(Exception):
@@ -114,7 +112,7 @@ class Conversions:
 
             return text
         if pa.types.is_integer(t):
-            low, high = _INT_RANGES[t.bit_width]
+            low, high = lim.INT_RANGES[t.bit_width]
 
             def integer(v: Any) -> Any:
                 if type(v) is int and low <= v <= high:
@@ -140,7 +138,7 @@ class Conversions:
         if pa.types.is_timestamp(t):
 
             def timestamp(v: Any) -> Any:
-                if type(v) is int and _MIN_MS <= v <= _MAX_MS:
+                if type(v) is int and lim.MIN_EPOCH_MS <= v <= lim.MAX_EPOCH_MS:
                     return v * 1000
                 moment = _fits(value_of(raw_text(v), t), name)
                 return (moment - _EPOCH) // _MICRO
@@ -222,7 +220,7 @@ def _epoch_micros(unit: str, name: str) -> Converter:
         if type(v) is not int:
             raise NotHere(f"column {name}: an epoch timestamp that is not an integer")
         if unit == "ns":
-            if not _INT_RANGES[64][0] <= v <= _INT_RANGES[64][1]:
+            if not lim.INT_RANGES[64][0] <= v <= lim.INT_RANGES[64][1]:
                 raise NotHere(f"column {name}: a nanosecond timestamp beyond a BIGINT")
             v = -(-v // 1000) if v < 0 else v // 1000
         elif not -(10**18) < v < 10**18:
@@ -235,7 +233,7 @@ def _epoch_micros(unit: str, name: str) -> Converter:
 def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
     """Time/MicroTime/NanoTime as `_time_of_day` of decode/debezium.py: text or integral micros."""
 
-    low64, high64 = _INT_RANGES[64]
+    low64, high64 = lim.INT_RANGES[64]
 
     def micros_of(v: Any) -> int:
         if type(v) is not int or not low64 <= v <= high64:
@@ -259,7 +257,7 @@ def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
 
         return text
     if pa.types.is_integer(t):
-        low, high = _INT_RANGES[t.bit_width]
+        low, high = lim.INT_RANGES[t.bit_width]
 
         def integral(v: Any) -> int:
             micros = micros_of(v)

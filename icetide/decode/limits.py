@@ -30,6 +30,9 @@ MAX_TIMESTAMP = datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
 MIN_DATE, MAX_DATE = date(1, 1, 1), date(9999, 12, 31)
 MIN_EPOCH_MICROS = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
 MAX_EPOCH_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+MIN_EPOCH_MS, MAX_EPOCH_MS = MIN_EPOCH_MICROS // 1000, MAX_EPOCH_MICROS // 1000
+# The values of a signed integer column of each bit width.
+INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 MIN_EPOCH_DAYS, MAX_EPOCH_DAYS = -719_162, 2_932_896  # 0001-01-01, 9999-12-31
 
 # A JSON escape of a lone surrogate: a high one not followed by a low one, or a low one not
