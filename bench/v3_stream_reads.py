@@ -421,7 +421,7 @@ def find_costs(sizes: Sequence[int], keys: int, repeats: int = 5) -> str:
             found = index.locate(batch)
             times.append(time.perf_counter() - started)
         assert sum(len(v) for v in found.values()) == len(live)
-        rows.append([f"{n:,}", f"{median(times[1:]) * 1000:.1f}", f"{index.rows.nbytes / n * 1e6 / 2**20:.1f}"])
+        rows.append([f"{n:,}", f"{median(times[1:]) * 1000:.1f}", f"{index.runs.nbytes() / n * 1e6 / 2**20:.1f}"])
     del index, found, batch
     # Without this, the interpreter's exit sometimes aborts ("terminate called without an active
     # exception", pyarrow 17) while collecting the 10M-row index.

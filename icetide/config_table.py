@@ -22,9 +22,9 @@ DELETE_MODES = ("equality", "vectors")
 # Iceberg format versions icetide writes: v2, and v3 (deletion vectors, row lineage). v1 has no
 # equality deletes, so no upserts.
 TABLE_KEYS = {"name", "schema", "key", "key_index_memory", *TABLE_OVERRIDE_KEYS}
-# deletes: vectors keeps a key index per table in memory (about 20 MB per million BIGINT keys);
+# deletes: vectors keeps a key index per table in memory (about 30 MB per million BIGINT keys);
 # the indexes one process holds are bounded by `table.key_index_memory` (sink/key_index_memory.py).
-# 1 GiB holds some 50 million BIGINT keys, every table of most databases, and stays beside the
+# 1 GiB holds some 35 million BIGINT keys, every table of most databases, and stays beside the
 # driver's JVM (1 GiB heap by default) on a small machine; a fraction of the machine's memory
 # would change with the host and cannot see a container's limit.
 KEY_INDEX_MEMORY_DEFAULT = 1024**3

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetide.errors import ConfigError
+from icetide.sink.key_runs import KeyRuns, file_and_position, where_of
 from icetide.sink.keys import read_by_field_id
 from icetide.sink.vectors import earlier_positions, is_vector
 from icetide.spark.py4j_collections import java_iter
@@ -90,16 +91,6 @@ def spark_form(field: Any) -> str:
     )
 
 
-def _compacted(rows: pa.Table) -> pa.Table:
-    """`rows` in buffers of their own size when what it holds is mostly slack: a hash join's
-    output sits in buffers allocated for batches of 32k rows (650 kB for an index of 160 keys),
-    which a small index would otherwise hold for as long as it lives. Copying costs ~10 ms per
-    million rows; a large index is rarely more than 2% slack and is left alone."""
-    if rows.get_total_buffer_size() <= 1.5 * rows.nbytes + 4096:
-        return rows
-    return pa.table({n: pa.concat_arrays([*rows[n].chunks, pa.array([], rows[n].type)]) for n in rows.column_names})
-
-
 class KeyIndex:
     """key -> (data file, position) of every live row of one table, at `snapshot_id`."""
 
@@ -107,17 +98,23 @@ class KeyIndex:
         self.field_ids = field_ids
         self.names = [f"f{i}" for i in field_ids]
         self.snapshot_id = snapshot_id
-        self.rows = pa.table(
-            {
-                **{n: pa.array([], pa.int64()) for n in self.names},
-                "file": pa.array([], pa.int32()),
-                "pos": pa.array([], pa.int64()),
-            }
-        )
+        self.runs = KeyRuns(self.names)
         self.paths: list[str] = []  # file id -> data file path
         self.ids: dict[str, int] = {}
         self.data_files: dict[str, Any] = {}  # path -> Java DataFile, every live data file
         self.vectors: dict[str, Any] = {}  # data file path -> its current DV (Java DeleteFile)
+
+    @property
+    def rows(self) -> pa.Table:
+        """Every live row as a table: the key columns, `file` (id, int32) and `pos` (int64)."""
+        return self.runs.table()
+
+    @rows.setter
+    def rows(self, table: pa.Table) -> None:
+        self.runs = KeyRuns(self.names)
+        files = table["file"].to_numpy().astype(np.int64) if table.num_rows else np.zeros(0, np.int64)
+        positions = table["pos"].to_numpy() if table.num_rows else np.zeros(0, np.int64)
+        self.runs.add(table.select(self.names), where_of(files, positions))
 
     # -- building ---------------------------------------------------------------------------
 
@@ -145,11 +142,11 @@ class KeyIndex:
         encoded = pc.dictionary_encode(rows["file"].cast(pa.string())).combine_chunks()
         remap = pa.array([index.file_id(p) for p in encoded.dictionary.to_pylist()], pa.int32())
         file_ids = remap.take(encoded.indices) if len(encoded) else pa.array([], pa.int32())
-        index.rows = index_form(rows.select(index.names)).append_column("file", file_ids)
-        index.rows = _compacted(index.rows.append_column("pos", rows["pos"].cast(pa.int64())))
+        positions = rows["pos"].cast(pa.int64()).to_numpy()
+        index.runs.add(index_form(rows.select(index.names)), where_of(file_ids.to_numpy(), positions))
         index.resolve_files(table_name, jtable)
         log.info(
-            "built the key index of %s at snapshot %s: %d keys", table_name, index.snapshot_id, index.rows.num_rows
+            "built the key index of %s at snapshot %s: %d keys", table_name, index.snapshot_id, index.runs.live_rows()
         )
         return index
 
@@ -201,19 +198,17 @@ class KeyIndex:
                     del self.vectors[str(d.referencedDataFile())]
             self._drop_files({str(f.location()) for f in java_iter(s.removedDataFiles(io))})
             added = [self._file_rows(f.copy()) for f in java_iter(s.addedDataFiles(io))]
-            if added:  # an empty index takes the key types of the first file (its empty columns are int64)
-                self.rows = pa.concat_tables([*([self.rows] if self.rows.num_rows else []), *added])
+            if added:
+                self.runs.add(pa.concat_tables([k for k, _ in added]), np.concatenate([w for _, w in added]))
             marked = []
             for d in added_deletes:
                 referenced = str(d.referencedDataFile())
                 self.vectors[referenced] = d
                 positions = earlier_positions(d, referenced)
-                file_ids = np.full(len(positions), self.file_id(referenced), np.int32)
-                marked.append(pa.table({"file": file_ids, "pos": positions}))
+                marked.append(where_of(np.full(len(positions), self.file_id(referenced), np.int64), positions))
             if marked:
-                self.rows = self.rows.join(pa.concat_tables(marked), keys=["file", "pos"], join_type="left anti")
+                self.runs.kill(np.concatenate(marked))
             self.snapshot_id = int(s.snapshotId())
-        self.rows = _compacted(self.rows)
         return len(chain)
 
     def file_id(self, path: str) -> int:
@@ -225,19 +220,18 @@ class KeyIndex:
         return known
 
     def _drop_files(self, paths: set[str]) -> None:
-        gone = [self.ids[p] for p in paths if p in self.ids]
-        if gone:
-            self.rows = self.rows.filter(pc.invert(pc.is_in(self.rows["file"], pa.array(gone, pa.int32()))))
+        self.runs.kill_files([self.ids[p] for p in paths if p in self.ids])
         for path in paths:
             self.data_files.pop(path, None)
             self.vectors.pop(path, None)
 
-    def _file_rows(self, data_file: Any) -> pa.Table:
+    def _file_rows(self, data_file: Any) -> tuple[pa.Table, np.ndarray]:
+        """A data file's keys (index form; row i at position i) and their `where`."""
         path = str(data_file.location())
         self.data_files[path] = data_file
         keys = index_form(read_by_field_id(path, self.field_ids))
-        keys = keys.append_column("file", pa.array(np.full(keys.num_rows, self.file_id(path), np.int32)))
-        return keys.append_column("pos", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+        n = keys.num_rows
+        return keys, where_of(np.full(n, self.file_id(path), np.int64), np.arange(n, dtype=np.int64))
 
     # -- size -------------------------------------------------------------------------------
 
@@ -246,16 +240,15 @@ class KeyIndex:
         allocated, not as sliced) and its file paths. The Java DataFiles and DVs live in the JVM
         (one of each per live data file) and are not counted."""
         paths = sys.getsizeof(self.paths) + sys.getsizeof(self.ids) + sum(sys.getsizeof(p) for p in self.paths)
-        return int(self.rows.get_total_buffer_size()) + paths
+        return self.runs.nbytes() + paths
 
     # -- lookups ----------------------------------------------------------------------------
 
     def locate(self, keys: pa.Table) -> dict[str, np.ndarray]:
         """data file path -> sorted positions of the live rows holding any of `keys` (index form)."""
-        if not keys.num_rows or not self.rows.num_rows:
+        files, positions = file_and_position(self.runs.find(keys))  # sorted by file, then position
+        if not len(files):
             return {}
-        distinct = keys.select(self.names).group_by(self.names).aggregate([])
-        found = self.rows.join(distinct, keys=self.names, join_type="left semi")
-        files = found["file"].to_numpy()
-        positions = found["pos"].to_numpy()
-        return {self.paths[int(i)]: np.unique(positions[files == i]) for i in np.unique(files)}
+        ids, starts = np.unique(files, return_index=True)
+        ends = [*starts[1:].tolist(), len(files)]
+        return {self.paths[int(i)]: positions[a:b] for i, a, b in zip(ids.tolist(), starts.tolist(), ends, strict=True)}

@@ -1,7 +1,7 @@
 """The memory bound of the key indexes one process holds (`deletes="vectors"`).
 
 A database sync writes many tables from one process, each with its own key index
-(`key_index.py`, about 20 bytes per BIGINT key), so without a bound its memory grows with the
+(`key_index.py`, about 31 bytes per BIGINT key), so without a bound its memory grows with the
 number of tables. The process's indexes are registered here (`process_key_indexes()`), each
 with its size measured from the buffers it holds (`KeyIndex.nbytes`). When a table's index is
 used (a batch stages or lands) and the indexes held then pass the bound
