@@ -67,6 +67,41 @@ def test_every_batch_reads_like_a_compacted_table_in_every_engine(spark: Any, ta
     assert not any(int(s[0].get("added-equality-deletes", "0")) for s in summaries)
 
 
+def test_a_table_with_equality_deletes_turns_to_vectors(spark: Any, table_name: str) -> None:
+    """Batches with equality deletes, then a `vectors` sink: its key index is built through Spark,
+    which applies the equality deletes (a wrong index would leave a replaced row live, and the
+    table would differ from the model); once they are folded into DVs, an index built file by
+    file equals the one that followed every commit."""
+    from icetide.maintenance.position_deletes import convert_equality_deletes
+    from icetide.sink.key_index import KeyIndex
+    from icetide.table.iceberg import load_table
+
+    t = v3_table(spark, table_name)
+    rng = random.Random(8)
+    for _ in range(4):
+        t.upsert(seed._random_batch(rng, rng.randrange(5, 30)))
+    assert "equality" in deletes_by_kind(t)
+    t.sink = vectors_sink(spark, table_name)
+    for _ in range(4):
+        t.upsert(seed._random_batch(rng, rng.randrange(5, 30)))
+        t.check()
+    assert convert_equality_deletes(spark, table_name).committed  # into DVs
+    assert "equality" not in deletes_by_kind(t)
+    t.upsert(seed._random_batch(rng, 20))  # the index follows the conversion
+    t.check()
+    followed = t.sink.committer.vectors.index
+    jtable = load_table(spark, table_name)
+    jtable.refresh()
+    built = KeyIndex.build(spark, table_name, jtable)
+    assert built.snapshot_id == followed.snapshot_id
+
+    def located(index: KeyIndex) -> list[tuple[Any, ...]]:
+        rows = index.rows
+        return sorted(zip(*(rows[n].to_pylist() for n in index.names), rows["pos"].to_pylist(), strict=True))
+
+    assert located(built) == located(followed) and len(located(built)) == len(t.model.rows)
+
+
 def test_a_vectors_table_beside_a_plain_table_stays_equal(spark: Any, table_name: str) -> None:
     """The same batches through `equality` and `vectors` sinks give the same rows."""
     plain = Table(spark, table_name + "_eq")

@@ -4,11 +4,11 @@ Maps every live key to (data file, row position), at one snapshot of the table, 
 the rows it replaces by looking its keys up, not by reading the table. It is derived from the
 table only, and always rebuildable from it:
 
-- `build` reads the key columns with `_file` and `_pos` through Spark at the current snapshot
-  (Spark applies every delete): the one step whose cost follows the table, run when a process
-  starts writing without a usable persisted copy (`key_index_copy.py`) and whenever catching
-  up cannot (an equality delete from another writer, the snapshot it was at expired or rolled
-  back).
+- `build` reads the key columns of every live data file at the current snapshot with pyarrow,
+  less its DV's positions (through Spark, which applies them, when equality deletes apply): the
+  one step whose cost follows the table, run when a process starts writing without a usable
+  persisted copy (`key_index_copy.py`) and whenever catching up cannot (an equality delete from
+  another writer, the snapshot it was at expired or rolled back).
 - `catch_up` walks the snapshots committed since, oldest first, whoever made them (this
   stream's own batches, compaction, delete folding, Spark's DELETE): removed data files drop
   their rows, added data files add theirs (key columns read with pyarrow, row i at position i),
@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from icetide.errors import ConfigError
 from icetide.sink.key_runs import KeyRuns, file_and_position, where_of
@@ -120,7 +119,14 @@ class KeyIndex:
 
     @classmethod
     def build(cls, spark: SparkSession, table_name: str, jtable: Any) -> KeyIndex:
-        """Read the index from the table at its current snapshot (cost follows the table)."""
+        """Read the index from the table at its current snapshot (cost follows the table).
+
+        Without equality deletes (a table the stream has always written with DVs), each live data
+        file's key columns are read with pyarrow and its DV's positions dropped, as catching up
+        does. With equality deletes, Spark applies them: it reads the key columns with `_pos` and
+        a file id (the path joined to its id in Spark, so a row costs about 20 bytes of the
+        driver's result, not its path's 100; a 10M-row table's paths passed the 1 GiB default
+        of spark.driver.maxResultSize)."""
         ids = key_field_ids(jtable)
         schema = jtable.schema()
         snapshot = jtable.currentSnapshot()
@@ -128,33 +134,57 @@ class KeyIndex:
         if snapshot is None:
             return index
         exprs = [f"{spark_form(schema.findField(i))} AS {name}" for i, name in zip(ids, index.names, strict=True)]
-        catalog, identifier = split_name(table_name)  # Spark's cached table may not know the snapshot yet
-        iceberg_catalog(spark, catalog).invalidateTable(
-            jvm(spark).org.apache.iceberg.catalog.TableIdentifier.parse(identifier)
-        )
-        df = (
-            spark.read.format("iceberg")
-            .option("snapshot-id", str(index.snapshot_id))
-            .load(table_name)
-            .selectExpr(*exprs, "_file AS file", "_pos AS pos")
-        )
-        rows = pa.Table.from_pandas(df.toPandas(), preserve_index=False)
-        encoded = pc.dictionary_encode(rows["file"].cast(pa.string())).combine_chunks()
-        remap = pa.array([index.file_id(p) for p in encoded.dictionary.to_pylist()], pa.int32())
-        file_ids = remap.take(encoded.indices) if len(encoded) else pa.array([], pa.int32())
-        positions = rows["pos"].cast(pa.int64()).to_numpy()
-        index.runs.add(index_form(rows.select(index.names)), where_of(file_ids.to_numpy(), positions))
-        index.resolve_files(table_name, jtable)
+        if index.resolve_files(table_name, jtable):
+            index._read_through_spark(spark, table_name, exprs)
+        else:
+            index._read_files()
         log.info(
             "built the key index of %s at snapshot %s: %d keys", table_name, index.snapshot_id, index.runs.live_rows()
         )
         return index
 
-    def resolve_files(self, table_name: str, jtable: Any) -> None:
+    def _read_files(self) -> None:
+        """The key columns of every live data file, less the positions of its DV."""
+        parts = [self._file_rows(f) for f in self.data_files.values()]
+        if parts:
+            self.runs.add(pa.concat_tables([k for k, _ in parts]), np.concatenate([w for _, w in parts]))
+        marked = [
+            where_of(np.full(len(p), self.file_id(path), np.int64), p)
+            for path, d in self.vectors.items()
+            if len(p := earlier_positions(d, path))
+        ]
+        if marked:
+            self.runs.kill(np.concatenate(marked))
+
+    def _read_through_spark(self, spark: SparkSession, table_name: str, exprs: list[str]) -> None:
+        """The live rows' keys as Spark reads them at `snapshot_id`, every delete applied."""
+        from pyspark.sql import functions as F
+
+        catalog, identifier = split_name(table_name)  # Spark's cached table may not know the snapshot yet
+        iceberg_catalog(spark, catalog).invalidateTable(
+            jvm(spark).org.apache.iceberg.catalog.TableIdentifier.parse(identifier)
+        )
+        ids = spark.createDataFrame([(p, self.file_id(p)) for p in self.data_files], "path STRING, file INT")
+        df = (
+            spark.read.format("iceberg")
+            .option("snapshot-id", str(self.snapshot_id))
+            .load(table_name)
+            .selectExpr(*exprs, "_file AS path", "_pos AS pos")
+            .join(F.broadcast(ids), "path")
+            .select(*self.names, "file", "pos")
+        )
+        rows = pa.Table.from_pandas(df.toPandas(), preserve_index=False)
+        if rows.num_rows:
+            where = where_of(rows["file"].to_numpy().astype(np.int64), rows["pos"].cast(pa.int64()).to_numpy())
+            self.runs.add(index_form(rows.select(self.names)), where)
+
+    def resolve_files(self, table_name: str, jtable: Any) -> bool:
         """Fill `data_files` and `vectors` from the manifests of `snapshot_id` (a scan plan: its
-        cost follows the number of files, not of rows). ConfigError when a data file still has
-        Parquet position deletes from before format v3."""
+        cost follows the number of files, not of rows); True when equality deletes apply to some
+        data file. ConfigError when a data file still has Parquet position deletes from before
+        format v3."""
         self.data_files, self.vectors = {}, {}
+        equality = False
         tasks = jtable.newScan().useSnapshot(self.snapshot_id).planFiles()
         try:
             for task in java_iter(tasks):
@@ -169,8 +199,11 @@ class KeyIndex:
                             f"deletes: vectors: {table_name} still has position-delete files from before format v3; "
                             "compact it first (icetide maintain)"
                         )
+                    else:
+                        equality = True
         finally:
             tasks.close()
+        return equality
 
     # -- following commits ------------------------------------------------------------------
 
