@@ -1,4 +1,5 @@
-"""What a batch and a run report (one JSON metrics line per batch), and the runners' stop signals."""
+"""What a batch and a run report (one JSON metrics line per batch), the rules every path applies
+at the end of a batch (its share of bad records, its metrics), and the runners' stop signals."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import json
 import logging
 import signal
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from icetide.errors import TerminalError
 from icetide.pipeline.supervision import RestartMetrics
+from icetide.sink.batch import BatchResult
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +98,56 @@ class SyncBatchMetrics(BatchMetrics):
     tables_committed: int = 0
     table_rows: dict[str, int] = field(default_factory=dict)  # table -> rows written, tables with rows only
     created_tables: tuple[str, ...] = ()
+
+
+M = TypeVar("M", bound=BatchMetrics)
+
+
+def check_bad_share(
+    batch_id: int, bad_records: int, records_in: int, limit: float, first_error: Callable[[], str]
+) -> None:
+    """Raise TooManyBadRecordsError when more than `limit` of the batch's records are bad (before
+    anything of it is committed); `first_error` names the first bad record's error."""
+    if records_in and bad_records / records_in > limit:
+        raise TooManyBadRecordsError(
+            f"batch {batch_id}: {bad_records} of {records_in} records are bad, more than max_bad_fraction "
+            f"{limit}; first error: {first_error()}"
+        )
+
+
+def warn_unknown_fields(batch_id: int, unknown_fields: Mapping[str, int]) -> None:
+    """Say which fields the source sends that the tables lack (schema_evolution off: not written)."""
+    if unknown_fields:
+        log.warning(
+            "batch %s: the table lacks field(s) the source sends, not written: %s",
+            batch_id,
+            ", ".join(f"{n} ({c} records)" for n, c in sorted(unknown_fields.items())),
+        )
+
+
+def batch_metrics(kind: type[M], pipeline: str, batch_id: int, results: Mapping[str, BatchResult], **batch: Any) -> M:
+    """The metrics line (`kind`: BatchMetrics or SyncBatchMetrics) of a batch whose tables' commits
+    returned `results`: the totals over its tables (the seconds of the slowest table), rounded, and
+    the time it finished. `batch` gives what only the pipeline knows (records_in, bad_records,
+    read_decode_seconds, source_lag, path, ...)."""
+    values = list(results.values())
+
+    def slowest(name: str) -> float:
+        return round(max([getattr(r, name) for r in values] or [0.0]), 3)
+
+    totals: dict[str, Any] = {
+        "committed": any(r.committed for r in values),
+        "rows_written": sum(r.rows_written for r in values),
+        "delete_rows": sum(r.delete_rows for r in values),
+        "data_files": sum(r.data_files for r in values),
+        "delete_files": sum(r.delete_files for r in values),
+        "bytes_written": sum(r.bytes_written for r in values),
+        **{name: slowest(name) for name in ("write_seconds", "commit_seconds", "plan_seconds", "refresh_seconds")},
+    }
+    if issubclass(kind, SyncBatchMetrics):
+        totals["tables_committed"] = sum(1 for r in values if r.committed)
+        totals["table_rows"] = {n: r.rows_written for n, r in sorted(results.items()) if r.rows_written}
+    batch["read_decode_seconds"] = round(batch["read_decode_seconds"], 3)
+    if "unknown_fields" in batch:
+        batch["unknown_fields"] = dict(sorted(batch["unknown_fields"].items()))
+    return kind(pipeline=pipeline, batch_id=batch_id, finished_at=datetime.now(UTC).isoformat(), **totals, **batch)

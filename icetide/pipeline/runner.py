@@ -15,14 +15,20 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
 from icetide.errors import CommitConflictError, ConfigError, IcetideError, SourceError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
-from icetide.pipeline.batches import BatchMetrics, RunSummary, TooManyBadRecordsError
+from icetide.pipeline.batches import (
+    BatchMetrics,
+    RunSummary,
+    TooManyBadRecordsError,
+    batch_metrics,
+    check_bad_share,
+    warn_unknown_fields,
+)
 from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.fast_append import FastAppend, FastBatch
 from icetide.pipeline.loop import PipelineLoop
@@ -32,6 +38,7 @@ from icetide.pipeline.staging import FAST_PATH, Fallback, batch_place, failures_
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
+from icetide.sink.batch import BatchResult
 from icetide.sink.key_index_memory import process_key_indexes
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
@@ -227,11 +234,13 @@ class Runner:
             bad_count = bad.count()  # materializes the decoded cache: the source is read once
             records_in = good.count() + bad_count
             read_seconds = time.monotonic() - started
-            if records_in and bad_count / records_in > self.config.max_bad_fraction:
-                raise TooManyBadRecordsError(
-                    f"batch {batch_id}: {bad_count} of {records_in} records are bad, more than max_bad_fraction "
-                    f"{self.config.max_bad_fraction}; first error: {bad.first()['error']}"  # type: ignore[index]
-                )
+            check_bad_share(
+                batch_id,
+                bad_count,
+                records_in,
+                self.config.max_bad_fraction,
+                lambda: bad.first()["error"],  # type: ignore[index]
+            )
             if (bad_count or plan.losses) and self.dead_letter is not None:
                 self.dead_letter.write(self._with_losses(bad, plan), batch_id=batch_id, plan=plan.to_json())
                 crash_point("after_dead_letter", batch_id)
@@ -254,27 +263,18 @@ class Runner:
             for frame in kept:
                 frame.unpersist()
         crash_point("after_commit", batch_id)
-        return BatchMetrics(
-            pipeline=self.config.pipeline,
-            batch_id=batch_id,
-            committed=result.committed,
+        return batch_metrics(
+            BatchMetrics,
+            self.config.pipeline,
+            batch_id,
+            {self.sink.table_name: result},
             records_in=records_in,
-            rows_written=result.rows_written,
-            delete_rows=result.delete_rows,
             bad_records=bad_count,
-            data_files=result.data_files,
-            delete_files=result.delete_files,
-            bytes_written=result.bytes_written,
-            read_decode_seconds=round(read_seconds, 3),
-            write_seconds=round(result.write_seconds, 3),
-            commit_seconds=round(result.commit_seconds, 3),
+            read_decode_seconds=read_seconds,
             source_lag=self._lag(plan.position),
-            finished_at=datetime.now(UTC).isoformat(),
             truncated=decoded.truncated and result.committed,
             unknown_fields=decoded.unknown_fields,
             lost_ranges=len(plan.losses),
-            plan_seconds=round(result.plan_seconds, 3),
-            refresh_seconds=round(result.refresh_seconds, 3),
             source_plan_seconds=plan_seconds,
             path=fallback.path,
         )
@@ -326,18 +326,12 @@ class Runner:
     def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> None:
         """Check the fast path's bad records and commit them (with the plan) before the data."""
         bad_count = len(out.bad)
-        if out.unknown_fields:
-            log.warning(
-                "batch %s: the table lacks field(s) the source sends, not written: %s",
-                batch_id,
-                ", ".join(f"{n} ({c} records)" for n, c in sorted(out.unknown_fields.items())),
-            )
-        if out.records_in and bad_count / out.records_in > self.config.max_bad_fraction:
+        warn_unknown_fields(batch_id, out.unknown_fields)
+        try:
+            check_bad_share(batch_id, bad_count, out.records_in, self.config.max_bad_fraction, lambda: out.bad[0].error)
+        except TooManyBadRecordsError:
             self.sink.remove_batch_files(batch_id)
-            raise TooManyBadRecordsError(
-                f"batch {batch_id}: {bad_count} of {out.records_in} records are bad, more than max_bad_fraction "
-                f"{self.config.max_bad_fraction}; first error: {out.bad[0].error}"
-            )
+            raise
         if (bad_count or plan.losses) and self.dead_letter is not None:
             from icetide.decode.json import BAD_DDL
 
@@ -355,28 +349,26 @@ class Runner:
         outcome = self.sink.committer.commit(batch_id, out.files, plan.position)
         commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds
         crash_point("after_commit", batch_id)
-        data = [f for f in out.files if f.content == "data"] if outcome.committed else []
-        deletes = [f for f in out.files if f.content != "data"] if outcome.committed else []
-        return BatchMetrics(
-            pipeline=self.config.pipeline,
-            batch_id=batch_id,
-            committed=outcome.committed,
+        result = BatchResult.of_files(
+            batch_id,
+            out.files,
+            outcome,
+            write_seconds=out.write_seconds,
+            commit_seconds=commit_seconds,
+            refresh_seconds=outcome.refresh_seconds,
+        )
+        return batch_metrics(
+            BatchMetrics,
+            self.config.pipeline,
+            batch_id,
+            {self.sink.table_name: result},
             records_in=out.records_in,
-            rows_written=sum(f.record_count for f in data),
-            delete_rows=sum(f.record_count for f in deletes),
             bad_records=len(out.bad),
-            data_files=len(data),
-            delete_files=len(deletes),
-            bytes_written=sum(f.file_size for f in data),
-            read_decode_seconds=round(out.read_decode_seconds, 3),
-            write_seconds=round(out.write_seconds, 3),
-            commit_seconds=round(commit_seconds, 3),
+            read_decode_seconds=out.read_decode_seconds,
             source_lag=self._lag(plan.position),
-            finished_at=datetime.now(UTC).isoformat(),
             lost_ranges=len(plan.losses),
-            refresh_seconds=round(outcome.refresh_seconds, 3),
             source_plan_seconds=plan_seconds,
-            unknown_fields=dict(sorted(out.unknown_fields.items())),
+            unknown_fields=out.unknown_fields,
             path=FAST_PATH,
             records_as_columns=out.records_as_columns,
         )

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from icetide.config import PipelineConfig
 from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point
-from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics
+from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics, batch_metrics, warn_unknown_fields
 from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
@@ -208,11 +208,7 @@ class SyncRunner:
         registry_changed = False
         for name, topics in sorted(out.feeds.items()):
             registry_changed |= self.state.register(name, {t: plan.starts[t] for t in topics})
-        if out.unknown_fields:
-            log.warning(
-                "the tables lack field(s) the source sends, not written (schema_evolution is off): %s",
-                ", ".join(f"{n} ({c} records)" for n, c in sorted(out.unknown_fields.items())),
-            )
+        warn_unknown_fields(batch_id, out.unknown_fields)
         fed = {t for s in self.state.tables.values() for t in s.topics()}
         if registry_changed or (plan.topics_read() - fed):
             self.write_dead_letters(None, plan, batch_id)
@@ -224,27 +220,17 @@ class SyncRunner:
         source_lag = self.lag()
         shares = {name: TableBatch(name, records=n) for name, n in out.records.items()}
         self.record_metrics(results, shares, unrouted=0)
-        return SyncBatchMetrics(
-            pipeline=self.config.pipeline,
-            batch_id=batch_id,
-            committed=any(r.committed for r in results.values()),
+        return batch_metrics(
+            SyncBatchMetrics,
+            self.config.pipeline,
+            batch_id,
+            results,
             records_in=out.records_in,
-            rows_written=sum(r.rows_written for r in results.values()),
-            delete_rows=sum(r.delete_rows for r in results.values()),
             bad_records=0,
-            data_files=sum(r.data_files for r in results.values()),
-            delete_files=sum(r.delete_files for r in results.values()),
-            bytes_written=sum(r.bytes_written for r in results.values()),
-            read_decode_seconds=round(max(0.0, read_seconds - out.write_seconds), 3),
-            write_seconds=round(out.write_seconds, 3),
-            commit_seconds=round(max([r.commit_seconds for r in results.values()] or [0.0]), 3),
+            read_decode_seconds=max(0.0, read_seconds - out.write_seconds),
             source_lag=source_lag,
-            finished_at=datetime.now(UTC).isoformat(),
-            unknown_fields=dict(sorted(out.unknown_fields.items())),
-            refresh_seconds=round(max([r.refresh_seconds for r in results.values()] or [0.0]), 3),
+            unknown_fields=out.unknown_fields,
             source_plan_seconds=plan_seconds,
-            tables_committed=sum(1 for r in results.values() if r.committed),
-            table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
             created_tables=tuple(created),
             path=FAST_PATH,
             records_as_columns=out.records_as_columns,
@@ -316,21 +302,12 @@ class SyncRunner:
         files = out.files.get(name, [])
         committing = time.monotonic()
         outcome = self.sink_for(name).committer.commit(batch_id, files, position)
-        data = [f for f in files if f.content == "data"] if outcome.committed else []
-        deletes = [f for f in files if f.content != "data"] if outcome.committed else []
-        return BatchResult(
-            batch_id=batch_id,
-            committed=outcome.committed,
-            snapshot_id=outcome.snapshot_id,
-            data_files=len(data),
-            delete_files=len(deletes),
-            rows_written=sum(f.record_count for f in data),
-            delete_rows=sum(f.record_count for f in deletes),
-            bytes_written=sum(f.file_size for f in data + deletes),
+        return BatchResult.of_files(
+            batch_id,
+            files,
+            outcome,
             write_seconds=out.write_seconds,
             commit_seconds=time.monotonic() - committing - outcome.refresh_seconds,
-            files_per_partition={},
-            skipped_reason=outcome.reason,
             refresh_seconds=outcome.refresh_seconds,
         )
 

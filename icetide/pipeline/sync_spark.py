@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
 from icetide.errors import IcetideError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
-from icetide.pipeline.batches import SyncBatchMetrics, TooManyBadRecordsError
+from icetide.pipeline.batches import SyncBatchMetrics, batch_metrics, check_bad_share
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
 from icetide.sink.batch import BatchResult
@@ -99,12 +98,12 @@ def run_spark_batch(
             bad = bad_records(runner, plan, unroutable, decoded).persist(StorageLevel.MEMORY_AND_DISK)
             kept.append(bad)
             bad_count = bad.count()
-        if records_in and bad_count / records_in > runner.config.max_bad_fraction:
+
+        def first_error() -> str:
             first = bad.first() if bad is not None else None
-            raise TooManyBadRecordsError(
-                f"batch {batch_id}: {bad_count} of {records_in} records are bad, more than max_bad_fraction "
-                f"{runner.config.max_bad_fraction}; first error: {first['error'] if first else '?'}"
-            )
+            return str(first["error"]) if first else "?"
+
+        check_bad_share(batch_id, bad_count, records_in, runner.config.max_bad_fraction, first_error)
         fed = {t for s in runner.state.tables.values() for t in s.topics()}
         if bad_count or plan.losses or registry_changed or (read - fed):
             runner.write_dead_letters(bad if bad_count else None, plan, batch_id)
@@ -123,30 +122,19 @@ def run_spark_batch(
     crash_point("after_commit", batch_id)
     source_lag = runner.lag()
     runner.record_metrics(results, decoded, unrouted=bad_count - sum(d.bad_count for d in decoded.values()))
-    return SyncBatchMetrics(
-        pipeline=runner.config.pipeline,
-        batch_id=batch_id,
-        committed=any(r.committed for r in results.values()),
+    return batch_metrics(
+        SyncBatchMetrics,
+        runner.config.pipeline,
+        batch_id,
+        results,
         records_in=records_in,
-        rows_written=sum(r.rows_written for r in results.values()),
-        delete_rows=sum(r.delete_rows for r in results.values()),
         bad_records=bad_count,
-        data_files=sum(r.data_files for r in results.values()),
-        delete_files=sum(r.delete_files for r in results.values()),
-        bytes_written=sum(r.bytes_written for r in results.values()),
-        read_decode_seconds=round(read_seconds, 3),
-        write_seconds=round(max([r.write_seconds for r in results.values()] or [0.0]), 3),
-        commit_seconds=round(max([r.commit_seconds for r in results.values()] or [0.0]), 3),
+        read_decode_seconds=read_seconds,
         source_lag=source_lag,
-        finished_at=datetime.now(UTC).isoformat(),
         truncated=any(d.truncated for d in decoded.values()),
         unknown_fields={f"{d.name}.{k}": v for d in decoded.values() for k, v in d.unknown_fields.items()},
         lost_ranges=len(plan.losses),
-        plan_seconds=round(max([r.plan_seconds for r in results.values()] or [0.0]), 3),
-        refresh_seconds=round(max([r.refresh_seconds for r in results.values()] or [0.0]), 3),
         source_plan_seconds=plan_seconds,
-        tables_committed=sum(1 for r in results.values() if r.committed),
-        table_rows={n: r.rows_written for n, r in sorted(results.items()) if r.rows_written},
         created_tables=tuple(created),
         path=path,
     )

@@ -3,10 +3,15 @@ the pipelines that stage batches outside it (pipeline/fast_append.py, pipeline/s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from icetide.sink.writer import WriterConfig
 from icetide.table.spec import PartitionTransform
+
+if TYPE_CHECKING:
+    from icetide.sink.committer import CommitOutcome, WrittenFile
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,49 @@ class BatchResult:
     # back and looked up in the key index), and the index built or following commits
     find_seconds: float = 0.0
     index_seconds: float = 0.0
+
+    @classmethod
+    def of_files(
+        cls,
+        batch_id: int,
+        files: Sequence[WrittenFile],
+        outcome: CommitOutcome,
+        *,
+        write_seconds: float,
+        commit_seconds: float,
+        plan_seconds: float = 0.0,
+        refresh_seconds: float = 0.0,
+        find_seconds: float = 0.0,
+        index_seconds: float = 0.0,
+    ) -> BatchResult:
+        """What a batch's written files came to once its commit returned, for every path that
+        stages files (the sink, the fast paths): files that did not land count nothing."""
+        landed = list(files) if outcome.committed else []
+        data = [f for f in landed if f.content == "data"]
+        deletes = [f for f in landed if f.content != "data"]
+        per_partition: dict[str, int] = {}
+        for f in data:
+            name = "/".join("null" if v is None else v for v in f.partition) or "(unpartitioned)"
+            per_partition[name] = per_partition.get(name, 0) + 1
+        return cls(
+            batch_id=batch_id,
+            committed=outcome.committed,
+            snapshot_id=outcome.snapshot_id,
+            data_files=len(data),
+            delete_files=len(deletes),
+            rows_written=sum(f.record_count for f in data),
+            delete_rows=sum(f.record_count for f in deletes),
+            bytes_written=sum(f.file_size for f in landed),
+            write_seconds=write_seconds,
+            commit_seconds=commit_seconds,
+            files_per_partition=per_partition,
+            skipped_reason=outcome.reason,
+            writers=tuple(sorted({f.writer for f in landed})),
+            plan_seconds=plan_seconds,
+            refresh_seconds=refresh_seconds,
+            find_seconds=find_seconds,
+            index_seconds=index_seconds,
+        )
 
     @property
     def total_seconds(self) -> float:

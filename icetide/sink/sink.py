@@ -204,25 +204,12 @@ class UpsertSink:
         refresh_seconds += outcome.refresh_seconds
         index = self.committer.index_seconds()
         commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds
-        per_partition: dict[str, int] = {}
-        for f in files:
-            if f.content == "data":
-                name = "/".join("null" if v is None else v for v in f.partition) or "(unpartitioned)"
-                per_partition[name] = per_partition.get(name, 0) + 1
-        result = BatchResult(
-            batch_id=batch_id,
-            committed=outcome.committed,
-            snapshot_id=outcome.snapshot_id,
-            data_files=sum(1 for f in files if f.content == "data"),
-            delete_files=sum(1 for f in files if f.content != "data"),
-            rows_written=sum(f.record_count for f in files if f.content == "data"),
-            delete_rows=sum(f.record_count for f in files if f.content != "data"),
-            bytes_written=sum(f.file_size for f in files),
+        result = BatchResult.of_files(
+            batch_id,
+            files,
+            outcome,
             write_seconds=write_seconds,
             commit_seconds=commit_seconds,
-            files_per_partition=per_partition,
-            skipped_reason=outcome.reason,
-            writers=tuple(sorted({f.writer for f in files})),
             plan_seconds=plan_seconds,
             refresh_seconds=refresh_seconds,
             find_seconds=index.find,
