@@ -227,6 +227,8 @@ def run(args: Any, warehouse: str) -> tuple[str, str]:
     elapsed = time.monotonic() - started
     spark.stop()
     maintain_log = log_path.read_text(errors="replace")
+    if args.maintain_log:
+        Path(args.maintain_log).write_text(maintain_log)
     return _report(args, results, points, after_pass, maintain_log, elapsed), maintain_log
 
 
@@ -442,6 +444,7 @@ def main() -> None:
     p.add_argument("--maintain-every", default="5s", help="icetide maintain --every (default: 5s)")
     p.add_argument("--duckdb-cap", type=float, default=30.0, help="stop a DuckDB read after this many seconds")
     p.add_argument("--repeats", type=int, default=3, help="timed reads after the warm-up (default: 3)")
+    p.add_argument("--maintain-log", help="also keep the maintainer's whole output in this file")
     p.add_argument(
         "--find-sizes",
         help="only time the key index lookup on synthetic indexes of these sizes (e.g. 1000000,10000000)",

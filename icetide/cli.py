@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import ConfigError, IcetideError, one_line
+from icetide.errors import ConfigError, DriverStoppedError, IcetideError, driver_stopped, one_line
 from icetide.secrets import install_log_redaction, redact, scrub
 
 if TYPE_CHECKING:
@@ -263,7 +263,12 @@ def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy:
         assert config.dead_letter is not None
         tables = [*sorted(read_sync_state(spark, config).tables), config.dead_letter]
         # Once: an error ends the command. With --every: a failing table is named and skipped.
-        passed = maintain_tables(spark, tables, policy, start=start, keep_going=every is not None)
+        try:
+            passed = maintain_tables(spark, tables, policy, start=start, keep_going=every is not None)
+        except Exception as exc:
+            if every is not None and driver_stopped(exc):
+                raise _driver_stopped(exc) from exc
+            raise
         start = passed.next_start
         for table, error in passed.failed.items():
             console.print(f"{table}: maintenance failed: {error}", highlight=False, soft_wrap=True)
@@ -279,6 +284,15 @@ def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy:
         if every is None:
             return 0
         time.sleep(every)
+
+
+def _driver_stopped(exc: BaseException) -> DriverStoppedError:
+    """Why `icetide maintain --every` ends instead of failing every pass from now on."""
+    return DriverStoppedError(
+        f"the Spark driver stopped, so no maintenance can run in this process ({one_line(exc)}); its JVM "
+        "exited, most often out of memory (spark.driver.memory; the reason is in its log): start "
+        "icetide maintain again, or let its supervisor restart it"
+    )
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
@@ -316,6 +330,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         except Exception as exc:
             if every is None:
                 raise  # once: an error ends the command
+            if driver_stopped(exc):
+                raise _driver_stopped(exc) from exc
             # With --every, beside a running pipeline: a failed run is named and the next one comes.
             log.debug("maintenance of %s failed", table, exc_info=True)
             console.print(f"{table}: maintenance failed: {scrub(one_line(exc))}", highlight=False, soft_wrap=True)

@@ -30,6 +30,25 @@ class SchemaEvolutionError(SchemaError):
     string), or the table's schema changed under a batch being written; nothing was committed."""
 
 
+class DriverStoppedError(TerminalError):
+    """The Spark driver's JVM under this process exited (most often out of memory): nothing more
+    can run in this Spark session, so a long-running command stops instead of failing forever."""
+
+
+def driver_stopped(exc: BaseException) -> bool:
+    """Did `exc` come from a Spark driver whose JVM is gone (py4j can no longer reach it)?"""
+    from py4j.protocol import Py4JNetworkError
+
+    seen: BaseException | None = exc
+    for _ in range(20):  # a cause chain, bounded
+        if seen is None:
+            return False
+        if isinstance(seen, Py4JNetworkError | ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 class JavaNotFoundError(TerminalError):
     """No usable Java runtime for Spark."""
 

@@ -103,3 +103,60 @@ def test_time_budget_compacts_the_newest_partition_first(spark: Any, table_name:
     report = maintain(spark, table_name, MaintenancePolicy(thresholds=HealthThresholds(max_small_files=1)))
     assert report.compaction is not None and report.compaction.groups == 2
     t.check()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under `pid` (its children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def test_maintain_every_stops_when_its_spark_driver_is_gone(spark: Any, table_name: str, warehouse: str) -> None:
+    """The JVM under `icetide maintain --every` is killed (as the kernel's OOM killer or Spark's own
+    exit on OutOfMemoryError would): the command ends with one line saying so and exit code 1,
+    instead of printing "Connection refused" every pass forever (bench/v3_stream_reads.py at
+    10M rows: 86 such passes)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    t = Table(spark, table_name)
+    t.upsert(rows_of([1, 2], "a", seq=1))
+    command = [sys.executable, "-m", "icetide.cli", "maintain", table_name, "--warehouse", warehouse]
+    process = subprocess.Popen(
+        [*command, "--every", "1s", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        lines: list[str] = []
+        assert process.stdout is not None
+        while not any(": done in" in line for line in lines):  # one pass: the JVM is up
+            line = process.stdout.readline()
+            assert line, f"icetide maintain exited early: {''.join(lines)}"
+            lines.append(line)
+        jvms = [p for p in _descendants(process.pid) if "java" in Path(f"/proc/{p}/cmdline").read_bytes().decode()]
+        assert jvms, "no JVM under icetide maintain"
+        for pid in jvms:
+            os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        rest, _ = process.communicate(timeout=120)
+        assert time.monotonic() - started < 120
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 1, rest
+    assert "icetide: error: the Spark driver stopped, so no maintenance can run in this process" in rest, rest
+    assert rest.count("maintenance failed") <= 1, rest

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from icetide.errors import ConfigError, one_line
+from icetide.errors import ConfigError, driver_stopped, one_line
 from icetide.maintenance.actions import ManifestRewriteResult, remove_dangling_deletes, rewrite_manifests
 from icetide.maintenance.compaction import compact
 from icetide.maintenance.expire import ExpireResult, expire_snapshots
@@ -258,7 +258,7 @@ def maintain_tables(
         try:
             reports.append(maintain(spark, table, table_policy, progress=progress, stop=stop))
         except Exception as exc:
-            if not keep_going:
+            if not keep_going or driver_stopped(exc):  # no table can be maintained without a driver
                 raise
             failed[table] = one_line(exc)
             log.warning("maintenance of %s failed (%s); going on with the next table", table, failed[table])
