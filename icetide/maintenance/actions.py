@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from icetide.errors import IcetideError
 from icetide.spark.py4j_collections import java_iter
 from icetide.table.iceberg import format_version, java_exception_class, java_message, jvm, load_table
 
@@ -105,7 +106,13 @@ def _rewrite_keeping_lineage(spark: SparkSession, jtable: Any) -> tuple[int, int
 def _one_cluster(spark: SparkSession) -> Any:
     """A java.util.function.Function mapping every data file to one key, evaluated in the JVM:
     Eclipse Collections' fixed-value function, which the pinned Iceberg runtime bundles."""
-    return jvm(spark).org.eclipse.collections.impl.block.factory.Functions.getFixedValue("all")
+    functions = jvm(spark).org.eclipse.collections.impl.block.factory.Functions
+    if not callable(getattr(functions, "getFixedValue", None)) or type(functions).__name__ == "JavaPackage":
+        raise IcetideError(
+            "manifest rewrite of a v3 table needs Eclipse Collections, which the pinned Iceberg runtime "
+            "bundles; this Spark session's Iceberg runtime does not"
+        )
+    return functions.getFixedValue("all")
 
 
 class _DeleteManifests:
