@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +49,13 @@ def crash_and_restart(
     batch: str = "2",
     kill_after: tuple[float, float] = (8, 16),
     timeout: float = 300,
+    between: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`icetide run CONFIG --once` killed with SIGKILL, then run again to the end; returns the second run.
 
     `point` is a crash point (ICETIDE_CRASH_AT, in batch `batch`) or "random": a kill -9 at a
-    random moment `kill_after` seconds in.
+    random moment `kill_after` seconds in. `between` runs after the kill, before the restart
+    (the source growing meanwhile).
     """
     import random
     import signal
@@ -72,6 +75,8 @@ def crash_and_restart(
     else:
         crashed = run_cli(*run, env={"ICETIDE_CRASH_AT": point, "ICETIDE_CRASH_BATCH": batch}, timeout=timeout)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    if between is not None:
+        between()
     done = run_cli(*run, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done

@@ -317,6 +317,32 @@ def test_fast_path_kill_9_then_restart(spark: Any, kafka_broker: str, tmp_path: 
     assert present and present <= referenced  # the crashed batch's files were deleted on restart
 
 
+def test_a_batch_read_again_after_its_dead_letters_committed_writes_each_once(
+    spark: Any, kafka_broker: str, tmp_path: Path
+) -> None:
+    """Killed after batch 2's dead letters committed, before its data; more records, good and bad,
+    arrive before the restart, so the batch read again is not the one killed. Every good record
+    lands once and every bad one is in the dead-letter table once; the restart's first batch is 3,
+    one more than the dead letters', and both tables carry pipeline state of version 1."""
+    topic = create_topic(kafka_broker, partitions=3)
+    recs = records(900, bad_every=29)
+    produce(kafka_broker, topic, recs[:600])  # max_records 400: batch 2 reads 200 of them
+    warehouse = tmp_path / "warehouse"
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc("fheld", kafka_broker, topic, warehouse=str(warehouse))))
+    done = crash_and_restart(config_path, "after_dead_letter", between=lambda: produce(kafka_broker, topic, recs[600:]))
+    batches = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert batches[0]["batch_id"] == 3 and all(b["path"] == "fast" for b in batches)
+    other = warehouse_reader(spark, "fheldcheck", warehouse)
+    ids = [r[0] for r in other.table("fheldcheck.fast.fheld").select("event_id").collect()]
+    assert len(ids) == len(set(ids)) and set(ids) == expected(recs)
+    dead = [r["source_position"] for r in other.table("fheldcheck.fast.fheld_dead_letter").collect()]
+    assert len(dead) == len(set(dead)) == sum(1 for _, _, v, _ in recs if v in BAD)
+    for name in ("fheld", "fheld_dead_letter"):
+        props = {r["key"]: r["value"] for r in other.sql(f"SHOW TBLPROPERTIES fheldcheck.fast.{name}").collect()}
+        assert json.loads(props["icetide.pipeline.fheld"])["version"] == 1
+
+
 # -- overlapped commits (trigger.overlap_commit) -----------------------------------------------
 
 

@@ -43,3 +43,36 @@ def test_a_version_0_warehouse_resumes_exactly_once(spark: Any, kafka_broker: st
         table = topic.rsplit(".", 1)[1]
         assert same(sync_rows(reader, f"statev0.v0sync.{table}", keys[table]), sync_model(stream)), table
     assert reader.table("statev0.v0sync.dead_letter").count() == 0
+
+
+def test_pipeline_state_of_every_version_reads_as_one_typed_value() -> None:
+    """Version 0 kept a dead-letter table's plan or registry inside its source position; version 1
+    keeps the position and the registry apart. A state newer than this icetide is refused, naming
+    the pipeline."""
+    import json
+
+    import pytest
+
+    from icetide.errors import TerminalError
+    from icetide.sink.committer import STATE_VERSION, PipelineState
+
+    plan = {"items": [{"topic": "t", "partition": 0, "start": 3, "end": 9}], "position": {"0": 9}, "records_planned": 6}
+    forms = {
+        "one table": ({"plan": plan}, {"0": 9}, None),
+        "many tables": (
+            {"position": {"t": {"0": 9}}, "tables": {"db.a": {"t": {"0": 0}}}},
+            {"t": {"0": 9}},
+            {"db.a": {"t": {"0": 0}}},
+        ),
+        "a table": ({"t": {"0": 9}}, {"t": {"0": 9}}, None),
+        "files": ({"max_mtime_ms": 5, "files": {"a.json": 5}}, {"max_mtime_ms": 5, "files": {"a.json": 5}}, None),
+    }
+    for what, (v0, position, registry) in forms.items():
+        text = json.dumps({"batch_id": 3, "source_position": v0, "committed_at": "x"})
+        state = PipelineState.from_json("p", text)
+        assert (state.source_position, state.registry, state.version) == (position, registry, STATE_VERSION), what
+        again = PipelineState.from_json("p", state.to_json())
+        assert again == state and json.loads(state.to_json())["version"] == STATE_VERSION, what
+    newer = json.dumps({"version": STATE_VERSION + 1, "batch_id": 3, "source_position": {}, "committed_at": "x"})
+    with pytest.raises(TerminalError, match=r"pipeline p: .* version 2, written by a newer icetide"):
+        PipelineState.from_json("p", newer)

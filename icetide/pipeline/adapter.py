@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from icetide.config import AVRO_FORMATS, PipelineConfig
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
+from icetide.pipeline.dead_letter import Held
+from icetide.pipeline.sync_state import parse_position
 from icetide.sink.changelog import INSERT, OP_COLUMN, UPSERT
 
 EVENT_OP_COLUMN = "_event_op"  # a raw table's record op (the raw table itself is append-only)
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructField, StructType
 
     from icetide.decode.avro import AvroSettings
+    from icetide.sink.committer import PipelineState
 
 
 @dataclass(frozen=True)
@@ -32,12 +35,14 @@ class PlannedBatch:
     # Source data lost before it was read, skipped with `on_data_loss: skip`: one dead-letter row
     # each ({"source_position", "error"}), committed with the batch.
     losses: list[dict[str, Any]] = field(default_factory=list)
+    # What of it the dead-letter table already holds (read again after a crash): not written twice.
+    held: Held = field(default_factory=Held)
 
-    def to_json(self) -> dict[str, Any]:
-        """The form recorded with a dead-letter commit, so a replay reads exactly this batch."""
-        out = {"items": self.items, "position": self.position, "records_planned": self.records_planned}
-        if self.losses:
-            out["losses"] = self.losses
+    def starts(self) -> dict[str, dict[str, int]]:
+        """Kafka: per topic and partition (as a string), the first offset the batch reads."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.items:
+            out.setdefault(r["topic"], {})[str(r["partition"])] = r["start"]
         return out
 
 
@@ -120,14 +125,16 @@ class SourceAdapter:
         ]
         return PlannedBatch(list(files), new_position, len(files), lost)
 
-    def replay(self, recorded: dict[str, Any]) -> PlannedBatch:
-        """A batch planned before a crash, exactly as it was recorded."""
-        return PlannedBatch(
-            list(recorded["items"]),
-            dict(recorded["position"]),
-            int(recorded["records_planned"]),
-            list(recorded.get("losses", [])),
-        )
+    def held(self, dead_letters: PipelineState | None, batch: PlannedBatch) -> Held:
+        """What of `batch` the dead-letter table's last commit already holds (a batch read again
+        after a crash between that commit and the table's)."""
+        if dead_letters is None or dead_letters.source_position is None:
+            return Held()
+        lost = [loss["source_position"] for loss in batch.losses]
+        if self.kind == "kafka":  # one topic: its position is partition -> offset
+            position = parse_position({self.kafka.config.topic: dead_letters.source_position})
+            return Held.kafka(position, batch.starts(), lost)
+        return Held(files=frozenset(self.files.held(dead_letters.source_position, [*batch.items, *lost])))
 
     def close(self) -> None:
         """Release what the source holds between batches (the Kafka driver consumer)."""

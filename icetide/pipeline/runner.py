@@ -9,6 +9,7 @@ committed are deleted when the runner starts.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -125,21 +126,24 @@ class Runner:
         self._stop.set()
 
     def _next(self) -> tuple[int, PlannedBatch]:
-        """The next batch id and its plan (replayed if its dead letters recorded it)."""
+        """The next batch id, one more than the table's and the dead-letter table's, and its plan
+        from the table's position, less the bad records the dead-letter table holds already."""
         if self._in_flight is not None:
-            # It starts where the batch being committed ends. No plan of its id can be recorded:
-            # dead letters are committed only after the batch before them.
+            # It starts where the batch being committed ends; its dead letters were committed
+            # before that batch's data, so none of what it reads is held.
             return self._in_flight.batch_id + 1, self.source.plan(self._in_flight.position)
         state = self.sink.last_committed()
-        batch_id = state.batch_id + 1 if state is not None else 1
+        dead = self.dead_letter.last_committed() if self.dead_letter is not None else None
+        batch_id = 1 + max(state.batch_id if state is not None else 0, dead.batch_id if dead is not None else 0)
         # Before the first commit, an empty plan's position is kept in memory: a `latest` or
         # timestamp start resolved again later would skip what arrived in between.
         position = state.source_position if state is not None else self._first_position
-        recorded = self.dead_letter.recorded_plan(batch_id) if self.dead_letter else None
-        if recorded is not None:
-            log.info("batch %s: replaying the plan committed with its dead letters", batch_id)
-            return batch_id, self.source.replay(recorded)
-        return batch_id, self.source.plan(position)
+        plan = self.source.plan(position)
+        held = self.source.held(dead, plan)
+        if held:
+            log.info("batch %s reads again what a crash left behind; its dead letters are committed", batch_id)
+            plan = dataclasses.replace(plan, held=held)
+        return batch_id, plan
 
     def run_batch(self) -> BatchMetrics | None:
         """Run one batch and commit it; None when the source had nothing new."""
@@ -169,7 +173,7 @@ class Runner:
             staged = self._stage_fast(batch_id, plan)
             if isinstance(staged, FastBatch):
                 self._finish_in_flight(discard=batch_id)
-                self._dead_letters_fast(batch_id, plan, staged)
+                staged = self._dead_letters_fast(batch_id, plan, staged)
                 if overlap and self._last_plan_full and not self._maintenance_due(batch_id):
                     commit = self._commit_thread().submit(self._commit_fast, batch_id, plan, staged, plan_seconds)
                     self._in_flight = _InFlight(batch_id, plan.position, commit)
@@ -230,7 +234,7 @@ class Runner:
         kept: list[Any] = []
         try:
             decoded = self.source.decode(raw, self.schema, list(self.sink.key), kept)
-            good, bad = decoded.good, decoded.bad
+            good, bad = decoded.good, plan.held.keep_new(decoded.bad)
             bad_count = bad.count()  # materializes the decoded cache: the source is read once
             records_in = good.count() + bad_count
             read_seconds = time.monotonic() - started
@@ -241,8 +245,8 @@ class Runner:
                 self.config.max_bad_fraction,
                 lambda: bad.first()["error"],  # type: ignore[index]
             )
-            if (bad_count or plan.losses) and self.dead_letter is not None:
-                self.dead_letter.write(self._with_losses(bad, plan), batch_id=batch_id, plan=plan.to_json())
+            if (bad_count or _lost_rows(plan)) and self.dead_letter is not None:
+                self.dead_letter.write(self._with_losses(bad, plan), batch_id=batch_id, position=plan.position)
                 crash_point("after_dead_letter", batch_id)
             elif bad_count:
                 log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
@@ -274,18 +278,18 @@ class Runner:
             source_lag=self._lag(plan.position),
             truncated=decoded.truncated and result.committed,
             unknown_fields=decoded.unknown_fields,
-            lost_ranges=len(plan.losses),
+            lost_ranges=len(_lost_rows(plan)),
             source_plan_seconds=plan_seconds,
             path=fallback.path,
         )
 
     def _with_losses(self, bad: Any, plan: PlannedBatch) -> Any:
         """The batch's bad records plus one row per source range lost before it was read."""
-        if not plan.losses:
+        rows = _lost_rows(plan)
+        if not rows:
             return bad
         from icetide.decode.json import BAD_DDL
 
-        rows = [(None, loss["error"], loss["source_position"]) for loss in plan.losses]
         return bad.unionByName(self.spark.createDataFrame(rows, BAD_DDL))
 
     def _stage_fast(self, batch_id: int, plan: PlannedBatch) -> FastBatch | Fallback:
@@ -323,8 +327,11 @@ class Runner:
             records_as_columns=out.records_as_columns,
         )
 
-    def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> None:
-        """Check the fast path's bad records and commit them (with the plan) before the data."""
+    def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> FastBatch:
+        """Check the fast path's bad records and commit those not held yet before the data;
+        `out` with only those."""
+        if plan.held:
+            out = dataclasses.replace(out, bad=[b for b in out.bad if not plan.held.holds(b.source_position)])
         bad_count = len(out.bad)
         warn_unknown_fields(batch_id, out.unknown_fields)
         try:
@@ -332,15 +339,15 @@ class Runner:
         except TooManyBadRecordsError:
             self.sink.remove_batch_files(batch_id)
             raise
-        if (bad_count or plan.losses) and self.dead_letter is not None:
+        rows = [(b.payload, b.error, b.source_position) for b in out.bad] + _lost_rows(plan)
+        if rows and self.dead_letter is not None:
             from icetide.decode.json import BAD_DDL
 
-            rows = [(b.payload, b.error, b.source_position) for b in out.bad]
-            rows += [(None, loss["error"], loss["source_position"]) for loss in plan.losses]
-            self.dead_letter.write(self.spark.createDataFrame(rows, BAD_DDL), batch_id=batch_id, plan=plan.to_json())
+            self.dead_letter.write(self.spark.createDataFrame(rows, BAD_DDL), batch_id=batch_id, position=plan.position)
             crash_point("after_dead_letter", batch_id)
         elif bad_count:
             log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
+        return out
 
     def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch, plan_seconds: float) -> BatchMetrics:
         """Commit the fast path's files with the batch id and position; the batch's metrics."""
@@ -366,7 +373,7 @@ class Runner:
             bad_records=len(out.bad),
             read_decode_seconds=out.read_decode_seconds,
             source_lag=self._lag(plan.position),
-            lost_ranges=len(plan.losses),
+            lost_ranges=len(_lost_rows(plan)),
             source_plan_seconds=plan_seconds,
             unknown_fields=out.unknown_fields,
             path=FAST_PATH,
@@ -462,3 +469,13 @@ class Runner:
         """The batch and the source's lag per partition in the Prometheus series."""
         if self.prometheus is not None:
             self.prometheus.record_batch(metrics, self._partition_lag)
+
+
+def _lost_rows(plan: PlannedBatch) -> list[tuple[None, str, str]]:
+    """The dead-letter rows of the source ranges lost before the batch read them, less those
+    the dead-letter table holds already."""
+    return [
+        (None, loss["error"], loss["source_position"])
+        for loss in plan.losses
+        if not plan.held.holds(loss["source_position"])
+    ]

@@ -185,11 +185,11 @@ class SyncRunner:
         """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
         registry and the dead-letter position, before any table."""
         position = advance(self.state.dead_letter_position, {t: plan.ends[t] for t in plan.ends})
-        summary = {"position": position, "tables": self.state.registry()}
+        registry = self.state.registry()
         if bad is None:
-            self.dead_letter.sink.committer.commit(batch_id, [], summary)
+            self.dead_letter.sink.committer.commit(batch_id, [], position, registry=registry)
         else:
-            self.dead_letter.write(bad, batch_id=batch_id, plan={}, source_position=summary)
+            self.dead_letter.write(bad, batch_id=batch_id, position=position, registry=registry)
         self.state.dead_letter_position = position
         self.state.dead_letter_batch = batch_id
 
@@ -427,7 +427,7 @@ def read_sync_state(
         return state
     last = Committer(spark, config.dead_letter, config.pipeline).last_committed()
     if last is not None:
-        state.load_dead_letter(last.batch_id, last.source_position)
+        state.load_dead_letter(last.batch_id, last.source_position, last.registry)
     for name in sorted(state.tables):
         if not table_exists(spark, name):
             continue

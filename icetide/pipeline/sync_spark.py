@@ -21,6 +21,7 @@ from icetide.errors import IcetideError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
 from icetide.pipeline.batches import SyncBatchMetrics, batch_metrics, check_bad_share
+from icetide.pipeline.dead_letter import Held
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
 from icetide.sink.batch import BatchResult
@@ -244,15 +245,8 @@ def bad_records(
         rows = [(None, f"data loss: {loss.reason}", loss.where()) for loss in plan.losses]
         frames.append(runner.spark.createDataFrame(rows, BAD_DDL))
     bad = reduce(lambda a, b: a.unionByName(b), frames)
-    held = skipped_below(runner.state.dead_letter_position, plan.starts, plan.starts)
-    if held:
-        pattern = r"^(.*)/(\d+)@(\d+)$"
-        topic = F.regexp_extract(F.col("source_position"), pattern, 1)
-        partition = F.regexp_extract(F.col("source_position"), pattern, 2).cast("int")
-        offset = F.regexp_extract(F.col("source_position"), pattern, 3).cast("bigint")
-        where = F.col("source_position").rlike(pattern)
-        bad = bad.where(~where | ~_below(held, topic, partition, offset))
-    return bad
+    held = Held.kafka(runner.state.dead_letter_position, plan.starts, [loss.where() for loss in plan.losses])
+    return held.keep_new(bad)
 
 
 def write_table(

@@ -114,17 +114,11 @@ class SyncState:
                 new = True
         return new
 
-    def dead_letter_summary(self) -> dict[str, Any]:
-        """The dead-letter table's committed source position: its own position and the registry."""
-        return {"position": self.dead_letter_position, "tables": self.registry()}
-
-    def load_dead_letter(self, batch_id: int, summary: Any) -> None:
-        """Take the registry and the dead-letter position from the dead-letter table's last commit."""
+    def load_dead_letter(self, batch_id: int, position: Any, registry: Any) -> None:
+        """Take the dead-letter position and the registry from the dead-letter table's last commit."""
         self.dead_letter_batch = batch_id
-        if not isinstance(summary, Mapping):
-            return
-        self.dead_letter_position = parse_position(summary.get("position"))
-        for name, floors in (summary.get("tables") or {}).items():
+        self.dead_letter_position = parse_position(position)
+        for name, floors in (registry if isinstance(registry, Mapping) else {}).items():
             self.tables.setdefault(str(name), TableState(str(name))).floor = parse_position(floors)
 
 

@@ -59,8 +59,7 @@ def pipeline_status(spark: SparkSession, config: PipelineConfig, *, with_lag: bo
             if table_exists(spark, config.dead_letter)
             else None
         )
-        summary = dl.source_position if dl is not None and isinstance(dl.source_position, dict) else {}
-        position = summary.get("position") or {}
+        position = (dl.source_position if dl is not None else None) or {}
         out.append(
             _status(
                 spark,

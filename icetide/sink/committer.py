@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, ConfigError, SchemaError
+from icetide.errors import (
+    CommitConflictError,
+    CommitFailedError,
+    CommitStateUnknownError,
+    ConfigError,
+    SchemaError,
+    TerminalError,
+)
 from icetide.faults import crash_point, fault_point
 from icetide.sink.evolution import SchemaChange, apply_in_transaction
 from icetide.sink.stream_vectors import DELETE_MODES, IndexSeconds, StagedVectors, StreamVectors
@@ -66,27 +73,71 @@ RESOLVE_READS = 3
 RESOLVE_WAIT_SECONDS = 0.5
 
 
+STATE_VERSION = 1  # the pipeline state's layout (docs/design.md, "Pipeline state")
+
+
 @dataclass(frozen=True)
 class PipelineState:
-    """What a pipeline last committed to a table."""
+    """What a pipeline last committed to a table, as kept in the table property
+    `icetide.pipeline.<pipeline>` (version 1):
+
+    - `source_position`: where the table holds the source up to: Kafka `{topic: {partition:
+      next offset}}`, landing files `{"max_mtime_ms", "files", "listed_at_ms"}`; on a dead-letter
+      table, the position up to which the pipeline's bad records are committed;
+    - `registry`: on the dead-letter table of a pipeline of many tables, the tables it feeds
+      and, per topic, the offsets each table's data starts from (icetide.pipeline.sync_state).
+
+    Version 0 (no `version` key) kept a dead-letter table's state in `source_position`, as
+    `{"plan": {..., "position": P}}` (one table) or `{"position": P, "tables": R}` (many);
+    `from_json` reads it as position P and registry R.
+    """
 
     pipeline_id: str
     batch_id: int
     source_position: Any
     committed_at: str
+    registry: dict[str, Any] | None = None
+    version: int = STATE_VERSION
 
     def to_json(self) -> str:
         """The table-property form."""
-        return json.dumps(
-            {"batch_id": self.batch_id, "source_position": self.source_position, "committed_at": self.committed_at},
-            sort_keys=True,
-        )
+        out: dict[str, Any] = {
+            "version": self.version,
+            "batch_id": self.batch_id,
+            "source_position": self.source_position,
+            "committed_at": self.committed_at,
+        }
+        if self.registry is not None:
+            out["registry"] = self.registry
+        return json.dumps(out, sort_keys=True)
 
     @classmethod
     def from_json(cls, pipeline_id: str, text: str) -> PipelineState:
-        """Parse the table-property form."""
+        """Parse the table-property form, of any version up to STATE_VERSION."""
         data = json.loads(text)
-        return cls(pipeline_id, int(data["batch_id"]), data.get("source_position"), str(data.get("committed_at", "")))
+        version = int(data.get("version", 0))
+        if version > STATE_VERSION:
+            raise TerminalError(
+                f"pipeline {pipeline_id}: its state on the table is of version {version}, written by a newer "
+                f"icetide than this one (which reads up to version {STATE_VERSION}); upgrade icetide"
+            )
+        position, registry = data.get("source_position"), data.get("registry")
+        if version == 0:
+            position, registry = _version_0(position)
+        committed_at = str(data.get("committed_at", ""))
+        return cls(pipeline_id, int(data["batch_id"]), position, committed_at, registry, STATE_VERSION)
+
+
+def _version_0(position: Any) -> tuple[Any, dict[str, Any] | None]:
+    """A version-0 source position as (position, registry): a dead-letter table's recorded plan
+    or registry summary unpacked, any other position as it is."""
+    if isinstance(position, dict):
+        plan = position.get("plan")
+        if set(position) == {"plan"} and isinstance(plan, dict) and "position" in plan:
+            return plan["position"], None
+        if set(position) == {"position", "tables"} and isinstance(position["tables"], dict):
+            return position["position"], position["tables"]
+    return position, None
 
 
 @dataclass(frozen=True)
@@ -211,8 +262,12 @@ class Committer:
         *,
         truncate: bool = False,
         schema_change: SchemaChange | None = None,
+        registry: dict[str, Any] | None = None,
     ) -> CommitOutcome:
         """Commit the batch's files atomically, once; a repeated or older batch id commits nothing.
+
+        The pipeline's state (PipelineState: `source_position`, and a dead-letter table's
+        `registry`) lands in the same commit.
 
         With `truncate`, the same transaction first removes every row committed before (a source's
         TRUNCATE), so the table holds only this batch's rows: exactly once, like the batch itself.
@@ -232,7 +287,7 @@ class Committer:
         if self.vectors is not None:
             self.vectors.take_seconds()  # what came before this call is not this batch's
         try:
-            return self._commit(batch_id, files, source_position, truncate, schema_change)
+            return self._commit(batch_id, files, source_position, truncate, schema_change, registry)
         finally:
             if self.vectors is not None:
                 self._index_seconds = self.vectors.take_seconds()
@@ -244,6 +299,7 @@ class Committer:
         source_position: Any,
         truncate: bool,
         schema_change: SchemaChange | None,
+        registry: dict[str, Any] | None,
     ) -> CommitOutcome:
         retries, min_wait, max_wait, total_timeout = self._retry_settings()
         started = time.monotonic()
@@ -275,7 +331,7 @@ class Committer:
                     self._keys = self.vectors.batch_keys(self.table, [f.path for f in files if f.content != "data"])
                     deletes = []
             try:
-                snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate, schema_change)
+                snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate, schema_change, registry)
                 self._forget_cached_table()
                 self._vectors_landed(batch_id, files)
                 return CommitOutcome(True, snapshot_id, attempt, refresh_seconds=refresh_seconds)
@@ -392,6 +448,7 @@ class Committer:
         source_position: Any,
         truncate: bool = False,
         schema_change: SchemaChange | None = None,
+        registry: dict[str, Any] | None = None,
     ) -> int:
         j = jvm(self.spark)
         table = self.table
@@ -411,7 +468,7 @@ class Committer:
             delta = txn.newAppend()
             for f in data:
                 delta.appendFile(f)
-            return self._finish(txn, delta, batch_id, source_position)
+            return self._finish(txn, delta, batch_id, source_position, registry)
         delta = txn.newRowDelta()
         # Any data or deletes another writer adds while this commit is in flight (inside Iceberg's
         # own retries too) fail validation, so the batch check above runs again on fresh metadata.
@@ -435,7 +492,7 @@ class Committer:
                 delta.addDeletes(f)
             for f in staged.removed:
                 delta.removeDeletes(f)
-        return self._finish(txn, delta, batch_id, source_position)
+        return self._finish(txn, delta, batch_id, source_position, registry)
 
     def _check_deletes_reach_every_spec(self, batch_id: int, deletes: list[Any]) -> None:
         """Refuse a commit whose equality deletes miss a partition spec that has live data files.
@@ -457,7 +514,9 @@ class Committer:
                 "was written, and its deletes would not reach them; nothing was committed, write the batch again"
             )
 
-    def _finish(self, txn: Any, delta: Any, batch_id: int, source_position: Any) -> int:
+    def _finish(
+        self, txn: Any, delta: Any, batch_id: int, source_position: Any, registry: dict[str, Any] | None
+    ) -> int:
         """Summary and pipeline-state property, committed as one transaction; the new snapshot id."""
         table = self.table
         position_text = json.dumps(source_position, sort_keys=True)
@@ -465,7 +524,7 @@ class Committer:
         delta.set(SUMMARY_BATCH, str(batch_id))
         delta.set(SUMMARY_POSITION, position_text)
         delta.commit()
-        state = PipelineState(self.pipeline_id, batch_id, source_position, datetime.now(UTC).isoformat())
+        state = PipelineState(self.pipeline_id, batch_id, source_position, datetime.now(UTC).isoformat(), registry)
         txn.updateProperties().set(state_property(self.pipeline_id), state.to_json()).commit()
         fault_point("before_commit_call")
         txn.commitTransaction()  # the one call that decides the outcome

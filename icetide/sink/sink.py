@@ -166,8 +166,12 @@ class UpsertSink:
         order_by: str | None = None,
         distribution: str | None = None,
         write_parallelism: int | None = None,
+        registry: dict[str, Any] | None = None,
     ) -> BatchResult:
         """Write and commit one batch, exactly once: a batch id at or below the last one is a no-op.
+
+        `source_position` (and a dead-letter table's `registry`) is the pipeline's state the commit
+        carries (committer.PipelineState).
 
         With `truncate`, every row committed before this batch is removed in the same commit
         (a CDC source's TRUNCATE); `df` then holds only what came after it.
@@ -196,11 +200,11 @@ class UpsertSink:
         if change:
             log.info("batch %s evolves the schema of %s: %s", batch_id, self.table_name, change.describe())
             outcome: CommitOutcome = self.committer.commit(
-                batch_id, files, source_position, truncate=truncate, schema_change=change
+                batch_id, files, source_position, truncate=truncate, schema_change=change, registry=registry
             )
             self._check_table()
         else:
-            outcome = self.committer.commit(batch_id, files, source_position, truncate=truncate)
+            outcome = self.committer.commit(batch_id, files, source_position, truncate=truncate, registry=registry)
         refresh_seconds += outcome.refresh_seconds
         index = self.committer.index_seconds()
         commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds

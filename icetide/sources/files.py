@@ -288,6 +288,18 @@ class FileSource:
             late.extend(found_late)
         return [f.path for f in chosen], {"max_mtime_ms": newest, "files": kept, LISTED_AT: listed_at_ms}
 
+    def held(self, position: Mapping[str, Any], paths: list[str]) -> list[str]:
+        """The `paths` (as planned) of files that `position` records as ingested by name."""
+        _, done = parse_position(position)
+        return [path for path in paths if self._name_of(path) in done]
+
+    def _name_of(self, path: str) -> str:
+        """A planned path's name relative to the source path, as positions record it."""
+        if not (self._scheme and self._scheme != "file"):
+            return posixpath.relpath(path, self._root) if self._root else path
+        prefix = self.config.path.rstrip("/") + "/"
+        return path[len(prefix) :] if path.startswith(prefix) else path
+
     def _arrived_ms(self, landed: LandedFile) -> int:
         """When the file appeared here: its inode change time (a rename into place sets it), for
         local files; 0 where the file system has none (object stores: an object's mtime is its
