@@ -343,6 +343,36 @@ def test_a_batch_read_again_after_its_dead_letters_committed_writes_each_once(
         assert json.loads(props["icetide.pipeline.fheld"])["version"] == 1
 
 
+def test_a_batch_read_again_that_stops_short_of_the_dead_letters_still_writes_each_once(
+    spark: Any, kafka_broker: str, tmp_path: Path
+) -> None:
+    """Partition 0 has a backlog, partition 1 nothing, when batch 2 (0:400..800) is killed after
+    its dead letters committed. Then partition 1 gets a backlog too: `max_records` is shared
+    between partitions, so the batch read again (3) stops at 0:600 and the one after it (4, planned
+    while 3 commits) reads 0:600..800. Batch 3's own dead letters must not move the dead-letter
+    position back to 0:600, and batch 4 must see what is held though planned from the batch in
+    flight: each bad record once, each good one once."""
+    topic = create_topic(kafka_broker, partitions=2)
+    recs = records(2000, bad_every=29, partitions=1)
+    first = recs[:1000]  # partition 0
+    second = [(1, k, v, h) for _, k, v, h in recs[1000:]]  # partition 1, other event ids
+    produce(kafka_broker, topic, first)
+    warehouse = tmp_path / "warehouse"
+    config_path = tmp_path / "pipeline.yaml"
+    trigger = {"interval": "1s", "max_records": 400, "overlap_commit": True}
+    config_path.write_text(
+        yaml.safe_dump(doc("fshort", kafka_broker, topic, warehouse=str(warehouse), trigger=trigger))
+    )
+    done = crash_and_restart(config_path, "after_dead_letter", between=lambda: produce(kafka_broker, topic, second))
+    batches = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [b["batch_id"] for b in batches][:2] == [3, 4]
+    other = warehouse_reader(spark, "fshortcheck", warehouse)
+    ids = [r[0] for r in other.table("fshortcheck.fast.fshort").select("event_id").collect()]
+    assert len(ids) == len(set(ids)) and set(ids) == expected(recs)
+    dead = [r["source_position"] for r in other.table("fshortcheck.fast.fshort_dead_letter").collect()]
+    assert len(dead) == len(set(dead)) == sum(1 for _, _, v, _ in recs if v in BAD)
+
+
 # -- overlapped commits (trigger.overlap_commit) -----------------------------------------------
 
 

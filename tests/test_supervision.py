@@ -183,7 +183,7 @@ def test_a_probe_fails_fast_when_the_broker_goes_away(broker: Broker) -> None:
 def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broker: Broker, tmp_path: Path) -> None:
     topic = "lossy"
     broker.create_topic(topic, 1)
-    before = [(0, r[1], r[2], None) for r in events(0, 30)]
+    before = [(0, r[1], r[2], None) for r in events(0, 30, bad_every=7)]  # dead letters up to offset 30
     produce(broker.bootstrap, topic, before)
     warehouse = tmp_path / "warehouse"
     config = doc("kloss", broker.bootstrap, topic, warehouse=str(warehouse))
@@ -197,7 +197,8 @@ def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broke
     broker.stop()
     broker.start()
     broker.create_topic(topic, 1)
-    after = [(0, r[1], r[2], None) for r in events(200, 10)]
+    # The new log's bad records sit below the dead-letter table's old position (30): a new log, not held.
+    after = [(0, r[1], r[2], None) for r in events(200, 10, bad_every=3)]
     produce(broker.bootstrap, topic, after)
     started = time.monotonic()
     failed = run_cli("run", str(config_path), "--once")
@@ -221,12 +222,16 @@ def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broke
     other = warehouse_reader(spark, "klosscheck2", warehouse)
     assert table_rows(other, "klosscheck2.kafka.kloss", COLUMNS, KEY) == model_of(before + after)
     dead = other.table("klosscheck2.kafka.kloss_dead_letter").collect()
-    assert [(r["source_position"], r["payload"]) for r in dead] == [(f"{topic}/0@30..?", None)]
-    assert dead[0]["error"].startswith("data loss: the partition ends at offset")
+    lost = [r for r in dead if r["payload"] is None]
+    assert [r["source_position"] for r in lost] == [f"{topic}/0@30..?"]
+    assert lost[0]["error"].startswith("data loss: the partition ends at offset")
+    bad_before = [f"{topic}/0@{i}" for i in range(30) if i % 7 == 0]
+    bad_after = [f"{topic}/0@{i - 200}" for i in range(200, 210) if i % 3 == 0]  # 0@7 again: the new log's
+    assert sorted(r["source_position"] for r in dead if r["payload"] is not None) == sorted(bad_before + bad_after)
     # recorded once: a further run finds nothing lost and adds nothing
     again = run_cli("run", str(config_path), "--once")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert other.table("klosscheck2.kafka.kloss_dead_letter").count() == 1
+    assert other.table("klosscheck2.kafka.kloss_dead_letter").count() == len(dead)
 
 
 def test_terminal_error_stops_at_once(broker: Broker, tmp_path: Path) -> None:

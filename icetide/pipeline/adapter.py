@@ -1,15 +1,18 @@
-"""One shape for every source: plan a batch, replay a recorded plan, read it, decode it."""
+"""One shape for every source: plan a batch, read it, decode it; what a batch read again holds already."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import AVRO_FORMATS, PipelineConfig
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
-from icetide.pipeline.dead_letter import Held
+from icetide.pipeline.dead_letter import KAFKA_WHERE, RESET, Held
 from icetide.pipeline.sync_state import parse_position
 from icetide.sink.changelog import INSERT, OP_COLUMN, UPSERT
 
@@ -125,16 +128,35 @@ class SourceAdapter:
         ]
         return PlannedBatch(list(files), new_position, len(files), lost)
 
-    def held(self, dead_letters: PipelineState | None, batch: PlannedBatch) -> Held:
+    def held(
+        self, dead_letters: PipelineState | None, batch: PlannedBatch, recorded: Callable[[list[str]], set[str]]
+    ) -> Held:
         """What of `batch` the dead-letter table's last commit already holds (a batch read again
-        after a crash between that commit and the table's)."""
+        after a crash between that commit and the table's); `recorded` as for Held.kafka."""
         if dead_letters is None or dead_letters.source_position is None:
             return Held()
         lost = [loss["source_position"] for loss in batch.losses]
         if self.kind == "kafka":  # one topic: its position is partition -> offset
             position = parse_position({self.kafka.config.topic: dead_letters.source_position})
-            return Held.kafka(position, batch.starts(), lost)
+            return Held.kafka(position, batch.starts(), lost, recorded)
         return Held(files=frozenset(self.files.held(dead_letters.source_position, [*batch.items, *lost])))
+
+    def dead_letter_position(self, dead_letters: PipelineState | None, batch: PlannedBatch) -> dict[str, Any]:
+        """The position a dead-letter commit of `batch` records: the batch's, never behind the
+        last dead-letter commit's (a batch read again after a crash may stop short of it), but
+        for a partition the batch found reset (a recreated topic), whose new log starts again."""
+        before = dead_letters.source_position if dead_letters is not None else None
+        if not isinstance(before, dict):
+            return batch.position
+        if self.kind == "kafka":
+            wheres = [loss["source_position"] for loss in batch.losses if loss["source_position"].endswith(RESET)]
+            reset = {m[2] for m in map(partial(re.match, KAFKA_WHERE), wheres) if m is not None}
+            out = dict(batch.position)
+            for p, offset in before.items():
+                if p not in reset and isinstance(offset, int):
+                    out[p] = max(offset, out.get(p, offset))
+            return out
+        return self.files.merge_positions(before, batch.position)
 
     def close(self) -> None:
         """Release what the source holds between batches (the Kafka driver consumer)."""

@@ -12,7 +12,7 @@ One scheme for a pipeline of one table and of many (docs/design.md, "Pipeline st
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ class DeadLetterTable:
 
     def __init__(self, spark: SparkSession, name: str, pipeline_id: str) -> None:
         create_table(spark, name, schema=DEAD_LETTER_SCHEMA, key=DEAD_LETTER_KEY)
+        self.spark = spark
         self.name = name
         self.pipeline_id = pipeline_id
         # Every record has a unique key (its source position), so INSERT needs no delete.
@@ -66,6 +67,19 @@ class DeadLetterTable:
         )
         return self.sink.write(rows, batch_id=batch_id, source_position=position, registry=registry)
 
+    def recorded(self, positions: list[str]) -> set[str]:
+        """Which of these source positions (lost ranges) the pipeline's dead letters hold."""
+        from pyspark.sql import functions as F
+
+        self.spark.catalog.refreshTable(self.name)
+        rows = (
+            self.spark.table(self.name)
+            .where((F.col("pipeline") == self.pipeline_id) & F.col("source_position").isin(positions))
+            .select("source_position")
+            .collect()
+        )
+        return {r[0] for r in rows}
+
     def remove_abandoned_files(self) -> int:
         """Delete files of dead-letter batches that never committed (after a crash)."""
         return self.sink.remove_abandoned_files()
@@ -73,44 +87,66 @@ class DeadLetterTable:
 
 KAFKA_WHERE = r"^(.*)/(\d+)@(\d+)"  # "topic/partition@offset", or a lost range "...@from..to"
 FILE_WHERE = r"^(.*):(\d+)$"  # "path:line"; a lost file is its path alone
+RESET = "..?"  # the end of a lost range whose end is unknown: the partition was reset (a recreated topic)
 
 
 @dataclass(frozen=True)
 class Held:
     """The bad records of a batch that the dead-letter table already holds, by source position:
-    Kafka offsets below `offsets[(topic, partition)]`, and every record of the landing files
-    `files` (by path). Empty unless the batch reads again what a crash left behind."""
+    Kafka offsets below `offsets[(topic, partition)]`, every record of the landing files `files`
+    (by path), and the lost ranges `lost`. Empty unless the batch reads again what a crash left
+    behind (docs/design.md, "Pipeline state")."""
 
     offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
     files: frozenset[str] = frozenset()
+    lost: frozenset[str] = frozenset()
 
     @classmethod
     def kafka(
-        cls, position: Mapping[str, Mapping[str, int]], starts: Mapping[str, Mapping[str, int]], lost: Iterable[str]
+        cls,
+        position: Mapping[str, Mapping[str, int]],
+        starts: Mapping[str, Mapping[str, int]],
+        lost: Iterable[str],
+        recorded: Callable[[list[str]], set[str]],
     ) -> Held:
         """What a Kafka batch reading from `starts` (topic -> partition -> first offset) and
-        recording the ranges `lost` (their positions, "topic/partition@from..to") finds held by the
-        dead-letter `position` (topic -> partition -> offset its bad records are committed up to)."""
+        recording the ranges `lost` ("topic/partition@from..to") finds held by the dead-letter
+        `position` (topic -> partition -> offset its bad records are committed up to).
+
+        A partition the batch finds reset (a range lost "from..?": the topic was recreated) is
+        read from a new log, which the dead-letter position describes only if the dead-letter
+        table already recorded that very reset (`recorded`: which of the given lost ranges it
+        holds; asked only when there are resets), in a batch killed before its data committed."""
         first = {t: dict(p) for t, p in starts.items()}
+        resets = [where for where in lost if where.endswith(RESET)]
+        seen = recorded(resets) if resets else set()
+        fresh: set[tuple[str, str]] = set()
         for where in lost:
             m = re.match(KAFKA_WHERE, where)
-            if m is not None:
-                mine = first.setdefault(m[1], {})
-                mine[m[2]] = min(int(m[3]), mine.get(m[2], int(m[3])))
+            if m is None:
+                continue
+            if where in resets:
+                if where not in seen:
+                    fresh.add((m[1], m[2]))
+                continue
+            mine = first.setdefault(m[1], {})
+            mine[m[2]] = min(int(m[3]), mine.get(m[2], int(m[3])))
         out: dict[tuple[str, int], int] = {}
         for topic, partitions in first.items():
             for p, start in partitions.items():
                 offset = position.get(topic, {}).get(p, start)
-                if offset > start:
+                if offset > start and (topic, p) not in fresh:
                     out[(topic, int(p))] = offset
-        return cls(offsets=out)
+        return cls(offsets=out, lost=frozenset(seen))
 
     def __bool__(self) -> bool:
-        return bool(self.offsets or self.files)
+        return bool(self.offsets or self.files or self.lost)
 
     def holds(self, source_position: str) -> bool:
         """Is the bad record (or lost range) at `source_position` already committed?"""
-        if self.offsets:
+        if source_position in self.lost:
+            return True
+        if self.offsets and not source_position.endswith(RESET):
             m = re.match(KAFKA_WHERE, source_position)
             if m is not None and int(m[3]) < self.offsets.get((m[1], int(m[2])), -1):
                 return True
@@ -126,7 +162,7 @@ class Held:
         if not self:
             return bad
         where = F.col("source_position")
-        held = F.lit(False)
+        held = where.isin(sorted(self.lost)) if self.lost else F.lit(False)
         if self.offsets:
             topic = F.regexp_extract(where, KAFKA_WHERE, 1)
             partition = F.regexp_extract(where, KAFKA_WHERE, 2)
@@ -134,6 +170,7 @@ class Held:
             for (t, p), o in sorted(self.offsets.items()):
                 held = held | (
                     where.rlike(KAFKA_WHERE)
+                    & ~where.endswith(RESET)
                     & (topic == F.lit(t))
                     & (partition == F.lit(str(p)))
                     & (offset.cast("bigint") < F.lit(o))

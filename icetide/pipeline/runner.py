@@ -40,6 +40,7 @@ from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.batch import BatchResult
+from icetide.sink.committer import PipelineState
 from icetide.sink.key_index_memory import process_key_indexes
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
@@ -115,6 +116,7 @@ class Runner:
         self.maintenance_runs: list[Any] = []
         self._partition_lag: dict[str, int] | None = None
         self._in_flight: _InFlight | None = None  # a batch committing while the next one is written
+        self._dead: PipelineState | None = None  # the dead-letter table's last commit, as last read
         self._finished: list[BatchMetrics] = []  # committed batches not yet reported
         self._committer_pool: ThreadPoolExecutor | None = None
         self.prometheus = pipeline_metrics(
@@ -127,23 +129,35 @@ class Runner:
 
     def _next(self) -> tuple[int, PlannedBatch]:
         """The next batch id, one more than the table's and the dead-letter table's, and its plan
-        from the table's position, less the bad records the dead-letter table holds already."""
+        from the table's position (or the batch in flight's), less what the dead-letter table
+        holds already (docs/design.md, "Pipeline state")."""
         if self._in_flight is not None:
-            # It starts where the batch being committed ends; its dead letters were committed
-            # before that batch's data, so none of what it reads is held.
-            return self._in_flight.batch_id + 1, self.source.plan(self._in_flight.position)
-        state = self.sink.last_committed()
-        dead = self.dead_letter.last_committed() if self.dead_letter is not None else None
-        batch_id = 1 + max(state.batch_id if state is not None else 0, dead.batch_id if dead is not None else 0)
-        # Before the first commit, an empty plan's position is kept in memory: a `latest` or
-        # timestamp start resolved again later would skip what arrived in between.
-        position = state.source_position if state is not None else self._first_position
-        plan = self.source.plan(position)
-        held = self.source.held(dead, plan)
+            # It starts where the batch being committed ends; after a restart, that batch may
+            # have stopped short of the dead letters a crash left behind.
+            batch_id, plan = self._in_flight.batch_id + 1, self.source.plan(self._in_flight.position)
+        else:
+            state = self.sink.last_committed()
+            self._dead = self.dead_letter.last_committed() if self.dead_letter is not None else None
+            dead_batch = self._dead.batch_id if self._dead is not None else 0
+            batch_id = 1 + max(state.batch_id if state is not None else 0, dead_batch)
+            # Before the first commit, an empty plan's position is kept in memory: a `latest` or
+            # timestamp start resolved again later would skip what arrived in between.
+            position = state.source_position if state is not None else self._first_position
+            plan = self.source.plan(position)
+        if self.dead_letter is None:
+            return batch_id, plan
+        held = self.source.held(self._dead, plan, self.dead_letter.recorded)
         if held:
             log.info("batch %s reads again what a crash left behind; its dead letters are committed", batch_id)
             plan = dataclasses.replace(plan, held=held)
         return batch_id, plan
+
+    def _write_dead_letters(self, bad: Any, batch_id: int, plan: PlannedBatch) -> None:
+        """Commit the batch's bad records, with the position they are committed up to."""
+        assert self.dead_letter is not None
+        position = self.source.dead_letter_position(self._dead, plan)
+        self.dead_letter.write(bad, batch_id=batch_id, position=position)
+        self._dead = self.dead_letter.last_committed()
 
     def run_batch(self) -> BatchMetrics | None:
         """Run one batch and commit it; None when the source had nothing new."""
@@ -246,7 +260,7 @@ class Runner:
                 lambda: bad.first()["error"],  # type: ignore[index]
             )
             if (bad_count or _lost_rows(plan)) and self.dead_letter is not None:
-                self.dead_letter.write(self._with_losses(bad, plan), batch_id=batch_id, position=plan.position)
+                self._write_dead_letters(self._with_losses(bad, plan), batch_id, plan)
                 crash_point("after_dead_letter", batch_id)
             elif bad_count:
                 log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
@@ -343,7 +357,7 @@ class Runner:
         if rows and self.dead_letter is not None:
             from icetide.decode.json import BAD_DDL
 
-            self.dead_letter.write(self.spark.createDataFrame(rows, BAD_DDL), batch_id=batch_id, position=plan.position)
+            self._write_dead_letters(self.spark.createDataFrame(rows, BAD_DDL), batch_id, plan)
             crash_point("after_dead_letter", batch_id)
         elif bad_count:
             log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)

@@ -184,7 +184,8 @@ class SyncRunner:
     def write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
         """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
         registry and the dead-letter position, before any table."""
-        position = advance(self.state.dead_letter_position, {t: plan.ends[t] for t in plan.ends})
+        reset = {(loss.topic, str(loss.partition)) for loss in plan.losses if loss.to_offset is None}
+        position = advance(self.state.dead_letter_position, plan.ends, reset=reset)
         registry = self.state.registry()
         if bad is None:
             self.dead_letter.sink.committer.commit(batch_id, [], position, registry=registry)

@@ -245,7 +245,8 @@ def bad_records(
         rows = [(None, f"data loss: {loss.reason}", loss.where()) for loss in plan.losses]
         frames.append(runner.spark.createDataFrame(rows, BAD_DDL))
     bad = reduce(lambda a, b: a.unionByName(b), frames)
-    held = Held.kafka(runner.state.dead_letter_position, plan.starts, [loss.where() for loss in plan.losses])
+    lost = [loss.where() for loss in plan.losses]
+    held = Held.kafka(runner.state.dead_letter_position, plan.starts, lost, runner.dead_letter.recorded)
     return held.keep_new(bad)
 
 

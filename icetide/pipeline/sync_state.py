@@ -25,13 +25,20 @@ from typing import Any
 Position = dict[str, dict[str, int]]  # topic -> partition (as a string) -> next offset
 
 
-def advance(position: Mapping[str, Mapping[str, int]], ends: Mapping[str, Mapping[str, int]]) -> Position:
-    """`position` moved on to `ends` where those are further; a position never goes back."""
+def advance(
+    position: Mapping[str, Mapping[str, int]],
+    ends: Mapping[str, Mapping[str, int]],
+    *,
+    reset: Iterable[tuple[str, str]] = (),
+) -> Position:
+    """`position` moved on to `ends` where those are further; a position never goes back, but on
+    the partitions `reset` ((topic, partition): a recreated topic, whose new log starts again)."""
     out: Position = {t: dict(p) for t, p in position.items()}
+    again = set(reset)
     for topic, partitions in ends.items():
         mine = out.setdefault(topic, {})
         for p, offset in partitions.items():
-            mine[p] = max(offset, mine.get(p, offset))
+            mine[p] = offset if (topic, p) in again else max(offset, mine.get(p, offset))
     return out
 
 

@@ -293,6 +293,19 @@ class FileSource:
         _, done = parse_position(position)
         return [path for path in paths if self._name_of(path) in done]
 
+    def merge_positions(self, earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
+        """`later`, still naming the files `earlier` named that are not below its late window's
+        horizon (a dead-letter position read again after a crash: it never forgets a file whose
+        bad lines it holds while a plan could still take that file)."""
+        newest, files = parse_position(later)
+        before_newest, before = parse_position(earlier)
+        newest = max(newest, before_newest)
+        horizon = newest - int(self.config.late_window_seconds * 1000)
+        kept = {name: mtime for name, mtime in before.items() if mtime >= horizon}
+        out = dict(later)
+        out.update({"max_mtime_ms": newest, "files": dict(sorted({**kept, **files}.items()))})
+        return out
+
     def _name_of(self, path: str) -> str:
         """A planned path's name relative to the source path, as positions record it."""
         if not (self._scheme and self._scheme != "file"):

@@ -1,0 +1,65 @@
+"""What a batch read again after a crash finds the dead-letter table holding already (pipeline/
+dead_letter.py `Held`), and the position a dead-letter commit records, in the cases a review of
+the scheme named: a recreated topic seen or not seen by the dead-letter table, a batch that stops
+short of the dead-letter position, files named by a dead-letter position (docs/design.md,
+"Pipeline state"). The end-to-end runs are in test_fast_append.py, test_runner_kafka.py and
+test_supervision.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from icetide.pipeline.dead_letter import Held
+from icetide.pipeline.sync_state import advance
+from icetide.sources.files import FileSource, FileSourceConfig
+
+
+def nothing_recorded(positions: list[str]) -> set[str]:
+    return set()
+
+
+def test_offsets_below_the_dead_letter_position_are_held_on_the_partitions_read_again() -> None:
+    held = Held.kafka({"t": {"0": 800, "1": 50}}, {"t": {"0": 400, "1": 50}}, [], nothing_recorded)
+    assert held.offsets == {("t", 0): 800}  # partition 1 reads from where the dead letters end
+    assert held.holds("t/0@799") and not held.holds("t/0@800") and not held.holds("t/1@60")
+    assert not Held.kafka({"t": {"0": 400}}, {"t": {"0": 400}}, [], nothing_recorded)  # a clean run holds nothing
+
+
+def test_a_range_lost_to_retention_is_held_when_it_starts_below_the_position() -> None:
+    held = Held.kafka({"t": {"0": 1200}}, {"t": {"0": 200}}, ["t/0@100..200"], nothing_recorded)
+    assert held.holds("t/0@100..200") and held.holds("t/0@150")
+
+
+def test_a_recreated_topic_is_a_new_log_unless_the_dead_letters_recorded_its_reset() -> None:
+    """The table's position was 0:800 when the topic was recreated; the plan reads the new log from
+    0 and records the range lost as "t/0@800..?"."""
+    starts, lost = {"t": {"0": 0}}, ["t/0@800..?"]
+    fresh = Held.kafka({"t": {"0": 500}}, starts, lost, nothing_recorded)  # old-log dead letters
+    assert not fresh.holds("t/0@42") and not fresh.holds("t/0@800..?")
+    # Killed after the dead letters of the batch that found the reset (new log read to 0:10).
+    seen = Held.kafka({"t": {"0": 10}}, starts, lost, lambda ps: set(ps) & {"t/0@800..?"})
+    assert seen.holds("t/0@800..?") and seen.holds("t/0@9") and not seen.holds("t/0@10")
+
+
+def test_the_dead_letter_position_never_goes_back_but_on_a_reset_partition() -> None:
+    before = {"t": {"0": 2000, "1": 5000}}
+    assert advance(before, {"t": {"0": 1500, "1": 5500}}) == {"t": {"0": 2000, "1": 5500}}
+    assert advance(before, {"t": {"0": 10, "1": 5500}}, reset=[("t", "0")]) == {"t": {"0": 10, "1": 5500}}
+
+
+def test_a_files_dead_letter_position_keeps_the_files_it_held_within_the_late_window(tmp_path: Path) -> None:
+    source = FileSource(
+        FileSourceConfig.from_dict({"path": str(tmp_path), "format": "json", "late_window_seconds": 60})
+    )
+    earlier = {"max_mtime_ms": 100_000, "files": {"a.json": 90_000, "b.json": 100_000, "old.json": 1_000}}
+    later = {"max_mtime_ms": 95_000, "files": {"a.json": 90_000, "c.json": 95_000}, "listed_at_ms": 7}
+    merged = source.merge_positions(earlier, later)
+    assert merged == {
+        "max_mtime_ms": 100_000,
+        "files": {"a.json": 90_000, "b.json": 100_000, "c.json": 95_000},  # old.json: below the horizon
+        "listed_at_ms": 7,
+    }
+    paths = [str(tmp_path / n) for n in ("a.json", "b.json", "d.json")]
+    assert source.held(merged, paths) == paths[:2]
+    held = Held(files=frozenset(source.held(merged, paths)))
+    assert held.holds(f"{paths[1]}:17") and held.holds(paths[0]) and not held.holds(f"{paths[2]}:1")
