@@ -47,27 +47,31 @@ def bad_rows(bad: Any) -> dict[str, tuple[str, str]]:
     return {r.source_position: (r.error, r.payload) for r in bad.collect()}
 
 
+# Payloads of every column type into ADS (tests/test_decoder_golden_conversions.py freezes them too).
+TYPED_VALUES: list[str | None] = [
+    json.dumps(
+        {
+            "ad_id": 1,
+            "clicks": "12",
+            "ts": "2024-05-01T12:00:00+02:00",
+            "price": 1.5,
+            "ok": True,
+            "day": "2024-05-01",
+            "name": "a",
+            "tags": ["x", "y"],
+            "blob": "aGk=",
+            "unknown": {"ignored": 1},
+        }
+    ),
+    json.dumps({"ad_id": "2", "clicks": 3, "ts": MAY_1_MS, "price": "2.345", "day": 19844, "name": 42}),
+    json.dumps({"ad_id": 3, "_op": " delete"}),
+    json.dumps({"ad_id": 4, "name": "n", "_op": "INSERT", "ts": "2024-05-01 10:00:00"}),
+    None,  # a tombstone: skipped
+]
+
+
 def test_json_good_rows_are_typed(spark: Any) -> None:
-    values = [
-        json.dumps(
-            {
-                "ad_id": 1,
-                "clicks": "12",
-                "ts": "2024-05-01T12:00:00+02:00",
-                "price": 1.5,
-                "ok": True,
-                "day": "2024-05-01",
-                "name": "a",
-                "tags": ["x", "y"],
-                "blob": "aGk=",
-                "unknown": {"ignored": 1},
-            }
-        ),
-        json.dumps({"ad_id": "2", "clicks": 3, "ts": MAY_1_MS, "price": "2.345", "day": 19844, "name": 42}),
-        json.dumps({"ad_id": 3, "_op": " delete"}),
-        json.dumps({"ad_id": 4, "name": "n", "_op": "INSERT", "ts": "2024-05-01 10:00:00"}),
-        None,  # a tombstone: skipped
-    ]
+    values = TYPED_VALUES
     good, bad = decode_json(kafka_frame(spark, values), "value", ADS, ["ad_id"], "upsert", KAFKA_POSITION)
     assert [f.name for f in good.schema.fields] == [*ADS.names, "_op"]
     assert [f.dataType for f in good.schema.fields][: len(ADS.fields)] == [f.dataType for f in ADS.fields]
@@ -95,33 +99,35 @@ def test_json_good_rows_are_typed(spark: Any) -> None:
     assert {r._op for r in appended.collect()} == {"INSERT"}
 
 
+# Bad payloads into ADS -> the error each gets.
+BAD_CASES: dict[str, str] = {
+    '{"ad_id": 5, "clicks": "abc", "name": "x"}': "column clicks: 'abc' is not an INT",
+    '{"ad_id": 5, "clicks": 99999999999, "name": "x"}': "column clicks: '99999999999' is not an INT",
+    '{"ad_id": 5, "clicks": 1.5, "name": "x"}': "column clicks: '1.5' is not an INT",
+    '{"clicks": 1, "name": "x"}': "key column ad_id is missing or null",
+    '{"ad_id": null, "name": "x"}': "key column ad_id is missing or null",
+    '{"ad_id": "x1", "name": "x"}': "column ad_id: 'x1' is not a BIGINT",
+    '{"ad_id": 5}': "column name is missing or null (NOT NULL)",
+    '{"ad_id": 5, "name": "x", "ts": "yesterday"}': "column ts: 'yesterday' is not a TIMESTAMP",
+    '{"ad_id": 5, "name": "x", "day": "2024-13-45"}': "column day: '2024-13-45' is not a DATE",
+    # Spark hands over a JSON number's text normalized
+    '{"ad_id": 5, "name": "x", "price": 123456789012.5}': ("column price: '1.234567890125E11' is not a DECIMAL(10,2)"),
+    '{"ad_id": 5, "name": "x", "ok": "maybe"}': "column ok: 'maybe' is not a BOOLEAN",
+    '{"ad_id": 5, "name": "x", "tags": "solo"}': "column tags: 'solo' is not an array<string>",
+    '{"ad_id": 5, "name": "x", "blob": "!!"}': "column blob: '!!' is not a BINARY",
+    '{"ad_id": 5, "name": "x", "_op": "x"}': "unknown op 'x'",
+    '{"ad_id": 5, "name": "x", ': "malformed JSON",
+    "not json": "malformed JSON: not an object",
+    "[1, 2]": "malformed JSON: not an object",
+    "  ": "malformed JSON: empty payload",
+    '{"ad_id": 5, "name": "' + "z" * 20 + '", "clicks": "' + "9" * 70 + '"}': (
+        "column clicks: '" + "9" * 60 + "...' is not an INT"
+    ),
+}
+
+
 def test_json_bad_records_name_the_problem(spark: Any) -> None:
-    cases = {
-        '{"ad_id": 5, "clicks": "abc", "name": "x"}': "column clicks: 'abc' is not an INT",
-        '{"ad_id": 5, "clicks": 99999999999, "name": "x"}': "column clicks: '99999999999' is not an INT",
-        '{"ad_id": 5, "clicks": 1.5, "name": "x"}': "column clicks: '1.5' is not an INT",
-        '{"clicks": 1, "name": "x"}': "key column ad_id is missing or null",
-        '{"ad_id": null, "name": "x"}': "key column ad_id is missing or null",
-        '{"ad_id": "x1", "name": "x"}': "column ad_id: 'x1' is not a BIGINT",
-        '{"ad_id": 5}': "column name is missing or null (NOT NULL)",
-        '{"ad_id": 5, "name": "x", "ts": "yesterday"}': "column ts: 'yesterday' is not a TIMESTAMP",
-        '{"ad_id": 5, "name": "x", "day": "2024-13-45"}': "column day: '2024-13-45' is not a DATE",
-        # Spark hands over a JSON number's text normalized
-        '{"ad_id": 5, "name": "x", "price": 123456789012.5}': (
-            "column price: '1.234567890125E11' is not a DECIMAL(10,2)"
-        ),
-        '{"ad_id": 5, "name": "x", "ok": "maybe"}': "column ok: 'maybe' is not a BOOLEAN",
-        '{"ad_id": 5, "name": "x", "tags": "solo"}': "column tags: 'solo' is not an array<string>",
-        '{"ad_id": 5, "name": "x", "blob": "!!"}': "column blob: '!!' is not a BINARY",
-        '{"ad_id": 5, "name": "x", "_op": "x"}': "unknown op 'x'",
-        '{"ad_id": 5, "name": "x", ': "malformed JSON",
-        "not json": "malformed JSON: not an object",
-        "[1, 2]": "malformed JSON: not an object",
-        "  ": "malformed JSON: empty payload",
-        '{"ad_id": 5, "name": "' + "z" * 20 + '", "clicks": "' + "9" * 70 + '"}': (
-            "column clicks: '" + "9" * 60 + "...' is not an INT"
-        ),
-    }
+    cases = BAD_CASES
     payloads = list(cases)
     good, bad = decode_json(kafka_frame(spark, payloads), "value", ADS, ["ad_id"], "upsert", KAFKA_POSITION)
     assert good.count() == 0
@@ -141,18 +147,22 @@ def test_json_from_files_keeps_the_line_and_extra_columns(spark: Any) -> None:
     }
 
 
+_BASE = {"ad_id": 1, "name": "a"}
+# Good payloads with keys the table lacks, and bad ones (whose keys are not counted).
+LACKING_VALUES: list[str | None] = [
+    json.dumps({**_BASE, "color": "red", "size": 3, "_op": "upsert"}),
+    json.dumps({**_BASE, "ad_id": 2, "color": None, "meta": {"inner": 1}}),
+    json.dumps({**_BASE, "ad_id": 3, "tags": ["x"]}),
+    json.dumps({"ad_id": "x", "name": "bad", "color": "blue"}),  # bad: not counted
+    "not json",
+    "[1, 2]",
+]
+
+
 def test_json_fields_the_table_lacks_are_counted_never_dropped_silently(spark: Any, caplog: Any) -> None:
     """Keys that are no column (nor `_op`) are counted per field over the good records, and named
     in one warning; the rows are written without them. Nested keys are not fields."""
-    base = {"ad_id": 1, "name": "a"}
-    values = [
-        json.dumps({**base, "color": "red", "size": 3, "_op": "upsert"}),
-        json.dumps({**base, "ad_id": 2, "color": None, "meta": {"inner": 1}}),
-        json.dumps({**base, "ad_id": 3, "tags": ["x"]}),
-        json.dumps({"ad_id": "x", "name": "bad", "color": "blue"}),  # bad: not counted
-        "not json",
-        "[1, 2]",
-    ]
+    values = LACKING_VALUES
     unknown: dict[str, int] = {}
     keep: list[Any] = []
     with caplog.at_level("WARNING", logger="icetide.decode.json"):

@@ -118,16 +118,20 @@ def test_split_ranges_covers_every_offset_once() -> None:
     assert split_ranges(ranges, 1) == [ranges]
 
 
+# Records with keys that are no column of a table (id STRING NOT NULL, n BIGINT).
+KEYS_NO_COLUMN = [
+    b'{"id": "a", "n": 1, "color": "red"}',
+    b'{"id": "b", "n": 2, "color": null, "size": {"w": 3}}',
+    b'{"id": "c", "n": 3, "_op": "INSERT", "color": "blue"}',
+]
+
+
 def test_decoder_counts_keys_that_are_no_column_on_both_paths() -> None:
     """Fields the table lacks are never dropped without a word (issue 14): both decoding paths
     count, per key, the good records that carry it with a value; the rows are unchanged."""
     schema = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("n", pa.int64())])
     decoder = ArrowJsonDecoder(schema, ["id"])
-    values = [
-        b'{"id": "a", "n": 1, "color": "red"}',
-        b'{"id": "b", "n": 2, "color": null, "size": {"w": 3}}',
-        b'{"id": "c", "n": 3, "_op": "INSERT", "color": "blue"}',
-    ]
+    values = KEYS_NO_COLUMN
     block = decoder.decode(values, str)
     assert block.unknown_fields == {"color": 2, "size": 1} and block.rows.num_rows == 3 and not block.bad
     # A bad record sends the block record by record: the same counts, its own keys not counted.

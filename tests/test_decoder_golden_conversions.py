@@ -1,0 +1,419 @@
+"""The Spark decoders' output on the conversion cases of the tests, frozen as golden files before
+the decoders are made one (issue 23, item 3): with tests/golden/debezium/ (the real messages, see
+tests/test_decoder_golden.py) they are the specification the Python decoders must match.
+
+tests/golden/debezium_conversions/: `decode_debezium` on the synthetic messages of
+tests/test_debezium_arrow.py (`CONVERSIONS` on the real full_types schema, `_events()` on the
+real products schema in both op modes). tests/golden/json/: `decode_json` on the payloads of
+tests/test_decode.py and tests/test_fast_append.py. One file per group of cases, all of a group
+decoded as one batch (one Kafka offset per case, from 0), one case per line under a stable id:
+its good rows (with `_op`, and `_source_order` for Debezium) and its dead letters' errors. Values
+are spelled as tests/test_decoder_golden.py spells them. Written by the decoders as they stood at
+ea61af6; `ICETIDE_UPDATE_GOLDEN=1` rewrites the files: do that only for a change of rule that is
+meant, and say so in the commit.
+
+Each case is also decoded alone by the Python decoder of its format (decode/debezium_arrow.py,
+decode/arrow_json.py), which must give exactly the golden output, or not decode it: the cases it
+does not decode yet are NOT_YET below, by reason, so that closing a gap is a visible change here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from icetide.decode.arrow_json import ArrowJsonDecoder
+from icetide.decode.connect import parse_envelope_schema, table_schema
+from icetide.decode.debezium_arrow import NotHere
+from icetide.decode.json import decode_json
+from tests.debezium_messages import ProductsStream
+from tests.test_debezium_arrow import (
+    _FULL_TYPES_TABLE,
+    CONVERSIONS,
+    KAFKA_POSITION,
+    _events,
+    arrow_schema,
+    full_types,
+    kafka_frame,
+    python_rows,
+    spark_rows,
+)
+from tests.test_decode import ADS, BAD_CASES, LACKING_VALUES, TYPED_VALUES
+from tests.test_decoder_golden import _spelling
+from tests.test_fast_append import BAD, KEY, KEYS_NO_COLUMN, SCHEMA, good_event
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE = os.environ.get("ICETIDE_UPDATE_GOLDEN") == "1"
+Case = tuple[str, bytes | None]  # (stable id, Kafka value)
+Output = dict[str, Any]  # {"good": [row, ...], "dead_letters": [error, ...]}
+ALL = "every case of the group"
+
+
+def check_golden(path: Path, head: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """The golden file at `path` equals `head` and `cases` (written first with ICETIDE_UPDATE_GOLDEN=1)."""
+    got = {**head, "cases": cases}
+    if UPDATE or not path.exists():
+        assert UPDATE, f"{path.name} is missing: run with ICETIDE_UPDATE_GOLDEN=1 to write it"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        opening = json.dumps(head, sort_keys=True)[:-1] + ', "cases": [\n'
+        lines = ",\n".join(json.dumps(c, sort_keys=True, ensure_ascii=False) for c in cases)
+        path.write_text(opening + lines + "\n]}\n")
+    golden = json.loads(path.read_text())
+    assert got == golden
+    return golden
+
+
+def check_python(
+    group: str,
+    cases: Sequence[Case],
+    golden: dict[str, Any],
+    decode: Callable[[int, bytes | None], Output],
+) -> dict[str, str]:
+    """Each case decoded alone: exactly its golden output, or NotHere. Returns id -> NotHere reason;
+    a case of PYTHON_DIFFERS must give another output than its golden one (else it leaves the list)."""
+    expected = {c["id"]: {"good": c["good"], "dead_letters": c["dead_letters"]} for c in golden["cases"]}
+    not_yet: dict[str, str] = {}
+    differs: dict[str, Output] = {}
+    for offset, (case, value) in enumerate(cases):
+        try:
+            mine = decode(offset, value)
+        except NotHere as exc:
+            not_yet[case] = str(exc)
+            continue
+        if mine != expected[case]:
+            differs[case] = mine
+    known = PYTHON_DIFFERS.get(group, {})
+    unexpected = [
+        f"{case}: Python {mine} != golden {expected[case]}" for case, mine in differs.items() if case not in known
+    ]
+    assert not unexpected, f"{group}:\n" + "\n".join(unexpected)
+    assert set(differs) == set(known), f"{group}: now as golden: {set(known) - set(differs)}"
+    return not_yet
+
+
+def by_reason(not_yet: dict[str, str], cases: Sequence[Case]) -> dict[str, Any]:
+    """reason -> sorted ids, or ALL when a reason covers every case of the group."""
+    grouped: dict[str, list[str]] = {}
+    for case, reason in not_yet.items():
+        grouped.setdefault(reason, []).append(case)
+    return {r: ALL if len(ids) == len(cases) else tuple(sorted(ids)) for r, ids in grouped.items()}
+
+
+def unique(cases: list[Case]) -> list[Case]:
+    ids = [c for c, _ in cases]
+    assert len(set(ids)) == len(ids), "case ids must be unique"
+    return cases
+
+
+# -- Debezium ---------------------------------------------------------------------------------------
+
+
+def _conversion_id(column: str, value: Any) -> str:
+    shown = repr(value)
+    return f"{column}={shown if len(shown) <= 60 else f'{shown[:20]}...({len(shown)} chars)'}"
+
+
+def conversion_cases() -> list[Case]:
+    """CONVERSIONS as test_conversions_decode_as_on_the_spark_path builds them (row id = offset)."""
+    return unique(
+        [
+            (_conversion_id(column, value), full_types(i, **{column: value}))
+            for i, (column, value, _) in enumerate(CONVERSIONS)
+        ]
+    )
+
+
+def event_cases() -> list[Case]:
+    return unique([(name, value) for name, value, _ in _events()])
+
+
+def _debezium_rows(rows: dict[tuple[str, str], tuple[Any, ...]], schema: T.StructType) -> list[dict[str, Any]]:
+    spelled = [
+        {"_op": op, "_source_order": order, **{n: _spelling(v) for n, v in zip(schema.names, row, strict=True)}}
+        for (op, order), row in rows.items()
+    ]
+    return sorted(spelled, key=lambda r: (r["_source_order"], r["_op"]))
+
+
+DEBEZIUM_GROUPS: dict[str, tuple[Callable[[], list[Case]], Callable[[], T.StructType], list[str], str]] = {
+    # group -> (cases, table, key, op mode)
+    "conversions": (conversion_cases, lambda: _FULL_TYPES_TABLE, ["int_c"], "upsert"),
+    **{
+        f"change_events-{mode}": (
+            event_cases,
+            lambda: table_schema(parse_envelope_schema(json.dumps(ProductsStream().schema)), ["id"]),
+            ["id"],
+            mode,
+        )
+        for mode in ("upsert", "append")
+    },
+}
+
+# What the Python Debezium decoder does not decode yet: group -> NotHere reason -> case ids.
+_NO_CONVERT = "a value that does not convert (a dead letter on the Spark path)"
+_EVENTS_NOT_YET: dict[str, Any] = {
+    "a message whose before, after or source is not an object (malformed for Spark)": (
+        "a before that is text",
+        "a row that is a list",
+        "a source that is text",
+    ),
+    "a message with a NaN literal": ("NaN",),
+    "a message with a repeated key in an object": ("a row twice",),
+    "column id is missing or null": ("update that moves a key to null",),
+    f"column id: {_NO_CONVERT}": ("a key that is not an INT",),
+    "op '\\tc'": ("op after a tab",),
+    "op 'd' without its row": ("delete without before",),
+    "op 'm'": ("message op",),
+    "op 't'": ("truncate",),
+    "op 'u' without its row": ("update without after",),
+    "op 'x'": ("unknown op",),
+}
+NOT_YET_DEBEZIUM: dict[str, dict[str, Any]] = {
+    "conversions": {
+        f"column big_c: {_NO_CONVERT}": ("big_c=9223372036854775808",),
+        "column coarse_c: a decimal beyond DECIMAL(8,4)": ("coarse_c='D0JA'",),
+        f"column date_c: {_NO_CONVERT}": ("date_c=-719163", "date_c=2932897"),
+        f"column datetime3_c: {_NO_CONVERT}": ("datetime3_c=-62135596800001",),
+        "column datetime6_c: a microsecond timestamp beyond 18 digits": ("datetime6_c=1000000000000000000",),
+        "column datetime6_c: a timestamp outside years 0001-9999": (
+            "datetime6_c=-62135596800000001",
+            "datetime6_c=253402300800000000",
+        ),
+        "column datetime6_c: an epoch timestamp that is not an integer": ("datetime6_c='1595008822123456'",),
+        "column decimal_c: a decimal beyond DECIMAL(8,4)": ("decimal_c='+gofAA=='", "decimal_c='BfXhAA=='"),
+        "column decimal_c: a decimal of 17 bytes": ("decimal_c='AAAAAAAAAAAAAAAAAAAAAAE='",),
+        "column decimal_c: a decimal sent as a number": ("decimal_c=12.5",),
+        "column decimal_c: a decimal sent as text": ("decimal_c='12.5'",),
+        "column decimal_c: a decimal that is not base64": ("decimal_c='not base64!'",),
+        "column decimal_s: a decimal beyond 38 digits": (
+            "decimal_s='SztMqFqGxHoJiiJAAAAAAA=='",
+            "decimal_s='f////////////////////w=='",
+            "decimal_s='tMSzV6V5O4X2dd3AAAAAAQ=='",
+        ),
+        "column decimal_s: a decimal of 17 bytes": ("decimal_s='/4AAAAAAAAAAAAAAAAAAAAA='",),
+        "column double_c: a number beyond a DOUBLE": ("double_c=10000000000000000000...(401 chars)",),
+        "column fine_c: a decimal that would be rounded": ("fine_c='EtaH'",),
+        "column flag_c: text with a space Spark does not trim": ("flag_c='\\xa0true'",),
+        "column nanos_c: a nanosecond timestamp beyond a BIGINT": ("nanos_c=9223372036854775808",),
+        "column numeric_c: a decimal beyond DECIMAL(6,0)": ("numeric_c='D0JA'",),
+        "column real_c: a number beyond a FLOAT": ("real_c=3.5e+38",),
+        "column real_c: a number halfway between two FLOATs": (
+            "real_c='1.00000005960464477539062500001'",
+            "real_c=1.0000000596046448",
+            "real_c=18014399583223809",
+        ),
+        "column time_c: a time of day of -2**63 microseconds": ("time_c=-9223372036854775808",),
+        "column time_c: a time of day that is not a BIGINT": (
+            "time_c='18:00:22'",
+            "time_c=1.5",
+            "time_c=18446744073709551616",
+            "time_c=9223372036854775808",
+        ),
+        f"column timestamp_c: {_NO_CONVERT}": (
+            "timestamp_c='2020-07-17T18:00:22.123456789Z'",
+            "timestamp_c='not a time'",
+        ),
+        f"column tiny_c: {_NO_CONVERT}": ("tiny_c=2147483648", "tiny_c=5.0"),
+        "column tiny_c: text with a space Spark does not trim": ("tiny_c='\\u200312'", "tiny_c='\\xa012'"),
+        "column varchar_c: a number or a nested value into a STRING column": (
+            "varchar_c=1.5",
+            "varchar_c={'a': [1, 'b']}",
+        ),
+    },
+    "change_events-upsert": _EVENTS_NOT_YET,
+    "change_events-append": _EVENTS_NOT_YET,
+}
+
+
+@pytest.mark.parametrize("group", list(DEBEZIUM_GROUPS))
+def test_debezium_decoders_match_the_golden_files(spark: Any, group: str) -> None:
+    make_cases, make_table, key, op_mode = DEBEZIUM_GROUPS[group]
+    cases, schema = make_cases(), make_table()
+    good, bad = spark_rows(spark, [v for _, v in cases], schema, key, op_mode=op_mode)
+    per_case: list[dict[str, Any]] = []
+    for offset, (case, _) in enumerate(cases):
+        mine = {c: row for c, row in good.items() if int(c[1].rpartition("|")[2]) == offset}
+        dead = [bad[offset]] if offset in bad else []
+        per_case.append({"id": case, "offset": offset, "good": _debezium_rows(mine, schema), "dead_letters": dead})
+    assert sum(len(c["good"]) for c in per_case) == len(good)
+    head = {
+        "decoder": "icetide.decode.debezium.decode_debezium",
+        "table": [[f.name, f.dataType.simpleString(), f.nullable] for f in schema.fields],
+        "key": key,
+        "op_mode": op_mode,
+    }
+    golden = check_golden(GOLDEN / "debezium_conversions" / f"{group}.json", head, per_case)
+
+    def python(offset: int, value: bytes | None) -> Output:
+        rows = python_rows([value], schema, key, op_mode=op_mode, first_offset=offset)
+        return {"good": _debezium_rows(rows, schema), "dead_letters": []}
+
+    not_yet = check_python(group, cases, golden, python)
+    assert by_reason(not_yet, cases) == NOT_YET_DEBEZIUM.get(group, {})
+
+
+# -- JSON -------------------------------------------------------------------------------------------
+
+
+def _text_cases(values: Sequence[str | bytes | None]) -> list[Case]:
+    """Cases named by their payload (a payload is its own stable id; None is a tombstone)."""
+    encoded = [v.encode() if isinstance(v, str) else v for v in values]
+    return unique([("tombstone" if v is None else v.decode(), v) for v in encoded])
+
+
+def _fast_append_table() -> T.StructType:
+    fields = []
+    for column in SCHEMA.split(", "):
+        name, ddl, *not_null = column.split(" ")
+        fields.append(T.StructField(name, T._parse_datatype_string(ddl), nullable=not not_null))
+    return T.StructType(fields)
+
+
+_KEYS_NO_COLUMN_TABLE = T.StructType(
+    [T.StructField("id", T.StringType(), nullable=False), T.StructField("n", T.LongType())]
+)
+
+JSON_GROUPS: dict[str, tuple[Callable[[], list[Case]], Callable[[], T.StructType], list[str], str]] = {
+    # group -> (cases, table, key, op mode)
+    "ads_typed-upsert": (lambda: _text_cases(TYPED_VALUES), lambda: ADS, ["ad_id"], "upsert"),
+    "ads_typed-append": (lambda: _text_cases(TYPED_VALUES), lambda: ADS, ["ad_id"], "append"),
+    "ads_bad": (lambda: _text_cases(list(BAD_CASES)), lambda: ADS, ["ad_id"], "upsert"),
+    "ads_lacking_fields": (lambda: _text_cases(LACKING_VALUES), lambda: ADS, ["ad_id"], "upsert"),
+    "fast_append": (
+        lambda: unique([(f"good_event({i})", json.dumps(good_event(i)).encode()) for i in range(5)]) + _text_cases(BAD),
+        _fast_append_table,
+        KEY,
+        "append",
+    ),
+    "keys_no_column": (lambda: _text_cases(KEYS_NO_COLUMN), lambda: _KEYS_NO_COLUMN_TABLE, ["id"], "append"),
+    # The ADS payloads again, into the columns of ADS the pyarrow decoder can produce, appended.
+    "ads_supported_columns": (
+        lambda: _text_cases(list(dict.fromkeys([*TYPED_VALUES, *BAD_CASES, *LACKING_VALUES]))),
+        lambda: T.StructType([f for f in ADS.fields if f.name not in ("price", "tags", "blob")]),
+        ["ad_id"],
+        "append",
+    ),
+}
+
+# What the Python JSON decoder does not decode yet: group -> reason -> case ids (or ALL).
+_ADS_TYPES = "columns the pyarrow decoder cannot produce: price decimal128(10, 2), tags list<item: string>, blob binary"
+NOT_YET_JSON: dict[str, dict[str, Any]] = {
+    "ads_typed-upsert": {_ADS_TYPES: ALL},
+    "ads_typed-append": {_ADS_TYPES: ALL},
+    "ads_bad": {_ADS_TYPES: ALL},
+    "ads_lacking_fields": {_ADS_TYPES: ALL},
+    "ads_supported_columns": {
+        "an _op other than INSERT: the append fast path steps aside": (
+            '{"ad_id": 1, "name": "a", "color": "red", "size": 3, "_op": "upsert"}',
+        ),
+    },
+}
+# Cases the Python decoder decodes, but not as the golden file has them: group -> id -> how.
+PYTHON_DIFFERS: dict[str, dict[str, str]] = {
+    "ads_supported_columns": {
+        '{"ad_id": 3, "_op": " delete"}': "a DELETE without a NOT NULL column: a dead letter, not a delete",
+        '{"ad_id": 5, "name": "x", "day": "2024-13-45"}': "date text that is no date: ArrowInvalid, not a dead letter",
+    },
+}
+# Groups whose count of keys the table lacks differs between the decoders, and why.
+UNKNOWN_FIELDS_NOT_YET = {
+    "keys_no_column": "a key whose value is null: decode_json counts it, the pyarrow decoder does not",
+}
+
+
+def _arrow_type(t: T.DataType) -> pa.DataType:
+    if isinstance(t, T.ArrayType):
+        return pa.list_(_arrow_type(t.elementType))
+    return arrow_schema(T.StructType([T.StructField("v", t)])).field(0).type
+
+
+def _json_row(row: dict[str, Any], schema: T.StructType, op: str) -> dict[str, Any]:
+    return {"_op": op, **{n: _spelling(row[n]) for n in schema.names}}
+
+
+@pytest.mark.parametrize("group", list(JSON_GROUPS))
+def test_json_decoders_match_the_golden_files(spark: Any, group: str) -> None:
+    make_cases, make_table, key, op_mode = JSON_GROUPS[group]
+    cases, schema = make_cases(), make_table()
+    keep: list[Any] = []
+    unknown: dict[str, int] = {}
+    good, bad = decode_json(
+        kafka_frame(spark, [v for _, v in cases]),
+        "value",
+        schema,
+        key,
+        op_mode,  # type: ignore[arg-type]
+        KAFKA_POSITION,
+        extra_cols=["offset"],
+        keep=keep,
+        unknown_fields=unknown,
+    )
+    try:
+        columns = [
+            F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, T.TimestampType) else F.col(f"`{f.name}`")
+            for f in schema.fields
+        ]
+        rows = [
+            (r["offset"], _json_row(r.asDict(), schema, r["_op"]))
+            for r in good.select(*columns, "_op", "offset").collect()
+        ]
+        errors = {int(r["source_position"].rpartition("@")[2]): r["error"] for r in bad.collect()}
+    finally:
+        for frame in keep:
+            frame.unpersist()
+    per_case = [
+        {
+            "id": case,
+            "good": [row for at, row in rows if at == offset],
+            "dead_letters": [errors[offset]] if offset in errors else [],
+        }
+        for offset, (case, _) in enumerate(cases)
+    ]
+    head = {
+        "decoder": "icetide.decode.json.decode_json",
+        "table": [[f.name, f.dataType.simpleString(), f.nullable] for f in schema.fields],
+        "key": key,
+        "op_mode": op_mode,
+        "unknown_fields": unknown,
+    }
+    golden = check_golden(GOLDEN / "json" / f"{group}.json", head, per_case)
+
+    arrow = pa.schema([pa.field(f.name, _arrow_type(f.dataType), nullable=f.nullable) for f in schema.fields])
+    counted: dict[str, int] = {}
+
+    def python(offset: int, value: bytes | None) -> Output:
+        try:
+            decoder = ArrowJsonDecoder(arrow, key)
+        except ValueError as exc:
+            raise NotHere(str(exc)) from None
+        if op_mode != "append":
+            raise NotHere(f"op_mode {op_mode}: the pyarrow decoder appends only")
+        try:
+            decoded = decoder.decode([value], lambda _: f"cdc/0@{offset}")
+        except pa.ArrowInvalid as exc:  # a crash, where the Spark decoder gives a row or a dead letter
+            return {"raises": f"ArrowInvalid: {exc}"}
+        if decoded.changes:
+            raise NotHere("an _op other than INSERT: the append fast path steps aside")
+        table = decoded.rows
+        for i, f in enumerate(table.schema):
+            if pa.types.is_timestamp(f.type):
+                table = table.set_column(i, f.name, table[i].cast(pa.int64()))
+        for name, count in decoded.unknown_fields.items():
+            counted[name] = counted.get(name, 0) + count
+        return {
+            "good": [_json_row(r, schema, "INSERT") for r in table.to_pylist()],
+            "dead_letters": [b.error for b in decoded.bad],
+        }
+
+    not_yet = check_python(group, cases, golden, python)
+    assert by_reason(not_yet, cases) == NOT_YET_JSON.get(group, {})
+    if not not_yet:  # counted over every case of the group
+        assert (counted == golden["unknown_fields"]) == (group not in UNKNOWN_FIELDS_NOT_YET), counted
