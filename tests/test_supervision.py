@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import test_db_sync as db
 from tests.commands import ROOT, run_cli, warehouse_reader
 from tests.kafka_broker import _free_port, _stop, _wait_for_port, produce, tansu_binary
 from tests.model import table_rows
@@ -270,3 +271,82 @@ def test_restart_and_data_loss_settings_are_validated_at_load() -> None:
     ):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             PipelineConfig.from_dict({**base, **bad})
+
+
+def test_a_sync_with_skip_reads_each_recreated_topic_again_into_its_table(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    """A sync pipeline over two topics (orders, customers) with `on_data_loss: skip` whose broker
+    loses its logs: each topic is recreated holding fewer records than its table's position, with
+    changes to keys the table holds and to keys it does not. Each table ends equal to its model of
+    every message, old log then new; the dead-letter table holds one lost range ("..?") per reset
+    partition, once; a further run changes nothing.
+
+    The change events are built from real Debezium messages: the MySQL `orders` and `customers`
+    messages (and their keys) of tests/data/debezium/debezium_server_iceberg_mysql_inventory.jsonl
+    (debezium-server-iceberg's test resources), through tests/test_db_sync.py's streams."""
+
+    def new_log(stream: db.TableStream, live: dict[int, dict[str, Any]]) -> list[db.Record]:
+        """Two updates and a delete (with its tombstone) of keys the table holds, three new keys."""
+        held = sorted(live)
+        assert len(held) >= 3
+        out: list[db.Record] = []
+        for i, key in enumerate(held[:2]):
+            row = db.new_row(stream.table, key, 100 + i)
+            out.append((0, stream.key(key), stream.change("u", live[key], row), None))
+        out.append((0, stream.key(held[2]), stream.change("d", live[held[2]], None), None))
+        out.append((0, stream.key(held[2]), None, None))
+        for key in (5001, 5002, 5003):
+            out.append((0, stream.key(key), stream.change("c", None, db.new_row(stream.table, key, 200)), None))
+        return out
+
+    prefix, namespace = "dbreset", "reset"
+    streams = {t: s for t, s in db.inventory_streams().items() if t != "products"}
+    keys = {"orders": "order_number", "customers": "id"}
+    topics = {t: f"{prefix}.inventory.{t}" for t in streams}
+    old = {t: db.changes(s, seed=40 + i, count=16) for i, (t, s) in enumerate(sorted(streams.items()))}
+    for t in streams:
+        broker.create_topic(topics[t], 1)
+        produce(broker.bootstrap, topics[t], old[t])
+    warehouse = tmp_path / "warehouse"
+    config = db.pipeline_doc("syncreset", broker.bootstrap, prefix, namespace, warehouse=str(warehouse))
+    config["on_data_loss"] = "skip"
+    config["source"]["kafka"]["probe_timeout_seconds"] = 10  # a loaded machine can be slow to fetch
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    done = run_cli("run", str(config_path), "--once")
+    assert done.returncode == 0, done.stderr[-3000:]
+    reader = warehouse_reader(spark, "resetcheck", warehouse)
+    for t in streams:
+        assert db.same(db.rows_of(reader, f"resetcheck.{namespace}.{t}", keys[t]), db.model_of(old[t])), t
+
+    # The broker loses its logs: each table's position is now beyond its partition's end.
+    broker.stop()
+    broker.start()
+    new = {t: new_log(streams[t], db.model_of(old[t])) for t in streams}
+    for t in streams:
+        assert len(new[t]) < len(old[t])
+        broker.create_topic(topics[t], 1)
+        produce(broker.bootstrap, topics[t], new[t])
+    skipped = run_cli("run", str(config_path), "--once")
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    batches = [json.loads(line) for line in skipped.stdout.splitlines() if line.startswith("{")]
+    assert sum(b.get("lost_ranges", 0) for b in batches) == len(streams)
+
+    lost = sorted(f"{topics[t]}/0@{len(old[t])}..?" for t in streams)
+
+    def check() -> None:
+        for t in streams:
+            table = f"resetcheck.{namespace}.{t}"
+            assert db.same(db.rows_of(reader, table, keys[t]), db.model_of(old[t] + new[t])), t
+        dead = reader.table(f"resetcheck.{namespace}.dead_letter").collect()
+        assert sorted(r["source_position"] for r in dead) == lost
+        assert all(r["payload"] is None and r["error"].startswith("data loss: the partition ends") for r in dead)
+
+    check()
+    # Recorded once, read once: a further run finds nothing lost and nothing new.
+    again = run_cli("run", str(config_path), "--once")
+    assert again.returncode == 0, again.stderr[-3000:]
+    batches = [json.loads(line) for line in again.stdout.splitlines() if line.startswith("{")]
+    assert sum(b.get("lost_ranges", 0) for b in batches) == 0
+    check()

@@ -184,8 +184,7 @@ class SyncRunner:
     def write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
         """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
         registry and the dead-letter position, before any table."""
-        reset = {(loss.topic, str(loss.partition)) for loss in plan.losses if loss.to_offset is None}
-        position = advance(self.state.dead_letter_position, plan.ends, reset=reset)
+        position = advance(self.state.dead_letter_position, plan.ends, reset=plan.reset_partitions())
         registry = self.state.registry()
         if bad is None:
             self.dead_letter.sink.committer.commit(batch_id, [], position, registry=registry)
@@ -249,7 +248,7 @@ class SyncRunner:
             names = set(self.state.tables) | set(self.sinks)  # tables created this batch are not registered yet
             sinks = {n: self.sink_for(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
             held = {
-                n: skipped_below(s.effective(), plan.starts, s.topics())
+                n: skipped_below(s.effective(), plan.starts, s.topics(), reset=plan.reset_partitions())
                 for n, s in self.state.tables.items()
                 if n in sinks
             }
@@ -278,14 +277,16 @@ class SyncRunner:
         self, batch_id: int, plan: TopicsPlan, fed: set[str], write: Callable[[str, Position], BatchResult]
     ) -> dict[str, BatchResult]:
         """Commit every table the batch feeds (`fed`: tables with records; also every table fed by a
-        topic the batch read), several at a time, each with its own position: `write(table, position)`."""
+        topic the batch read), several at a time, each with its own position: `write(table, position)`,
+        which on a partition found reset is the new log's, below the old one."""
         read = plan.topics_read()
+        reset = plan.reset_partitions()
         due = sorted(n for n, s in self.state.tables.items() if n in fed or s.topics() & read)
 
         def commit(name: str) -> tuple[str, BatchResult]:
             state = self.state.tables[name]
             ends = {t: plan.ends[t] for t in state.topics() if t in plan.ends}
-            position = advance(state.effective(), ends)
+            position = advance(state.effective(), ends, reset=reset)
             result = write(name, position)
             crash_point("after_table_commit", batch_id)
             state.batch_id = max(state.batch_id, batch_id)

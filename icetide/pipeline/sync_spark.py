@@ -185,7 +185,7 @@ def decode_tables(
     def decode(name: str) -> TableBatch:
         sink = runner.sinks[name]
         state = runner.state.tables[name]
-        held = skipped_below(state.effective(), plan.starts, state.topics())
+        held = skipped_below(state.effective(), plan.starts, state.topics(), reset=plan.reset_partitions())
         rows = routed(runner, plan, routes[name]).where(F.col(ROUTE_COLUMN) == name)
         if held:
             rows = rows.where(~_below(held, F.col("topic"), F.col("partition"), F.col("offset")))

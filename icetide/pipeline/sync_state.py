@@ -13,7 +13,9 @@ Exactly once per table rests on three facts kept in the tables themselves:
 A batch is planned, per topic-partition, from the lowest position of the tables that partition
 feeds (a table's floor where it has not committed yet), so after a crash between two tables'
 commits the batch is read again; each table then skips what it already holds (offsets below
-its own position), and the dead-letter table skips bad records below its position.
+its own position), and the dead-letter table skips bad records below its position. A partition
+the batch finds reset (a recreated topic) is a new log: no table skips any of it, and every
+position there moves to the batch's end, back from the old log's.
 """
 
 from __future__ import annotations
@@ -130,14 +132,20 @@ class SyncState:
 
 
 def skipped_below(
-    position: Mapping[str, Mapping[str, int]], starts: Mapping[str, Mapping[str, int]], topics: Iterable[str]
+    position: Mapping[str, Mapping[str, int]],
+    starts: Mapping[str, Mapping[str, int]],
+    topics: Iterable[str],
+    *,
+    reset: Iterable[tuple[str, str]] = (),
 ) -> dict[tuple[str, int], int]:
     """(topic, partition) -> the offset below which a table (or the dead-letter table) already
-    holds what the batch reads, for the partitions where that is above the batch's start."""
+    holds what the batch reads, for the partitions where that is above the batch's start; none on
+    the partitions `reset` ((topic, partition): a new log, of which an old-log position holds nothing)."""
+    again = set(reset)
     out: dict[tuple[str, int], int] = {}
     for topic in topics:
         held = position.get(topic, {})
         for p, start in starts.get(topic, {}).items():
-            if held.get(p, start) > start:
+            if (topic, p) not in again and held.get(p, start) > start:
                 out[(topic, int(p))] = held[p]
     return out

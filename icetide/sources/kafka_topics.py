@@ -56,6 +56,12 @@ class TopicsPlan:
         """Topics the batch reads at least one offset of."""
         return {r.topic for r in self.ranges if r.end > r.start}
 
+    def reset_partitions(self) -> set[tuple[str, str]]:
+        """(topic, partition as a string) of the partitions found reset (a range lost "from..?": the
+        topic was recreated or the broker lost its log). The batch reads their new log from its
+        start; no position on the old log holds any of it, and a position there goes back."""
+        return {(loss.topic, str(loss.partition)) for loss in self.losses if loss.to_offset is None}
+
 
 class KafkaTopics:
     """Plans and reads the topics a `topics` list or `topic_pattern` names; never commits to Kafka."""
