@@ -73,6 +73,8 @@ BAD = [
     b"[1, 2]",
     b"   ",
     b'{"event_id": "b", "event_time": 1767225600000, "_op": "merge"}',
+    b'{"event_id": "b", "event_time": 1767225600000, "day": "2024-13-45"}',  # date-shaped, no date
+    b'{"event_id": "b", "event_time": "2026-02-30T01:00:00"}',  # time-shaped, no time
 ]
 
 
@@ -289,6 +291,34 @@ def test_fast_path_writes_bucket_partitions_and_steps_aside_for_changes(spark: A
     assert changes.sink.last_plan is not None
     assert "e0" not in {r[0] for r in spark.table("lake.fast.changes").select("event_id").collect()}
     assert spark.table("lake.fast.changes").count() == 30 - 1
+
+
+@pytest.mark.parametrize("bad", BAD[-2:], ids=["date", "timestamp"])
+def test_text_shaped_like_a_date_that_is_none_is_a_dead_letter(
+    spark: Any, kafka_broker: str, warehouse: str, bad: bytes
+) -> None:
+    """A block whose only bad record is date- or time-shaped text that is no date ("2024-13-45")
+    passes pyarrow's pattern check and fails its cast: that record is a dead letter naming the
+    value, as on the Spark path (tests/golden/json/fast_append.json), and the block's other
+    records land (the cast once raised out of the task and failed the batch)."""
+    topic = create_topic(kafka_broker, partitions=1)
+    good = [
+        (
+            0,
+            f"k{i}".encode(),
+            json.dumps({"event_id": f"e{i}", "event_time": "2026-01-01 03:00:00", "day": "2026-01-02"}).encode(),
+            None,
+        )
+        for i in range(40)
+    ]  # the day and the event time as text: the block casts the text
+    produce(kafka_broker, topic, [*good, (0, b"kb", bad, None)])
+    name = f"shaped_{len(bad)}"
+    summaries: list[RunSummary] = []
+    run_pipeline(spark, doc(name, kafka_broker, topic), summaries)
+    assert [b.path for b in summaries[0].batches] == ["fast"]
+    assert spark.table(f"lake.fast.{name}").count() == len(good)
+    dead = spark.table(f"lake.fast.{name}_dead_letter").collect()
+    assert [r["error"].split(":")[0] for r in dead] == ["column day" if b"day" in bad else "column event_time"]
 
 
 def test_too_many_bad_records_leave_nothing(spark: Any, kafka_broker: str, warehouse: str) -> None:

@@ -38,7 +38,7 @@ import pyarrow.json as pj
 
 from icetide.decode import limits as lim
 from icetide.decode.limits import PayloadLimits
-from icetide.sink.changelog import INSERT, OP_COLUMN, OPS
+from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS
 
 RAW_MESSAGE_CHARS = 60  # as decode/json.py: how much of a bad value an error message quotes
 EPOCH_MS_DIGITS = 15
@@ -310,7 +310,14 @@ class ArrowJsonDecoder:
         return True
 
     def _convert(self, a: pa.Array, t: pa.DataType) -> pa.Array | None:
-        """Vectorized conversion of a parsed column; None when some value does not fit."""
+        """Vectorized conversion of a parsed column; None when some value does not fit (then
+        the record-by-record path decides, with a dead letter naming the value)."""
+        try:
+            return self._convert_all(a, t)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None  # text that looks like a date or time and is none, say "2024-13-45"
+
+    def _convert_all(self, a: pa.Array, t: pa.DataType) -> pa.Array | None:
         if pa.types.is_string(t) or pa.types.is_boolean(t) or pa.types.is_float64(t):
             return a
         if pa.types.is_float32(t):
@@ -407,7 +414,7 @@ class ArrowJsonDecoder:
                 typed.append(None)
                 if f.name in self.key:
                     errors[f.name] = f"key column {f.name} is missing or null"
-                elif not f.nullable:
+                elif not f.nullable and op != DELETE:  # a delete needs only its key (as decode/json.py)
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
             raw = raw_text(value)
