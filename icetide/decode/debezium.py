@@ -257,6 +257,8 @@ def _column_conversion(
     branches = [(ids, field_conversion(raw_column(i), f, column.dataType, settings)) for f, ids in by_spec.values()]
     if len(branches) == 1:
         return branches[0][1]
+    if not branches:  # no row in the batch (all of it held already): the column is never read
+        return F.lit(None).cast(column.dataType)
     chain = None
     for ids, expr in branches:
         test = F.col(_SCHEMA_ID).isin(*ids) if ids else F.col(_SCHEMA_ID).isNull()
