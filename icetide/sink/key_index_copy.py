@@ -30,7 +30,6 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -92,36 +91,10 @@ def _copies(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
     return [i for i in infos if i.type == pafs.FileType.File]
 
 
-@dataclass(frozen=True)
-class PreparedCopy:
-    """A copy of the key index as a table, ready to write: made on the driver's thread (it reads
-    the table and the index), written on any thread (`write`: files only)."""
-
-    table: pa.Table
-    folder: str
-    name: str
-    snapshot_id: int
-
-    def write(self) -> str:
-        """Write the copy via a temporary file and a rename, and delete all but the newest copies;
-        the copy's location. Raises on any I/O error (the caller logs it: a copy is never needed)."""
-        fs, base = filesystem_for(self.folder)
-        fs.create_dir(base, recursive=True)
-        temporary = f"{base}/.{uuid.uuid4().hex}-{self.name}.tmp"
-        try:
-            pq.write_table(self.table, temporary, filesystem=fs, compression="zstd")
-            fs.move(temporary, f"{base}/{self.name}")
-        except BaseException:
-            _delete(fs, temporary)
-            raise
-        _prune(fs, base, keep=self.name)
-        keys = len(self.table)
-        log.info("wrote a copy of the key index at snapshot %s: %d keys, %s", self.snapshot_id, keys, self.name)
-        return f"{self.folder}/{self.name}"
-
-
-def prepare_copy(jtable: Any, index: KeyIndex) -> PreparedCopy | None:
-    """`index` as a copy named by its snapshot (None for an index of an empty table)."""
+def write_copy(jtable: Any, index: KeyIndex) -> str | None:
+    """Write `index` as a copy named by its snapshot and delete all but the newest copies;
+    returns the copy's location (None for an index of an empty table). Raises on any I/O error
+    (the caller logs it: a copy is never needed)."""
     if index.snapshot_id is None:
         return None
     live = sorted(index.data_files)
@@ -149,14 +122,20 @@ def prepare_copy(jtable: Any, index: KeyIndex) -> PreparedCopy | None:
     }
     table = rows.set_column(rows.schema.get_field_index("file"), "file", pa.array(files, pa.int32()))
     table = table.replace_schema_metadata({_METADATA_KEY: json.dumps(meta).encode()})
+    folder = copy_folder(jtable)
+    fs, base = filesystem_for(folder)
+    fs.create_dir(base, recursive=True)
     name = f"key-index-{index.snapshot_id}.parquet"
-    return PreparedCopy(table, copy_folder(jtable), name, index.snapshot_id)
-
-
-def write_copy(jtable: Any, index: KeyIndex) -> str | None:
-    """Write `index` as a copy named by its snapshot, now (see PreparedCopy.write)."""
-    prepared = prepare_copy(jtable, index)
-    return prepared.write() if prepared is not None else None
+    temporary = f"{base}/.{uuid.uuid4().hex}-{name}.tmp"
+    try:
+        pq.write_table(table, temporary, filesystem=fs, compression="zstd")
+        fs.move(temporary, f"{base}/{name}")
+    except BaseException:
+        _delete(fs, temporary)
+        raise
+    _prune(fs, base, keep=name)
+    log.info("wrote a copy of the key index at snapshot %s: %d keys, %s", index.snapshot_id, table.num_rows, name)
+    return f"{folder}/{name}"
 
 
 def _delete(fs: pafs.FileSystem, path: str) -> None:

@@ -12,8 +12,7 @@ staged per attempt on the snapshot the attempt builds on (the index caught up to
 attempt's Puffin file is deleted when it loses a race or fails, kept when its outcome is unknown.
 The index is only a cache of the table: after an unknown outcome it is dropped, and a new process
 (after a crash) starts from the newest persisted copy of it that is still at an ancestor of the
-table's snapshot (`key_index_copy.py`, written every few batches after the batch landed, on a
-thread of its own) and
+table's snapshot (`key_index_copy.py`, written every few batches after the batch landed) and
 catches up from there, or builds it again from the table when no copy is usable. The indexes of
 one process are bounded (`key_index_memory.py`): a table whose index was dropped to stay within
 the bound gets it back the same way, from the copy it wrote when dropping it.
@@ -25,7 +24,6 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,14 +32,7 @@ import pyarrow as pa
 from icetide.errors import ConfigError
 from icetide.faults import crash_point
 from icetide.sink.key_index import IndexOutOfDate, KeyIndex, index_form, spark_form
-from icetide.sink.key_index_copy import (
-    COPY_EVERY_BATCHES_DEFAULT,
-    PreparedCopy,
-    copy_every_batches,
-    load_copy,
-    prepare_copy,
-    write_copy,
-)
+from icetide.sink.key_index_copy import COPY_EVERY_BATCHES_DEFAULT, copy_every_batches, load_copy, write_copy
 from icetide.sink.key_index_memory import KeyIndexMemory, process_key_indexes
 from icetide.sink.keys import read_by_field_id
 from icetide.sink.vectors import plan_vector, write_vectors
@@ -88,9 +79,6 @@ class StreamVectors:
         self._dropped = False  # the bound dropped the index: getting it back is a reload
         self.copy_every = COPY_EVERY_BATCHES_DEFAULT  # batches between two copies of the index, 0: never
         self._since_copy = 0  # batches the index followed since it was built, loaded or copied
-        # A copy is prepared after the batch landed and written on a thread of its own, one at a time.
-        self._copier: ThreadPoolExecutor | None = None
-        self._copying: Future[None] | None = None
         self._find_seconds = 0.0  # since the last `take_seconds`
         self._follow_seconds = 0.0
 
@@ -162,40 +150,15 @@ class StreamVectors:
         if index is None:
             return
         self._since_copy += 1
-        pending = self._copying
-        if self.copy_every and self._since_copy >= self.copy_every and (pending is None or pending.done()):
+        if self.copy_every and self._since_copy >= self.copy_every:
             self._since_copy = 0  # a failed copy is tried again `copy_every` batches later
             try:
-                prepared = prepare_copy(jtable, index)
+                write_copy(jtable, index)
+                self._copied_at = index.snapshot_id
             except Exception as exc:  # only a cache: the batch stands, a restart builds the index
-                self._copy_failed(exc)
-            else:
-                if prepared is not None:
-                    self._copying = self._copy_thread().submit(self._write_copy, prepared)
+                log.warning("could not write a copy of the key index of %s: %s", self.table_name, exc)
+                log.debug("key index copy", exc_info=True)
         self.memory.trim(keep=self)  # tables that committed beside this one may have passed the bound
-
-    def _write_copy(self, prepared: PreparedCopy) -> None:
-        """On the copy thread: write a prepared copy (most of a copy's time, none of the batch's)."""
-        try:
-            prepared.write()
-            self._copied_at = prepared.snapshot_id
-        except Exception as exc:
-            self._copy_failed(exc)
-
-    def _copy_failed(self, exc: Exception) -> None:
-        log.warning("could not write a copy of the key index of %s: %s", self.table_name, exc)
-        log.debug("key index copy", exc_info=True)
-
-    def _copy_thread(self) -> ThreadPoolExecutor:
-        if self._copier is None:
-            self._copier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetide-key-index-copy")
-        return self._copier
-
-    def wait_for_copy(self) -> None:
-        """Wait until the copy being written, if any, is written (or failed, logged)."""
-        pending = self._copying
-        if pending is not None:
-            pending.result()
 
     def forget(self) -> None:
         """Drop the index (an outcome is unknown): the next batch builds it from the table."""
@@ -211,7 +174,6 @@ class StreamVectors:
         if index is None:
             return False
         self._dropped = True
-        self.wait_for_copy()
         if not self.copy_every or self._jtable is None or index.snapshot_id in (None, self._copied_at):
             return False
         try:
