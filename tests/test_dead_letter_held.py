@@ -51,15 +51,52 @@ def test_a_files_dead_letter_position_keeps_the_files_it_held_within_the_late_wi
     source = FileSource(
         FileSourceConfig.from_dict({"path": str(tmp_path), "format": "json", "late_window_seconds": 60})
     )
-    earlier = {"max_mtime_ms": 100_000, "files": {"a.json": 90_000, "b.json": 100_000, "old.json": 1_000}}
+    earlier = {
+        "max_mtime_ms": 100_000,
+        "files": {"a.json": 90_000, "b.json": 100_000, "mid.json": 38_000, "old.json": 1_000},
+    }
     later = {"max_mtime_ms": 95_000, "files": {"a.json": 90_000, "c.json": 95_000}, "listed_at_ms": 7}
     merged = source.merge_positions(earlier, later)
     assert merged == {
         "max_mtime_ms": 100_000,
-        "files": {"a.json": 90_000, "b.json": 100_000, "c.json": 95_000},  # old.json: below the horizon
+        # mid.json: below the earlier horizon (40 s), not below this batch's own (35 s), from which
+        # the table plans once the batch commits; old.json: below both
+        "files": {"a.json": 90_000, "b.json": 100_000, "c.json": 95_000, "mid.json": 38_000},
         "listed_at_ms": 7,
     }
     paths = [str(tmp_path / n) for n in ("a.json", "b.json", "d.json")]
     assert source.held(merged, paths) == paths[:2]
     held = Held(files=frozenset(source.held(merged, paths)))
     assert held.holds(f"{paths[1]}:17") and held.holds(paths[0]) and not held.holds(f"{paths[2]}:1")
+
+
+def test_a_reset_the_dead_letters_recorded_keeps_their_position_in_the_new_log(tmp_path: Path) -> None:
+    """Killed after the dead letters of the batch that found a reset (new log read to 0:40); the
+    batch read again stops at 0:25 (another partition took its share of max_records): the
+    dead-letter position stays at 0:40, as a position in the new log."""
+    from icetide.config import PipelineConfig
+    from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
+    from icetide.sink.committer import PipelineState
+
+    doc = {
+        "pipeline": "p",
+        "source": {"kafka": {"bootstrap_servers": "127.0.0.1:9", "topic": "t"}},
+        "table": {"name": "lake.db.t", "schema": "id BIGINT NOT NULL", "key": ["id"]},
+        "dead_letter": "lake.db.t_dead_letter",
+        "on_data_loss": "skip",
+    }
+    source = SourceAdapter(PipelineConfig.from_dict(doc))
+    dead = PipelineState("p", 7, {"0": 40, "1": 500}, "x")
+    loss = {"source_position": "t/0@800..?", "error": "data loss: reset"}
+    items = [
+        {"topic": "t", "partition": 0, "start": 0, "end": 25},
+        {"topic": "t", "partition": 1, "start": 500, "end": 525},
+    ]
+    batch = PlannedBatch(items, {"0": 25, "1": 525}, 50, [loss])
+    seen = source.held(dead, batch, lambda ps: set(ps))
+    assert seen.holds("t/0@800..?") and seen.holds("t/0@24") and not seen.holds("t/1@500")
+    again = PlannedBatch(items, {"0": 25, "1": 525}, 50, [loss], seen)
+    assert source.dead_letter_position(dead, again) == {"0": 40, "1": 525}
+    fresh = PlannedBatch(items, {"0": 25, "1": 525}, 50, [loss], source.held(dead, batch, lambda ps: set()))
+    assert source.dead_letter_position(dead, fresh) == {"0": 25, "1": 525}  # a new log: its own position
+    source.close()

@@ -275,3 +275,38 @@ def test_debezium_bad_events(spark: Any) -> None:
     good, bad = decoded.good, decoded.bad
     assert good.count() == 0
     assert bad_rows(bad) == {f"ads/0@{i}": (cases[p], p) for i, p in enumerate(payloads)}
+
+
+def test_a_delete_needs_only_its_key_on_both_paths(spark: Any) -> None:
+    """A DELETE whose other values are missing or do not convert is a delete on the Spark path
+    (decode_json checks them only for other ops); the pyarrow decoder of the fast path agrees."""
+    import pyarrow as pa
+
+    from icetide.decode.arrow_json import ArrowJsonDecoder
+
+    schema = T.StructType(
+        [
+            T.StructField("ad_id", T.LongType(), nullable=False),
+            T.StructField("clicks", T.IntegerType(), nullable=False),
+            T.StructField("name", T.StringType()),
+        ]
+    )
+    values = [
+        '{"ad_id": 1, "clicks": "many", "_op": "DELETE"}',
+        '{"ad_id": 2, "_op": " delete"}',
+        '{"ad_id": 3, "clicks": "many"}',
+    ]
+    good, bad = decode_json(kafka_frame(spark, values), "value", schema, ["ad_id"], "upsert", KAFKA_POSITION)
+    spark_good = sorted((r["ad_id"], r["clicks"], r["_op"]) for r in good.collect())
+    spark_bad = [r["error"] for r in bad.collect()]
+    assert spark_good == [(1, None, "DELETE"), (2, None, "DELETE")] and spark_bad == [
+        "column clicks: 'many' is not an INT"
+    ]
+
+    arrow = pa.schema(
+        [pa.field("ad_id", pa.int64(), False), pa.field("clicks", pa.int32(), False), pa.field("name", pa.string())]
+    )
+    decoder = ArrowJsonDecoder(arrow, ["ad_id"])
+    records = [decoder.record(v) for v in values]
+    assert [(row, op) for row, error, op in records[:2]] == [([1, None, None], "DELETE"), ([2, None, None], "DELETE")]
+    assert [error for _, error, _ in records] == [None, None, spark_bad[0]]

@@ -420,7 +420,7 @@ class ArrowJsonDecoder:
             raw = raw_text(value)
             converted = self._value(raw, f.type)
             typed.append(converted)
-            if converted is None:
+            if converted is None and (op != DELETE or f.name in self.key):  # a delete's other values go unread
                 shown = type_name(f.type)
                 article = "an" if shown[:1] in "AEIOU" else "a"
                 quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."

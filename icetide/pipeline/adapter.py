@@ -144,12 +144,18 @@ class SourceAdapter:
     def dead_letter_position(self, dead_letters: PipelineState | None, batch: PlannedBatch) -> dict[str, Any]:
         """The position a dead-letter commit of `batch` records: the batch's, never behind the
         last dead-letter commit's (a batch read again after a crash may stop short of it), but
-        for a partition the batch found reset (a recreated topic), whose new log starts again."""
+        for a partition the batch found reset (a recreated topic), whose new log starts again,
+        unless the last dead-letter commit already recorded that very reset (its position is in
+        the new log)."""
         before = dead_letters.source_position if dead_letters is not None else None
         if not isinstance(before, dict):
             return batch.position
         if self.kind == "kafka":
-            wheres = [loss["source_position"] for loss in batch.losses if loss["source_position"].endswith(RESET)]
+            wheres = [
+                loss["source_position"]
+                for loss in batch.losses
+                if loss["source_position"].endswith(RESET) and loss["source_position"] not in batch.held.lost
+            ]
             reset = {m[2] for m in map(partial(re.match, KAFKA_WHERE), wheres) if m is not None}
             out = dict(batch.position)
             for p, offset in before.items():

@@ -183,8 +183,12 @@ class SyncRunner:
 
     def write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
         """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
-        registry and the dead-letter position, before any table."""
-        position = advance(self.state.dead_letter_position, plan.ends, reset=plan.reset_partitions())
+        registry and the dead-letter position, before any table. The position never goes back, but
+        on a partition found reset that the dead-letter table has not recorded yet (a new log)."""
+        resets = [loss for loss in plan.losses if loss.to_offset is None]
+        recorded = self.dead_letter.recorded([loss.where() for loss in resets]) if resets else set()
+        reset = {(loss.topic, str(loss.partition)) for loss in resets if loss.where() not in recorded}
+        position = advance(self.state.dead_letter_position, plan.ends, reset=reset)
         registry = self.state.registry()
         if bad is None:
             self.dead_letter.sink.committer.commit(batch_id, [], position, registry=registry)

@@ -299,8 +299,10 @@ class FileSource:
         bad lines it holds while a plan could still take that file)."""
         newest, files = parse_position(later)
         before_newest, before = parse_position(earlier)
-        newest = max(newest, before_newest)
+        # `later`'s own horizon: files below it are never planned again from `later` (the table's
+        # position once the batch commits); the newest of both is recorded.
         horizon = newest - int(self.config.late_window_seconds * 1000)
+        newest = max(newest, before_newest)
         kept = {name: mtime for name, mtime in before.items() if mtime >= horizon}
         out = dict(later)
         out.update({"max_mtime_ms": newest, "files": dict(sorted({**kept, **files}.items()))})
