@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
@@ -156,8 +157,11 @@ class Runner:
         """Commit the batch's bad records, with the position they are committed up to."""
         assert self.dead_letter is not None
         position = self.source.dead_letter_position(self._dead, plan)
-        self.dead_letter.write(bad, batch_id=batch_id, position=position)
-        self._dead = self.dead_letter.last_committed()
+        result = self.dead_letter.write(bad, batch_id=batch_id, position=position)
+        if result.committed:  # what it committed, without reading the table again
+            self._dead = PipelineState(self.config.pipeline, batch_id, position, datetime.now(UTC).isoformat())
+        else:  # another writer's commit holds that batch id: the table says what is held
+            self._dead = self.dead_letter.last_committed()
 
     def run_batch(self) -> BatchMetrics | None:
         """Run one batch and commit it; None when the source had nothing new."""
