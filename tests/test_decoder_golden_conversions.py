@@ -4,8 +4,9 @@ tests/test_decoder_golden.py) they are the specification the Python decoders mus
 
 tests/golden/debezium_conversions/: `decode_debezium` on the synthetic messages of
 tests/test_debezium_arrow.py (`CONVERSIONS` on the real full_types schema, `_events()` on the
-real products schema in both op modes). tests/golden/json/: `decode_json` on the payloads of
-tests/test_decode.py and tests/test_fast_append.py. One file per group of cases, all of a group
+real products schema in both op modes). tests/golden/json/ (tests/test_decoder_golden_json.py):
+`decode_json` on the payloads of tests/test_decode.py and tests/test_fast_append.py. One file per
+group of cases, all of a group
 decoded as one batch (one Kafka offset per case, from 0), one case per line under a stable id:
 its good rows (with `_op`, and `_source_order` for Debezium) and its dead letters' errors. Values
 are spelled as tests/test_decoder_golden.py spells them. Written by the decoders as they stood at
@@ -25,30 +26,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.decode.connect import parse_envelope_schema, table_schema
 from icetide.decode.debezium_arrow import NotHere
-from icetide.decode.json import decode_json
 from tests.debezium_messages import ProductsStream
 from tests.test_debezium_arrow import (
     _FULL_TYPES_TABLE,
     CONVERSIONS,
-    KAFKA_POSITION,
     _events,
-    arrow_schema,
     full_types,
-    kafka_frame,
     python_rows,
     spark_rows,
 )
-from tests.test_decode import ADS, BAD_CASES, LACKING_VALUES, TYPED_VALUES
 from tests.test_decoder_golden import _spelling
-from tests.test_fast_append import BAD, KEY, KEYS_NO_COLUMN, SCHEMA, good_event
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("ICETIDE_UPDATE_GOLDEN") == "1"
@@ -76,9 +68,10 @@ def check_python(
     cases: Sequence[Case],
     golden: dict[str, Any],
     decode: Callable[[int, bytes | None], Output],
+    known: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Each case decoded alone: exactly its golden output, or NotHere. Returns id -> NotHere reason;
-    a case of PYTHON_DIFFERS must give another output than its golden one (else it leaves the list)."""
+    a case of `known` (id -> how) must give another output than its golden one (else it leaves the list)."""
     expected = {c["id"]: {"good": c["good"], "dead_letters": c["dead_letters"]} for c in golden["cases"]}
     not_yet: dict[str, str] = {}
     differs: dict[str, Output] = {}
@@ -90,7 +83,7 @@ def check_python(
             continue
         if mine != expected[case]:
             differs[case] = mine
-    known = PYTHON_DIFFERS.get(group, {})
+    known = known or {}
     unexpected = [
         f"{case}: Python {mine} != golden {expected[case]}" for case, mine in differs.items() if case not in known
     ]
@@ -258,158 +251,3 @@ def test_debezium_decoders_match_the_golden_files(spark: Any, group: str) -> Non
 
     not_yet = check_python(group, cases, golden, python)
     assert by_reason(not_yet, cases) == NOT_YET_DEBEZIUM.get(group, {})
-
-
-# -- JSON -------------------------------------------------------------------------------------------
-
-
-def _text_cases(values: Sequence[str | bytes | None]) -> list[Case]:
-    """Cases named by their payload (a payload is its own stable id; None is a tombstone)."""
-    encoded = [v.encode() if isinstance(v, str) else v for v in values]
-    return unique([("tombstone" if v is None else v.decode(), v) for v in encoded])
-
-
-def _fast_append_table() -> T.StructType:
-    fields = []
-    for column in SCHEMA.split(", "):
-        name, ddl, *not_null = column.split(" ")
-        fields.append(T.StructField(name, T._parse_datatype_string(ddl), nullable=not not_null))
-    return T.StructType(fields)
-
-
-_KEYS_NO_COLUMN_TABLE = T.StructType(
-    [T.StructField("id", T.StringType(), nullable=False), T.StructField("n", T.LongType())]
-)
-
-JSON_GROUPS: dict[str, tuple[Callable[[], list[Case]], Callable[[], T.StructType], list[str], str]] = {
-    # group -> (cases, table, key, op mode)
-    "ads_typed-upsert": (lambda: _text_cases(TYPED_VALUES), lambda: ADS, ["ad_id"], "upsert"),
-    "ads_typed-append": (lambda: _text_cases(TYPED_VALUES), lambda: ADS, ["ad_id"], "append"),
-    "ads_bad": (lambda: _text_cases(list(BAD_CASES)), lambda: ADS, ["ad_id"], "upsert"),
-    "ads_lacking_fields": (lambda: _text_cases(LACKING_VALUES), lambda: ADS, ["ad_id"], "upsert"),
-    "fast_append": (
-        lambda: unique([(f"good_event({i})", json.dumps(good_event(i)).encode()) for i in range(5)]) + _text_cases(BAD),
-        _fast_append_table,
-        KEY,
-        "append",
-    ),
-    "keys_no_column": (lambda: _text_cases(KEYS_NO_COLUMN), lambda: _KEYS_NO_COLUMN_TABLE, ["id"], "append"),
-    # The ADS payloads again, into the columns of ADS the pyarrow decoder can produce, appended.
-    "ads_supported_columns": (
-        lambda: _text_cases(list(dict.fromkeys([*TYPED_VALUES, *BAD_CASES, *LACKING_VALUES]))),
-        lambda: T.StructType([f for f in ADS.fields if f.name not in ("price", "tags", "blob")]),
-        ["ad_id"],
-        "append",
-    ),
-}
-
-# What the Python JSON decoder does not decode yet: group -> reason -> case ids (or ALL).
-_ADS_TYPES = "columns the pyarrow decoder cannot produce: price decimal128(10, 2), tags list<item: string>, blob binary"
-NOT_YET_JSON: dict[str, dict[str, Any]] = {
-    "ads_typed-upsert": {_ADS_TYPES: ALL},
-    "ads_typed-append": {_ADS_TYPES: ALL},
-    "ads_bad": {_ADS_TYPES: ALL},
-    "ads_lacking_fields": {_ADS_TYPES: ALL},
-    "ads_supported_columns": {
-        "an _op other than INSERT: the append fast path steps aside": (
-            '{"ad_id": 1, "name": "a", "color": "red", "size": 3, "_op": "upsert"}',
-            '{"ad_id": 3, "_op": " delete"}',
-        ),
-    },
-}
-# Cases the Python decoder decodes, but not as the golden file has them: group -> id -> how.
-PYTHON_DIFFERS: dict[str, dict[str, str]] = {}
-# Groups whose count of keys the table lacks differs between the decoders, and why.
-UNKNOWN_FIELDS_NOT_YET = {
-    "keys_no_column": "a key whose value is null: decode_json counts it, the pyarrow decoder does not",
-}
-
-
-def _arrow_type(t: T.DataType) -> pa.DataType:
-    if isinstance(t, T.ArrayType):
-        return pa.list_(_arrow_type(t.elementType))
-    return arrow_schema(T.StructType([T.StructField("v", t)])).field(0).type
-
-
-def _json_row(row: dict[str, Any], schema: T.StructType, op: str) -> dict[str, Any]:
-    return {"_op": op, **{n: _spelling(row[n]) for n in schema.names}}
-
-
-@pytest.mark.parametrize("group", list(JSON_GROUPS))
-def test_json_decoders_match_the_golden_files(spark: Any, group: str) -> None:
-    make_cases, make_table, key, op_mode = JSON_GROUPS[group]
-    cases, schema = make_cases(), make_table()
-    keep: list[Any] = []
-    unknown: dict[str, int] = {}
-    good, bad = decode_json(
-        kafka_frame(spark, [v for _, v in cases]),
-        "value",
-        schema,
-        key,
-        op_mode,  # type: ignore[arg-type]
-        KAFKA_POSITION,
-        extra_cols=["offset"],
-        keep=keep,
-        unknown_fields=unknown,
-    )
-    try:
-        columns = [
-            F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, T.TimestampType) else F.col(f"`{f.name}`")
-            for f in schema.fields
-        ]
-        rows = [
-            (r["offset"], _json_row(r.asDict(), schema, r["_op"]))
-            for r in good.select(*columns, "_op", "offset").collect()
-        ]
-        errors = {int(r["source_position"].rpartition("@")[2]): r["error"] for r in bad.collect()}
-    finally:
-        for frame in keep:
-            frame.unpersist()
-    per_case = [
-        {
-            "id": case,
-            "good": [row for at, row in rows if at == offset],
-            "dead_letters": [errors[offset]] if offset in errors else [],
-        }
-        for offset, (case, _) in enumerate(cases)
-    ]
-    head = {
-        "decoder": "icetide.decode.json.decode_json",
-        "table": [[f.name, f.dataType.simpleString(), f.nullable] for f in schema.fields],
-        "key": key,
-        "op_mode": op_mode,
-        "unknown_fields": unknown,
-    }
-    golden = check_golden(GOLDEN / "json" / f"{group}.json", head, per_case)
-
-    arrow = pa.schema([pa.field(f.name, _arrow_type(f.dataType), nullable=f.nullable) for f in schema.fields])
-    counted: dict[str, int] = {}
-
-    def python(offset: int, value: bytes | None) -> Output:
-        try:
-            decoder = ArrowJsonDecoder(arrow, key)
-        except ValueError as exc:
-            raise NotHere(str(exc)) from None
-        if op_mode != "append":
-            raise NotHere(f"op_mode {op_mode}: the pyarrow decoder appends only")
-        try:
-            decoded = decoder.decode([value], lambda _: f"cdc/0@{offset}")
-        except pa.ArrowInvalid as exc:  # a crash, where the Spark decoder gives a row or a dead letter
-            return {"raises": f"ArrowInvalid: {exc}"}
-        if decoded.changes:
-            raise NotHere("an _op other than INSERT: the append fast path steps aside")
-        table = decoded.rows
-        for i, f in enumerate(table.schema):
-            if pa.types.is_timestamp(f.type):
-                table = table.set_column(i, f.name, table[i].cast(pa.int64()))
-        for name, count in decoded.unknown_fields.items():
-            counted[name] = counted.get(name, 0) + count
-        return {
-            "good": [_json_row(r, schema, "INSERT") for r in table.to_pylist()],
-            "dead_letters": [b.error for b in decoded.bad],
-        }
-
-    not_yet = check_python(group, cases, golden, python)
-    assert by_reason(not_yet, cases) == NOT_YET_JSON.get(group, {})
-    if not not_yet:  # counted over every case of the group
-        assert (counted == golden["unknown_fields"]) == (group not in UNKNOWN_FIELDS_NOT_YET), counted
