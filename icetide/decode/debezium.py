@@ -45,13 +45,13 @@ from icetide.decode.json import (
     convert,
     convert_sql,
     finish,
-    infer_ddl,
     malformed_error,
     payload_text,
     quote_name,
     raw_column,
     source_position,
 )
+from icetide.decode.json_evolution import infer_ddl
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT

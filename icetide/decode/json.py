@@ -27,11 +27,11 @@ before acting on both, or the source is read twice.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from icetide.decode import limits as lim
+from icetide.decode.json_evolution import UNKNOWN, UNKNOWN_PAYLOAD, addable, count_unknown, sample_types
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
@@ -56,8 +56,6 @@ PARSED = "_icetide_parsed"
 PRE_ERROR = "_icetide_pre_error"
 ERROR = "_icetide_error"
 BARRIER = "_icetide_barrier"
-_UNKNOWN = "_icetide_unknown"  # a record's top-level keys that are not columns
-_UNKNOWN_PAYLOAD = "_icetide_unknown_payload"  # the payload of a record with such keys
 _EPOCH_DIGITS = {"s": 12, "ms": 15, "us": 18}  # up to about the year 33658, far from overflowing
 _EPOCH_PER_SECOND = {"s": 1, "ms": 1000, "us": 1_000_000}
 
@@ -391,21 +389,6 @@ def finish(
     return good, bad
 
 
-def infer_ddl(text: str | None) -> str:
-    """The column type a JSON value's text asks for, for schema evolution without a schema:
-    BOOLEAN, BIGINT (up to 18 digits), DOUBLE, else STRING (null: STRING). The text is what
-    Spark's JSON reader keeps for a STRING field, so a quoted "12" reads as 12 does."""
-    if text is None:
-        return "STRING"
-    if text in ("true", "false"):
-        return "BOOLEAN"
-    if re.fullmatch(r"-?[0-9]{1,18}", text):
-        return "BIGINT"
-    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?", text):
-        return "DOUBLE"
-    return "STRING"
-
-
 def decode_json(
     df: DataFrame,
     value_col: str,
@@ -442,13 +425,13 @@ def decode_json(
     partition, then position in it), its values then converted and checked as any column of
     that type (a value that does not fit makes its record bad, naming the column). A batch that
     adds columns is decoded twice: the first decode's cache is dropped and the source read
-    again. Keys that cannot be a column (see `_addable`) stay unknown.
+    again. Keys that cannot be a column (see `addable`) stay unknown.
     """
     from pyspark.sql import types as T
 
     if schema_evolution and (keep is None or unknown_fields is None):
         raise ConfigError("decode: schema_evolution needs keep and unknown_fields (a batch is read twice without)")
-    count_unknown = unknown_fields is not None and keep is not None
+    counting = unknown_fields is not None and keep is not None
 
     def once(schema: StructType) -> tuple[DataFrame, DataFrame]:
         return _decode_once(
@@ -462,26 +445,26 @@ def decode_json(
             extra_cols=extra_cols,
             keep=keep,
             limits=limits,
-            carry_unknown=count_unknown,
+            carry_unknown=counting,
             carry_payload=schema_evolution,
         )
 
     cached_from = len(keep) if keep is not None else 0
     good, bad = once(table_schema)
-    if not count_unknown or unknown_fields is None:
+    if not counting or unknown_fields is None:
         return good, bad
-    counts = _count_unknown(good)
+    counts = count_unknown(good)
     added: list[StructField] = []
     if schema_evolution and counts:
-        addable = _addable(counts, table_schema, extra_cols)
-        if addable:
-            added = _sample_types(good, addable)
+        names = addable(counts, table_schema, extra_cols)
+        if names:
+            added = sample_types(good, names)
             assert keep is not None
             for frame in keep[cached_from:]:  # the first decode lacks the new columns
                 frame.unpersist()
             del keep[cached_from:]
             good, bad = once(T.StructType([*table_schema.fields, *added]))
-            counts = _count_unknown(good)  # what stays unknown, among the records still good
+            counts = count_unknown(good)  # what stays unknown, among the records still good
             log.info(
                 "the table lacks field(s) the source sends, added as nullable column(s): %s",
                 ", ".join(f"{f.name} {type_name(f.dataType)}" for f in added),
@@ -489,7 +472,7 @@ def decode_json(
     if new_columns is not None:
         new_columns.extend(added)
     unknown_fields.update(counts)
-    good = good.drop(_UNKNOWN, _UNKNOWN_PAYLOAD)
+    good = good.drop(UNKNOWN, UNKNOWN_PAYLOAD)
     if counts:
         log.warning(
             "the table lacks field(s) the source sends, not written%s: %s",
@@ -497,54 +480,6 @@ def decode_json(
             ", ".join(f"{n} ({c} records)" for n, c in sorted(counts.items())),
         )
     return good, bad
-
-
-def _count_unknown(good: DataFrame) -> dict[str, int]:
-    """Good records per top-level key that is no column (one Spark job)."""
-    from pyspark.sql import functions as F
-
-    counts = (
-        good.where(F.size(_UNKNOWN) > 0).select(F.explode(_UNKNOWN).alias("field")).groupBy("field").count().collect()
-    )
-    return {r["field"]: r["count"] for r in counts}
-
-
-def _addable(unknown: Mapping[str, int], table_schema: StructType, extra_cols: Sequence[str]) -> list[str]:
-    """The unknown keys schema evolution can add, in name order. Not: an empty name or one with
-    a dot (Iceberg reads a dot in a new top-level name as a path), icetide's internal names, and
-    names equal but for case to a column, an extra column or another such key (Spark resolves
-    names without regard to case, so the batch could not tell them apart)."""
-    taken = [f.name.lower() for f in table_schema.fields] + [c.lower() for c in [*extra_cols, OP_COLUMN]]
-    lowered = [n.lower() for n in unknown]
-    return [
-        n
-        for n in sorted(unknown)
-        if n
-        and "." not in n
-        and not n.lower().startswith("_icetide_")
-        and n.lower() not in taken
-        and lowered.count(n.lower()) == 1
-    ]
-
-
-def _sample_types(good: DataFrame, names: Sequence[str]) -> list[StructField]:
-    """Nullable columns for `names`, each typed by `infer_ddl` of its first non-null value in
-    `good` (first by Spark partition, then by position in it). One Spark job over the cache."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    parse = T.StructType([T.StructField(n, T.StringType()) for n in names])
-    values = good.where(F.size(_UNKNOWN) > 0).select(
-        F.from_json(F.col(_UNKNOWN_PAYLOAD), parse).alias(PARSED), F.monotonically_increasing_id().alias(BARRIER)
-    )
-    parsed, arrival = F.col(PARSED), F.col(BARRIER)
-    sample = values.agg(
-        *[F.min_by(parsed[n], F.when(parsed[n].isNotNull(), arrival)).alias(raw_column(i)) for i, n in enumerate(names)]
-    ).first()
-    return [
-        T.StructField(n, T._parse_datatype_string(infer_ddl(sample[raw_column(i)] if sample else None).lower()), True)
-        for i, n in enumerate(names)
-    ]
 
 
 def _decode_once(
@@ -562,8 +497,8 @@ def _decode_once(
     carry_unknown: bool,
     carry_payload: bool,
 ) -> tuple[DataFrame, DataFrame]:
-    """`decode_json` against one schema. With `carry_unknown`, good has _UNKNOWN (the record's
-    keys that are no column); with `carry_payload` too, _UNKNOWN_PAYLOAD (the payload of a record
+    """`decode_json` against one schema. With `carry_unknown`, good has UNKNOWN (the record's
+    keys that are no column); with `carry_payload` too, UNKNOWN_PAYLOAD (the payload of a record
     with such keys, else null: cached only for those few records, to type new columns)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -586,11 +521,11 @@ def _decode_once(
     if carry_unknown:  # the keys alone, a second but shallow read (Jackson skips the values)
         known = F.array(*[F.lit(f.name) for f in fields], F.lit(OP_COLUMN))
         keys = F.coalesce(F.array_except(F.json_object_keys(F.col(PAYLOAD)), known), F.array().cast("array<string>"))
-        staged = staged.withColumn(_UNKNOWN, keys)
-        carried.append(_UNKNOWN)
+        staged = staged.withColumn(UNKNOWN, keys)
+        carried.append(UNKNOWN)
         if carry_payload:
-            staged = staged.withColumn(_UNKNOWN_PAYLOAD, F.when(F.size(_UNKNOWN) > 0, F.col(PAYLOAD)))
-            carried.append(_UNKNOWN_PAYLOAD)
+            staged = staged.withColumn(UNKNOWN_PAYLOAD, F.when(F.size(UNKNOWN) > 0, F.col(PAYLOAD)))
+            carried.append(UNKNOWN_PAYLOAD)
     parsed = F.col(PARSED)
     raw_op = parsed[OP_COLUMN]
     op = F.upper(F.trim(raw_op))
