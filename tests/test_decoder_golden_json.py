@@ -20,7 +20,6 @@ from tests.test_debezium_arrow import KAFKA_POSITION, arrow_schema, kafka_frame
 from tests.test_decode import ADS, BAD_CASES, LACKING_VALUES, TYPED_VALUES
 from tests.test_decoder_golden import _spelling
 from tests.test_decoder_golden_conversions import (
-    ALL,
     GOLDEN,
     Case,
     Output,
@@ -73,25 +72,15 @@ JSON_GROUPS: dict[str, tuple[Callable[[], list[Case]], Callable[[], T.StructType
 }
 
 # What the Python JSON decoder does not decode yet: group -> reason -> case ids (or ALL).
-_ADS_TYPES = "columns the pyarrow decoder cannot produce: price decimal128(10, 2), tags list<item: string>, blob binary"
-NOT_YET_JSON: dict[str, dict[str, Any]] = {
-    "ads_typed-upsert": {_ADS_TYPES: ALL},
-    "ads_typed-append": {_ADS_TYPES: ALL},
-    "ads_bad": {_ADS_TYPES: ALL},
-    "ads_lacking_fields": {_ADS_TYPES: ALL},
-    "ads_supported_columns": {
-        "an _op other than INSERT: the append fast path steps aside": (
-            '{"ad_id": 1, "name": "a", "color": "red", "size": 3, "_op": "upsert"}',
-            '{"ad_id": 3, "_op": " delete"}',
-        ),
-    },
-}
+NOT_YET_JSON: dict[str, dict[str, Any]] = {}
 # Cases the Python decoder decodes, but not as the golden file has them: group -> id -> how.
 PYTHON_DIFFERS: dict[str, dict[str, str]] = {}
 # Groups whose count of keys the table lacks differs between the decoders, and why.
-UNKNOWN_FIELDS_NOT_YET = {
-    "keys_no_column": "a key whose value is null: decode_json counts it, the pyarrow decoder does not",
-}
+_NULL_KEY = (
+    "a key whose value is null: decode_json counts it, the pyarrow decoder does not (tests/test_fast_append.py"
+    "::test_decoder_counts_keys_that_are_no_column_on_both_paths holds it to keys with a value)"
+)
+UNKNOWN_FIELDS_NOT_YET = dict.fromkeys(("keys_no_column", "ads_lacking_fields", "ads_supported_columns"), _NULL_KEY)
 
 
 def _arrow_type(t: T.DataType) -> pa.DataType:
@@ -156,25 +145,21 @@ def test_json_decoders_match_the_golden_files(spark: Any, group: str) -> None:
 
     def python(offset: int, value: bytes | None) -> Output:
         try:
-            decoder = ArrowJsonDecoder(arrow, key)
+            decoder = ArrowJsonDecoder(arrow, key, op_mode=op_mode)  # type: ignore[arg-type]
         except ValueError as exc:
             raise NotHere(str(exc)) from None
-        if op_mode != "append":
-            raise NotHere(f"op_mode {op_mode}: the pyarrow decoder appends only")
         try:
             decoded = decoder.decode([value], lambda _: f"cdc/0@{offset}")
         except pa.ArrowInvalid as exc:  # a crash, where the Spark decoder gives a row or a dead letter
             return {"raises": f"ArrowInvalid: {exc}"}
-        if decoded.changes:
-            raise NotHere("an _op other than INSERT: the append fast path steps aside")
-        table = decoded.rows
+        table = decoded.with_ops()
         for i, f in enumerate(table.schema):
             if pa.types.is_timestamp(f.type):
                 table = table.set_column(i, f.name, table[i].cast(pa.int64()))
         for name, count in decoded.unknown_fields.items():
             counted[name] = counted.get(name, 0) + count
         return {
-            "good": [_json_row(r, schema, "INSERT") for r in table.to_pylist()],
+            "good": [_json_row(r, schema, r["_op"]) for r in table.to_pylist()],
             "dead_letters": [b.error for b in decoded.bad],
         }
 

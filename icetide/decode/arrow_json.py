@@ -10,8 +10,16 @@ Conversions (as in decode/json.py): integers from JSON numbers or integral text,
 FLOAT/DOUBLE from numbers or numeric text; BOOLEAN from true/false or Spark's boolean words;
 STRING from the raw text of any JSON value; TIMESTAMP from integral epoch milliseconds (up to 15
 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session time zone); DATE from an
-integral count of days or ISO date text. Supported column types: SUPPORTED_TYPES below; the
-runner uses the Spark decoder for tables with other types (DECIMAL, BINARY, TIMESTAMP_NTZ, nested).
+integral count of days or ISO date text. DECIMAL, BINARY and ARRAY of some element types as
+decode/arrow_json_values.py says; a table with such a column is decoded record by record (see
+`unsupported_columns`). Other types (TIMESTAMP_NTZ, STRUCT, MAP, other arrays) are
+`undecodable_columns`: the Spark decoder reads those tables.
+
+Ops (as decode/json.py): a record's `_op` (spaces trimmed, any case) is INSERT, UPSERT or DELETE,
+else the record is bad; without one it is INSERT in "append" mode and UPSERT in "upsert" mode. A
+DELETE needs only its key: its other values go unread (a value that does not fit is null).
+Keys of a good record that are no column (nor `_op`) and hold a value are counted (decode_json
+counts null-valued ones too; tests/test_fast_append.py holds this decoder to values only).
 Payload limits and value ranges are icetide.decode.limits, as on the Spark path; a number
 longer than 1000 characters is malformed JSON, as Spark's reader (Jackson) has it.
 Known difference: timestamp text is read as ISO-8601 (`2024-05-01`, `2024-05-01 10:00`,
@@ -36,9 +44,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from icetide.decode import arrow_json_values as json_values
 from icetide.decode import limits as lim
+from icetide.decode.json import OpMode
 from icetide.decode.limits import PayloadLimits
-from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS
+from icetide.errors import ConfigError
+from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
 
 RAW_MESSAGE_CHARS = 60  # as decode/json.py: how much of a bad value an error message quotes
 EPOCH_MS_DIGITS = 15
@@ -96,12 +107,22 @@ def _supported(dtype: pa.DataType) -> bool:
 
 
 def unsupported_columns(schema: pa.Schema) -> list[str]:
-    """Columns (as 'name TYPE') this decoder cannot produce; empty when it can decode the table."""
+    """Columns (as 'name TYPE') the block-wise path cannot produce (nor `ArrowJsonDecoder._value`,
+    which the Debezium decoder shares); empty when the table's blocks decode in one pyarrow read.
+    A table whose other columns are all `json_values.supported` still decodes, record by record."""
     return [f"{f.name} {f.type}" for f in schema if not _supported(f.type)]
 
 
+def undecodable_columns(schema: pa.Schema) -> list[str]:
+    """Columns (as 'name TYPE') this decoder cannot produce at all; empty when it can decode the table."""
+    return [f"{f.name} {f.type}" for f in schema if not (_supported(f.type) or json_values.supported(f.type))]
+
+
 def type_name(dtype: pa.DataType) -> str:
-    """How the Spark decoder's errors name a type (INT, BIGINT, TIMESTAMP...)."""
+    """How the Spark decoder's errors name a type (INT, BIGINT, TIMESTAMP, DECIMAL(10,2), array<int>...)."""
+    if json_values.supported(dtype):
+        name = json_values.simple_string(dtype)
+        return name if "<" in name else name.upper()
     if pa.types.is_integer(dtype):
         return {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}[dtype.bit_width]
     if pa.types.is_timestamp(dtype):
@@ -128,13 +149,25 @@ class BadRecord:
 
 @dataclass(frozen=True)
 class Decoded:
-    """A block's good rows (table schema, input order), its bad records, and whether a record
-    carries an `_op` other than INSERT (which an append fast path cannot honour)."""
+    """A block's good rows (table schema, input order), its bad records, and whether a good row's
+    `_op` is other than INSERT (which an append fast path cannot honour)."""
 
     rows: pa.Table
     bad: list[BadRecord]
     changes: bool = False
     unknown_fields: dict[str, int] = field(default_factory=dict)  # key that is no column -> good records with it
+    op_values: pa.Array | None = None  # the `_op` of each good row; None: every row's is `default_op`
+    default_op: str = INSERT
+
+    def ops(self) -> pa.Array:
+        """The `_op` of each good row (INSERT, UPSERT or DELETE), in row order."""
+        if self.op_values is not None:
+            return self.op_values
+        return pa.array([self.default_op] * self.rows.num_rows, pa.string())
+
+    def with_ops(self) -> pa.Table:
+        """`rows` with the `_op` column after the table's, as decode_json's good rows have it."""
+        return self.rows.append_column(pa.field(OP_COLUMN, pa.string(), nullable=False), self.ops())
 
 
 def raw_text(value: Any) -> str:
@@ -156,16 +189,29 @@ class ArrowJsonDecoder:
     """Decodes blocks of JSON payloads into a table's Arrow schema; picklable, built on the driver."""
 
     def __init__(
-        self, schema: pa.Schema, key: Sequence[str], *, time_zone: str = "UTC", limits: PayloadLimits | None = None
+        self,
+        schema: pa.Schema,
+        key: Sequence[str],
+        *,
+        op_mode: OpMode = "append",
+        time_zone: str = "UTC",
+        limits: PayloadLimits | None = None,
     ) -> None:
-        missing = unsupported_columns(schema)
+        """`op_mode` as decode_json's: the `_op` of a record without one (INSERT when "append",
+        UPSERT when "upsert"). ValueError for a table with `undecodable_columns`."""
+        if op_mode not in ("append", "upsert"):
+            raise ConfigError(f"decode: op_mode {op_mode!r} is not one of upsert, append")
+        missing = undecodable_columns(schema)
         if missing:
             raise ValueError(f"columns the pyarrow decoder cannot produce: {', '.join(missing)}")
         self.schema = schema
         self.key = tuple(key)
+        self.op_mode = op_mode
+        self.default_op = INSERT if op_mode == "append" else UPSERT
         self.time_zone = time_zone
         self.limits = limits or PayloadLimits()
         self._known = frozenset([*schema.names, OP_COLUMN])
+        self._record_by_record = bool(unsupported_columns(schema))
 
     # -- block decoding ----------------------------------------------------------------------
 
@@ -191,7 +237,7 @@ class ArrowJsonDecoder:
         `b"\\n".join(map(Message.value, messages))`) so skips a Python list of them per block.
         """
         if count == 0:
-            return Decoded(self.schema.empty_table(), [])
+            return Decoded(self.schema.empty_table(), [], default_op=self.default_op)
         fast = self._vectorized(joined, count)
         if fast is not None:
             return fast
@@ -199,7 +245,7 @@ class ArrowJsonDecoder:
 
     def _decode(self, values: list[bytes], position: Callable[[int], str]) -> Decoded:
         if not values:
-            return Decoded(self.schema.empty_table(), [])
+            return Decoded(self.schema.empty_table(), [], default_op=self.default_op)
         fast = self._vectorized(b"\n".join(values), len(values))
         if fast is not None:
             return fast
@@ -224,6 +270,8 @@ class ArrowJsonDecoder:
     def _vectorized(self, joined: bytes, count: int) -> Decoded | None:
         """The whole block (`count` payloads joined by newlines) in one pyarrow read, or None when
         any record needs a closer look."""
+        if self._record_by_record:
+            return None
         # Exactly one JSON object per line: no payload spans lines, none is blank (pyarrow skips
         # blank lines), and the row count matches (two objects on one line would add a row).
         if joined.count(b"\n") != count - 1 or b"\r" in joined or _BLANK_LINE.search(joined):
@@ -251,13 +299,15 @@ class ArrowJsonDecoder:
             return None
         if parsed.num_rows != count:
             return None
-        changes = False
+        changes = self.default_op != INSERT
+        op_values = None
         ops = parsed[OP_COLUMN]
         if ops.null_count != len(ops):
-            upper = pc.utf8_upper(pc.utf8_trim_whitespace(ops.drop_null()))
-            if not pc.all(pc.is_in(upper, value_set=pa.array(OPS))).as_py():
+            upper = pc.utf8_upper(pc.utf8_trim(ops.combine_chunks(), characters=" "))  # Spark's trim: spaces only
+            if not pc.all(pc.is_in(upper.drop_null(), value_set=pa.array(OPS))).as_py():
                 return None  # unknown ops are bad records
-            changes = not pc.all(pc.equal(upper, INSERT)).as_py()
+            op_values = pc.fill_null(upper, self.default_op)
+            changes = not pc.all(pc.equal(op_values, INSERT)).as_py()
         columns = []
         for f in self.schema:
             column = self._convert(parsed[f.name].combine_chunks(), f.type)
@@ -272,7 +322,8 @@ class ArrowJsonDecoder:
                 present = len(parsed[name]) - parsed[name].null_count
                 if present:
                     unknown[name] = present
-        return Decoded(pa.Table.from_arrays(columns, schema=self.schema), [], changes, unknown)
+        rows = pa.Table.from_arrays(columns, schema=self.schema)
+        return Decoded(rows, [], changes, unknown, op_values, self.default_op)
 
     def _within_limits(self, joined: bytes, count: int) -> bool:
         """Whether every line of the block (`count` lines) passes icetide.decode.limits.payload_error
@@ -365,13 +416,13 @@ class ArrowJsonDecoder:
 
     # -- record by record --------------------------------------------------------------------
 
-    def _per_record(self, values: list[bytes], position: Callable[[int], str]) -> Decoded:
+    def _per_record(self, payloads: list[bytes], position: Callable[[int], str]) -> Decoded:
         names = self.schema.names
         columns: list[list[Any]] = [[] for _ in names]
         bad: list[BadRecord] = []
-        changes = False
+        ops: list[str] = []
         unknown: dict[str, int] = {}
-        for i, raw in enumerate(values):
+        for i, raw in enumerate(payloads):
             text, error = lim.payload_error(raw, self.limits)
             if error is not None:
                 bad.append(BadRecord(text, error, position(i)))
@@ -381,31 +432,36 @@ class ArrowJsonDecoder:
                 bad.append(BadRecord(text, error, position(i)))
                 continue
             assert row is not None
-            changes = changes or op != INSERT
+            ops.append(op)
             for j, v in enumerate(row):
                 columns[j].append(v)
         arrays = [pa.array(c, type=f.type) for c, f in zip(columns, self.schema, strict=True)]
-        return Decoded(pa.Table.from_arrays(arrays, schema=self.schema), bad, changes, unknown)
+        changes = any(op != INSERT for op in ops)
+        op_values = pa.array(ops, pa.string()) if any(op != self.default_op for op in ops) else None
+        rows = pa.Table.from_arrays(arrays, schema=self.schema)
+        return Decoded(rows, bad, changes, unknown, op_values, self.default_op)
 
     def record(self, text: str, unknown: dict[str, int] | None = None) -> tuple[list[Any] | None, str | None, str]:
         """One payload: (typed values in schema order, None, op) or (None, error, op). A good
         record's keys that are no column and hold a value are counted into `unknown`."""
+        default = self.default_op
         stripped = text.strip()
         if not stripped:
-            return None, "malformed JSON: empty payload", INSERT
+            return None, "malformed JSON: empty payload", default
         try:
             decoder = _CHECKED_DECODER if _LONG_DIGITS_TEXT.search(stripped) else _DECODER
             obj, _ = decoder.raw_decode(stripped)  # text after the first JSON value is ignored
         except ValueError:
             obj = None
         if not isinstance(obj, dict):
-            return None, "malformed JSON" if stripped.startswith("{") else "malformed JSON: not an object", INSERT
-        op = INSERT
+            return None, "malformed JSON" if stripped.startswith("{") else "malformed JSON: not an object", default
+        op = default
         raw_op = obj.get(OP_COLUMN)
         if raw_op is not None:
-            op = raw_text(raw_op).strip().upper()
+            shown_op = json_values.spark_text(raw_op)
+            op = shown_op.strip(" ").upper()  # Spark's trim: spaces only
             if op not in OPS:
-                return None, f"unknown op '{raw_text(raw_op)}'", INSERT
+                return None, f"unknown op '{shown_op}'", default
         typed: list[Any] = []
         errors: dict[str, str] = {}
         for f in self.schema:
@@ -417,12 +473,16 @@ class ArrowJsonDecoder:
                 elif not f.nullable and op != DELETE:  # a delete needs only its key (as decode/json.py)
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
-            raw = raw_text(value)
-            converted = self._value(raw, f.type)
+            if json_values.supported(f.type):
+                raw = json_values.spark_text(value)
+                converted = json_values.value(raw, f.type)
+            else:
+                raw = raw_text(value)
+                converted = self._value(raw, f.type)
             typed.append(converted)
             if converted is None and (op != DELETE or f.name in self.key):  # a delete's other values go unread
                 shown = type_name(f.type)
-                article = "an" if shown[:1] in "AEIOU" else "a"
+                article = "an" if shown[:1].upper() in "AEIOU" else "a"
                 quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."
                 errors[f.name] = f"column {f.name}: '{quoted}' is not {article} {shown}"
         if errors:  # key columns first, then the others, each in schema order (as decode/json.py)
