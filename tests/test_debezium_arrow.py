@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 
 from icetide.decode.connect import parse_envelope_schema, table_schema
 from icetide.decode.debezium import decode_debezium
-from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows, source_order
+from icetide.decode.debezium_arrow import Conversions, DeadLetter, EnvelopeReader, NotHere, TableRows, source_order
 from icetide.decode.limits import PayloadLimits
 from tests.debezium_messages import ProductsStream, lines, messages
 
@@ -70,6 +70,40 @@ def _value(v: Any) -> Any:
     return v
 
 
+def python_changes(
+    values: Sequence[bytes | None],
+    schema: T.StructType,
+    key: Sequence[str],
+    *,
+    op_mode: str = "upsert",
+    conversions: Conversions | None = None,
+    first_offset: int = 0,
+) -> tuple[Rows, dict[int, list[str]]]:
+    """The changes the Python decoder makes of `values` (Kafka offsets from `first_offset`), as one
+    batch, and its dead letters' errors by offset."""
+    reader = EnvelopeReader(PayloadLimits())
+    collected = TableRows(arrow_schema(schema), key, op_mode, conversions or Conversions())
+    dead: dict[int, list[str]] = {}
+    for offset, value in enumerate(values, start=first_offset):
+        try:
+            envelope = None if value is None else reader.read(value)
+        except DeadLetter as exc:
+            assert exc.error is not None
+            dead[offset] = [exc.error]
+            continue
+        if envelope is not None:
+            errors = collected.add(envelope, source_order(envelope.source, envelope.ts_ms, offset), evolving=False)
+            if errors:
+                dead[offset] = errors
+    table = collected.table()
+    assert table.column_names == [*schema.names, "_op", "_source_order"]
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type):
+            table = table.set_column(i, f.name, table[i].cast(pa.int64()))
+    rows = {(r["_op"], r["_source_order"]): tuple(_value(r[n]) for n in schema.names) for r in table.to_pylist()}
+    return rows, dead
+
+
 def python_rows(
     values: Sequence[bytes | None],
     schema: T.StructType,
@@ -79,19 +113,13 @@ def python_rows(
     conversions: Conversions | None = None,
     first_offset: int = 0,
 ) -> Rows:
-    """The changes the Python decoder makes of `values` (Kafka offsets from `first_offset`), as one batch."""
-    reader = EnvelopeReader(PayloadLimits())
-    collected = TableRows(arrow_schema(schema), key, op_mode, conversions or Conversions())
-    for offset, value in enumerate(values, start=first_offset):
-        envelope = None if value is None else reader.read(value)
-        if envelope is not None:
-            collected.add(envelope, source_order(envelope.source, envelope.ts_ms, offset), evolving=False)
-    table = collected.table()
-    assert table.column_names == [*schema.names, "_op", "_source_order"]
-    for i, f in enumerate(table.schema):
-        if pa.types.is_timestamp(f.type):
-            table = table.set_column(i, f.name, table[i].cast(pa.int64()))
-    return {(r["_op"], r["_source_order"]): tuple(_value(r[n]) for n in schema.names) for r in table.to_pylist()}
+    """`python_changes` of messages that hold no dead letter: the first one raises DeadLetter."""
+    rows, dead = python_changes(
+        values, schema, key, op_mode=op_mode, conversions=conversions, first_offset=first_offset
+    )
+    for errors in dead.values():
+        raise DeadLetter(errors[0])
+    return rows
 
 
 def spark_rows(
@@ -139,17 +167,20 @@ def compare_each(
     conversions: Conversions | None = None,
 ) -> tuple[dict[int, str], dict[int, str]]:
     """Decode every message alone on the Python side and all together on the Spark side (one
-    decode): where Python accepts a message, Spark has no dead letter for it and the same rows.
+    decode): where Python takes a message, it has Spark's dead letter for it, or none, and the same rows.
     Returns (offset -> NotHere reason, offset -> Spark error)."""
     good, bad = spark_rows(spark, values, schema, key, op_mode=op_mode)
     refused: dict[int, str] = {}
     for offset, value in enumerate(values):
         try:
-            mine = python_rows([value], schema, key, op_mode=op_mode, conversions=conversions, first_offset=offset)
+            mine, dead = python_changes(
+                [value], schema, key, op_mode=op_mode, conversions=conversions, first_offset=offset
+            )
         except NotHere as exc:
             refused[offset] = str(exc)
             continue
-        assert offset not in bad, f"message {offset}: Python accepts what Spark makes a dead letter: {bad[offset]}"
+        theirs_dead = [bad[offset]] if offset in bad else []
+        assert dead.get(offset, []) == theirs_dead, f"message {offset}: Python {dead} != Spark {theirs_dead}"
         theirs = {c: row for c, row in good.items() if _offset(c) == offset}
         if mine != theirs:
             differing = [
@@ -192,14 +223,14 @@ def refused_columns(
         except NotHere as exc:
             named = re.match(r"column (\S+?): ", str(exc))
             assert named is not None and named[1] not in key, f"the whole batch is refused: {exc}"
-            refused[named[1]] = str(exc).partition(": ")[2]
+            refused[named[1]] = _DEAD_LETTER if isinstance(exc, DeadLetter) else str(exc).partition(": ")[2]
             schema = T.StructType([f for f in schema.fields if f.name != named[1]])
 
 
 _BINARY = "type binary"
 _NUMERIC_DECIMAL = "a decimal sent as a number"  # decimal.format=NUMERIC: Spark reads it again, exactly
 _NESTED = "a number or a nested value into a STRING column"  # Spark keeps Jackson's text of it
-_DEAD_LETTER = "a value that does not convert (a dead letter on the Spark path)"
+_DEAD_LETTER = "a dead letter (as on the Spark path)"
 _GEOMETRY = ("point", "geometry", "linestring", "polygon", "multipoint", "multiline", "multipolygon")
 
 FILES: list[tuple[str, str | None, tuple[str, ...], dict[str, tuple[str, ...]]]] = [
@@ -343,7 +374,7 @@ def full_types(row_id: int, op: str = "r", **after: Any) -> bytes:
 
 SAME, REFUSED, DEAD_LETTER = "same", "refused", "dead letter"
 # (column, value, expected): SAME, the Python side decodes it as the Spark side does; REFUSED,
-# NotHere (whatever the Spark side makes of it); DEAD_LETTER, NotHere and a Spark dead letter.
+# NotHere (whatever the Spark side makes of it); DEAD_LETTER, the Spark side's dead letter on both.
 CONVERSIONS: list[tuple[str, Any, str]] = [
     # precise decimals: DECIMAL(8,4) from scale 4, DECIMAL(6,0) from scale 0
     ("decimal_c", _unscaled(1234567), SAME),
@@ -397,9 +428,9 @@ CONVERSIONS: list[tuple[str, Any, str]] = [
     ("time_c", -(2**63) + 1, SAME),
     ("time_c", -(2**63), REFUSED),  # Spark's abs() overflows: '--2562047788:00:06.224192'
     ("time_c", 2**63, REFUSED),  # beyond a BIGINT: Spark writes 'null:null:null.  null'
-    ("time_c", 2**64, REFUSED),
+    ("time_c", 2**64, DEAD_LETTER),
     ("time_c", "18:00:22", DEAD_LETTER),
-    ("time_c", 1.5, DEAD_LETTER),
+    ("time_c", 1.5, REFUSED),  # Spark's error quotes the number as sent
     ("micro_time_i", 64822000000, SAME),
     ("micro_time_i", -5, SAME),
     # io.debezium.time.Time (ms) and NanoTime into STRING
@@ -420,7 +451,7 @@ CONVERSIONS: list[tuple[str, Any, str]] = [
     ("datetime6_c", 253402300799999999, SAME),  # 9999-12-31T23:59:59.999999
     ("datetime6_c", 253402300800000000, DEAD_LETTER),
     ("datetime6_c", -62135596800000001, DEAD_LETTER),
-    ("datetime6_c", 10**18, REFUSED),
+    ("datetime6_c", 10**18, DEAD_LETTER),
     ("datetime6_c", "1595008822123456", REFUSED),
     # io.debezium.time.NanoTimestamp: divided toward zero
     ("nanos_c", 1595008822123456789, SAME),
@@ -446,7 +477,7 @@ CONVERSIONS: list[tuple[str, Any, str]] = [
     ("tiny_c", "\u00a012", DEAD_LETTER),  # Spark trims ASCII whitespace only
     ("tiny_c", "\u200312", DEAD_LETTER),
     ("tiny_c", 2**31, DEAD_LETTER),
-    ("tiny_c", 5.0, REFUSED),
+    ("tiny_c", 5.0, REFUSED),  # a dead letter quoting the number as sent: Python keeps no text
     ("big_c", 9223372036854775807, SAME),
     ("big_c", 9223372036854775808, DEAD_LETTER),
     ("year_c", 2021, SAME),
@@ -486,13 +517,12 @@ def test_conversions_decode_as_on_the_spark_path(spark: Any) -> None:
     refused, bad = compare_each(spark, values, _FULL_TYPES_TABLE, ["int_c"])
     for i, (column, value, expected) in enumerate(CONVERSIONS):
         case = f"{column}={value!r}"
-        if expected == SAME:
-            assert i not in refused, f"{case}: refused ({refused.get(i)})"
-        else:
+        if expected == REFUSED:
             assert i in refused, f"{case}: accepted"
             assert refused[i].startswith(f"column {column}:"), f"{case}: {refused[i]}"
-        if expected == DEAD_LETTER:
-            assert bad.get(i, "").startswith(f"column {column}:"), f"{case}: Spark: {bad.get(i)}"
+        else:
+            assert i not in refused, f"{case}: refused ({refused.get(i)})"
+            assert (i in bad) == (expected == DEAD_LETTER), f"{case}: Spark: {bad.get(i)}"
 
 
 # -- change events, on the real products schema (flink_mysql_products_schema.jsonl) -------------
@@ -520,14 +550,14 @@ def _events() -> list[tuple[str, bytes | None, str]]:
         ("update", stream.change("u", row, {**row, "weight": 5.0}), SAME),
         ("update without before", stream.change("u", None, {**row, "name": "x"}), SAME),
         ("update that moves the key", stream.change("u", row, {**row, "id": 901}), SAME),
-        ("update that moves a key to null", stream.change("u", row, {**row, "id": None}), REFUSED),
+        ("update that moves a key to null", stream.change("u", row, {**row, "id": None}), DEAD_LETTER),  # and a delete
         ("update from a null key", stream.change("u", {**row, "id": None}, {**row, "id": 5}), SAME),
         ("delete", stream.change("d", row, None), SAME),
         ("delete with the key only", stream.change("d", {"id": 7}, None), SAME),
         ("delete without before", stream.change("d", None, None), DEAD_LETTER),
         ("update without after", stream.change("u", row, None), DEAD_LETTER),
         ("op in capitals, spaced", stream.change(" C ", None, row), SAME),
-        ("op after a tab", stream.change("\tc", None, row), REFUSED),
+        ("op after a tab", stream.change("\tc", None, row), DEAD_LETTER),
         ("message op", stream.change("m", None, None), DEAD_LETTER),
         ("unknown op", stream.change("x", None, row), DEAD_LETTER),
         ("tombstone", None, SAME),
@@ -537,9 +567,9 @@ def _events() -> list[tuple[str, bytes | None, str]]:
         ("a field the table lacks", stream.change("c", None, {**row, "extra": 1}), SAME),
         ("NaN", _raw_change(stream, f'{{"op":"c","after":{{"id":1,"weight":NaN}},"source":{source}}}'), REFUSED),
         ("a row twice", _raw_change(stream, f'{{"op":"c","after":{{"id":1,"id":2}},"source":{source}}}'), REFUSED),
-        ("a source that is text", _raw_change(stream, '{"op":"c","after":{"id":1},"source":"x"}'), REFUSED),
-        ("a row that is a list", _raw_change(stream, '{"op":"c","after":[1],"source":{}}'), REFUSED),
-        ("a before that is text", _raw_change(stream, '{"op":"c","before":"x","after":{"id":1}}'), REFUSED),
+        ("a source that is text", _raw_change(stream, '{"op":"c","after":{"id":1},"source":"x"}'), DEAD_LETTER),
+        ("a row that is a list", _raw_change(stream, '{"op":"c","after":[1],"source":{}}'), DEAD_LETTER),
+        ("a before that is text", _raw_change(stream, '{"op":"c","before":"x","after":{"id":1}}'), DEAD_LETTER),
         ("no source", _raw_change(stream, '{"op":"c","after":{"id":3},"ts_ms":1589362330904}'), SAME),
         ("no source time", _raw_change(stream, '{"op":"c","after":{"id":3},"ts_ms":"x"}'), SAME),
         ("postgres lsn", _raw_change(stream, '{"op":"c","after":{"id":3},"source":{"lsn":24023128}}'), SAME),
@@ -555,6 +585,6 @@ def test_change_events_decode_as_on_the_spark_path(spark: Any, op_mode: str) -> 
     schema = table_schema(parse_envelope_schema(json.dumps(ProductsStream().schema)), ["id"])
     refused, bad = compare_each(spark, [value for _, value, _ in events], schema, ["id"], op_mode=op_mode)
     for i, (case, _, expected) in enumerate(events):
-        assert (i in refused) == (expected != SAME), f"{case}: {refused.get(i, 'accepted')}"
-        if expected == DEAD_LETTER:
-            assert i in bad, f"{case}: Spark accepts it"
+        assert (i in refused) == (expected == REFUSED), f"{case}: {refused.get(i, 'accepted')}"
+        if expected != REFUSED:
+            assert (i in bad) == (expected == DEAD_LETTER), f"{case}: Spark: {bad.get(i)}"

@@ -37,7 +37,7 @@ from tests.test_debezium_arrow import (
     CONVERSIONS,
     _events,
     full_types,
-    python_rows,
+    python_changes,
     spark_rows,
 )
 from tests.test_decoder_golden import _spelling
@@ -150,72 +150,34 @@ DEBEZIUM_GROUPS: dict[str, tuple[Callable[[], list[Case]], Callable[[], T.Struct
     },
 }
 
-# What the Python Debezium decoder does not decode yet: group -> NotHere reason -> case ids.
-_NO_CONVERT = "a value that does not convert (a dead letter on the Spark path)"
+# What the Python Debezium decoder does not decode yet: group -> NotHere reason -> case ids. Its dead
+# letters are the golden ones; these are the cases where the Spark path's output is not known to it.
+_QUOTED_AS_SENT = "a dead letter quoting a number or nested value as sent"  # Python keeps no number's text
 _EVENTS_NOT_YET: dict[str, Any] = {
-    "a message whose before, after or source is not an object (malformed for Spark)": (
-        "a before that is text",
-        "a row that is a list",
-        "a source that is text",
-    ),
     "a message with a NaN literal": ("NaN",),
+    # Spark's output for it is nothing at all: neither a row nor a dead letter
     "a message with a repeated key in an object": ("a row twice",),
-    "column id is missing or null": ("update that moves a key to null",),
-    f"column id: {_NO_CONVERT}": ("a key that is not an INT",),
-    "op '\\tc'": ("op after a tab",),
-    "op 'd' without its row": ("delete without before",),
-    "op 'm'": ("message op",),
-    "op 't'": ("truncate",),
-    "op 'u' without its row": ("update without after",),
-    "op 'x'": ("unknown op",),
+    "op 't': a truncate (the Spark path applies it)": ("truncate",),
 }
 NOT_YET_DEBEZIUM: dict[str, dict[str, Any]] = {
     "conversions": {
-        f"column big_c: {_NO_CONVERT}": ("big_c=9223372036854775808",),
-        "column coarse_c: a decimal beyond DECIMAL(8,4)": ("coarse_c='D0JA'",),
-        f"column date_c: {_NO_CONVERT}": ("date_c=-719163", "date_c=2932897"),
-        f"column datetime3_c: {_NO_CONVERT}": ("datetime3_c=-62135596800001",),
-        "column datetime6_c: a microsecond timestamp beyond 18 digits": ("datetime6_c=1000000000000000000",),
-        "column datetime6_c: a timestamp outside years 0001-9999": (
-            "datetime6_c=-62135596800000001",
-            "datetime6_c=253402300800000000",
-        ),
         "column datetime6_c: an epoch timestamp that is not an integer": ("datetime6_c='1595008822123456'",),
-        "column decimal_c: a decimal beyond DECIMAL(8,4)": ("decimal_c='+gofAA=='", "decimal_c='BfXhAA=='"),
-        "column decimal_c: a decimal of 17 bytes": ("decimal_c='AAAAAAAAAAAAAAAAAAAAAAE='",),
         "column decimal_c: a decimal sent as a number": ("decimal_c=12.5",),
         "column decimal_c: a decimal sent as text": ("decimal_c='12.5'",),
-        "column decimal_c: a decimal that is not base64": ("decimal_c='not base64!'",),
-        "column decimal_s: a decimal beyond 38 digits": (
-            "decimal_s='SztMqFqGxHoJiiJAAAAAAA=='",
-            "decimal_s='f////////////////////w=='",
-            "decimal_s='tMSzV6V5O4X2dd3AAAAAAQ=='",
-        ),
-        "column decimal_s: a decimal of 17 bytes": ("decimal_s='/4AAAAAAAAAAAAAAAAAAAAA='",),
         "column double_c: a number beyond a DOUBLE": ("double_c=10000000000000000000...(401 chars)",),
-        "column fine_c: a decimal that would be rounded": ("fine_c='EtaH'",),
-        "column flag_c: text with a space Spark does not trim": ("flag_c='\\xa0true'",),
-        "column nanos_c: a nanosecond timestamp beyond a BIGINT": ("nanos_c=9223372036854775808",),
-        "column numeric_c: a decimal beyond DECIMAL(6,0)": ("numeric_c='D0JA'",),
         "column real_c: a number beyond a FLOAT": ("real_c=3.5e+38",),
         "column real_c: a number halfway between two FLOATs": (
             "real_c='1.00000005960464477539062500001'",
             "real_c=1.0000000596046448",
             "real_c=18014399583223809",
         ),
+        f"column time_c: {_QUOTED_AS_SENT}": ("time_c=1.5",),
         "column time_c: a time of day of -2**63 microseconds": ("time_c=-9223372036854775808",),
-        "column time_c: a time of day that is not a BIGINT": (
-            "time_c='18:00:22'",
-            "time_c=1.5",
-            "time_c=18446744073709551616",
-            "time_c=9223372036854775808",
-        ),
-        f"column timestamp_c: {_NO_CONVERT}": (
+        "column time_c: a time of day that is not a BIGINT": ("time_c=9223372036854775808",),
+        "column timestamp_c: a value that does not convert (the Spark path may read it)": (
             "timestamp_c='2020-07-17T18:00:22.123456789Z'",
-            "timestamp_c='not a time'",
         ),
-        f"column tiny_c: {_NO_CONVERT}": ("tiny_c=2147483648", "tiny_c=5.0"),
-        "column tiny_c: text with a space Spark does not trim": ("tiny_c='\\u200312'", "tiny_c='\\xa012'"),
+        f"column tiny_c: {_QUOTED_AS_SENT}": ("tiny_c=5.0",),
         "column varchar_c: a number or a nested value into a STRING column": (
             "varchar_c=1.5",
             "varchar_c={'a': [1, 'b']}",
@@ -246,8 +208,8 @@ def test_debezium_decoders_match_the_golden_files(spark: Any, group: str) -> Non
     golden = check_golden(GOLDEN / "debezium_conversions" / f"{group}.json", head, per_case)
 
     def python(offset: int, value: bytes | None) -> Output:
-        rows = python_rows([value], schema, key, op_mode=op_mode, first_offset=offset)
-        return {"good": _debezium_rows(rows, schema), "dead_letters": []}
+        rows, dead = python_changes([value], schema, key, op_mode=op_mode, first_offset=offset)
+        return {"good": _debezium_rows(rows, schema), "dead_letters": dead.get(offset, [])}
 
     not_yet = check_python(group, cases, golden, python)
     assert by_reason(not_yet, cases) == NOT_YET_DEBEZIUM.get(group, {})

@@ -2,7 +2,8 @@
 
 The rules of the Spark decoder (decode/debezium.py `field_conversion` and `convert`), per column:
 a `Converter` turns the field's JSON value (not None) into the column's storage value (epoch
-microseconds for timestamps, epoch days for dates), or raises `NotHere` when only the Spark path
+microseconds for timestamps, epoch days for dates); it raises `DeadLetter` where the Spark path's
+conversion gives null (the record is a dead letter there), and `NotHere` when only the Spark path
 reads it exactly. Converters are made once per (envelope schema, table column), not per message.
 """
 
@@ -27,6 +28,9 @@ from icetide.decode import limits as lim
 from icetide.decode.arrow_json import ArrowJsonDecoder, raw_text, unsupported_columns
 
 _NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")
+_DIGIT = re.compile("[0-9]")
+_INTEGRAL_19 = re.compile("-?[0-9]{1,19}")
+_NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=\s]")
 _MICROS_FROM = 100_000_000_000_000  # as decode/debezium.py: a larger schemaless epoch is microseconds
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1)
@@ -37,6 +41,17 @@ _SPARK_TRIMS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "  # the whitespace Spark trims o
 
 class NotHere(Exception):
     """This record (or table) is for the Spark path; the message says why, for the debug log."""
+
+
+class DeadLetter(NotHere):
+    """A record the Spark path makes a dead letter, with `error`, the error it gives it (None: a
+    value that does not convert; the caller, which knows the column and the value, words it).
+
+    A NotHere too: code that does not record dead letters sends the batch to the Spark path."""
+
+    def __init__(self, error: str | None = None, why: str = "") -> None:
+        super().__init__(error or why or "a value that does not convert (a dead letter on the Spark path)")
+        self.error = error
 
 
 def supported_column(t: pa.DataType) -> bool:
@@ -54,7 +69,7 @@ def storage_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
-Converter = Callable[[Any], Any]  # a JSON value (not None) -> the column's storage value; NotHere if it does not fit
+Converter = Callable[[Any], Any]  # a JSON value (not None) -> the column's storage value; DeadLetter or NotHere
 
 
 @dataclass(frozen=True)
@@ -97,8 +112,13 @@ class Conversions:
 
         def value_of(raw: str, t: pa.DataType) -> Any:
             if raw.strip() != raw.strip(_SPARK_TRIMS):
+                if pa.types.is_integer(t) or pa.types.is_boolean(t):  # Spark's cast takes no such text
+                    raise DeadLetter()
                 raise NotHere(f"column {name}: text with a space Spark does not trim")
-            return json_value(raw, t)
+            value = json_value(raw, t)
+            if value is None:
+                _not_converted(raw, t, name)
+            return value
 
         if pa.types.is_string(t):
 
@@ -117,7 +137,7 @@ class Conversions:
             def integer(v: Any) -> Any:
                 if type(v) is int and low <= v <= high:
                     return v
-                return _fits(value_of(raw_text(v), t), name)
+                return value_of(raw_text(v), t)
 
             return integer
         if pa.types.is_floating(t):
@@ -125,7 +145,7 @@ class Conversions:
 
             def floating(v: Any) -> float:
                 try:
-                    x = float(v) if type(v) in (int, float) else _fits(value_of(raw_text(v), t), name)
+                    x = float(v) if type(v) in (int, float) else value_of(raw_text(v), t)
                 except OverflowError as exc:  # an integer beyond a double
                     raise NotHere(f"column {name}: a number beyond a DOUBLE") from exc
                 if single and not (type(v) is int and int(x) == v):  # an integer that is its double: no doubt
@@ -134,18 +154,18 @@ class Conversions:
 
             return floating
         if pa.types.is_boolean(t):
-            return lambda v: v if type(v) is bool else _fits(value_of(raw_text(v), t), name)
+            return lambda v: v if type(v) is bool else value_of(raw_text(v), t)
         if pa.types.is_timestamp(t):
 
             def timestamp(v: Any) -> Any:
                 if type(v) is int and lim.MIN_EPOCH_MS <= v <= lim.MAX_EPOCH_MS:
                     return v * 1000
-                moment = _fits(value_of(raw_text(v), t), name)
+                moment = value_of(raw_text(v), t)
                 return (moment - _EPOCH) // _MICRO
 
             return timestamp
         if pa.types.is_date32(t):
-            return lambda v: (_fits(value_of(raw_text(v), t), name) - _EPOCH_DAY).days
+            return lambda v: (value_of(raw_text(v), t) - _EPOCH_DAY).days
         raise NotHere(f"column {name}: type {t}")
 
     def _adaptive_timestamp(self, v: Any) -> Any:
@@ -173,10 +193,10 @@ class Conversions:
             else:
                 step = 10 ** (scale - target)
                 if unscaled % step:
-                    raise NotHere(f"column {name}: a decimal that would be rounded")
+                    raise DeadLetter(why=f"column {name}: a decimal that would be rounded")
                 unscaled //= step
             if not -limit < unscaled < limit:
-                raise NotHere(f"column {name}: a decimal beyond DECIMAL({precision},{target})")
+                raise DeadLetter(why=f"column {name}: a decimal beyond DECIMAL({precision},{target})")
             return Decimal(unscaled).scaleb(-target)
 
         return decimal
@@ -201,15 +221,22 @@ def _single(x: float, name: str) -> float:
     return x
 
 
-def _fits(value: Any, name: str) -> Any:
-    if value is None:
-        raise NotHere(f"column {name}: a value that does not convert (a dead letter on the Spark path)")
-    return value
+def _not_converted(raw: str, t: pa.DataType, name: str) -> None:
+    """Raise for text that the arrow_json decoder's rules do not convert to `t`: DeadLetter where
+    the Spark path surely does not convert it either. Its casts to a time or a date take more
+    forms than those rules (and a number, Java's), so there only an epoch integer out of range or
+    text without a digit is surely a dead letter."""
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        raise DeadLetter()
+    epoch_digits = 15 if pa.types.is_timestamp(t) else 7 if pa.types.is_date32(t) else 0
+    if epoch_digits and (re.fullmatch(f"-?[0-9]{{1,{epoch_digits}}}", raw) or not _DIGIT.search(raw)):
+        raise DeadLetter()
+    raise NotHere(f"column {name}: a value that does not convert (the Spark path may read it)")
 
 
 def _in_range(micros: int, name: str) -> int:
     if not lim.MIN_EPOCH_MICROS <= micros <= lim.MAX_EPOCH_MICROS:
-        raise NotHere(f"column {name}: a timestamp outside years 0001-9999")
+        raise DeadLetter(why=f"column {name}: a timestamp outside years 0001-9999")
     return micros
 
 
@@ -221,10 +248,10 @@ def _epoch_micros(unit: str, name: str) -> Converter:
             raise NotHere(f"column {name}: an epoch timestamp that is not an integer")
         if unit == "ns":
             if not lim.INT_RANGES[64][0] <= v <= lim.INT_RANGES[64][1]:
-                raise NotHere(f"column {name}: a nanosecond timestamp beyond a BIGINT")
+                raise DeadLetter(why=f"column {name}: a nanosecond timestamp beyond a BIGINT")
             v = -(-v // 1000) if v < 0 else v // 1000
         elif not -(10**18) < v < 10**18:
-            raise NotHere(f"column {name}: a microsecond timestamp beyond 18 digits")
+            raise DeadLetter(why=f"column {name}: a microsecond timestamp beyond 18 digits")
         return _in_range(v, name)
 
     return micros
@@ -237,7 +264,10 @@ def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
 
     def micros_of(v: Any) -> int:
         if type(v) is not int or not low64 <= v <= high64:
-            raise NotHere(f"column {name}: a time of day that is not a BIGINT")
+            if type(v) in (int, str) and _INTEGRAL_19.fullmatch(str(v)):
+                # Spark reads text of up to 19 digits too, and past a BIGINT writes 'null:null:null.  null'
+                raise NotHere(f"column {name}: a time of day that is not a BIGINT")
+            raise DeadLetter(why=f"column {name}: a time of day that is not a BIGINT")
         if per_unit_micros == 0:
             return -(-v // 1000) if v < 0 else v // 1000
         if not low64 <= v * per_unit_micros <= high64:
@@ -262,7 +292,7 @@ def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
         def integral(v: Any) -> int:
             micros = micros_of(v)
             if not low <= micros <= high:
-                raise NotHere(f"column {name}: a time of day beyond {t}")
+                raise DeadLetter(why=f"column {name}: a time of day beyond {t}")
             return micros
 
         return integral
@@ -278,14 +308,18 @@ def _unscaled(v: Any, name: str) -> int:
     try:
         data = base64.b64decode(v, validate=True)
     except (binascii.Error, ValueError) as exc:
+        if _NOT_BASE64.search(v):  # Spark's decoder is laxer on padding and spaces, not on these
+            raise DeadLetter(why=f"column {name}: a decimal that is not base64") from exc
         raise NotHere(f"column {name}: a decimal that is not base64") from exc
-    if len(data) > 16 or not data:
-        raise NotHere(f"column {name}: a decimal of {len(data)} bytes")
+    if len(data) > 16:
+        raise DeadLetter(why=f"column {name}: a decimal of {len(data)} bytes")
+    if not data:
+        raise NotHere(f"column {name}: a decimal of no bytes")
     unscaled = int.from_bytes(data, "big", signed=True)
     # Spark adds the high 8 bytes times 2**64 to the low 8 in DECIMAL(38,0): past 38 digits, on
     # the way (a negative value within 2**64 of -10**38) or at the end, its text is null.
     if abs(unscaled) >= _DECIMAL_38 or abs(unscaled >> 64 << 64) >= _DECIMAL_38:
-        raise NotHere(f"column {name}: a decimal beyond 38 digits")
+        raise DeadLetter(why=f"column {name}: a decimal beyond 38 digits")
     return unscaled
 
 

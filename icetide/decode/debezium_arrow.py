@@ -2,9 +2,11 @@
 
 It follows the Spark decoder (decode/debezium.py) for what it supports and gives up otherwise:
 a record it cannot decode exactly as the Spark decoder would raises `NotHere` with the reason,
-and the whole batch then runs on the Spark path, which owns every error (dead letters), every
-truncate and every schema change. So this decoder needs no error messages of its own; it only
-must never accept a record differently.
+and the whole batch then runs on the Spark path, which owns every truncate and every schema
+change. A record the Spark decoder makes a dead letter is one here too, with the same error
+(`TableRows.add` returns it; an event that is no change event at all raises `DeadLetter`), when
+this decoder can tell that error exactly; else it is NotHere as well. It must never accept a
+record differently.
 
 Supported: the JSON converter's messages with their Connect schema (`{"schema":...,
 "payload":...}`, the schema part named by its text and parsed once) and schemaless envelopes;
@@ -28,12 +30,28 @@ import pyarrow as pa
 
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
-from icetide.decode.arrow_json import raw_text
-from icetide.decode.connect_conversions import Conversions, Converter, NotHere, storage_type, supported_column
+from icetide.decode.arrow_json import RAW_MESSAGE_CHARS, raw_text
+from icetide.decode.connect_conversions import (
+    Conversions,
+    Converter,
+    DeadLetter,
+    NotHere,
+    storage_type,
+    supported_column,
+)
 from icetide.decode.limits import PayloadLimits
 from icetide.sink.changelog import DELETE, INSERT, UPSERT
 
-__all__ = ["Conversions", "Envelope", "EnvelopeReader", "NotHere", "TableRows", "envelope_of", "source_order"]
+__all__ = [
+    "Conversions",
+    "DeadLetter",
+    "Envelope",
+    "EnvelopeReader",
+    "NotHere",
+    "TableRows",
+    "envelope_of",
+    "source_order",
+]
 
 _PAYLOAD_KEY = b'"payload":'
 _HEAD_START = b'{"schema"'
@@ -70,7 +88,8 @@ class EnvelopeReader:
         self._last: bytes | None = None
 
     def read(self, value: bytes) -> Envelope | None:
-        """The message's event, None for a tombstone; NotHere for anything else the Spark path reads."""
+        """The message's event, None for a tombstone; DeadLetter for a message the Spark path makes
+        a dead letter before reading its row (see `envelope_of`), NotHere for anything else it reads."""
         if len(value) > self.limits.max_record_bytes:
             raise NotHere("a message over the payload size limit")
         if b"\\" in value and _LONE_SURROGATE.search(value):
@@ -315,12 +334,24 @@ class TableRows:
         self._plans[schema_id] = plan
         return plan
 
-    def add(self, envelope: Envelope, order: str, *, evolving: bool) -> None:
-        """One event's change(s); NotHere when the Spark path must read it."""
+    def add(self, envelope: Envelope, order: str, *, evolving: bool) -> list[str]:
+        """One event's change(s). Returns the errors of those the Spark path makes dead letters
+        (one per change, in its order of checks; the others are added, as there); NotHere when
+        the Spark path must read the event."""
         op = envelope.op
         if op not in _OPS:
             op = op.strip(" ").lower()  # Spark's trim(): spaces only
         before, after = envelope.before, envelope.after
+        row_part = after if isinstance(after, dict) else before
+        if isinstance(row_part, dict) and not self.known.issuperset(row_part):
+            extra = row_part.keys() - self.known
+            if evolving:  # the Spark path adds columns for them, a dead letter's too
+                raise NotHere(f"fields the table lacks ({', '.join(sorted(extra))}) and schema_evolution is on")
+            for name in extra:
+                self.unknown[name] = self.unknown.get(name, 0) + 1
+        plan = self._plans.get(envelope.schema_id)
+        if plan is None:  # first: the Spark path widens columns for a dead letter's schema too
+            plan = self._plan(envelope.schema, envelope.schema_id, evolving)
         changes: tuple[tuple[str, Any], ...]
         if op == "d":
             changes = ((DELETE, before),)
@@ -333,44 +364,83 @@ class TableRows:
                 and _key_moved(before, after, self.key)
             ):
                 changes = ((DELETE, before), (self.upsert, after))
+        elif op == "t":
+            raise NotHere(f"op {envelope.op!r}: a truncate (the Spark path applies it)")
+        elif op == "m":
+            return ["unsupported op 'm' (message)"]
         else:
-            raise NotHere(f"op {envelope.op!r}")
-        row_part = after if isinstance(after, dict) else before
-        if isinstance(row_part, dict) and not self.known.issuperset(row_part):
-            extra = row_part.keys() - self.known
-            if evolving:
-                raise NotHere(f"fields the table lacks ({', '.join(sorted(extra))}) and schema_evolution is on")
-            for name in extra:
-                self.unknown[name] = self.unknown.get(name, 0) + 1
-        plan = self._plans.get(envelope.schema_id)
-        if plan is None:
-            plan = self._plan(envelope.schema, envelope.schema_id, evolving)
+            return [f"unknown op '{envelope.op}'"]
+        errors: list[str] = []
         for change_op, row in changes:
             if not isinstance(row, dict):
-                raise NotHere(f"op {envelope.op!r} without its row")
-            self._append(plan, row)
+                missing = "before is missing for op 'd' (a delete needs the key)"
+                errors.append(missing if op == "d" else f"after is missing for op '{envelope.op}'")
+                continue
+            error = self._append(plan, row, delete=change_op == DELETE)
+            if error is not None:
+                errors.append(error)
+                continue
             self.ops.append(change_op)
             self.orders.append(order)
         if len(self.ops) >= SEALED_ROWS:
             self._seal()
+        return errors
 
-    def _append(self, plan: list[_Step], row: Mapping[str, Any]) -> None:
-        """The row's value in each column, or (NotHere, or any error) in none."""
+    def _append(self, plan: list[_Step], row: Mapping[str, Any], *, delete: bool) -> str | None:
+        """The row's value in each column; or its dead letter's error (NotHere, or any error) in none."""
         get = row.get
         try:
             for name, convert, required, append in plan:
                 v = get(name)
                 if v is None:
                     if required:
-                        raise NotHere(f"column {name} is missing or null")
+                        raise DeadLetter()
                     append(None)
                 else:
                     append(convert(v))
+            return None
+        except DeadLetter:
+            self._drop_partial()
         except BaseException:
-            rows = len(self.ops)
-            for column in self.columns:
-                del column[rows:]
+            self._drop_partial()
             raise
+        checked = self._checked(plan, row, delete=delete)
+        if isinstance(checked, str):
+            return checked
+        for (_, _, _, append), v in zip(plan, checked, strict=True):
+            append(v)
+        return None
+
+    def _drop_partial(self) -> None:
+        rows = len(self.ops)
+        for column in self.columns:
+            del column[rows:]
+
+    def _checked(self, plan: list[_Step], row: Mapping[str, Any], *, delete: bool) -> list[Any] | str:
+        """The row's values, or the error of its dead letter: the first the Spark path finds
+        (decode/json.py `finish`: key columns first, then the others, each in table order; a
+        delete's other values go unread, null where they do not convert)."""
+        values: list[Any] = [None] * len(plan)
+        keys = [i for i, (name, *_) in enumerate(plan) if name in self.key]
+        for i in [*keys, *(i for i in range(len(plan)) if i not in keys)]:
+            name, convert, required, _ = plan[i]
+            key = name in self.key
+            v = row.get(name)
+            if v is None:
+                if key:
+                    return f"key column {name} is missing or null"
+                if required:
+                    if delete:
+                        raise NotHere(f"a delete without column {name} (NOT NULL)")
+                    return f"column {name} is missing or null (NOT NULL)"
+                continue
+            try:
+                values[i] = convert(v)
+            except DeadLetter:
+                if delete and not key:
+                    continue
+                return type_error(name, v, self.schema.field(i).type)
+        return values
 
     def add_changes(self, changes: pa.Table, unknown: Mapping[str, int]) -> None:
         """Changes already in this object's columns (`changes_schema`), after those added so far,
@@ -413,15 +483,18 @@ class TableRows:
 
 def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelope:
     """The change event of a Debezium payload (the JSON converter's `payload`, or an Avro record
-    shaped as one) with its envelope schema; NotHere for one without an op, or whose before,
-    after or source is not an object."""
-    op = payload.get("op")
-    if type(op) is not str:
-        raise NotHere("a message without an op")
+    shaped as one) with its envelope schema. DeadLetter, with the Spark path's error, for one
+    whose before, after or source is not an object (Spark cannot parse it: malformed) or that
+    has no op; NotHere for an op that is not text."""
     before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
     for part in (before, after, source):
         if part is not None and not isinstance(part, dict):
-            raise NotHere("a message whose before, after or source is not an object (malformed for Spark)")
+            raise DeadLetter("malformed JSON")
+    op = payload.get("op")
+    if op is None:
+        raise DeadLetter("not a Debezium change event: op is missing")
+    if type(op) is not str:
+        raise NotHere("a message whose op is not text")
     return Envelope(
         op=op,
         before=before,
@@ -431,3 +504,30 @@ def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelop
         schema=schema,
         schema_id=schema_id,
     )
+
+
+def type_error(name: str, value: Any, t: pa.DataType) -> str:
+    """The Spark path's error for a value of column `name` that does not convert to `t`
+    (decode/json.py `_type_error`); NotHere for a value whose text Python does not keep as sent."""
+    if type(value) is str:
+        raw = value
+    elif type(value) in (int, bool):
+        raw = raw_text(value)
+    else:  # Spark quotes a number or a nested value as sent (1.50, 1E3); Python would write it again
+        raise NotHere(f"column {name}: a dead letter quoting a number or nested value as sent")
+    shown = spark_type_name(t)
+    article = "an" if shown[:1] in "AEIOU" else "a"
+    quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."
+    return f"column {name}: '{quoted}' is not {article} {shown}"
+
+
+def spark_type_name(t: pa.DataType) -> str:
+    """How the Spark path's errors name the column type of Arrow type `t` (decode/json.py `type_name`)."""
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_integer(t):
+        return {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}[t.bit_width]
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP" if t.tz is not None else "TIMESTAMP_NTZ"
+    names = {pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.string(): "STRING"}
+    return names.get(t) or {pa.date32(): "DATE", pa.binary(): "BINARY"}.get(t, str(t).upper())

@@ -178,7 +178,8 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         if offset < to.held:
             return
         order = source_order(envelope.source, envelope.ts_ms, offset) if to.by_source else ""
-        to.rows.add(envelope, order, evolving=evolving)
+        if to.rows.add(envelope, order, evolving=evolving):
+            raise NotHere("a record the Spark path makes a dead letter")
 
     def run(
         messages: list[Any], values: list[bytes], destinations: dict[str, _Destination], feed: tuple[str, int]
