@@ -142,7 +142,9 @@ def simple_string(t: pa.DataType) -> str:
         return "float"
     if pa.types.is_float64(t):
         return "double"
-    return str(t)  # string, boolean, binary
+    if pa.types.is_boolean(t):
+        return "boolean"
+    return str(t)  # string, binary
 
 
 def value(raw: str, t: pa.DataType) -> Any:

@@ -1,0 +1,213 @@
+"""The pyarrow JSON decoder's DECIMAL, BINARY and ARRAY values and its op modes, against
+decode_json on the same payloads (the rules of decode/arrow_json_values.py were measured so)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import types as T
+
+from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded, undecodable_columns, unsupported_columns
+from icetide.decode.arrow_json_values import java_double_text
+from icetide.decode.json import decode_json
+from icetide.errors import ConfigError
+from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
+
+_TYPES = {
+    "d": "decimal(10,2)",
+    "b": "binary",
+    "s": "array<string>",
+    "i": "array<int>",
+    "l": "array<bigint>",
+    "o": "array<boolean>",
+    "m": "array<decimal(5,2)>",
+}
+# column -> JSON texts of its value (Spark fails the batch on none of them)
+VALUES: dict[str, list[str]] = {
+    "d": [
+        *("1.5", '"2.345"', '"2.355"', "-2.345", "2.344999", '" 1.5 "', '"\\t1.5\\n"', '"+1.5"', '".5"', '"5."'),
+        *('"1e2"', "1e2", "1E-2", '"1,5"', '"abc"', '"NaN"', '"Infinity"', "1e400", "12345678.995", "99999999.99"),
+        *("99999999.995", "100000000", "123456789012.5", "true", "[1]", '{"a":1}', '""', "0.000001", "1.0E7"),
+        *('"1d"', '"0x10"', '"\\uff11"', '"\\u00a01.5"', "-0.0", '"-0.005"', '"1_000"', '"1e-400"', '"1e400"'),
+        *("12345678901234567890123456789012345678901234", "123.456e1", '"1e99999999999"'),
+    ],
+    "b": [
+        *('"aGk="', '"aGk"', '"aG"', '"a"', '"aGk=\\n"', '" aGk= "', '"aG k="', '"aGk=="', '"aGk=aGk="', '"-_-_"'),
+        *('"+/+/"', '""', '"!!"', "12", "true", "[1]", '"YR=="', '"YQ="', '"Y Q = ="', '"aGk\\u00a0"', '"aGk\\u3000"'),
+        *('"aG =="', '"aG= ="', '"aGlha"', '"aGk\\t"', '"aGk\\u0000"', '"   "', '"a b c d"', "1.5", '"=="', '"a==="'),
+    ],
+    "s": [
+        *('["x", "y"]', "[]", "[null]", "[1, 2.5, true]", '[[1], {"a": 1}]', '"solo"', '"[\\"a\\"]"', '{"a": 1}'),
+        *("1", "[1e400]", "[123456789012.5]", '""', '" [1] "', '"[1] x"', '"null"', '["a\\nb", "\\u0001"]'),
+        *('[{"b": 2, "a": [1.0, 1e7, 0.0001]}]', "[-0.0, 1E2, 12e-1, 100000000000000000000000]", '"[1e400]"'),
+        *('"[01]"', "[NaN]", '"[,]"', '"[1]]"', '"  "'),
+    ],
+    "i": [
+        *("[1, 2]", '["1"]', "[1.5]", "[1.0]", "[99999999999]", "[null, 1]", "[true]", '"[1,2]"', "[1e2]"),
+        *("[-2147483648]", "[2147483648]", '"[ 1 , 2 ]"', "[-0]"),
+    ],
+    "l": ["[1, 2]", '["1"]', "[9223372036854775807]", "[9223372036854775808]", "[1.5]"],
+    "o": ["[true, false]", '["true"]', "[1]", "[false, null]", '"[true]"'],
+    "m": [
+        *("[1.5, 2.345]", '["1.5"]', "[1234.5]", "[1]", "[1e2]", "[true]", '[" 1.5"]', '["1,5"]', '["abc"]'),
+        *('["1e2"]', "[-999.995]", "[999.994]", "[null]", '[""]', "[123456789012.5]", '["\\uff11"]'),
+    ],
+}
+
+
+def _spark_table() -> T.StructType:
+    return T.StructType(
+        [T.StructField("id", T.LongType(), nullable=False)]
+        + [T.StructField(c, T._parse_datatype_string(ddl)) for c, ddl in _TYPES.items()]
+    )
+
+
+def _arrow_type(ddl: str) -> pa.DataType:
+    if ddl.startswith("array<"):
+        return pa.list_(_arrow_type(ddl[len("array<") : -1]))
+    if ddl.startswith("decimal("):
+        precision, scale = ddl[len("decimal(") : -1].split(",")
+        return pa.decimal128(int(precision), int(scale))
+    return {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_()}.get(ddl, pa.binary())
+
+
+_ARROW_TABLE = pa.schema(
+    [pa.field("id", pa.int64(), nullable=False)] + [pa.field(c, _arrow_type(ddl)) for c, ddl in _TYPES.items()]
+)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, bytearray | bytes):
+        return bytes(v)
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _spark_output(spark: Any, payloads: list[bytes], schema: T.StructType, key: list[str], op_mode: str) -> Any:
+    good, bad = decode_json(kafka_frame(spark, payloads), "value", schema, key, op_mode, KAFKA_POSITION)  # type: ignore[arg-type]
+    rows = sorted((r[key[0]], {n: _plain(r[n]) for n in [*schema.names, "_op"]}) for r in good.collect())
+    errors = {int(r["source_position"].rpartition("@")[2]): r["error"] for r in bad.collect()}
+    return [row for _, row in rows], errors
+
+
+def _python_output(decoded: Decoded, key: str) -> Any:
+    rows = sorted((r[key], {n: _plain(v) for n, v in r.items()}) for r in decoded.with_ops().to_pylist())
+    errors = {int(b.source_position.rpartition("@")[2]): b.error for b in decoded.bad}
+    return [row for _, row in rows], errors
+
+
+def test_decimal_binary_and_array_values_as_decode_json(spark: Any) -> None:
+    payloads = [
+        f'{{"id": {i}, "{column}": {text}}}'.encode()
+        for i, (column, text) in enumerate((c, t) for c, texts in VALUES.items() for t in texts)
+    ]
+    expected = _spark_output(spark, payloads, _spark_table(), ["id"], "append")
+    decoder = ArrowJsonDecoder(_ARROW_TABLE, ["id"])
+    assert _python_output(decoder.decode(payloads, lambda i: f"cdc/0@{i}"), "id") == expected
+    good, errors = expected  # the cases cover both outcomes of every column
+    assert len(good) > 50 and len(errors) > 50
+
+
+def test_values_spark_fails_a_batch_on_are_not_decoded_here() -> None:
+    """array<double> (text elements fail Spark's whole batch), array<date>, nested arrays: the
+    Spark decoder's, and the append fast path's block reading takes none of the new types."""
+    for t in (pa.list_(pa.float64()), pa.list_(pa.date32()), pa.list_(pa.list_(pa.int32())), pa.list_(pa.int16())):
+        schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", t)])
+        assert undecodable_columns(schema) == [f"v {t}"]
+        with pytest.raises(ValueError, match="cannot produce"):
+            ArrowJsonDecoder(schema, ["id"])
+    assert unsupported_columns(_ARROW_TABLE) == [f"{f.name} {f.type}" for f in _ARROW_TABLE if f.name != "id"]
+    assert undecodable_columns(_ARROW_TABLE) == []
+
+
+_OPS_TABLE = T.StructType(
+    [
+        T.StructField("id", T.LongType(), nullable=False),
+        T.StructField("n", T.StringType(), nullable=False),
+        T.StructField("u", T.IntegerType()),
+    ]
+)
+_OPS_ARROW = pa.schema(
+    [pa.field("id", pa.int64(), nullable=False), pa.field("n", pa.string(), nullable=False), pa.field("u", pa.int32())]
+)
+# Records that decode in one pyarrow read (valid ops, all fitting) ...
+GOOD_OPS = [
+    {"id": 1, "n": "a"},
+    {"id": 2, "n": "b", "_op": " delete "},
+    {"id": 3, "n": "c", "_op": "Upsert", "u": 3},
+    {"id": 4, "n": "d", "_op": "insert"},
+    {"id": 5, "n": "e", "_op": None},
+]
+# ... and records that need the record-by-record look.
+OTHER_OPS = [
+    *('"\\tdelete"', '"\\u00a0insert"', '"\\ndelete"', "5", "1.5e7", "true", '["x"]', '{"a": 1.0}', '""'),
+    *('"\\u0131nsert"', "null"),
+]
+
+
+@pytest.mark.parametrize("op_mode", ["append", "upsert"])
+def test_ops_as_decode_json(spark: Any, op_mode: str) -> None:
+    block = [json.dumps(r).encode() for r in GOOD_OPS]
+    others = [f'{{"id": {10 + i}, "n": "x", "_op": {op}}}'.encode() for i, op in enumerate(OTHER_OPS)]
+    deletes = [
+        b'{"id": 30, "_op": "delete", "u": "abc", "n": null}',  # a delete's other values go unread
+        b'{"id": 31, "_op": "DELETE", "u": 5, "n": "x"}',
+        b'{"id": 32, "_op": "delete", "u": "abc"}',
+    ]
+    decoder = ArrowJsonDecoder(_OPS_ARROW, ["id"], op_mode=op_mode)  # type: ignore[arg-type]
+    for payloads in (block, block + deletes, block + others + deletes):
+        expected = _spark_output(spark, payloads, _OPS_TABLE, ["id"], op_mode)
+        decoded = decoder.decode(payloads, lambda i: f"cdc/0@{i}")
+        assert _python_output(decoded, "id") == expected, payloads
+        assert decoded.changes == any(row["_op"] != "INSERT" for row in expected[0])
+    # the first block is read in one pyarrow read, not record by record
+    fast = decoder._vectorized(b"\n".join(block), len(block))
+    assert fast is not None and fast.with_ops() == decoder._per_record(block, str).with_ops()
+
+
+def test_append_mode_keeps_the_rows_and_the_changes_flag() -> None:
+    decoder = ArrowJsonDecoder(_OPS_ARROW, ["id"])
+    plain = decoder.decode([b'{"id": 1, "n": "a"}', b'{"id": 2, "n": "b", "_op": "INSERT"}'], str)
+    assert plain.rows.schema == _OPS_ARROW and not plain.changes
+    assert plain.ops().to_pylist() == ["INSERT", "INSERT"]
+    delete = decoder.decode([b'{"id": 1, "n": "a"}', b'{"id": 2, "_op": "delete"}'], str)
+    assert delete.changes and delete.ops().to_pylist() == ["INSERT", "DELETE"]
+    upsert = ArrowJsonDecoder(_OPS_ARROW, ["id"], op_mode="upsert").decode([b'{"id": 1, "n": "a"}'], str)
+    assert upsert.changes and upsert.ops().to_pylist() == ["UPSERT"]
+    assert upsert.with_ops().column_names == ["id", "n", "u", "_op"]
+    with pytest.raises(ConfigError, match="op_mode 'merge'"):
+        ArrowJsonDecoder(_OPS_ARROW, ["id"], op_mode="merge")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [
+        (1.5, "1.5"),
+        (100.0, "100.0"),
+        (0.001, "0.001"),
+        (0.0001, "1.0E-4"),
+        (9999999.0, "9999999.0"),
+        (1e7, "1.0E7"),
+        (123456789012.5, "1.234567890125E11"),
+        (-2.5e-10, "-2.5E-10"),
+        (-0.0, "-0.0"),
+        (0.0, "0.0"),
+        (1e300, "1.0E300"),
+        (float("inf"), "Infinity"),
+    ],
+)
+def test_doubles_are_written_as_java_writes_them(x: float, text: str) -> None:
+    assert java_double_text(x) == text
+
+
+def test_decimals_round_half_up_and_never_to_negative_zero() -> None:
+    decoder = ArrowJsonDecoder(pa.schema([pa.field("id", pa.int64()), pa.field("d", pa.decimal128(4, 1))]), ["id"])
+    payloads = [b'{"id": 1, "d": "-0.04"}', b'{"id": 2, "d": -0.05}', b'{"id": 3, "d": "999.95"}']
+    decoded = decoder.decode(payloads, str)
+    assert decoded.rows["d"].to_pylist() == [Decimal("0.0"), Decimal("-0.1")]
+    assert [b.error for b in decoded.bad] == ["column d: '999.95' is not a DECIMAL(4,1)"]
