@@ -10,10 +10,12 @@ Conversions (as in decode/json.py): integers from JSON numbers or integral text,
 FLOAT/DOUBLE from numbers or numeric text; BOOLEAN from true/false or Spark's boolean words;
 STRING from the raw text of any JSON value; TIMESTAMP from integral epoch milliseconds (up to 15
 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session time zone); DATE from an
-integral count of days or ISO date text. DECIMAL, BINARY and ARRAY of some element types as
-decode/arrow_json_values.py says; a table with such a column is decoded record by record (see
-`unsupported_columns`). Other types (TIMESTAMP_NTZ, STRUCT, MAP, other arrays) are
-`undecodable_columns`: the Spark decoder reads those tables.
+integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
+time and a zone in the text ignored. DECIMAL, BINARY and FIXED as decode/arrow_json_values.py
+says, ARRAY, STRUCT and MAP as decode/arrow_json_nested.py says (with the deliberate differences
+from decode_json listed there); a table with such a column, or TIMESTAMP_NTZ, is decoded record
+by record (see `unsupported_columns`). TIME alone is `undecodable_columns` (Spark has no such
+type, so neither has a table icetide creates through Spark, nor decode_json a rule for it).
 
 Ops (as decode/json.py): a record's `_op` (spaces trimmed, any case) is INSERT, UPSERT or DELETE,
 else the record is bad; without one it is INSERT in "append" mode and UPSERT in "upsert" mode. A
@@ -44,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from icetide.decode import arrow_json_nested as nested
 from icetide.decode import arrow_json_values as json_values
 from icetide.decode import limits as lim
 from icetide.decode.json import OpMode
@@ -113,14 +116,23 @@ def unsupported_columns(schema: pa.Schema) -> list[str]:
     return [f"{f.name} {f.type}" for f in schema if not _supported(f.type)]
 
 
+def _decodable(dtype: pa.DataType) -> bool:
+    if pa.types.is_timestamp(dtype):
+        return dtype.unit == "us"  # with a zone: TIMESTAMP; without: TIMESTAMP_NTZ
+    return _supported(dtype) or json_values.supported(dtype) or nested.supported(dtype)
+
+
 def undecodable_columns(schema: pa.Schema) -> list[str]:
-    """Columns (as 'name TYPE') this decoder cannot produce at all; empty when it can decode the table."""
-    return [f"{f.name} {f.type}" for f in schema if not (_supported(f.type) or json_values.supported(f.type))]
+    """Columns (as 'name TYPE') this decoder cannot produce at all; empty when it can decode the
+    table. Every type a Spark table's columns map to (pyspark's to_arrow_type) decodes, and every
+    Iceberg type icetide writes (table/iceberg.py's arrow_type) but TIME (time64): Spark has no
+    such type, so no table icetide creates has one, and decode_json has no rule to follow."""
+    return [f"{f.name} {f.type}" for f in schema if not _decodable(f.type)]
 
 
 def type_name(dtype: pa.DataType) -> str:
     """How the Spark decoder's errors name a type (INT, BIGINT, TIMESTAMP, DECIMAL(10,2), array<int>...)."""
-    if json_values.supported(dtype):
+    if json_values.supported(dtype) or nested.supported(dtype) or pa.types.is_timestamp(dtype):
         name = json_values.simple_string(dtype)
         return name if "<" in name else name.upper()
     if pa.types.is_integer(dtype):
@@ -476,6 +488,9 @@ class ArrowJsonDecoder:
             if json_values.supported(f.type):
                 raw = json_values.spark_text(value)
                 converted = json_values.value(raw, f.type)
+            elif nested.supported(f.type):
+                raw = json_values.spark_text(value)
+                converted = nested.value(raw, f.type, self.time_zone)
             else:
                 raw = raw_text(value)
                 converted = self._value(raw, f.type)
@@ -517,7 +532,7 @@ class ArrowJsonDecoder:
             word = raw.strip().lower()
             return True if word in _TRUE else False if word in _FALSE else None
         if pa.types.is_timestamp(t):
-            return self._timestamp(raw)
+            return self._timestamp(raw) if t.tz is not None else _wall_time(raw)
         if pa.types.is_date32(t):
             return _date(raw)
         return None
@@ -549,6 +564,14 @@ def _within(a: pa.Array, low: int, high: int) -> pa.Array | None:
         return a
     mm = pc.min_max(values)
     return a if low <= mm["min"].as_py() and mm["max"].as_py() <= high else None
+
+
+def _wall_time(raw: str) -> datetime | None:
+    """TIMESTAMP_NTZ (decode/json.py): integral epoch milliseconds as UTC wall time, else
+    timestamp text, a zone in it ignored; years 0001-9999."""
+    if _INTEGRAL_MS.match(raw):
+        return nested.epoch_wall_time(int(raw))
+    return nested.wall_time_text(raw)
 
 
 def _date(raw: str) -> date | None:

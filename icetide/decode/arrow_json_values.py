@@ -1,4 +1,4 @@
-"""DECIMAL, BINARY and ARRAY values of the pyarrow JSON decoder (decode/arrow_json.py), one at a time.
+"""DECIMAL and BINARY values of the pyarrow JSON decoder (decode/arrow_json.py), one at a time.
 
 Each function is what decode/json.py does to a field's raw text, in Python, as Spark 3.5 does it:
 - DECIMAL: `try_cast(raw AS DECIMAL(p,s))`: the text trimmed of characters up to U+0020 (Java's
@@ -7,13 +7,9 @@ Each function is what decode/json.py does to a field's raw text, in Python, as S
 - BINARY: `try_to_binary(raw, 'base64')`: the base64 alphabet (not the URL-safe one), Java
   whitespace skipped before the padding and nothing but `=` after it, at most two `=`, and with
   them a multiple of four characters; without padding any length but 4n+1. Trailing bits are ignored.
-- ARRAY: `from_json(raw, array<T>)`: the first JSON value of the text (leading JSON whitespace
-  skipped, the rest ignored) must be an array, and every element fit T by Spark's JSON reader's
-  rules, else the whole value does not fit. Elements: STRING (a non-string element as Jackson
-  writes it), INT and BIGINT (integral numbers in range), BOOLEAN (true or false), DECIMAL (numbers,
-  or text with its commas removed, in BigDecimal's grammar untrimmed; rounded half up). Other
-  element types are not decoded here (`supported`): Spark's reader fails the whole batch on some
-  of their values (text into array<double>, a bad date into array<date>).
+- FIXED(n) (binary(n) in Arrow; BINARY to Spark): as BINARY, and exactly n bytes, else it does
+  not fit (decode_json knows no FIXED; the Iceberg writer takes n bytes only).
+ARRAY, STRUCT and MAP values: decode/arrow_json_nested.py.
 
 The raw text is Spark's (Jackson's) text of a JSON value (`spark_text`): a number that is not
 integral is written as Java's `Double.toString` writes it (`1.234567890125E11`), and one beyond a
@@ -33,32 +29,27 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetide.decode import limits as lim
-
 MAX_NUMBER_LENGTH = 1000  # as decode/arrow_json.py: Spark's reader refuses a longer number
 _BIG_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?")  # \d: any Unicode digit, as Java
 _JAVA_TRIM = "".join(chr(c) for c in range(0x21))  # String.trim: every character up to U+0020
-_JSON_SPACE = " \t\n\r"
 _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 _JAVA_SPACE = frozenset("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
 _NO_BREAK = frozenset("\u00a0\u2007\u202f")
 _MAX_EXPONENT = 2**31 - 1  # BigDecimal's scale is an int
 
 
-def _checked_int(text: str) -> int:
+def checked_int(text: str) -> int:
+    """int(text) for Python's json: a number longer than Spark's reader takes raises ValueError."""
     if len(text.lstrip("-")) > MAX_NUMBER_LENGTH:
         raise ValueError("number too long")
     return int(text)
 
 
-def _checked_decimal(text: str) -> Decimal:
+def checked_decimal(text: str) -> Decimal:
+    """Decimal(text) for Python's json: a number longer than Spark's reader takes raises ValueError."""
     if len(text) > MAX_NUMBER_LENGTH:
         raise ValueError("number too long")
     return Decimal(text)
-
-
-# Numbers that are not integral are kept exact (Jackson reads a BigDecimal from the token's text).
-_ELEMENTS = json.JSONDecoder(parse_int=_checked_int, parse_float=_checked_decimal)
 
 
 def java_double_text(x: float) -> str:
@@ -111,19 +102,8 @@ def _jackson(value: Any) -> str:
 
 
 def supported(t: pa.DataType) -> bool:
-    """Whether this module converts values of type `t`."""
-    if pa.types.is_decimal128(t) or pa.types.is_binary(t):
-        return True
-    if pa.types.is_list(t):
-        e = t.value_type
-        return (
-            pa.types.is_string(e)
-            or pa.types.is_int32(e)
-            or pa.types.is_int64(e)
-            or pa.types.is_boolean(e)
-            or pa.types.is_decimal128(e)
-        )
-    return False
+    """Whether this module converts values of type `t` (DECIMAL, BINARY, and FIXED as binary(n))."""
+    return pa.types.is_decimal128(t) or pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t)
 
 
 def simple_string(t: pa.DataType) -> str:
@@ -132,10 +112,15 @@ def simple_string(t: pa.DataType) -> str:
         return f"decimal({t.precision},{t.scale})"
     if pa.types.is_list(t):
         return f"array<{simple_string(t.value_type)}>"
+    if pa.types.is_struct(t):
+        fields = (t.field(i) for i in range(t.num_fields))
+        return "struct<" + ",".join(f"{f.name}:{simple_string(f.type)}" for f in fields) + ">"
+    if pa.types.is_map(t):
+        return f"map<{simple_string(t.key_type)},{simple_string(t.item_type)}>"
     if pa.types.is_integer(t):
         return {8: "tinyint", 16: "smallint", 32: "int", 64: "bigint"}[t.bit_width]
     if pa.types.is_timestamp(t):
-        return "timestamp"
+        return "timestamp" if t.tz is not None else "timestamp_ntz"
     if pa.types.is_date32(t):
         return "date"
     if pa.types.is_float32(t):
@@ -144,19 +129,22 @@ def simple_string(t: pa.DataType) -> str:
         return "double"
     if pa.types.is_boolean(t):
         return "boolean"
-    return str(t)  # string, binary
+    if pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"  # FIXED is BINARY to Spark
+    return str(t)  # string
 
 
 def value(raw: str, t: pa.DataType) -> Any:
     """The value of raw text `raw` in a column of type `t` (`supported`), or None when it does not fit."""
     if pa.types.is_decimal128(t):
         return decimal_value(raw, t)
-    if pa.types.is_binary(t):
-        return binary_value(raw)
-    return array_value(raw, t)
+    data = binary_value(raw)
+    if pa.types.is_fixed_size_binary(t) and data is not None and len(data) != t.byte_width:
+        return None  # FIXED(n): Spark sees BINARY, and the Iceberg writer takes n bytes only
+    return data
 
 
-def _fit(number: Decimal, t: pa.Decimal128Type) -> Decimal | None:
+def fit_decimal(number: Decimal, t: pa.Decimal128Type) -> Decimal | None:
     """`number` rounded half up to the scale of `t`, or None when its precision cannot hold it."""
     if not number.is_finite():
         return None
@@ -173,7 +161,7 @@ def _fit(number: Decimal, t: pa.Decimal128Type) -> Decimal | None:
     return rounded if rounded else rounded.copy_abs()  # no negative zero
 
 
-def _big_decimal(text: str) -> Decimal | None:
+def big_decimal(text: str) -> Decimal | None:
     """Java's `new BigDecimal(text)`, or None where it throws."""
     match = _BIG_DECIMAL.fullmatch(text)
     if match is None:
@@ -186,8 +174,8 @@ def _big_decimal(text: str) -> Decimal | None:
 
 def decimal_value(raw: str, t: pa.Decimal128Type) -> Decimal | None:
     """`try_cast(raw AS DECIMAL(p,s))`."""
-    number = _big_decimal(raw.strip(_JAVA_TRIM))
-    return None if number is None else _fit(number, t)
+    number = big_decimal(raw.strip(_JAVA_TRIM))
+    return None if number is None else fit_decimal(number, t)
 
 
 def _java_whitespace(c: str) -> bool:
@@ -213,44 +201,3 @@ def binary_value(raw: str) -> bytes | None:
         return None
     text = "".join(kept)
     return base64.b64decode(text + "=" * (-length % 4))
-
-
-def array_value(raw: str, t: pa.ListType) -> list[Any] | None:
-    """`from_json(raw, array<T>)` in PERMISSIVE mode."""
-    try:
-        parsed, _ = _ELEMENTS.raw_decode(raw.lstrip(_JSON_SPACE))
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(parsed, list):
-        return None
-    element = t.value_type
-    out: list[Any] = []
-    for e in parsed:
-        if e is None:
-            out.append(None)
-            continue
-        converted = _element(e, element)
-        if converted is None:
-            return None
-        out.append(converted)
-    return out
-
-
-def _element(e: Any, t: pa.DataType) -> Any:
-    """One array element (not null) as Spark's JSON reader converts it to `t`, or None."""
-    if pa.types.is_string(t):
-        return spark_text(e)
-    if pa.types.is_integer(t):
-        low, high = lim.INT_RANGES[t.bit_width]
-        return e if type(e) is int and low <= e <= high else None
-    if pa.types.is_boolean(t):
-        return e if type(e) is bool else None
-    if pa.types.is_decimal128(t):
-        if type(e) is int:
-            return _fit(Decimal(e), t)
-        if isinstance(e, Decimal):
-            return _fit(e, t)
-        if isinstance(e, str):
-            number = _big_decimal(e.replace(",", ""))  # the en-US decimal parser of Spark's reader
-            return None if number is None else _fit(number, t)
-    return None

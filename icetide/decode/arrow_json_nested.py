@@ -1,0 +1,307 @@
+"""ARRAY, STRUCT and MAP values of the pyarrow JSON decoder (decode/arrow_json.py), one at a time.
+
+decode/json.py reads such a column with `from_json(raw, T)` (PERMISSIVE) of the field's raw
+text; this module is that, in Python, as Spark 3.5.7 does it (measured against decode_json in
+tests/test_arrow_json_nested.py). The first JSON value of the text counts (leading JSON
+whitespace skipped, the rest ignored). Then, by Spark's JSON reader (JacksonParser) with partial
+results, which Spark 3.5 enables:
+- ARRAY: must be a JSON array, every element fit its type; one element that does not makes the
+  whole value not fit (at the top: the record is bad). Null elements stay null.
+- STRUCT: any JSON value reads: a field matches a key by exact name (the last of repeated keys
+  wins), a key no field has is skipped, a field whose value does not fit is null and the others
+  are kept; text that is no JSON object gives a struct of nulls, and only blank text does not fit.
+- MAP: must be a JSON object, every value fit; the last of repeated keys wins.
+Elements and fields: STRING (text as it is, any other JSON value as Jackson writes it); TINYINT,
+SMALLINT, INT, BIGINT (integral numbers in range; TINYINT, as Jackson's getByteValue, also
+takes 128..255, wrapped to -128..-1); FLOAT, DOUBLE (numbers, or the text NaN, Infinity,
++Infinity, +INF, -Infinity, -INF); BOOLEAN (true or false); DECIMAL (numbers, or text without
+its commas, rounded half up); DATE (date text, as `try_cast(... AS DATE)`); TIMESTAMP (an
+integral number of epoch seconds, or timestamp text as the top-level column has it);
+TIMESTAMP_NTZ (timestamp text without a zone); BINARY (base64 text, padded, whitespace only
+between groups of four).
+
+Deliberate differences from decode_json, where Spark fails the whole batch or keeps a value no
+other icetide path would (tests/test_arrow_json_nested.py asserts them):
+- text other than NaN/Infinity in an array<double>/array<float> element (Spark: internal error
+  _LEGACY_ERROR_TEMP_2133) and date-shaped text that is no date ("2024-13-45", Spark:
+  CAST_INVALID_INPUT) in an array<date> element: here the value does not fit, so the record is
+  a dead letter naming the column; inside a struct the field is null (as Spark has it for the
+  double; the bad date fails Spark's batch there too);
+- a nested TIMESTAMP or DATE outside years 0001-9999 (epoch seconds such as 1700000000000): Spark
+  keeps it, here it does not fit, as for a top-level column (icetide.decode.limits);
+- a MAP whose key type is not STRING: decode_json cannot read such a table (Spark's from_json
+  refuses the schema); here a key is its text converted as an element of the key type.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import re
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+
+from icetide.decode import arrow_json_values as json_values
+from icetide.decode import limits as lim
+
+_JSON_SPACE = " \t\n\r"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_NAIVE = datetime(1970, 1, 1)
+TIMESTAMP_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:?\d{2})?$")
+_ZONED = re.compile(r"(Z|[+-]\d{2}:?\d{2})$")
+_DATE_TEXT = re.compile(r"^\+?(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?$")
+_INTEGER_TEXT = re.compile(r"^[+-]?[0-9]{1,20}$")
+_INFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "+Infinity": float("inf"), "+INF": float("inf")}
+_INFINITE |= {"-Infinity": float("-inf"), "-INF": float("-inf")}
+_BYTE_RANGE = (-128, 255)  # Jackson's getByteValue: 128..255 read as unsigned, then wrapped
+
+
+class _Object(list[tuple[str, Any]]):
+    """A JSON object as its (key, value) pairs in order, repeated keys kept."""
+
+
+class _Unfit(Exception):
+    """The value does not fit its type (Spark's reader throws)."""
+
+
+_PAIRS = json.JSONDecoder(
+    parse_int=json_values.checked_int, parse_float=json_values.checked_decimal, object_pairs_hook=_Object
+)
+
+
+def supported(t: pa.DataType) -> bool:
+    """Whether this module converts values of type `t` (a list, struct or map of types it knows)."""
+    if pa.types.is_list(t):
+        return _element_supported(t.value_type)
+    if pa.types.is_struct(t):
+        return all(_element_supported(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _element_supported(t.key_type) and _element_supported(t.item_type)
+    return False
+
+
+def _element_supported(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return t.unit == "us"
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_decimal128(t)
+        or pa.types.is_date32(t)
+        or pa.types.is_binary(t)
+        or supported(t)
+    )
+
+
+def value(raw: str, t: pa.DataType, time_zone: str) -> Any:
+    """`from_json(raw, t)` in PERMISSIVE mode for a list, struct or map type `t`; None when the
+    value does not fit (a struct fits unless blank: text that is no object gives a struct of nulls)."""
+    try:
+        parsed, _ = _PAIRS.raw_decode(raw.lstrip(_JSON_SPACE))
+    except (ValueError, RecursionError):
+        parsed = None
+    if pa.types.is_struct(t):
+        if not raw.strip(_JSON_SPACE):
+            return None  # Spark's from_json: null for blank text
+        if not isinstance(parsed, _Object):
+            return {t.field(i).name: None for i in range(t.num_fields)}
+        return _struct(parsed, t, time_zone)
+    if parsed is None:
+        return None
+    try:
+        return _convert(parsed, t, time_zone)
+    except _Unfit:
+        return None
+
+
+def _convert(e: Any, t: pa.DataType, zone: str) -> Any:
+    """One JSON value (not null) as Spark's JSON reader converts it to `t`; _Unfit when it does not fit."""
+    if pa.types.is_list(t):
+        if type(e) is not list:
+            raise _Unfit
+        element = t.value_type
+        return [None if v is None else _convert(v, element, zone) for v in e]
+    if pa.types.is_struct(t):
+        if not isinstance(e, _Object):
+            raise _Unfit
+        return _struct(e, t, zone)
+    if pa.types.is_map(t):
+        if not isinstance(e, _Object):
+            raise _Unfit
+        entries: dict[Any, Any] = {}
+        for k, v in e:
+            entries[_key(k, t.key_type, zone)] = None if v is None else _convert(v, t.item_type, zone)
+        return list(entries.items())
+    converted = _scalar(e, t, zone)
+    if converted is None:
+        raise _Unfit
+    return converted
+
+
+def _struct(pairs: _Object, t: pa.StructType, zone: str) -> dict[str, Any]:
+    """A struct from an object's pairs: a field that does not fit is null (Spark's partial results)."""
+    types = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
+    row: dict[str, Any] = dict.fromkeys(types)
+    for k, v in pairs:
+        if k not in types:
+            continue
+        if v is None:
+            row[k] = None
+            continue
+        # Spark leaves a field that does not fit as it was: null, or an earlier repeated key's value
+        with contextlib.suppress(_Unfit):
+            row[k] = _convert(v, types[k], zone)
+    return row
+
+
+def _key(k: str, t: pa.DataType, zone: str) -> Any:
+    """A map key (JSON object keys are text) of key type `t`; _Unfit when it does not convert."""
+    if pa.types.is_string(t):
+        return k
+    converted: Any = None
+    if pa.types.is_integer(t):
+        if _INTEGER_TEXT.match(k.strip()):
+            converted = _scalar(int(k), t, zone)
+    elif pa.types.is_floating(t) or pa.types.is_decimal128(t):
+        number = json_values.big_decimal(k.strip())
+        if number is not None:
+            converted = _scalar(number, t, zone)
+        elif k.strip() in _INFINITE:
+            converted = _scalar(k.strip(), t, zone)
+    elif pa.types.is_boolean(t):
+        converted = {"true": True, "false": False}.get(k.strip().lower())
+    else:
+        converted = _scalar(k, t, zone)
+    if converted is None:
+        raise _Unfit
+    return converted
+
+
+def _scalar(e: Any, t: pa.DataType, zone: str) -> Any:
+    """A scalar element as Spark's JSON reader converts it, or None when it does not fit."""
+    if pa.types.is_string(t):
+        return e if isinstance(e, str) else _text(e)
+    if pa.types.is_integer(t):
+        if type(e) is not int:
+            return None
+        low, high = _BYTE_RANGE if t.bit_width == 8 else lim.INT_RANGES[t.bit_width]
+        if not low <= e <= high:
+            return None
+        return e - 256 if e > 127 and t.bit_width == 8 else e
+    if pa.types.is_floating(t):
+        if type(e) is int or isinstance(e, Decimal):
+            return float(e)
+        return _INFINITE.get(e) if isinstance(e, str) else None
+    if pa.types.is_boolean(t):
+        return e if type(e) is bool else None
+    if pa.types.is_decimal128(t):
+        if type(e) is int:
+            return json_values.fit_decimal(Decimal(e), t)
+        if isinstance(e, Decimal):
+            return json_values.fit_decimal(e, t)
+        if isinstance(e, str):
+            number = json_values.big_decimal(e.replace(",", ""))  # the en-US parser of Spark's reader
+            return None if number is None else json_values.fit_decimal(number, t)
+        return None
+    if not isinstance(e, str):
+        if pa.types.is_timestamp(t) and t.tz is not None and type(e) is int:
+            return epoch_seconds(e)
+        return None
+    if pa.types.is_date32(t):
+        return date_text(e)
+    if pa.types.is_timestamp(t):
+        if t.tz is None:  # TIMESTAMP_NTZ: text with a zone does not fit here (it does at the top)
+            return None if _ZONED.search(e.strip()) else wall_time_text(e)
+        return timestamp_text(e, zone)
+    if pa.types.is_binary(t):
+        return _base64(e)
+    return None
+
+
+def _text(e: Any) -> str:
+    """A JSON value (not text) as Jackson writes it: compact, doubles as Java writes them."""
+    if isinstance(e, _Object):
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_text(v)}" for k, v in e) + "}"
+    if isinstance(e, list):
+        return "[" + ",".join(_text(v) for v in e) + "]"
+    return json_values.spark_text(e) if not isinstance(e, str) else json.dumps(e, ensure_ascii=False)
+
+
+def _base64(text: str) -> bytes | None:
+    """Jackson's getBinaryValue (MIME base64 without line feeds): padding required, whitespace
+    only between groups of four characters."""
+    chars: list[str] = []
+    for c in text:
+        if c > " " or len(chars) % 4:
+            chars.append(c)
+    kept = "".join(chars)
+    if len(kept) % 4:
+        return None
+    try:
+        return base64.b64decode(kept, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def epoch_seconds(seconds: int) -> datetime | None:
+    """The instant `seconds` after the epoch, in years 0001-9999 in UTC, or None."""
+    micros = seconds * 1_000_000
+    if not lim.MIN_EPOCH_MICROS <= micros <= lim.MAX_EPOCH_MICROS:
+        return None
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def date_text(text: str) -> date | None:
+    """Date text as `try_cast(text AS DATE)` reads it (years 0001-9999), or None."""
+    match = _DATE_TEXT.match(text.strip())
+    if not match:
+        return None
+    try:
+        return date(int(match.group(1)), int(match.group(2) or 1), int(match.group(3) or 1))
+    except ValueError:
+        return None
+
+
+def timestamp_text(text: str, time_zone: str) -> datetime | None:
+    """ISO-8601 timestamp text as an instant in years 0001-9999 in UTC (no zone in the text: the
+    session's `time_zone`), or None."""
+    text = text.strip()
+    if not TIMESTAMP_TEXT.match(text):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=ZoneInfo(time_zone))
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # before 0001-01-01 or after 9999-12-31 in UTC
+        return None
+
+
+def wall_time_text(text: str) -> datetime | None:
+    """ISO-8601 timestamp text as a wall time (TIMESTAMP_NTZ: a zone in the text is ignored), or None."""
+    text = text.strip()
+    if not TIMESTAMP_TEXT.match(text):
+        return None
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=None)
+    except ValueError:
+        return None
+
+
+def epoch_wall_time(millis: int) -> datetime | None:
+    """TIMESTAMP_NTZ from epoch milliseconds: the UTC wall time, in years 0001-9999, or None."""
+    micros = millis * 1000
+    if not lim.MIN_EPOCH_MICROS <= micros <= lim.MAX_EPOCH_MICROS:
+        return None
+    return _EPOCH_NAIVE + timedelta(microseconds=micros)
