@@ -210,3 +210,20 @@ def test_decimals_round_half_up_and_never_to_negative_zero() -> None:
     decoded = decoder.decode(payloads, str)
     assert decoded.rows["d"].to_pylist() == [Decimal("0.0"), Decimal("-0.1")]
     assert [b.error for b in decoded.bad] == ["column d: '999.95' is not a DECIMAL(4,1)"]
+
+
+def test_keys_no_column_count_null_values_too_in_a_block_and_record_by_record() -> None:
+    """As decode_json counts them: a key the table lacks counts when its value is null, not when
+    it is absent or only text mentions it; the block read and the record-by-record look agree."""
+    decoder = ArrowJsonDecoder(_OPS_ARROW, ["id"])
+    block = [
+        b'{"id": 1, "n": "a", "color": null}',
+        b'{"id": 2, "n": "b", "color": "red", "size": null}',
+        b'{"id": 3, "n": "\\"color\\": null", "note": {"color": null}}',
+        b'{"id": 4, "n": "d", "c\\u006flor": null}',
+        b'{"id": 5, "n": "e"}',
+    ]
+    expected = {"color": 3, "size": 1, "note": 1}
+    fast = decoder._vectorized(b"\n".join(block), len(block))
+    assert fast is not None and fast.unknown_fields == expected
+    assert decoder._per_record(block, str).unknown_fields == expected

@@ -20,8 +20,8 @@ type, so neither has a table icetide creates through Spark, nor decode_json a ru
 Ops (as decode/json.py): a record's `_op` (spaces trimmed, any case) is INSERT, UPSERT or DELETE,
 else the record is bad; without one it is INSERT in "append" mode and UPSERT in "upsert" mode. A
 DELETE needs only its key: its other values go unread (a value that does not fit is null).
-Keys of a good record that are no column (nor `_op`) and hold a value are counted (decode_json
-counts null-valued ones too; tests/test_fast_append.py holds this decoder to values only).
+Keys of a good record that are no column (nor `_op`) are counted, null-valued ones too, as
+decode_json counts them.
 Payload limits and value ranges are icetide.decode.limits, as on the Spark path; a number
 longer than 1000 characters is malformed JSON, as Spark's reader (Jackson) has it.
 Known difference: timestamp text is read as ISO-8601 (`2024-05-01`, `2024-05-01 10:00`,
@@ -329,13 +329,31 @@ class ArrowJsonDecoder:
                 return None
             columns.append(column)
         unknown = {}
+        lines: list[bytes] | None = None
         for name in parsed.column_names:
-            if name not in self._known:
-                present = len(parsed[name]) - parsed[name].null_count
-                if present:
-                    unknown[name] = present
+            if name in self._known:
+                continue
+            column = parsed[name]
+            present = len(column) - column.null_count
+            if column.null_count:  # null: the key is absent, or present with null (which counts too)
+                lines = lines if lines is not None else joined.split(b"\n")
+                present += self._null_valued(name, column, lines)
+            if present:
+                unknown[name] = present
         rows = pa.Table.from_arrays(columns, schema=self.schema)
         return Decoded(rows, [], changes, unknown, op_values, self.default_op)
+
+    @staticmethod
+    def _null_valued(name: str, column: pa.ChunkedArray, lines: list[bytes]) -> int:
+        """How many of the records where `column` (a key no column has) is null hold the key
+        with a null value: the lines that hold its name at all are parsed, the others are not."""
+        quoted = json.dumps(name, ensure_ascii=False).encode()
+        count = 0
+        for i in np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)).tolist():
+            line = lines[i]
+            if (quoted in line or b"\\u" in line) and name in json.loads(line):
+                count += 1
+        return count
 
     def _within_limits(self, joined: bytes, count: int) -> bool:
         """Whether every line of the block (`count` lines) passes icetide.decode.limits.payload_error
@@ -455,7 +473,7 @@ class ArrowJsonDecoder:
 
     def record(self, text: str, unknown: dict[str, int] | None = None) -> tuple[list[Any] | None, str | None, str]:
         """One payload: (typed values in schema order, None, op) or (None, error, op). A good
-        record's keys that are no column and hold a value are counted into `unknown`."""
+        record's keys that are no column (null-valued ones too, as decode_json) are counted into `unknown`."""
         default = self.default_op
         stripped = text.strip()
         if not stripped:
@@ -505,8 +523,7 @@ class ArrowJsonDecoder:
             return None, next(errors[n] for n in ordered if n in errors), op
         if unknown is not None:
             for name in obj.keys() - self._known:
-                if obj[name] is not None:
-                    unknown[name] = unknown.get(name, 0) + 1
+                unknown[name] = unknown.get(name, 0) + 1
         return typed, None, op
 
     def _value(self, raw: str, t: pa.DataType) -> Any:
