@@ -16,15 +16,6 @@ from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 from tests.test_decoder_golden_conversions import GOLDEN
 from tests.test_decoder_golden_json import JSON_GROUPS, _json_row
 
-# Groups decode_in_tasks does not decode as the golden file has them yet, and why.
-NOT_YET = {
-    "ads_typed-upsert": "DECIMAL, ARRAY and BINARY columns",
-    "ads_typed-append": "DECIMAL, ARRAY and BINARY columns",
-    "ads_bad": "DECIMAL, ARRAY and BINARY columns",
-    "ads_lacking_fields": "DECIMAL, ARRAY and BINARY columns",
-    "ads_supported_columns": "records' own _op",
-}
-
 
 def decoded(spark: Any, group: str) -> list[dict[str, Any]]:
     make_cases, make_table, key, op_mode = JSON_GROUPS[group]
@@ -71,12 +62,4 @@ def decoded(spark: Any, group: str) -> list[dict[str, Any]]:
 def test_json_decoded_in_tasks_matches_the_golden_files(spark: Any, group: str) -> None:
     golden = json.loads((GOLDEN / "json" / f"{group}.json").read_text())["cases"]
     expected = [{k: c[k] for k in ("id", "good", "dead_letters")} for c in golden]
-    try:
-        got = decoded(spark, group)
-    except ValueError as exc:  # columns the Python decoder cannot produce
-        assert group in NOT_YET, f"{group}: {exc}"
-        return
-    if group in NOT_YET:
-        assert got != expected, f"{group} now decodes as the golden file: take it off NOT_YET"
-        return
-    assert got == expected
+    assert decoded(spark, group) == expected

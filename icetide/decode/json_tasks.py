@@ -22,15 +22,17 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icetide.decode.arrow_json import ArrowJsonDecoder
+from icetide.decode.arrow_json import ArrowJsonDecoder, undecodable_columns
 from icetide.decode.json_evolution import UNKNOWN, UNKNOWN_PAYLOAD, addable, count_unknown, sample_types
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
-from icetide.sink.changelog import INSERT, OP_COLUMN, UPSERT
+from icetide.sink.changelog import OP_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructField, StructType
+
+    from icetide.decode.json import OpMode
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,6 @@ class JsonTask:
     value_col: str
     position_cols: tuple[str, ...]
     extra_cols: tuple[str, ...]
-    default_op: str
     output: pa.Schema  # table columns, _op, extra columns, ERROR, PAYLOAD, POSITION[, UNKNOWN[, UNKNOWN_PAYLOAD]]
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -89,7 +90,7 @@ class JsonTask:
                 good = rows.column(f.name).combine_chunks().cast(f.type)
                 columns.append(pa.concat_arrays([good, pa.nulls(n_bad, f.type)]))
             elif f.name == OP_COLUMN:
-                columns.append(pa.array([self.default_op] * n_good + [None] * n_bad, pa.string()))
+                columns.append(pa.concat_arrays([decoded.ops(), pa.nulls(n_bad, pa.string())]))
             elif f.name in self.extra_cols:
                 column = batch.column(f.name)
                 columns.append(pa.concat_arrays([column.take(take_good), pa.nulls(n_bad, column.type)]))
@@ -122,12 +123,26 @@ class JsonTask:
         return out
 
 
+def undecodable(table_schema: StructType) -> list[str]:
+    """The columns (as 'name TYPE') of a table the Python decoder cannot produce; empty: it decodes it."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    out = []
+    for f in table_schema.fields:
+        try:
+            undecodable = undecodable_columns(pa.schema([pa.field(f.name, to_arrow_type(f.dataType))]))
+        except TypeError:
+            undecodable = [f"{f.name} {f.dataType.simpleString()}"]
+        out += undecodable
+    return out
+
+
 def decode_in_tasks(
     df: DataFrame,
     value_col: str,
     table_schema: StructType,
     key: Sequence[str],
-    op_mode: str,
+    op_mode: OpMode,
     position_cols: Sequence[str],
     *,
     extra_cols: Sequence[str] = (),
@@ -192,7 +207,7 @@ def _decode_once(
     value_col: str,
     table_schema: StructType,
     key: Sequence[str],
-    op_mode: str,
+    op_mode: OpMode,
     position_cols: Sequence[str],
     extra_cols: Sequence[str],
     limits: PayloadLimits | None,
@@ -205,7 +220,13 @@ def _decode_once(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-    decoder = ArrowJsonDecoder(to_arrow_schema(table_schema), key, time_zone=time_zone, limits=limits)
+    decoder = ArrowJsonDecoder(
+        to_arrow_schema(table_schema),
+        key,
+        op_mode=op_mode,
+        time_zone=time_zone,
+        limits=limits,
+    )
     carried = (
         [T.StructField(UNKNOWN, T.ArrayType(T.StringType())), T.StructField(UNKNOWN_PAYLOAD, T.StringType())]
         if carry_unknown
@@ -230,7 +251,6 @@ def _decode_once(
         value_col,
         tuple(position_cols),
         tuple(extra_cols),
-        INSERT if op_mode == "append" else UPSERT,
         to_arrow_schema(out),
     )
     inputs = df.select(*dict.fromkeys([value_col, *position_cols, *extra_cols]))
