@@ -1,5 +1,5 @@
-"""The Spark path's JSON decoding: Spark SQL expressions (`decode_json`) against the Python decoder
-run in the tasks (`decode_in_tasks`, decode/json_tasks.py), side by side on the same frame.
+"""The Spark path's JSON decoding: Spark SQL expressions (decode/json.py, the decoder it replaced)
+against the Python decoder run in the tasks (decode/json_tasks.py), side by side on the same frame.
 
     .venv/bin/python bench/decode_json.py [--events 400000] [--bad-every 50] [--passes 3] [--partitions 2] [--record]
 
@@ -21,12 +21,12 @@ from typing import Any
 
 from bench.common import bench_session, in_temp_warehouse, machine, median, parser, render_table, report, timed
 from bench.ingest import SCHEMA, event
-from icetide.decode.json import decode_json
-from icetide.decode.json_tasks import decode_in_tasks
+from icetide.decode.json import decode_json as spark_sql_decode_json
+from icetide.decode.json_tasks import decode_json
 
 KEY = ["event_id", "event_time"]
 PRODUCED_MS = 1_767_225_600_000
-DECODERS = {"decode_json (Spark SQL)": decode_json, "decode_in_tasks (Python)": decode_in_tasks}
+DECODERS = {"Spark SQL (decode/json.py)": spark_sql_decode_json, "Python in the tasks (json_tasks.py)": decode_json}
 
 
 def one_pass(frame: Any, schema: Any, decode: Any) -> tuple[int, int]:

@@ -1,6 +1,7 @@
-"""The JSON half of tests/test_decoder_golden_conversions.py (see its docstring): `decode_json` on
-the payloads of tests/test_decode.py and tests/test_fast_append.py, frozen in tests/golden/json/,
-and the Python decoder (decode/arrow_json.py) checked against them case by case."""
+"""The JSON half of tests/test_decoder_golden_conversions.py (see its docstring): the Spark SQL
+decoder's output on the payloads of tests/test_decode.py and tests/test_fast_append.py, frozen in
+tests/golden/json/. `decode_json` (now the Python decoder in Spark's tasks, decode/json_tasks.py)
+must give it for each group decoded as one batch, and `ArrowJsonDecoder` for each case alone."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pyspark.sql import types as T
 
 from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.decode.debezium_arrow import NotHere
-from icetide.decode.json import decode_json
+from icetide.decode.json_tasks import decode_json
 from tests.test_debezium_arrow import KAFKA_POSITION, arrow_schema, kafka_frame
 from tests.test_decode import ADS, BAD_CASES, LACKING_VALUES, TYPED_VALUES
 from tests.test_decoder_golden import _spelling
@@ -128,7 +129,7 @@ def test_json_decoders_match_the_golden_files(spark: Any, group: str) -> None:
         for offset, (case, _) in enumerate(cases)
     ]
     head = {
-        "decoder": "icetide.decode.json.decode_json",
+        "decoder": "icetide.decode.json.decode_json",  # the Spark SQL decoder that wrote the file
         "table": [[f.name, f.dataType.simpleString(), f.nullable] for f in schema.fields],
         "key": key,
         "op_mode": op_mode,

@@ -7,13 +7,11 @@ import json
 from datetime import datetime
 from typing import Any
 
-import pytest
 from pyspark.sql import types as T
 
 from icetide.config import PipelineConfig
 from icetide.decode import decode_json
 from icetide.decode.json_evolution import addable, infer_ddl
-from icetide.decode.json_tasks import decode_in_tasks
 from icetide.pipeline.runner import Runner
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows
@@ -138,10 +136,8 @@ def test_without_evolution_new_keys_are_counted_not_added(spark: Any, kafka_brok
     assert table_rows(spark, config.table.name, BASE, KEY) == model_of(records, BASE, set())
 
 
-@pytest.mark.parametrize("decode", [decode_json, decode_in_tasks], ids=["spark", "python"])
-def test_within_one_batch_the_first_value_types_the_column(spark: Any, decode: Any) -> None:
-    """In one batch, the first non-null value decides (1 -> BIGINT): a later "x" is bad, naming the
-    column. The same with the Spark decoder and with the Python one run in the tasks."""
+def test_within_one_batch_the_first_value_types_the_column(spark: Any) -> None:
+    """In one batch, the first non-null value decides (1 -> BIGINT): a later "x" is bad, naming the column."""
     schema = T.StructType([T.StructField("id", T.LongType(), nullable=False)])
     values = [
         json.dumps({"id": 1}),
@@ -157,7 +153,7 @@ def test_within_one_batch_the_first_value_types_the_column(spark: Any, decode: A
     keep: list[Any] = []
     unknown: dict[str, int] = {}
     added: list[T.StructField] = []
-    good, bad = decode(
+    good, bad = decode_json(
         frame,
         "value",
         schema,

@@ -10,7 +10,8 @@ Example::
 from __future__ import annotations
 
 from icetide.decode.debezium import SOURCE_TS_COLUMN, decode_debezium
-from icetide.decode.json import BAD_COLUMNS, BAD_DDL, EpochUnit, OpMode, decode_json, source_position
+from icetide.decode.json import BAD_COLUMNS, BAD_DDL, EpochUnit, OpMode, source_position
+from icetide.decode.json_tasks import decode_json
 
 __all__ = [
     "BAD_COLUMNS",

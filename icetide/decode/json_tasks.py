@@ -1,7 +1,7 @@
-"""`decode_json`'s contract, kept by the Python decoder (decode/arrow_json.py) inside Spark's tasks.
+"""Decode JSON records on the Spark path: the Python decoder (decode/arrow_json.py) in Spark's tasks.
 
 The Spark path reads a batch as a DataFrame of payloads (Kafka values, lines of landing files)
-with the columns that say where each came from. `decode_in_tasks` runs `ArrowJsonDecoder` over it
+with the columns that say where each came from. `decode_json` runs `ArrowJsonDecoder` over it
 with `mapInArrow`, one block per Arrow batch, so the conversion rules are those of the fast path:
 one decoder per format (issue 23). Good rows and dead letters leave the task as one frame, which
 is persisted once (into `keep`) and split: the source is read and parsed once.
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, undecodable_columns
+from icetide.decode.json import check_arguments
 from icetide.decode.json_evolution import UNKNOWN, UNKNOWN_PAYLOAD, addable, count_unknown, sample_types
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
@@ -137,7 +138,7 @@ def undecodable(table_schema: StructType) -> list[str]:
     return out
 
 
-def decode_in_tasks(
+def decode_json(
     df: DataFrame,
     value_col: str,
     table_schema: StructType,
@@ -146,34 +147,42 @@ def decode_in_tasks(
     position_cols: Sequence[str],
     *,
     extra_cols: Sequence[str] = (),
-    keep: list[DataFrame],
+    keep: list[DataFrame] | None = None,
     limits: PayloadLimits | None = None,
     unknown_fields: dict[str, int] | None = None,
     schema_evolution: bool = False,
     new_columns: list[StructField] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """(good, bad) as `decode_json` returns them, decoded by `ArrowJsonDecoder` in the tasks.
+    """Decode the JSON objects in `df[value_col]` (string or binary) into `table_schema`'s columns
+    with `ArrowJsonDecoder` (its module docstring has the rules), in the tasks: (good, bad).
 
-    good: the table's columns, `_op`, then `extra_cols`; bad: payload, error, source_position.
-    The decoded frame is persisted and appended to `keep`, for the caller to unpersist.
+    good: the table's columns, then `_op` (the record's own, else UPSERT in "upsert" mode and
+    INSERT in "append" mode), then `extra_cols`; bad: payload, error (one line naming the problem
+    and the column), source_position. Every non-null payload lands in exactly one of the two, in
+    input order within a Spark partition; null payloads (tombstones) are skipped.
+    With `keep` (a list), the decoded frame is persisted and appended to it, for the caller to
+    unpersist: good and bad then read one cache (without it, each reads and decodes the source).
     With `unknown_fields`, the good records' keys that are no column are counted into it (one
-    Spark job); with `schema_evolution` too, they become nullable columns as `decode_json` makes
-    them (decode/json_evolution.py), appended to `new_columns`: the batch is then decoded again."""
+    Spark job); with `schema_evolution` too, they become nullable columns
+    (decode/json_evolution.py), appended to `new_columns`: the batch is then decoded again."""
     from pyspark.sql import types as T
 
+    check_arguments(df, table_schema, key, op_mode, position_cols, extra_cols, "ms")
     if value_col not in df.columns:
         raise ConfigError(f"decode: value column {value_col!r} is not in the input ({', '.join(df.columns)})")
-    for c in [*position_cols, *extra_cols]:
-        if c not in df.columns:
-            raise ConfigError(f"decode: column {c!r} is not in the input ({', '.join(df.columns)})")
-    count = unknown_fields is not None
-    cached_from = len(keep)
+    others = undecodable(table_schema)
+    if others:
+        raise ConfigError(f"decode: column(s) of a type the JSON decoder does not produce: {', '.join(others)}")
+    if schema_evolution and (keep is None or unknown_fields is None):
+        raise ConfigError("decode: schema_evolution needs keep and unknown_fields (a batch is read twice without)")
+    count = unknown_fields is not None and keep is not None
+    cached_from = len(keep) if keep is not None else 0
 
     def once(schema: StructType) -> DataFrame:
         return _decode_once(df, value_col, schema, key, op_mode, position_cols, extra_cols, limits, count, keep)
 
     decoded = once(table_schema)
-    if unknown_fields is None:
+    if unknown_fields is None or keep is None:
         return _split(decoded, table_schema, extra_cols)
     counts = count_unknown(decoded)
     added: list[StructField] = []
@@ -212,7 +221,7 @@ def _decode_once(
     extra_cols: Sequence[str],
     limits: PayloadLimits | None,
     carry_unknown: bool,
-    keep: list[DataFrame],
+    keep: list[DataFrame] | None,
 ) -> DataFrame:
     """The batch decoded against one schema, good rows and dead letters in one persisted frame."""
     from pyspark import StorageLevel
@@ -254,8 +263,10 @@ def _decode_once(
         to_arrow_schema(out),
     )
     inputs = df.select(*dict.fromkeys([value_col, *position_cols, *extra_cols]))
-    decoded = inputs.mapInArrow(task, out).persist(StorageLevel.MEMORY_AND_DISK)
-    keep.append(decoded)
+    decoded = inputs.mapInArrow(task, out)
+    if keep is not None:
+        decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+        keep.append(decoded)
     return decoded
 
 

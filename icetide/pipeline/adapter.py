@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -16,8 +15,6 @@ from icetide.errors import ConfigError
 from icetide.pipeline.dead_letter import KAFKA_WHERE, RESET, Held
 from icetide.pipeline.sync_state import parse_position
 from icetide.sink.changelog import INSERT, OP_COLUMN, UPSERT
-
-log = logging.getLogger(__name__)
 
 EVENT_OP_COLUMN = "_event_op"  # a raw table's record op (the raw table itself is append-only)
 SOURCE_POSITION_COLUMN = "_source_position"
@@ -307,19 +304,13 @@ class SourceAdapter:
                 unknown_fields=changes.unknown_fields,
                 new_columns=[f.name for f in changes.new_columns],
             )
-        from icetide.decode.json import decode_json
-        from icetide.decode.json_tasks import decode_in_tasks, undecodable
+        from icetide.decode.json_tasks import decode_json
 
         # Without order_by, arrival order decides: a Kafka range is read in offset order, a file
         # in line order, and the sink keeps that order through monotonically_increasing_id.
         unknown: dict[str, int] = {}
         added: list[StructField] = []
-        # The Python decoder in the tasks; Spark SQL expressions for the column types it does not produce yet.
-        others = undecodable(schema)
-        if others:
-            log.debug("decoding JSON with Spark SQL expressions, for column(s) %s", ", ".join(others))
-        decode = decode_json if others else decode_in_tasks
-        good, bad = decode(
+        good, bad = decode_json(
             raw,
             value_col,
             schema,
