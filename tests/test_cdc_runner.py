@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +141,9 @@ def test_cdc_stream_exactly_once_across_kill_9(spark: Any, kafka_broker: str, tm
 
 def test_dead_letters_hold_the_whole_record_when_the_schema_was_split_off(spark: Any, kafka_broker: str) -> None:
     """Bad records among compact messages (whose schema the reader splits off) reach the
-    dead-letter table as they were sent, byte for byte; the good ones land."""
+    dead-letter table as they were sent, byte for byte; the good ones land. The fast path writes
+    the dead letters of the first batch itself; the message cut short (Python's JSON parser is
+    not Spark's) sends the last batch to the Spark path."""
     records, _ = cdc_stream(seed=3, count=30)
     good = [r for r in records if r[2] is not None and json.loads(r[2])["payload"]["op"] in "cr"]
     bad_value = json.loads(good[0][2])  # type: ignore[arg-type]
@@ -151,11 +154,13 @@ def test_dead_letters_hold_the_whole_record_when_the_schema_was_split_off(spark:
         good[2][2].replace(b'"op":"', b'"op":"x'),  # type: ignore[union-attr]  # an unknown op
     ]
     topic = create_topic(kafka_broker, partitions=1, prefix="cdc")
-    produce(kafka_broker, topic, [*records, *[(0, None, v, None) for v in bad]])
+    produce(kafka_broker, topic, [(0, None, bad[0], None), (0, None, bad[2], None), *records, (0, None, bad[1], None)])
     config = PipelineConfig.from_dict(doc("split_bad", kafka_broker, topic))
     summary = Runner(config, spark).run(once=True, handle_signals=False)
     assert sum(b.bad_records for b in summary.batches) == len(bad)
-    assert all(b.path.startswith("spark: ") for b in summary.batches if b.bad_records), summary.batches
+    first, last = summary.batches[0], summary.batches[-1]
+    assert (first.path, first.bad_records) == ("fast", 2), first
+    assert last.path.startswith("spark: ") and last.bad_records == 1, last
     letters = spark.table(f"{config.table.name}_dead_letter").collect()
     assert sorted(r["payload"].encode() for r in letters) == sorted(bad)
     assert any(r["error"].startswith("column weight") for r in letters)
@@ -185,3 +190,88 @@ def test_a_failed_fast_path_job_names_the_pipeline_and_its_table(spark: Any, kaf
     assert str(data) in line and line.endswith("nothing was committed"), line
     assert "\n" not in line
     assert runner.last_committed_batch() == 1
+
+
+def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
+    """Change events the Spark path makes dead letters, each with its error (ids the good stream never uses)."""
+    row = {"id": 5000, "name": "bad", "description": None, "weight": 1.0}
+    malformed = json.loads(stream.change("c", None, row))
+    malformed["payload"]["before"] = "text"
+    return [
+        (stream.change("c", None, {**row, "weight": "heavy"}), "column weight: 'heavy' is not a DOUBLE"),
+        (stream.change("r", None, {**row, "id": "x"}), "column id: 'x' is not an INT"),
+        (stream.change("x", None, row), "unknown op 'x'"),
+        (stream.change("m", None, None), "unsupported op 'm' (message)"),
+        (stream.change("d", None, None), "before is missing for op 'd' (a delete needs the key)"),
+        (stream.change("u", row, None), "after is missing for op 'u'"),
+        (json.dumps(malformed, separators=stream.separators).encode(), "malformed JSON"),
+    ]
+
+
+def test_bad_records_stay_on_the_fast_path_with_the_spark_paths_dead_letters(spark: Any, kafka_broker: str) -> None:
+    """Bad records spread over the batches: every batch runs on the fast path, which commits the
+    dead letters the Spark path (`fast_path: off`, same topic) commits, payload, error and
+    position alike; the good records land as the model says."""
+    records, _ = cdc_stream(seed=13, count=45)
+    records = [r for r in records if r[2] is None or json.loads(r[2])["payload"]["op"] != "t"]
+    bad = bad_products(ProductsStream())
+    mixed = list(records)
+    for i, (value, _) in enumerate(bad):
+        mixed.insert(2 + i * 6, (0, None, value, None))
+    topic = create_topic(kafka_broker, partitions=1, prefix="cdc")
+    produce(kafka_broker, topic, mixed)
+    letters: dict[str, list[tuple[str, str, str]]] = {}
+    for kind, extra in (("fast", {}), ("spark", {"fast_path": "off"})):
+        config = PipelineConfig.from_dict(doc(f"bad_{kind}_{uuid.uuid4().hex[:6]}", kafka_broker, topic, **extra))
+        summary = Runner(config, spark).run(once=True, handle_signals=False)
+        assert rows_of(spark, config.table.name) == model_of(records), kind
+        assert sum(b.bad_records for b in summary.batches) == len(bad), kind
+        expected = "fast" if kind == "fast" else "spark: fast_path: off"
+        assert {b.path for b in summary.batches} == {expected}, summary.batches
+        assert sum(1 for b in summary.batches if b.bad_records) >= 3, summary.batches
+        dead = spark.table(f"{config.table.name}_dead_letter").collect()
+        letters[kind] = sorted((r["payload"], r["error"], r["source_position"]) for r in dead)
+    assert letters["fast"] == letters["spark"]
+    assert sorted(error for _, error, _ in letters["fast"]) == sorted(error for _, error in bad)
+    assert sorted(payload.encode() for payload, _, _ in letters["fast"]) == sorted(value for value, _ in bad)
+
+
+def test_a_debezium_batch_read_again_after_its_dead_letters_committed_writes_each_once(
+    spark: Any, kafka_broker: str, tmp_path: Path
+) -> None:
+    """A kill after batch 2 committed its dead letters on the fast path, before its data; more
+    records (good and bad) arrive before the restart, so the batch read again reads more. The
+    table equals the model of the whole stream, every bad record is in the dead-letter table
+    once, and every batch of the restart runs on the fast path."""
+    records, _ = cdc_stream(seed=17, count=40)
+    records = [r for r in records if r[2] is None or json.loads(r[2])["payload"]["op"] != "t"]
+    bad = bad_products(ProductsStream())
+    mixed = list(records)
+    for i, (value, _) in enumerate(bad):
+        mixed.insert(1 + i * 4, (0, None, value, None))
+    later = ProductsStream()
+    later.pos = 10**6  # after every change of the first stream
+    more_good = [
+        (
+            0,
+            later.key(9000 + i),
+            later.change("c", None, {"id": 9000 + i, "name": "n", "description": None, "weight": 0.5}),
+            None,
+        )
+        for i in range(5)
+    ]
+    more_bad = bad_products(later)[:3]
+    more = [*more_good[:2], *[(0, None, value, None) for value, _ in more_bad], *more_good[2:]]
+    topic = create_topic(kafka_broker, partitions=1, prefix="cdc")
+    produce(kafka_broker, topic, mixed)
+    warehouse = tmp_path / "wh"
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc("held", kafka_broker, topic, warehouse=str(warehouse))))
+    done = crash_and_restart(config_path, "after_dead_letter", between=lambda: produce(kafka_broker, topic, more))
+    paths = [json.loads(line).get("path") for line in done.stdout.splitlines() if line.startswith("{")]
+    assert paths and set(paths) == {"fast"}, paths
+    other = warehouse_reader(spark, "cdcheld", warehouse)
+    assert rows_of(other, "cdcheld.cdc.held") == model_of(records + more_good)
+    dead = other.table("cdcheld.cdc.held_dead_letter").collect()
+    assert len({r["source_position"] for r in dead}) == len(dead)
+    assert sorted(r["error"] for r in dead) == sorted(error for _, error in bad + more_bad)

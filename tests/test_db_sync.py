@@ -498,6 +498,109 @@ def test_a_failed_fast_path_job_names_the_tables_of_the_batch(spark: Any, kafka_
     again.close()
 
 
+def bad_changes(stream: TableStream) -> list[tuple[bytes, str]]:
+    """Change events of the stream's table that the Spark path makes dead letters, each with its
+    error (a key the good changes never use; no message key, so the models skip them)."""
+    key = stream.key_field
+    row = new_row(stream.table, 5000, 0)
+    return [
+        (stream.change("c", None, {**row, key: "x"}), f"column {key}: 'x' is not an INT"),
+        (stream.change("x", None, row), "unknown op 'x'"),
+        (stream.change("m", None, None), "unsupported op 'm' (message)"),
+        (stream.change("d", None, None), "before is missing for op 'd' (a delete needs the key)"),
+        (stream.change("u", row, None), "after is missing for op 'u'"),
+    ]
+
+
+def with_bad(records: list[Record], bad: list[tuple[bytes, str]], every: int) -> list[Record]:
+    """`records` with a bad record after every `every` of them (the rest at the end)."""
+    out: list[Record] = []
+    rest = [(0, None, value, None) for value, _ in bad]
+    for i, record in enumerate(records):
+        if i % every == every - 1 and rest:
+            out.append(rest.pop(0))
+        out.append(record)
+    return out + rest
+
+
+def dead_letters(reader: Any, table: str) -> list[tuple[str, str, str]]:
+    return sorted((r["payload"], r["error"], r["source_position"]) for r in reader.table(table).collect())
+
+
+def test_bad_records_stay_on_the_sync_fast_path_with_the_spark_paths_dead_letters(
+    spark: Any, kafka_broker: str, warehouse: str
+) -> None:
+    """Bad records of two tables in most batches: every batch runs on the sync fast path, which
+    commits the dead letters the Spark path (`fast_path: off`) commits for the same topics,
+    payload, error and position alike, and the bad-record counts of the metrics; each table
+    equals its model after every batch."""
+    prefix = f"db{unique()}"
+    streams = {t: s for t, s in inventory_streams().items() if t != "products"}
+    records = {t: changes(s, seed=40 + i, count=20) for i, (t, s) in enumerate(sorted(streams.items()))}
+    bad = {t: bad_changes(s) for t, s in streams.items()}
+    topics = {t: f"{prefix}.inventory.{t}" for t in streams}
+    for t, recs in records.items():
+        _create(kafka_broker, topics[t])
+        produce(kafka_broker, topics[t], with_bad(recs, bad[t], every=4))
+    reader = warehouse_reader(spark, "lake", warehouse)
+    keys = {"orders": "order_number", "customers": "id"}
+    letters: dict[str, list[tuple[str, str, str]]] = {}
+    for kind, extra in (("fast", {}), ("spark", {"fast_path": "off"})):
+        namespace = f"{kind}{unique()}"
+        doc = pipeline_doc(
+            kind, kafka_broker, prefix, namespace, trigger={"interval": "1s", "max_records": 12}, **extra
+        )
+        runner = SyncRunner(PipelineConfig.from_dict(doc), spark)
+        batches: list[SyncBatchMetrics] = []
+        while (metrics := runner.run_batch()) is not None:
+            assert isinstance(metrics, SyncBatchMetrics)
+            batches.append(metrics)
+            for t in streams:
+                name = f"lake.{namespace}.{t}"
+                read = runner.state.tables[name].position[topics[t]]["0"]
+                good = [r for r in with_bad(records[t], bad[t], every=4)[:read] if r[1] is not None or r[2] is None]
+                assert same(rows_of(reader, name, keys[t]), model_of(good)), (kind, name, metrics.batch_id)
+        runner.topics.close()
+        expected = "fast" if kind == "fast" else "spark: fast_path: off"
+        assert {b.path for b in batches} == {expected}, batches
+        assert sum(b.bad_records for b in batches) == sum(len(b) for b in bad.values()), batches
+        assert sum(1 for b in batches if b.bad_records) >= 3, batches
+        letters[kind] = dead_letters(reader, f"lake.{namespace}.dead_letter")
+    assert letters["fast"] == letters["spark"]
+    assert sorted(e for _, e, _ in letters["fast"]) == sorted(e for b in bad.values() for _, e in b)
+
+
+@pytest.mark.parametrize("point", ["after_dead_letter", "after_table_commit"])
+def test_fast_path_dead_letters_are_written_once_across_kill_9(
+    spark: Any, kafka_broker: str, tmp_path: Path, point: str
+) -> None:
+    """A kill after batch 2 committed its dead letters (before any table, or after one table):
+    the batch read again on the fast path leaves out the dead letters already committed, so each
+    bad record is in the dead-letter table exactly once, and every table equals its model."""
+    prefix, namespace = f"db{unique()}", f"kill{unique()}"
+    streams = {t: s for t, s in inventory_streams().items() if t != "products"}
+    records = {t: changes(s, seed=50 + i, count=16) for i, (t, s) in enumerate(sorted(streams.items()))}
+    bad = {t: bad_changes(s) for t, s in streams.items()}
+    for t, recs in records.items():
+        _create(kafka_broker, f"{prefix}.inventory.{t}")
+        produce(kafka_broker, f"{prefix}.inventory.{t}", with_bad(recs, bad[t], every=3))
+    warehouse = tmp_path / "wh"
+    doc = pipeline_doc("kill", kafka_broker, prefix, namespace, warehouse=str(warehouse))
+    doc["trigger"] = {"interval": "1s", "max_records": 14}
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc))
+    restarted = crash_and_restart(config_path, point, batch="2")
+    paths = [json.loads(line).get("path") for line in restarted.stdout.splitlines() if line.startswith("{")]
+    assert paths and set(paths) == {"fast"}, paths
+    other = warehouse_reader(spark, "killcheck", warehouse)
+    keys = {"orders": "order_number", "customers": "id"}
+    for t in streams:
+        assert same(rows_of(other, f"killcheck.{namespace}.{t}", keys[t]), model_of(records[t])), t
+    dead = dead_letters(other, f"killcheck.{namespace}.dead_letter")
+    assert len({where for _, _, where in dead}) == len(dead)
+    assert sorted(e for _, e, _ in dead) == sorted(e for b in bad.values() for _, e in b)
+
+
 def _create(bootstrap: str, name: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 

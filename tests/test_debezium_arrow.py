@@ -85,12 +85,7 @@ def python_changes(
     collected = TableRows(arrow_schema(schema), key, op_mode, conversions or Conversions())
     dead: dict[int, list[str]] = {}
     for offset, value in enumerate(values, start=first_offset):
-        try:
-            envelope = None if value is None else reader.read(value)
-        except DeadLetter as exc:
-            assert exc.error is not None
-            dead[offset] = [exc.error]
-            continue
+        envelope = None if value is None else reader.read(value)
         if envelope is not None:
             errors = collected.add(envelope, source_order(envelope.source, envelope.ts_ms, offset), evolving=False)
             if errors:

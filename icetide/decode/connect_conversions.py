@@ -29,6 +29,7 @@ from icetide.decode.arrow_json import ArrowJsonDecoder, raw_text, unsupported_co
 
 _NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")
 _DIGIT = re.compile("[0-9]")
+_FLOAT_WORDS = {"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan", "+nan", "-nan"}
 _INTEGRAL_19 = re.compile("-?[0-9]{1,19}")
 _NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=\s]")
 _MICROS_FROM = 100_000_000_000_000  # as decode/debezium.py: a larger schemaless epoch is microseconds
@@ -225,8 +226,11 @@ def _not_converted(raw: str, t: pa.DataType, name: str) -> None:
     """Raise for text that the arrow_json decoder's rules do not convert to `t`: DeadLetter where
     the Spark path surely does not convert it either. Its casts to a time or a date take more
     forms than those rules (and a number, Java's), so there only an epoch integer out of range or
-    text without a digit is surely a dead letter."""
+    text without a digit is surely a dead letter; for a FLOAT or DOUBLE, text without a digit that
+    is none of the words Spark reads as infinity or NaN."""
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        raise DeadLetter()
+    if pa.types.is_floating(t) and not _DIGIT.search(raw) and raw.strip().lower() not in _FLOAT_WORDS:
         raise DeadLetter()
     epoch_digits = 15 if pa.types.is_timestamp(t) else 7 if pa.types.is_date32(t) else 0
     if epoch_digits and (re.fullmatch(f"-?[0-9]{{1,{epoch_digits}}}", raw) or not _DIGIT.search(raw)):

@@ -4,8 +4,8 @@ It follows the Spark decoder (decode/debezium.py) for what it supports and gives
 a record it cannot decode exactly as the Spark decoder would raises `NotHere` with the reason,
 and the whole batch then runs on the Spark path, which owns every truncate and every schema
 change. A record the Spark decoder makes a dead letter is one here too, with the same error
-(`TableRows.add` returns it; an event that is no change event at all raises `DeadLetter`), when
-this decoder can tell that error exactly; else it is NotHere as well. It must never accept a
+(`TableRows.add` returns it), when this decoder can tell that error exactly; else it is
+NotHere as well. It must never accept a
 record differently.
 
 Supported: the JSON converter's messages with their Connect schema (`{"schema":...,
@@ -68,7 +68,8 @@ _OPS = ("c", "r", "u", "d")
 
 @dataclass(slots=True)
 class Envelope:
-    """One change event: its op, row parts, source block, time, and its schema (None: schemaless)."""
+    """One change event: its op, row parts, source block, time, and its schema (None: schemaless);
+    or, with `error`, a message the Spark path makes a dead letter before reading its row."""
 
     op: str
     before: Mapping[str, Any] | None
@@ -77,6 +78,7 @@ class Envelope:
     ts_ms: Any
     schema: C.EnvelopeSchema | None
     schema_id: int
+    error: str | None = None
 
 
 class EnvelopeReader:
@@ -88,8 +90,8 @@ class EnvelopeReader:
         self._last: bytes | None = None
 
     def read(self, value: bytes) -> Envelope | None:
-        """The message's event, None for a tombstone; DeadLetter for a message the Spark path makes
-        a dead letter before reading its row (see `envelope_of`), NotHere for anything else it reads."""
+        """The message's event (one with an error: see `envelope_of`), None for a tombstone; NotHere
+        for anything else the Spark path reads."""
         if len(value) > self.limits.max_record_bytes:
             raise NotHere("a message over the payload size limit")
         if b"\\" in value and _LONE_SURROGATE.search(value):
@@ -339,8 +341,6 @@ class TableRows:
         (one per change, in its order of checks; the others are added, as there); NotHere when
         the Spark path must read the event."""
         op = envelope.op
-        if op not in _OPS:
-            op = op.strip(" ").lower()  # Spark's trim(): spaces only
         before, after = envelope.before, envelope.after
         row_part = after if isinstance(after, dict) else before
         if isinstance(row_part, dict) and not self.known.issuperset(row_part):
@@ -352,6 +352,10 @@ class TableRows:
         plan = self._plans.get(envelope.schema_id)
         if plan is None:  # first: the Spark path widens columns for a dead letter's schema too
             plan = self._plan(envelope.schema, envelope.schema_id, evolving)
+        if envelope.error is not None:
+            return [envelope.error]
+        if op not in _OPS:
+            op = op.strip(" ").lower()  # Spark's trim(): spaces only
         changes: tuple[tuple[str, Any], ...]
         if op == "d":
             changes = ((DELETE, before),)
@@ -483,17 +487,19 @@ class TableRows:
 
 def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelope:
     """The change event of a Debezium payload (the JSON converter's `payload`, or an Avro record
-    shaped as one) with its envelope schema. DeadLetter, with the Spark path's error, for one
-    whose before, after or source is not an object (Spark cannot parse it: malformed) or that
-    has no op; NotHere for an op that is not text."""
+    shaped as one) with its envelope schema. One with the Spark path's `error` (a dead letter)
+    when its before, after or source is not an object (Spark cannot parse it: malformed, no row,
+    no source) or it has no op; NotHere for an op that is not text."""
     before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
     for part in (before, after, source):
         if part is not None and not isinstance(part, dict):
-            raise DeadLetter("malformed JSON")
+            return Envelope("", None, None, {}, None, schema, schema_id, error="malformed JSON")
     op = payload.get("op")
     if op is None:
-        raise DeadLetter("not a Debezium change event: op is missing")
-    if type(op) is not str:
+        op, error = "", "not a Debezium change event: op is missing"
+    elif type(op) is str:
+        error = None
+    else:
         raise NotHere("a message whose op is not text")
     return Envelope(
         op=op,
@@ -503,6 +509,7 @@ def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelop
         ts_ms=payload.get("ts_ms"),
         schema=schema,
         schema_id=schema_id,
+        error=error,
     )
 
 

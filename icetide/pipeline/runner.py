@@ -337,7 +337,7 @@ class Runner:
         prefix = f"{name}."
         return FastBatch(
             files=out.files.get(name, []),
-            bad=[],  # a bad record sends the batch to the Spark path
+            bad=out.bad,
             records_in=out.records_in,
             read_decode_seconds=out.read_decode_seconds,
             write_seconds=out.write_seconds,

@@ -25,10 +25,20 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
+from icetide.decode.arrow_json import BadRecord
+from icetide.decode.json import BAD_DDL
 from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point
-from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics, batch_metrics, warn_unknown_fields
-from icetide.pipeline.dead_letter import DeadLetterTable
+from icetide.pipeline.batches import (
+    BatchMetrics,
+    RunSummary,
+    SyncBatchMetrics,
+    TooManyBadRecordsError,
+    batch_metrics,
+    check_bad_share,
+    warn_unknown_fields,
+)
+from icetide.pipeline.dead_letter import DeadLetterTable, Held
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
@@ -197,6 +207,12 @@ class SyncRunner:
         self.state.dead_letter_position = position
         self.state.dead_letter_batch = batch_id
 
+    def held_dead_letters(self, plan: TopicsPlan) -> Held:
+        """The batch's bad records the dead-letter table already holds (a batch read again after a
+        crash between the dead-letter commit and the tables'): never written twice."""
+        lost = [loss.where() for loss in plan.losses]
+        return Held.kafka(self.state.dead_letter_position, plan.starts, lost, self.dead_letter.recorded)
+
     # -- the fast path ---------------------------------------------------------------------
 
     def _run_fast(
@@ -209,20 +225,29 @@ class SyncRunner:
             log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
             return out
         read_seconds = time.monotonic() - started
+        held = self.held_dead_letters(plan)
+        bad = [b for b in out.bad if not held.holds(b.source_position)]
+        try:
+            check_bad_share(batch_id, len(bad), out.records_in, self.config.max_bad_fraction, lambda: bad[0].error)
+        except TooManyBadRecordsError:
+            self.fast.delete_files(out.files, self.sinks, reason="the batch has too many bad records")
+            raise
         registry_changed = False
         for name, topics in sorted(out.feeds.items()):
             registry_changed |= self.state.register(name, {t: plan.starts[t] for t in topics})
         warn_unknown_fields(batch_id, out.unknown_fields)
         fed = {t for s in self.state.tables.values() for t in s.topics()}
-        if registry_changed or (plan.topics_read() - fed):
-            self.write_dead_letters(None, plan, batch_id)
+        if bad or registry_changed or (plan.topics_read() - fed):
+            self.write_dead_letters(self._bad_frame(bad) if bad else None, plan, batch_id)
             crash_point("after_dead_letter", batch_id)
         results = self.commit_each(
             batch_id, plan, set(out.records), lambda n, p: self._commit_files(n, p, out, batch_id)
         )
         crash_point("after_commit", batch_id)
         source_lag = self.lag()
-        shares = {name: TableBatch(name, records=n) for name, n in out.records.items()}
+        shares = {
+            name: TableBatch(name, records=n, bad_count=out.bad_counts.get(name, 0)) for name, n in out.records.items()
+        }
         self.record_metrics(results, shares, unrouted=0)
         return batch_metrics(
             SyncBatchMetrics,
@@ -230,7 +255,7 @@ class SyncRunner:
             batch_id,
             results,
             records_in=out.records_in,
-            bad_records=0,
+            bad_records=len(bad),
             read_decode_seconds=max(0.0, read_seconds - out.write_seconds),
             source_lag=source_lag,
             unknown_fields=out.unknown_fields,
@@ -239,6 +264,10 @@ class SyncRunner:
             path=FAST_PATH,
             records_as_columns=out.records_as_columns,
         )
+
+    def _bad_frame(self, bad: list[BadRecord]) -> DataFrame:
+        """The fast path's dead letters as the Spark path's bad records (decode/json.py BAD_DDL)."""
+        return self.spark.createDataFrame([(b.payload, b.error, b.source_position) for b in bad], BAD_DDL)
 
     def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[SyncFastBatch | Fallback, list[str]]:
         """The batch's files, written by the fast path (tables it routes to that do not exist yet

@@ -12,10 +12,13 @@ All changes to one table must reach one task (the equality deletes of one commit
 to that commit's own data files), so a task reads whole topics: topics that feed a common table
 are read by the same task. A table found fed by two tasks sends the batch to the Spark path.
 
-Anything the decoder does not take exactly as the Spark decoder would (a bad record, a truncate,
-a schema change to apply, a column type or partition transform it does not produce) sends the
-whole batch to the Spark path, which owns those cases; the files written so far are deleted. A
-batch that routes records to tables that do not exist yet returns samples of their messages:
+A record the decoder makes a dead letter, as the Spark decoder would, comes back to the driver
+(payload, error, source position), which commits it to the dead-letter table before the tables.
+Anything the decoder does not take exactly as the Spark decoder would (a truncate, a schema
+change to apply, a column type or partition transform it does not produce, a dead letter whose
+error it cannot word as the Spark path does, or that only its source block could route) sends
+the whole batch to the Spark path, which owns those cases; the files written so far are deleted.
+A batch that routes records to tables that do not exist yet returns samples of their messages:
 the runner creates the tables and runs the fast path again.
 """
 
@@ -33,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from icetide.config import table_name_placeholders
+from icetide.decode.arrow_json import BadRecord
 from icetide.decode.avro import messages_for
 from icetide.decode.avro_runs import MIN_RUN, NotColumnar
 from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows, source_order
@@ -98,6 +102,7 @@ class TableShare:
 
     files: list[dict[str, Any]] = field(default_factory=list)
     records: int = 0  # events routed to the table (those it already holds included)
+    bad: int = 0  # its dead letters (one per change the Spark path would refuse)
     feeds: set[tuple[str, int]] = field(default_factory=set)  # topic-partitions its events came from
     unknown_fields: dict[str, int] = field(default_factory=dict)
 
@@ -107,6 +112,7 @@ class SyncTaskResult:
     """One task: each table's share, or why the batch is for the Spark path, or new tables' samples."""
 
     tables: dict[str, TableShare] = field(default_factory=dict)
+    bad: list[BadRecord] = field(default_factory=list)  # the dead letters of every table
     not_here: str | None = None
     new_tables: dict[str, list[tuple[bytes | None, bytes]]] = field(default_factory=dict)
     records: int = 0
@@ -160,6 +166,8 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
             envelope = read(value)
         if envelope is None:
             return
+        if envelope.error is not None and fixed is None:  # no source block to route it by
+            raise NotHere(f"a dead letter routed by its source block ({envelope.error})")
         name = fixed if fixed is not None else route_of(template, needed, feed[0], envelope.source)
         to = destinations.get(name)
         if to is None:
@@ -178,8 +186,13 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         if offset < to.held:
             return
         order = source_order(envelope.source, envelope.ts_ms, offset) if to.by_source else ""
-        if to.rows.add(envelope, order, evolving=evolving):
-            raise NotHere("a record the Spark path makes a dead letter")
+        errors = to.rows.add(envelope, order, evolving=evolving)
+        if errors:
+            payload = avro.message(message.key(), value) if avro is not None else value
+            text = payload.decode("utf-8", "replace") if payload is not None else None
+            where = f"{feed[0]}/{feed[1]}@{offset}"  # as decode/json.py `source_position`
+            result.bad.extend(BadRecord(text, error, where) for error in errors)
+            to.share.bad += len(errors)
 
     def run(
         messages: list[Any], values: list[bytes], destinations: dict[str, _Destination], feed: tuple[str, int]
@@ -370,6 +383,8 @@ class SyncFastBatch:
     files: dict[str, list[WrittenFile]]
     records: dict[str, int]
     feeds: dict[str, set[str]]  # table -> topics its events came from
+    bad: list[BadRecord]  # the dead letters of every table, none committed
+    bad_counts: dict[str, int]  # table -> its dead letters
     records_in: int
     unknown_fields: dict[str, int]  # "table.field" -> records
     read_decode_seconds: float
@@ -516,6 +531,8 @@ class SyncFastPath:
         return SyncFastBatch(
             files=files,
             records={name: share.records for name, share in shares},
+            bad=[b for r in results for b in r.bad],
+            bad_counts={name: share.bad for name, share in shares},
             feeds={name: {t for t, _ in share.feeds} for name, share in shares},
             records_in=sum(r.records for r in results),
             unknown_fields={f"{name}.{k}": v for name, share in shares for k, v in share.unknown_fields.items()},
@@ -529,8 +546,14 @@ class SyncFastPath:
         by_table: dict[str, list[WrittenFile]] = {}
         for name, f in written:
             by_table.setdefault(name, []).append(WrittenFile.from_row(f))
-        for name, files in by_table.items():
-            sinks[name].committer.delete_files(files, reason="the batch runs on the Spark path")
+        SyncFastPath.delete_files(by_table, sinks, reason="the batch runs on the Spark path")
+
+    @staticmethod
+    def delete_files(files: dict[str, list[WrittenFile]], sinks: Mapping[str, UpsertSink], *, reason: str) -> None:
+        """Delete files the batch wrote (table -> its files), none of them committed."""
+        for name, written in files.items():
+            if written:
+                sinks[name].committer.delete_files(written, reason=reason)
 
     @staticmethod
     def discard(batch_id: int, sinks: Any) -> None:

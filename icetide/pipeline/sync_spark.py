@@ -21,7 +21,6 @@ from icetide.errors import IcetideError
 from icetide.faults import crash_point
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
 from icetide.pipeline.batches import SyncBatchMetrics, batch_metrics, check_bad_share
-from icetide.pipeline.dead_letter import Held
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
 from icetide.sink.batch import BatchResult
@@ -245,9 +244,7 @@ def bad_records(
         rows = [(None, f"data loss: {loss.reason}", loss.where()) for loss in plan.losses]
         frames.append(runner.spark.createDataFrame(rows, BAD_DDL))
     bad = reduce(lambda a, b: a.unionByName(b), frames)
-    lost = [loss.where() for loss in plan.losses]
-    held = Held.kafka(runner.state.dead_letter_position, plan.starts, lost, runner.dead_letter.recorded)
-    return held.keep_new(bad)
+    return runner.held_dead_letters(plan).keep_new(bad)
 
 
 def write_table(
