@@ -8,9 +8,10 @@ record, which isolates the bad records with the same errors the Spark decoder gi
 
 Conversions (as in decode/json.py): integers from JSON numbers or integral text, in range;
 FLOAT/DOUBLE from numbers or numeric text; BOOLEAN from true/false or Spark's boolean words;
-STRING from the raw text of any JSON value; TIMESTAMP from integral epoch milliseconds (up to 15
-digits, also as text) or ISO-8601 text (a `Z` or offset, else the session time zone); DATE from an
-integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
+STRING from the raw text of any JSON value, as Spark keeps it (`json_values.spark_text`: a double
+as Java writes it, 1e7 as "1.0E7", and so in error messages); TIMESTAMP from integral epoch
+milliseconds (up to 15 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session
+time zone); DATE from an integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
 time and a zone in the text ignored. DECIMAL, BINARY and FIXED as decode/arrow_json_values.py
 says, ARRAY, STRUCT and MAP as decode/arrow_json_nested.py says (with the deliberate differences
 from decode_json listed there); a table with such a column, or TIMESTAMP_NTZ, is decoded record
@@ -68,6 +69,7 @@ _DATE_TEXT = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?$")
 _BLANK_LINE = re.compile(rb"\n[ \t]*\n")  # starts at a newline: quick to scan
 _TRUE, _FALSE = {"t", "true", "y", "yes", "1"}, {"f", "false", "n", "no", "0"}
 _DECODER = json.JSONDecoder()
+_QUOTED_INFINITY = ('"Infinity"', '"-Infinity"')
 # Spark's JSON reader (Jackson 2.15) refuses a number longer than 1000 characters: the record is
 # malformed JSON there, so it is here too (and Python's int() refuses over 4300 digits anyway).
 MAX_NUMBER_LENGTH = 1000
@@ -183,7 +185,9 @@ class Decoded:
 
 
 def raw_text(value: Any) -> str:
-    """The text Spark's from_json keeps for a JSON value read as STRING."""
+    """A JSON value's text as the Debezium decoder has it (decode/debezium_arrow.py): text as it
+    is, a double as Python writes it (1e7: "10000000.0"). The JSON decoder spells values as
+    Spark's from_json keeps them instead (`json_values.spark_text`: 1e7 is "1.0E7")."""
     if isinstance(value, str):
         return value
     if value is True:
@@ -503,14 +507,14 @@ class ArrowJsonDecoder:
                 elif not f.nullable and op != DELETE:  # a delete needs only its key (as decode/json.py)
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
+            raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
             if json_values.supported(f.type):
-                raw = json_values.spark_text(value)
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
-                raw = json_values.spark_text(value)
                 converted = nested.value(raw, f.type, self.time_zone)
+            elif pa.types.is_floating(f.type) and raw in _QUOTED_INFINITY:
+                converted = self._value(raw[1:-1], f.type)  # Jackson's text of 1e400, read back (decode/json.py)
             else:
-                raw = raw_text(value)
                 converted = self._value(raw, f.type)
             typed.append(converted)
             if converted is None and (op != DELETE or f.name in self.key):  # a delete's other values go unread
