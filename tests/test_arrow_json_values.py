@@ -227,3 +227,28 @@ def test_keys_no_column_count_null_values_too_in_a_block_and_record_by_record() 
     fast = decoder._vectorized(b"\n".join(block), len(block))
     assert fast is not None and fast.unknown_fields == expected
     assert decoder._per_record(block, str).unknown_fields == expected
+
+
+@pytest.mark.parametrize("op_mode", ["append", "upsert"])
+def test_a_block_with_bad_records_decodes_as_record_by_record_in_pieces(op_mode: str) -> None:
+    """A refused block is decoded in pieces (malformed records alone, the runs between by pyarrow,
+    halved where refused): rows, dead letters, ops and counts as the record-by-record look has them."""
+    decoder = ArrowJsonDecoder(_OPS_ARROW, ["id"], op_mode=op_mode)  # type: ignore[arg-type]
+
+    def payload(i: int) -> bytes:
+        if i % 1500 == 7:
+            return b"{not json"
+        if i % 2100 == 11:
+            return b'{"id": %d, "n": "x", "u": "no"}' % i  # refused by pyarrow's read: halved down
+        if i % 900 == 5:
+            return b' {"id": %d, "n": "y", "_op": "delete", "extra": null} ' % i
+        if i % 1300 == 3:
+            return b'{"id": %d, "n": "z", "_op": "upsert"}\n' % i
+        return json.dumps({"id": i, "n": "a", "u": i % 100, "color": None if i % 3 else "red"}).encode()
+
+    values = [payload(i) for i in range(10_000)]
+    pieces = decoder.decode(values, lambda i: f"cdc/0@{i}")
+    whole = decoder._per_record(values, lambda i: f"cdc/0@{i}")
+    assert pieces.with_ops() == whole.with_ops() and pieces.bad == whole.bad
+    assert pieces.unknown_fields == whole.unknown_fields and pieces.changes == whole.changes
+    assert len(pieces.bad) == 7 + 5 and pieces.rows.num_rows == 10_000 - 12
