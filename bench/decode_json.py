@@ -21,8 +21,8 @@ from typing import Any
 
 from bench.common import bench_session, in_temp_warehouse, machine, median, parser, render_table, report, timed
 from bench.ingest import SCHEMA, event
-from icetide.decode.json import decode_json as spark_sql_decode_json
 from icetide.decode.json_tasks import decode_json
+from tests.spark_sql_json import decode_json as spark_sql_decode_json
 
 KEY = ["event_id", "event_time"]
 PRODUCED_MS = 1_767_225_600_000

@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import types as T
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded, undecodable_columns
-from icetide.decode.json import decode_json
+from tests.spark_sql_json import decode_json
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 
 _TYPES = {

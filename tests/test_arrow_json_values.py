@@ -13,8 +13,8 @@ from pyspark.sql import types as T
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded, undecodable_columns, unsupported_columns
 from icetide.decode.arrow_json_values import java_double_text
-from icetide.decode.json import decode_json
 from icetide.errors import ConfigError
+from tests.spark_sql_json import decode_json
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 
 _TYPES = {
