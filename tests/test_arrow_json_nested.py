@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded, undecodable_columns
+from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
+from icetide.decode.arrow_json_scalars import undecodable_columns
 from tests.spark_sql_json import decode_json
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded, raw_text
+from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
+from icetide.decode.arrow_json_scalars import raw_text
 from tests.spark_sql_json import decode_json
 from tests.test_arrow_json_nested import _plain, utc_process  # noqa: F401 (a fixture)
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded, undecodable_columns, unsupported_columns
+from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
+from icetide.decode.arrow_json_scalars import undecodable_columns, unsupported_columns
 from icetide.decode.arrow_json_values import java_double_text
 from icetide.errors import ConfigError
 from tests.spark_sql_json import decode_json

@@ -36,13 +36,11 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import numpy as np
 import pyarrow as pa
@@ -52,24 +50,25 @@ import pyarrow.json as pj
 from icetide.decode import arrow_json_nested as nested
 from icetide.decode import arrow_json_values as json_values
 from icetide.decode import limits as lim
+from icetide.decode.arrow_json_scalars import (
+    MAX_EPOCH_MS,
+    MIN_EPOCH_MS,
+    RAW_MESSAGE_CHARS,
+    TIMESTAMP_TEXT,
+    scalar_value,
+    type_name,
+    undecodable_columns,
+    unsupported_columns,
+)
 from icetide.decode.json import OpMode
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
 
-RAW_MESSAGE_CHARS = 60  # as decode/json.py: how much of a bad value an error message quotes
 EPOCH_MS_DIGITS = 15
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1)
-_INTEGRAL_MS = re.compile(r"^-?[0-9]{1,15}$")
-_INTEGRAL_DAYS = re.compile(r"^-?[0-9]{1,7}$")
-_INTEGER_TEXT = re.compile(r"^[+-]?[0-9]+$")
-_NUMBER_TEXT = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$|^[+-]?(NaN|Infinity|inf)$")
-_TIMESTAMP_TEXT = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:?\d{2})?$"
 _ZONED_TEXT = r"(Z|[+-]\d{2}:?\d{2})$"
-_DATE_TEXT = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?$")
 _BLANK_LINE = re.compile(rb"\n[ \t]*\n")  # starts at a newline: quick to scan
-_TRUE, _FALSE = {"t", "true", "y", "yes", "1"}, {"f", "false", "n", "no", "0"}
 _DECODER = json.JSONDecoder()
 _QUOTED_INFINITY = ('"Infinity"', '"-Infinity"')
 # Spark's JSON reader (Jackson 2.15) refuses a number longer than 1000 characters: the record is
@@ -101,62 +100,7 @@ def _checked_float(text: str) -> float:
 
 
 _CHECKED_DECODER = json.JSONDecoder(parse_int=_checked_int, parse_float=_checked_float)
-_MIN_EPOCH_MS, _MAX_EPOCH_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
 _LONE_SURROGATE_BYTES = re.compile(lim.LONE_SURROGATE.encode())
-
-
-def _supported(dtype: pa.DataType) -> bool:
-    if pa.types.is_timestamp(dtype):
-        return dtype.unit == "us" and dtype.tz in ("UTC", "+00:00")
-    return (
-        pa.types.is_string(dtype)
-        or pa.types.is_integer(dtype)
-        or pa.types.is_float32(dtype)
-        or pa.types.is_float64(dtype)
-        or pa.types.is_boolean(dtype)
-        or pa.types.is_date32(dtype)
-    )
-
-
-def unsupported_columns(schema: pa.Schema) -> list[str]:
-    """Columns (as 'name TYPE') the block-wise path cannot produce (nor `ArrowJsonDecoder._value`,
-    which the Debezium decoder shares); empty when the table's blocks decode in one pyarrow read.
-    A table whose other columns are all `json_values.supported` still decodes, record by record."""
-    return [f"{f.name} {f.type}" for f in schema if not _supported(f.type)]
-
-
-def _decodable(dtype: pa.DataType) -> bool:
-    if pa.types.is_timestamp(dtype):
-        return dtype.unit == "us"  # with a zone: TIMESTAMP; without: TIMESTAMP_NTZ
-    return _supported(dtype) or json_values.supported(dtype) or nested.supported(dtype)
-
-
-def undecodable_columns(schema: pa.Schema) -> list[str]:
-    """Columns (as 'name TYPE') this decoder cannot produce at all; empty when it can decode the
-    table. Every type a Spark table's columns map to (pyspark's to_arrow_type) decodes, and every
-    Iceberg type icetide writes (table/iceberg.py's arrow_type) but TIME (time64): Spark has no
-    such type, so no table icetide creates has one, and decode_json has no rule to follow."""
-    return [f"{f.name} {f.type}" for f in schema if not _decodable(f.type)]
-
-
-def type_name(dtype: pa.DataType) -> str:
-    """How the Spark decoder's errors name a type (INT, BIGINT, TIMESTAMP, DECIMAL(10,2), array<int>...)."""
-    if json_values.supported(dtype) or nested.supported(dtype) or pa.types.is_timestamp(dtype):
-        name = json_values.simple_string(dtype)
-        return name if "<" in name else name.upper()
-    if pa.types.is_integer(dtype):
-        return {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}[dtype.bit_width]
-    if pa.types.is_timestamp(dtype):
-        return "TIMESTAMP"
-    if pa.types.is_date32(dtype):
-        return "DATE"
-    if pa.types.is_float32(dtype):
-        return "FLOAT"
-    if pa.types.is_float64(dtype):
-        return "DOUBLE"
-    if pa.types.is_boolean(dtype):
-        return "BOOLEAN"
-    return "STRING"
 
 
 @dataclass(frozen=True)
@@ -189,23 +133,6 @@ class Decoded:
     def with_ops(self) -> pa.Table:
         """`rows` with the `_op` column after the table's, as decode_json's good rows have it."""
         return self.rows.append_column(pa.field(OP_COLUMN, pa.string(), nullable=False), self.ops())
-
-
-def raw_text(value: Any) -> str:
-    """A JSON value's text as the Debezium decoder has it (decode/debezium_arrow.py): text as it
-    is, a double as Python writes it (1e7: "10000000.0"). The JSON decoder spells values as
-    Spark's from_json keeps them instead (`json_values.spark_text`: 1e7 is "1.0E7")."""
-    if isinstance(value, str):
-        return value
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else ("NaN" if math.isnan(value) else "Infinity")
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 class ArrowJsonDecoder:
@@ -506,10 +433,10 @@ class ArrowJsonDecoder:
         if pa.types.is_timestamp(t):
             if pa.types.is_integer(a.type):
                 mm = pc.min_max(a)
-                if mm["min"].as_py() < _MIN_EPOCH_MS or mm["max"].as_py() > _MAX_EPOCH_MS:
+                if mm["min"].as_py() < MIN_EPOCH_MS or mm["max"].as_py() > MAX_EPOCH_MS:
                     return None
                 return pc.multiply(a, 1000).cast(t)
-            if not pc.all(pc.match_substring_regex(a.drop_null(), _TIMESTAMP_TEXT)).as_py():
+            if not pc.all(pc.match_substring_regex(a.drop_null(), TIMESTAMP_TEXT)).as_py():
                 return None
             zoned = pc.match_substring_regex(a, _ZONED_TEXT)
             if pc.all(zoned).as_py():
@@ -600,9 +527,11 @@ class ArrowJsonDecoder:
             elif nested.supported(f.type):
                 converted = nested.value(raw, f.type, self.time_zone)
             elif pa.types.is_floating(f.type) and raw in _QUOTED_INFINITY:
-                converted = self._value(raw[1:-1], f.type)  # Jackson's text of 1e400, read back (decode/json.py)
+                converted = scalar_value(
+                    raw[1:-1], f.type, self.time_zone
+                )  # Jackson's text of 1e400, read back (decode/json.py)
             else:
-                converted = self._value(raw, f.type)
+                converted = scalar_value(raw, f.type, self.time_zone)
             typed.append(converted)
             if converted is None and (op != DELETE or f.name in self.key):  # a delete's other values go unread
                 shown = type_name(f.type)
@@ -618,51 +547,8 @@ class ArrowJsonDecoder:
         return typed, None, op
 
     def _value(self, raw: str, t: pa.DataType) -> Any:
-        """Spark's try_cast of the raw text to `t`, in Python; None when it does not fit."""
-        if pa.types.is_string(t):
-            return raw
-        if pa.types.is_integer(t):
-            text = raw.strip()
-            if not _INTEGER_TEXT.match(text):
-                return None
-            digits = text.lstrip("+-").lstrip("0")
-            if len(digits) > 20:  # beyond every integer type, and maybe beyond int()
-                return None
-            number = int(text)
-            low, high = lim.INT_RANGES[t.bit_width]
-            return number if low <= number <= high else None
-        if pa.types.is_floating(t):
-            text = raw.strip()
-            if not _NUMBER_TEXT.match(text):
-                return None
-            return float(text.replace("Infinity", "inf"))
-        if pa.types.is_boolean(t):
-            word = raw.strip().lower()
-            return True if word in _TRUE else False if word in _FALSE else None
-        if pa.types.is_timestamp(t):
-            return self._timestamp(raw) if t.tz is not None else _wall_time(raw)
-        if pa.types.is_date32(t):
-            return _date(raw)
-        return None
-
-    def _timestamp(self, raw: str) -> datetime | None:
-        """The instant, in years 0001-9999 in UTC (icetide.decode.limits), or None."""
-        if _INTEGRAL_MS.match(raw):
-            millis = int(raw)
-            return _EPOCH + timedelta(milliseconds=millis) if _MIN_EPOCH_MS <= millis <= _MAX_EPOCH_MS else None
-        text = raw.strip()
-        if not re.match(_TIMESTAMP_TEXT, text):
-            return None
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            return None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=ZoneInfo(self.time_zone))
-        try:
-            return moment.astimezone(UTC)
-        except OverflowError:  # before 0001-01-01 or after 9999-12-31 in UTC
-            return None
+        """Spark's try_cast of the raw text to `t` (`scalar_value` in the session time zone)."""
+        return scalar_value(raw, t, self.time_zone)
 
 
 def _block_size(size: int) -> int:
@@ -677,24 +563,3 @@ def _within(a: pa.Array, low: int, high: int) -> pa.Array | None:
         return a
     mm = pc.min_max(values)
     return a if low <= mm["min"].as_py() and mm["max"].as_py() <= high else None
-
-
-def _wall_time(raw: str) -> datetime | None:
-    """TIMESTAMP_NTZ (decode/json.py): integral epoch milliseconds as UTC wall time, else
-    timestamp text, a zone in it ignored; years 0001-9999."""
-    if _INTEGRAL_MS.match(raw):
-        return nested.epoch_wall_time(int(raw))
-    return nested.wall_time_text(raw)
-
-
-def _date(raw: str) -> date | None:
-    if _INTEGRAL_DAYS.match(raw):
-        days = int(raw)
-        return _EPOCH_DAY + timedelta(days=days) if lim.MIN_EPOCH_DAYS <= days <= lim.MAX_EPOCH_DAYS else None
-    match = _DATE_TEXT.match(raw.strip())
-    if not match:
-        return None
-    try:
-        return date(int(match.group(1)), int(match.group(2) or 1), int(match.group(3) or 1))
-    except ValueError:
-        return None

@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
-from icetide.decode.arrow_json import ArrowJsonDecoder, raw_text, unsupported_columns
+from icetide.decode.arrow_json import ArrowJsonDecoder
+from icetide.decode.arrow_json_scalars import raw_text, unsupported_columns
 
 _NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")
 _DIGIT = re.compile("[0-9]")

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
-from icetide.decode.arrow_json import RAW_MESSAGE_CHARS, raw_text
+from icetide.decode.arrow_json_scalars import RAW_MESSAGE_CHARS, raw_text
 from icetide.decode.connect_conversions import (
     Conversions,
     Converter,

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icetide.decode.arrow_json import ArrowJsonDecoder, undecodable_columns
+from icetide.decode.arrow_json import ArrowJsonDecoder
+from icetide.decode.arrow_json_scalars import undecodable_columns
 from icetide.decode.json import check_arguments
 from icetide.decode.json_evolution import UNKNOWN, UNKNOWN_PAYLOAD, addable, count_unknown, sample_types
 from icetide.decode.limits import PayloadLimits

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icetide.decode.arrow_json import ArrowJsonDecoder, BadRecord, unsupported_columns
+from icetide.decode.arrow_json import ArrowJsonDecoder, BadRecord
+from icetide.decode.arrow_json_scalars import unsupported_columns
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import payload_limits
 from icetide.pipeline.staging import Fallback
