@@ -15,7 +15,6 @@ import math
 import re
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 
@@ -24,7 +23,7 @@ from icetide.decode import arrow_json_values as json_values
 from icetide.decode import limits as lim
 
 RAW_MESSAGE_CHARS = 60  # as decode/json.py: how much of a bad value an error message quotes
-TIMESTAMP_TEXT = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:?\d{2})?$"
+TIMESTAMP_TEXT = nested.TIMESTAMP_TEXT.pattern  # for pyarrow's regular expression kernels
 MIN_EPOCH_MS, MAX_EPOCH_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INTEGRAL_MS = re.compile(r"^-?[0-9]{1,15}$")
@@ -74,22 +73,8 @@ def undecodable_columns(schema: pa.Schema) -> list[str]:
 
 def type_name(dtype: pa.DataType) -> str:
     """How the Spark decoder's errors name a type (INT, BIGINT, TIMESTAMP, DECIMAL(10,2), array<int>...)."""
-    if json_values.supported(dtype) or nested.supported(dtype) or pa.types.is_timestamp(dtype):
-        name = json_values.simple_string(dtype)
-        return name if "<" in name else name.upper()
-    if pa.types.is_integer(dtype):
-        return {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}[dtype.bit_width]
-    if pa.types.is_timestamp(dtype):
-        return "TIMESTAMP"
-    if pa.types.is_date32(dtype):
-        return "DATE"
-    if pa.types.is_float32(dtype):
-        return "FLOAT"
-    if pa.types.is_float64(dtype):
-        return "DOUBLE"
-    if pa.types.is_boolean(dtype):
-        return "BOOLEAN"
-    return "STRING"
+    name = json_values.simple_string(dtype)
+    return name if "<" in name else name.upper()
 
 
 def raw_text(value: Any) -> str:
@@ -143,19 +128,7 @@ def _timestamp(raw: str, time_zone: str) -> datetime | None:
     if _INTEGRAL_MS.match(raw):
         millis = int(raw)
         return _EPOCH + timedelta(milliseconds=millis) if MIN_EPOCH_MS <= millis <= MAX_EPOCH_MS else None
-    text = raw.strip()
-    if not re.match(TIMESTAMP_TEXT, text):
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=ZoneInfo(time_zone))
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:  # before 0001-01-01 or after 9999-12-31 in UTC
-        return None
+    return nested.timestamp_text(raw, time_zone)
 
 
 def _wall_time(raw: str) -> datetime | None:
