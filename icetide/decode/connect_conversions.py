@@ -39,6 +39,8 @@ _EPOCH_DAY = date(1970, 1, 1)
 _DECIMAL_38 = 10**38
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _SPARK_TRIMS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "  # the whitespace Spark trims off text it casts (ASCII only)
+# Spark's casts trim control characters as well (UTF8String.trimAll); the arrow_json rules do not
+_CONTROLS = "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))
 
 
 class NotHere(Exception):
@@ -113,6 +115,8 @@ class Conversions:
         json_value = self._json._value  # type: ignore[attr-defined]
 
         def value_of(raw: str, t: pa.DataType) -> Any:
+            if raw.strip(_SPARK_TRIMS + _CONTROLS) != raw.strip(_SPARK_TRIMS):
+                raise NotHere(f"column {name}: text with a control character at an end")
             if raw.strip() != raw.strip(_SPARK_TRIMS):
                 if pa.types.is_integer(t) or pa.types.is_boolean(t):  # Spark's cast takes no such text
                     raise DeadLetter()
