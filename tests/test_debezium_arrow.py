@@ -609,3 +609,17 @@ def test_control_characters_at_the_ends_are_refused(spark: Any) -> None:
         assert (i in refused) == (expected == REFUSED), f"{case}: {refused.get(i, 'accepted')}"
         if expected != REFUSED:
             assert (i in bad) == (expected == DEAD_LETTER), f"{case}: Spark: {bad.get(i)}"
+
+
+def test_malformed_truncates_are_refused(spark: Any) -> None:
+    """A truncate whose before or source is not an object is applied on the Spark path (on_truncate:
+    apply), not a dead letter: the Python side refuses it."""
+    stream = ProductsStream()
+    values = [
+        _raw_change(stream, '{"op":"t","source":"x"}'),
+        _raw_change(stream, '{"op":" T ","before":"x","source":{"ts_ms":1}}'),
+    ]
+    schema = table_schema(parse_envelope_schema(json.dumps(ProductsStream().schema)), ["id"])
+    refused, bad = compare_each(spark, values, schema, ["id"])
+    assert sorted(refused) == [0, 1]
+    assert bad == {}
