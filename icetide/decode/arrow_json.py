@@ -79,6 +79,13 @@ MAX_NUMBER_LENGTH = 1000
 # with a bad record is read in vain (measured on 10,000-record blocks: 256 keeps a block with a
 # bad record in every 50 or 100 as fast as before, and one in 300 or fewer 3-8x faster).
 _SMALL_PIECE = 256
+# A run between two records that do not look like a JSON object (read alone) is read by pyarrow
+# from this size on: such a run holds no malformed record, so its read seldom fails. Measured on
+# the 9-column events of bench/ingest.py (2026-11-26): the record-by-record look costs about
+# 22 us a record, a run's read about 0.4 ms plus 2.4 us a record; with one malformed record in
+# 50, 10 us a record against 22 with 256 here; with one in 20, runs of 19 records stay record by
+# record (22 us; 25-31 us when read by pyarrow).
+_SMALL_RUN = 32
 _LONG_DIGITS_TEXT = re.compile(f"[0-9]{{{MAX_NUMBER_LENGTH + 1}}}")
 # A block is searched for such a run as bytes: digits mapped to b"0", all else to b" ", then one
 # substring search (about 15x faster on a 9 MB block than the regular expression, which tries
@@ -217,7 +224,7 @@ class ArrowJsonDecoder:
         def add(start: int, end: int, vectorize: bool) -> None:
             if end <= start:
                 return
-            vectorize = vectorize and end - start > _SMALL_PIECE
+            vectorize = vectorize and end - start > _SMALL_RUN
             if runs and not vectorize and not runs[-1][2]:  # one record-by-record look for both
                 runs[-1] = (runs[-1][0], end, False)
             else:
@@ -231,7 +238,9 @@ class ArrowJsonDecoder:
         add(start, len(values), True)
         return self._concat(
             [
-                self._pieces(values, s, e, position) if vectorize else self._records(values, s, e, position)
+                self._pieces(values, s, e, position, smallest=_SMALL_RUN)
+                if vectorize
+                else self._records(values, s, e, position)
                 for s, e, vectorize in runs
             ]
         )
@@ -245,16 +254,26 @@ class ArrowJsonDecoder:
         return self._per_record(values[start:end], at)
 
     def _pieces(
-        self, values: list[bytes], start: int, end: int, position: Callable[[int], str], *, tried: bool = False
+        self,
+        values: list[bytes],
+        start: int,
+        end: int,
+        position: Callable[[int], str],
+        *,
+        tried: bool = False,
+        smallest: int = _SMALL_PIECE,
     ) -> Decoded:
         """Records `start` to `end` (exclusive) of `values`: in one pyarrow read (unless `tried`
-        already), else as two halves, down to _SMALL_PIECE records read record by record."""
-        if end - start <= _SMALL_PIECE:
+        already, or there are `smallest` or fewer), else as two halves, down to _SMALL_PIECE
+        records read record by record."""
+        if end - start <= smallest:
             return self._records(values, start, end, position)
         if not tried:
             fast = self._vectorized(b"\n".join(values[start:end]), end - start)
             if fast is not None:
                 return fast
+        if end - start <= _SMALL_PIECE:
+            return self._records(values, start, end, position)
         middle = (start + end) // 2
         return self._concat(
             [self._pieces(values, start, middle, position), self._pieces(values, middle, end, position)]
