@@ -623,3 +623,53 @@ def test_malformed_truncates_are_refused(spark: Any) -> None:
     refused, bad = compare_each(spark, values, schema, ["id"])
     assert sorted(refused) == [0, 1]
     assert bad == {}
+
+
+MALFORMED = [
+    b'{"op":"c","after":{"id":1,"extra":2},"source":"x"}',
+    b'{"op":"c","source":"x","after":{"id":1,"extra":2}}',
+    b'{"op":"c","before":"x","after":{"id":1,"extra":2,"more":[1]}}',
+    b'{"op":"c","after":{"id":1,"extra":2},"source":{"ts_ms":1},"before":[1]}',
+    b'{"op":"d","before":{"id":1,"extra":2},"after":"x"}',
+    b'{"op":"u","before":{"id":1,"extra":2},"after":{"id":2,"more":3},"source":5}',
+    b'{"op":"c","after":[1],"source":{"ts_ms":1}}',
+    b'{"op":" U ","before":{"id":1},"after":{"id":1,"more":3},"source":5}',
+    b'{"op":"d","before":{"id":1},"after":{"id":2},"source":5}',
+    b'{"op":5,"before":{"id":1},"after":{"id":2},"source":5}',
+]
+
+
+@pytest.mark.parametrize("evolving", [False, True])
+def test_malformed_envelopes_count_and_add_fields_as_on_the_spark_path(spark: Any, evolving: bool) -> None:
+    """A before, after or source that is not an object makes a dead letter; the Spark path still
+    reads the parts that are objects: the fields the table lacks are counted (or, with
+    schema_evolution, become columns). The Python side counts the same, or refuses the event."""
+    schema = T.StructType([T.StructField("id", T.IntegerType(), False), T.StructField("name", T.StringType())])
+    for value in MALFORMED:
+        keep: list[Any] = []
+        decoded = decode_debezium(
+            kafka_frame(spark, [value]),
+            "value",
+            schema,
+            ["id"],
+            "upsert",
+            KAFKA_POSITION,
+            keep=keep,
+            schema_evolution=evolving,
+        )
+        try:
+            bad = [r["error"] for r in decoded.bad.collect()]
+            assert decoded.good.count() == 0
+            added = sorted(f.name for f in decoded.new_columns)
+            unknown = dict(decoded.unknown_fields)
+        finally:
+            for frame in keep:
+                frame.unpersist()
+        rows = TableRows(arrow_schema(schema), ["id"], "upsert", Conversions())
+        try:
+            errors = rows.add(EnvelopeReader(PayloadLimits()).read(value), "", evolving=evolving)
+        except NotHere:
+            assert evolving and added, f"{value!r}: refused"
+            continue
+        assert errors == bad, value
+        assert (dict(rows.unknown), []) == (unknown, added), value

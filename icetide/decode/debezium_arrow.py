@@ -352,8 +352,14 @@ class TableRows:
         plan = self._plans.get(envelope.schema_id)
         if plan is None:  # first: the Spark path widens columns for a dead letter's schema too
             plan = self._plan(envelope.schema, envelope.schema_id, evolving)
-        if envelope.error is not None:
-            return [envelope.error]
+        if envelope.error is not None:  # one per change, as the Spark path splits a key-moving update
+            moved = (
+                op.strip(" ").lower() == "u"
+                and isinstance(before, dict)
+                and isinstance(after, dict)
+                and _key_moved(before, after, self.key)
+            )
+            return [envelope.error] * (2 if moved else 1)
         if op not in _OPS:
             op = op.strip(" ").lower()  # Spark's trim(): spaces only
         changes: tuple[tuple[str, Any], ...]
@@ -489,14 +495,26 @@ def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelop
     """The change event of a Debezium payload (the JSON converter's `payload`, or an Avro record
     shaped as one) with its envelope schema. One with the Spark path's `error` (a dead letter)
     when its before, after or source is not an object (Spark cannot parse it: malformed, no row,
-    no source) or it has no op; NotHere for an op that is not text."""
+    no source; the parts that are objects are kept, as Spark's from_json keeps them, for the
+    fields the table lacks) or it has no op; NotHere for an op that is not text, and for a
+    malformed truncate (the Spark path applies it)."""
     before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
     op = payload.get("op")
     for part in (before, after, source):
         if part is not None and not isinstance(part, dict):
             if type(op) is str and op.strip(" ").lower() == "t":  # the Spark path applies it all the same
                 raise NotHere("a truncate whose before, after or source is not an object")
-            return Envelope("", None, None, {}, None, schema, schema_id, error="malformed JSON")
+            # Spark's from_json keeps the parts that are objects: their fields the table lacks count
+            return Envelope(
+                op if type(op) is str else "",
+                before if isinstance(before, dict) else None,
+                after if isinstance(after, dict) else None,
+                {},
+                None,
+                schema,
+                schema_id,
+                error="malformed JSON",
+            )
     if op is None:
         op, error = "", "not a Debezium change event: op is missing"
     elif type(op) is str:
