@@ -673,3 +673,18 @@ def test_malformed_envelopes_count_and_add_fields_as_on_the_spark_path(spark: An
             continue
         assert errors == bad, value
         assert (dict(rows.unknown), []) == (unknown, added), value
+
+
+def test_surrogates_encoded_in_utf8_are_refused(spark: Any) -> None:
+    """UTF-8 bytes of a surrogate (ED A0 80 to ED BF BF) are not valid UTF-8: the Spark path makes
+    the record a dead letter ("payload is not valid UTF-8"); the Python side must not read it."""
+    values = [
+        b'{"op":"c","after":{"id":1,"name":"\xed\xa0\x80x"},"source":{"ts_ms":1}}',
+        b'{"op":"c","after":{"id":2,"extra":"\xed\xbf\xbf"},"source":{"ts_ms":1}}',
+        b'{"op":"c","after":{"id":3},"source":{"ts_ms":1,"db":"\xed\xa0\x80"}}',
+        b'{"op":"c","after":{"id":4,"name":"\xc3\xa9t\xc3\xa9"},"source":{"ts_ms":1}}',
+    ]
+    schema = T.StructType([T.StructField("id", T.IntegerType(), False), T.StructField("name", T.StringType())])
+    refused, bad = compare_each(spark, values, schema, ["id"])
+    assert sorted(refused) == [0, 1, 2]
+    assert bad == dict.fromkeys([0, 1, 2], "payload is not valid UTF-8")

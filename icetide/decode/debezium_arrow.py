@@ -96,6 +96,11 @@ class EnvelopeReader:
             raise NotHere("a message over the payload size limit")
         if b"\\" in value and _LONE_SURROGATE.search(value):
             raise NotHere("a message with a lone surrogate escape")
+        if not value.isascii():  # json.loads would take the UTF-8 bytes of a surrogate (surrogatepass)
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise NotHere("a message that is not valid UTF-8 (a dead letter on the Spark path)") from exc
         schema: C.EnvelopeSchema | None = None
         schema_id = 0
         if value.startswith(_HEAD_START):
@@ -145,7 +150,7 @@ def _payload(body: bytes, braces: int) -> Any:
     """
     if body[:1] == b"{" and body[1:2] != b"\x00":  # json.detect_encoding: UTF-8 (so counting bytes counts characters)
         try:
-            text = body.decode("utf-8", "surrogatepass")
+            text = body.decode("utf-8")
             payload, end = _QUICK.raw_decode(text)
         except (ValueError, NotHere, RecursionError):
             pass  # the checking parse gives the error (a repeated key may come before it)
