@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from icetide.decode.avro import AvroMessages
@@ -313,8 +313,16 @@ def test_values_beyond_a_column_are_refused_or_read_alike(
     agree(reader, RANDOM_COLUMNS, ["id"], values)
 
 
+_NULLS = dict.fromkeys(
+    ["small", "text", "flag", "ratio", "at", "at_us", "blob", "colour", "cost", "day", "f32", "at_ns"],
+)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(ROWS, min_size=1, max_size=80), plain=st.booleans())
+@example(  # found by Hypothesis: the largest FLOAT in a delete's before (the 15th record)
+    rows=[{**_NULLS, "id": 0}] * 14 + [{**_NULLS, "id": 0, "f32": 3.4028234663852886e38}], plain=False
+)
 def test_random_rows_read_as_the_records_read_them(
     registry: SchemaRegistryServer, rows: list[dict[str, Any]], plain: bool
 ) -> None:

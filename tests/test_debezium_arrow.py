@@ -675,6 +675,29 @@ def test_malformed_envelopes_count_and_add_fields_as_on_the_spark_path(spark: An
         assert (dict(rows.unknown), []) == (unknown, added), value
 
 
+# The JSON converter writes the largest FLOAT as 3.4028235E38, a double beyond it that Spark (and
+# Arrow) round to it; only from halfway to 2**128 on would a FLOAT overflow (kept out of CONVERSIONS,
+# whose Spark output is frozen in tests/golden/debezium_conversions/)
+LARGEST_FLOATS: list[tuple[str, Any, str]] = [
+    ("real_c", 3.4028235e38, SAME),
+    ("real_c", -3.4028235e38, SAME),
+    ("real_c", "3.4028235E38", SAME),
+    ("real_c", 3.4028235677973362e38, SAME),  # the last double below halfway
+    ("real_c", 2.0**128 - 2.0**103, REFUSED),  # halfway: Spark's rounding decides
+    ("real_c", 3.5e38, REFUSED),
+]
+
+
+def test_the_largest_float_as_the_json_converter_writes_it(spark: Any) -> None:
+    values = [full_types(i, **{column: value}) for i, (column, value, _) in enumerate(LARGEST_FLOATS)]
+    refused, bad = compare_each(spark, values, _FULL_TYPES_TABLE, ["int_c"])
+    for i, (column, value, expected) in enumerate(LARGEST_FLOATS):
+        case = f"{column}={value!r}"
+        assert (i in refused) == (expected == REFUSED), f"{case}: {refused.get(i, 'accepted')}"
+        if expected != REFUSED:
+            assert i not in bad, f"{case}: Spark: {bad.get(i)}"
+
+
 def test_surrogates_encoded_in_utf8_are_refused(spark: Any) -> None:
     """UTF-8 bytes of a surrogate (ED A0 80 to ED BF BF) are not valid UTF-8: the Spark path makes
     the record a dead letter ("payload is not valid UTF-8"); the Python side must not read it."""

@@ -38,6 +38,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1)
 _DECIMAL_38 = 10**38
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_HALFWAY_OUT = 2.0**128 - 2.0**103  # halfway from the largest FLOAT to 2**128: from here on, infinity
 _SPARK_TRIMS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "  # the whitespace Spark trims off text it casts (ASCII only)
 # Spark's casts trim control characters as well (UTF8String.trimAll); the arrow_json rules do not
 _CONTROLS = "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))
@@ -214,10 +215,13 @@ _MICRO = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC) - _EPOCH
 def _single(x: float, name: str) -> float:
     """`x` for a FLOAT column. Spark parses the value's text straight to a FLOAT; Arrow rounds the
     double `x` to one. The two can differ only where `x` is halfway between two FLOATs (the text,
-    Java's for a JSON number, may lie on either side of it), or beyond the largest FLOAT."""
+    Java's for a JSON number, may lie on either side of it), or beyond the largest FLOAT: below
+    halfway to 2**128 both round to the largest FLOAT, from there on Spark's rounding decides."""
     if not math.isfinite(x):
         return x
     if abs(x) > _FLOAT32_MAX:
+        if abs(x) < _FLOAT32_HALFWAY_OUT:  # 3.4028235E38, the JSON converter's largest FLOAT: Spark rounds it down
+            return math.copysign(_FLOAT32_MAX, x)
         raise NotHere(f"column {name}: a number beyond a FLOAT")
     nearest = float(np.float32(x))
     if nearest != x:
