@@ -171,7 +171,11 @@ def test_a_database_sync_within_the_bound_equals_its_models(
                 name = f"lake.{namespace}.{t}"
                 held = runner.state.tables[name].position[topics[t]]["0"]
                 assert same(rows_of(reader, name, keys[t]), model_of(records[t], held)), (name, metrics.batch_id)
-            assert memory.held_bytes() <= memory.limit, memory.stats()
+            # The bound is set from the indexes after batch 1; the index a batch uses is never
+            # dropped, so a table that grew past the bound since (a loaded broker may show batch 1
+            # little of its topic) is held alone above it.
+            stats = memory.stats()
+            assert stats.held_bytes <= stats.limit or stats.indexes == 1, stats
         end = memory.stats()
         assert batches >= 3
         assert end.evictions > start.evictions and end.reloads > start.reloads and end.rebuilds == start.rebuilds
