@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -154,9 +155,14 @@ def _decoder(spark: Any) -> ArrowJsonDecoder:
 
 
 @pytest.fixture
-def utc_process() -> None:
-    if time.localtime().tm_gmtoff != 0:
-        pytest.skip("pyspark collects timestamps in the process's local time; the comparison assumes UTC")
+def utc_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """pyspark collects timestamps in the process's local time; the comparison is in UTC, so the
+    process runs in UTC for the test, whatever the machine's zone."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 def test_nested_and_timestamp_ntz_values_as_decode_json(spark: Any, utc_process: None) -> None:
