@@ -18,8 +18,9 @@ import yaml
 from icetide.config import PipelineConfig
 from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.errors import ConfigError
+from icetide.pipeline.batches import TooManyBadRecordsError
 from icetide.pipeline.fast_append import split_ranges
-from icetide.pipeline.runner import Runner, RunSummary, TooManyBadRecordsError
+from icetide.pipeline.runner import Runner, RunSummary
 from icetide.sink.transforms import arrow_partition_values
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.table.spec import PartitionTransform

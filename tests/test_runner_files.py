@@ -134,7 +134,7 @@ def test_too_many_bad_records_fail_the_pipeline(spark: Any, tmp_path: Path) -> N
     os.utime(landing / "bad.json", (1_767_225_600, 1_767_225_600))
     doc = pipeline_doc("strict", landing)
     doc["max_bad_fraction"] = 0.5
-    from icetide.pipeline.runner import TooManyBadRecordsError
+    from icetide.pipeline.batches import TooManyBadRecordsError
 
     runner = Runner(PipelineConfig.from_dict(doc), spark)
     with pytest.raises(TooManyBadRecordsError, match="2 of 2 records are bad"):

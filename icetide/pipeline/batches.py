@@ -14,6 +14,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from icetide.errors import TerminalError
+from icetide.faults import crash_point
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.sink.batch import BatchResult
 
@@ -113,6 +114,39 @@ def check_bad_share(
             f"batch {batch_id}: {bad_records} of {records_in} records are bad, more than max_bad_fraction "
             f"{limit}; first error: {first_error()}"
         )
+
+
+def commit_dead_letters(
+    batch_id: int,
+    *,
+    bad_records: int,
+    records_in: int,
+    limit: float,
+    first_error: Callable[[], str],
+    write: Callable[[], bool],
+    discard: Callable[[], object] | None = None,
+) -> None:
+    """The first step of every batch's commit, on every path: its share of bad records checked
+    (over `limit`, nothing of it is committed and `discard` deletes the files it wrote), then its
+    dead letters committed by `write` (False: it had none to commit), before any table."""
+    try:
+        check_bad_share(batch_id, bad_records, records_in, limit, first_error)
+    except TooManyBadRecordsError:
+        if discard is not None:
+            discard()
+        raise
+    if write():
+        crash_point("after_dead_letter", batch_id)
+
+
+R = TypeVar("R")
+
+
+def commit_tables(batch_id: int, commit: Callable[[], R]) -> R:
+    """The second step of every batch's commit: its tables, after its dead letters."""
+    result = commit()
+    crash_point("after_commit", batch_id)
+    return result
 
 
 def warn_unknown_fields(batch_id: int, unknown_fields: Mapping[str, int]) -> None:

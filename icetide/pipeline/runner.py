@@ -26,9 +26,9 @@ from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.batches import (
     BatchMetrics,
     RunSummary,
-    TooManyBadRecordsError,
     batch_metrics,
-    check_bad_share,
+    commit_dead_letters,
+    commit_tables,
     warn_unknown_fields,
 )
 from icetide.pipeline.dead_letter import DeadLetterTable
@@ -256,25 +256,24 @@ class Runner:
             bad_count = bad.count()  # materializes the decoded cache: the source is read once
             records_in = good.count() + bad_count
             read_seconds = time.monotonic() - started
-            check_bad_share(
+            self._commit_dead_letters(
                 batch_id,
+                plan,
                 bad_count,
                 records_in,
-                self.config.max_bad_fraction,
                 lambda: bad.first()["error"],  # type: ignore[index]
+                lambda: self._with_losses(bad, plan),
             )
-            if (bad_count or _lost_rows(plan)) and self.dead_letter is not None:
-                self._write_dead_letters(self._with_losses(bad, plan), batch_id, plan)
-                crash_point("after_dead_letter", batch_id)
-            elif bad_count:
-                log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
-            result = self.sink.write(
-                good,
-                batch_id=batch_id,
-                source_position=plan.position,
-                input_cached=True,
-                truncate=decoded.truncated,
-                order_by=decoded.order_by,
+            result = commit_tables(
+                batch_id,
+                lambda: self.sink.write(
+                    good,
+                    batch_id=batch_id,
+                    source_position=plan.position,
+                    input_cached=True,
+                    truncate=decoded.truncated,
+                    order_by=decoded.order_by,
+                ),
             )
         except IcetideError:
             raise
@@ -284,7 +283,6 @@ class Runner:
         finally:
             for frame in kept:
                 frame.unpersist()
-        crash_point("after_commit", batch_id)
         return batch_metrics(
             BatchMetrics,
             self.config.pipeline,
@@ -350,30 +348,64 @@ class Runner:
         `out` with only those."""
         if plan.held:
             out = dataclasses.replace(out, bad=[b for b in out.bad if not plan.held.holds(b.source_position)])
-        bad_count = len(out.bad)
         warn_unknown_fields(batch_id, out.unknown_fields)
-        try:
-            check_bad_share(batch_id, bad_count, out.records_in, self.config.max_bad_fraction, lambda: out.bad[0].error)
-        except TooManyBadRecordsError:
-            self.sink.remove_batch_files(batch_id)
-            raise
-        rows = [(b.payload, b.error, b.source_position) for b in out.bad] + _lost_rows(plan)
-        if rows and self.dead_letter is not None:
+
+        def frame() -> Any:
             from icetide.decode.json import BAD_DDL
 
-            self._write_dead_letters(self.spark.createDataFrame(rows, BAD_DDL), batch_id, plan)
-            crash_point("after_dead_letter", batch_id)
-        elif bad_count:
-            log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
+            rows = [(b.payload, b.error, b.source_position) for b in out.bad] + _lost_rows(plan)
+            return self.spark.createDataFrame(rows, BAD_DDL)
+
+        self._commit_dead_letters(
+            batch_id,
+            plan,
+            len(out.bad),
+            out.records_in,
+            lambda: out.bad[0].error,
+            frame,
+            discard=lambda: self.sink.remove_batch_files(batch_id),
+        )
         return out
+
+    def _commit_dead_letters(
+        self,
+        batch_id: int,
+        plan: PlannedBatch,
+        bad_count: int,
+        records_in: int,
+        first_error: Callable[[], str],
+        frame: Callable[[], Any],
+        discard: Callable[[], object] | None = None,
+    ) -> None:
+        """The batch's share of bad records checked, then its bad records and lost ranges (`frame()`,
+        BAD_DDL rows) committed to the dead-letter table, if it has one (batches.commit_dead_letters)."""
+
+        def write() -> bool:
+            if self.dead_letter is None:
+                if bad_count:
+                    log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
+                return False
+            if not bad_count and not _lost_rows(plan):
+                return False
+            self._write_dead_letters(frame(), batch_id, plan)
+            return True
+
+        commit_dead_letters(
+            batch_id,
+            bad_records=bad_count,
+            records_in=records_in,
+            limit=self.config.max_bad_fraction,
+            first_error=first_error,
+            write=write,
+            discard=discard,
+        )
 
     def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch, plan_seconds: float) -> BatchMetrics:
         """Commit the fast path's files with the batch id and position; the batch's metrics."""
         crash_point("after_write", batch_id)
         commit_started = time.monotonic()
-        outcome = self.sink.committer.commit(batch_id, out.files, plan.position)
+        outcome = commit_tables(batch_id, lambda: self.sink.committer.commit(batch_id, out.files, plan.position))
         commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds
-        crash_point("after_commit", batch_id)
         result = BatchResult.of_files(
             batch_id,
             out.files,

@@ -33,9 +33,9 @@ from icetide.pipeline.batches import (
     BatchMetrics,
     RunSummary,
     SyncBatchMetrics,
-    TooManyBadRecordsError,
     batch_metrics,
-    check_bad_share,
+    commit_dead_letters,
+    commit_tables,
     warn_unknown_fields,
 )
 from icetide.pipeline.dead_letter import DeadLetterTable, Held
@@ -207,6 +207,40 @@ class SyncRunner:
         self.state.dead_letter_position = position
         self.state.dead_letter_batch = batch_id
 
+    def commit_batch_dead_letters(
+        self,
+        batch_id: int,
+        plan: TopicsPlan,
+        bad_count: int,
+        records_in: int,
+        first_error: Callable[[], str],
+        frame: Callable[[], DataFrame | None],
+        register: Callable[[], bool],
+        discard: Callable[[], object] | None = None,
+    ) -> None:
+        """The batch's share of bad records checked, then its tables registered (`register()`: whether
+        the registry changed) and the dead-letter table committed, before any table, when the batch
+        has bad records (`frame()`), changes the registry or reads a topic no table is fed by yet
+        (batches.commit_dead_letters)."""
+
+        def write() -> bool:
+            registry_changed = register()
+            fed = {t for s in self.state.tables.values() for t in s.topics()}
+            if not (bad_count or plan.losses or registry_changed or (plan.topics_read() - fed)):
+                return False
+            self.write_dead_letters(frame() if bad_count else None, plan, batch_id)
+            return True
+
+        commit_dead_letters(
+            batch_id,
+            bad_records=bad_count,
+            records_in=records_in,
+            limit=self.config.max_bad_fraction,
+            first_error=first_error,
+            write=write,
+            discard=discard,
+        )
+
     def held_dead_letters(self, plan: TopicsPlan) -> Held:
         """The batch's bad records the dead-letter table already holds (a batch read again after a
         crash between the dead-letter commit and the tables'): never written twice."""
@@ -227,23 +261,31 @@ class SyncRunner:
         read_seconds = time.monotonic() - started
         held = self.held_dead_letters(plan)
         bad = [b for b in out.bad if not held.holds(b.source_position)]
-        try:
-            check_bad_share(batch_id, len(bad), out.records_in, self.config.max_bad_fraction, lambda: bad[0].error)
-        except TooManyBadRecordsError:
-            self.fast.delete_files(out.files, self.sinks, reason="the batch has too many bad records")
-            raise
-        registry_changed = False
-        for name, topics in sorted(out.feeds.items()):
-            registry_changed |= self.state.register(name, {t: plan.starts[t] for t in topics})
+        fast = self.fast
+
+        def register() -> bool:
+            changed = False
+            for name, topics in sorted(out.feeds.items()):
+                changed |= self.state.register(name, {t: plan.starts[t] for t in topics})
+            return changed
+
         warn_unknown_fields(batch_id, out.unknown_fields)
-        fed = {t for s in self.state.tables.values() for t in s.topics()}
-        if bad or registry_changed or (plan.topics_read() - fed):
-            self.write_dead_letters(self._bad_frame(bad) if bad else None, plan, batch_id)
-            crash_point("after_dead_letter", batch_id)
-        results = self.commit_each(
-            batch_id, plan, set(out.records), lambda n, p: self._commit_files(n, p, out, batch_id)
+        self.commit_batch_dead_letters(
+            batch_id,
+            plan,
+            len(bad),
+            out.records_in,
+            lambda: bad[0].error,
+            lambda: self._bad_frame(bad),
+            register,
+            discard=lambda: fast.delete_files(out.files, self.sinks, reason="the batch has too many bad records"),
         )
-        crash_point("after_commit", batch_id)
+        results = commit_tables(
+            batch_id,
+            lambda: self.commit_each(
+                batch_id, plan, set(out.records), lambda n, p: self._commit_files(n, p, out, batch_id)
+            ),
+        )
         source_lag = self.lag()
         shares = {
             name: TableBatch(name, records=n, bad_count=out.bad_counts.get(name, 0)) for name, n in out.records.items()

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
 from icetide.errors import IcetideError
-from icetide.faults import crash_point
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
-from icetide.pipeline.batches import SyncBatchMetrics, batch_metrics, check_bad_share
+from icetide.pipeline.batches import SyncBatchMetrics, batch_metrics, commit_tables
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
 from icetide.sink.batch import BatchResult
@@ -86,7 +85,7 @@ def run_spark_batch(
         unroutable = {r["topic"] for r in counts if r["errors"]}
         created = [name for name in sorted(routes) if ensure_table(runner, name, routed(runner, plan, routes[name]))]
         registry_changed = False
-        for name, topics in sorted(routes.items()):
+        for name, topics in sorted(routes.items()):  # before decoding: each table's held records
             registry_changed |= runner.state.register(name, {t: plan.starts[t] for t in topics})
         decoded = decode_tables(runner, routes, plan, kept)
         for name, batch in decoded.items():
@@ -103,13 +102,14 @@ def run_spark_batch(
             first = bad.first() if bad is not None else None
             return str(first["error"]) if first else "?"
 
-        check_bad_share(batch_id, bad_count, records_in, runner.config.max_bad_fraction, first_error)
-        fed = {t for s in runner.state.tables.values() for t in s.topics()}
-        if bad_count or plan.losses or registry_changed or (read - fed):
-            runner.write_dead_letters(bad if bad_count else None, plan, batch_id)
-            crash_point("after_dead_letter", batch_id)
-        results = runner.commit_each(
-            batch_id, plan, set(decoded), lambda n, p: write_table(runner, n, p, decoded, batch_id)
+        runner.commit_batch_dead_letters(
+            batch_id, plan, bad_count, records_in, first_error, lambda: bad, lambda: registry_changed
+        )
+        results = commit_tables(
+            batch_id,
+            lambda: runner.commit_each(
+                batch_id, plan, set(decoded), lambda n, p: write_table(runner, n, p, decoded, batch_id)
+            ),
         )
     except IcetideError:
         raise
@@ -119,7 +119,6 @@ def run_spark_batch(
     finally:
         for frame in kept:
             frame.unpersist()
-    crash_point("after_commit", batch_id)
     source_lag = runner.lag()
     runner.record_metrics(results, decoded, unrouted=bad_count - sum(d.bad_count for d in decoded.values()))
     return batch_metrics(
