@@ -23,6 +23,7 @@ from icetide.decode.connect import parse_envelope_schema, table_schema
 from icetide.decode.debezium import decode_debezium
 from icetide.decode.debezium_arrow import Conversions, DeadLetter, EnvelopeReader, NotHere, TableRows, source_order
 from icetide.decode.limits import PayloadLimits
+from icetide.sink.changelog import DELETE
 from tests.debezium_messages import ProductsStream, lines, messages
 
 KAFKA_POSITION = ["topic", "partition", "offset"]
@@ -711,3 +712,33 @@ def test_surrogates_encoded_in_utf8_are_refused(spark: Any) -> None:
     refused, bad = compare_each(spark, values, schema, ["id"])
     assert sorted(refused) == [0, 1, 2]
     assert bad == dict.fromkeys([0, 1, 2], "payload is not valid UTF-8")
+
+
+def test_a_key_moving_update_with_two_bad_changes_is_one_dead_letter(spark: Any) -> None:
+    """A key-moving update is two changes: a DELETE of the old key, then an upsert. When both are
+    bad (here the old key is not an INT and the new row's weight is not a DOUBLE), the event is one
+    dead letter, the DELETE's, on both decoders: two with one source position made `bad_records`
+    count 2 where the dead-letter table keeps 1 (a review finding). Real products schema, values
+    hand-made (no public stream has them)."""
+    stream = ProductsStream()
+    row = {"id": 101, "name": "scooter", "description": "small", "weight": 3.14}
+    values = [
+        stream.change("u", {**row, "id": "x"}, {**row, "id": 901, "weight": "heavy"}),
+        stream.change("u", row, {**row, "id": 902, "weight": "heavy"}),  # the delete is good: it applies
+    ]
+    schema = table_schema(parse_envelope_schema(json.dumps(stream.schema)), ["id"])
+    keep: list[Any] = []
+    decoded = decode_debezium(kafka_frame(spark, values), "value", schema, ["id"], "upsert", KAFKA_POSITION, keep=keep)
+    try:
+        spark_bad = [(r["source_position"], r["error"]) for r in decoded.bad.orderBy("source_position").collect()]
+        spark_good = [(r["id"], r["_op"]) for r in decoded.good.collect()]
+    finally:
+        for frame in keep:
+            frame.unpersist()
+    rows, dead = python_changes(values, schema, ["id"])
+    assert [p.rpartition("@")[2] for p, _ in spark_bad] == ["0", "1"]
+    assert spark_bad[0][1] == "column id: 'x' is not an INT"
+    assert dead == {0: [spark_bad[0][1]], 1: [spark_bad[1][1]]}
+    assert spark_bad[1][1].startswith("column weight")
+    assert spark_good == [(101, DELETE)]
+    assert [(v[0], op) for (op, _), v in rows.items()] == [(101, DELETE)]

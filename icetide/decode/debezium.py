@@ -641,6 +641,7 @@ def decode_debezium(
         conversions,
         limits=limits,
         check_limits=not split,
+        one_per_record=True,
     )
     truncated = on_truncate == "apply" and cut is not None
     if truncated:

@@ -342,9 +342,9 @@ class TableRows:
         return plan
 
     def add(self, envelope: Envelope, order: str, *, evolving: bool) -> list[str]:
-        """One event's change(s). Returns the errors of those the Spark path makes dead letters
-        (one per change, in its order of checks; the others are added, as there); NotHere when
-        the Spark path must read the event."""
+        """One event's change(s). Returns the error of its dead letter, if a change is bad: one per
+        event, the first bad change's (a key-moving update is a delete, then an upsert; a good one
+        of the two is still added, as on the Spark path); NotHere when the Spark path must read the event."""
         op = envelope.op
         before, after = envelope.before, envelope.after
         row_part = after if isinstance(after, dict) else before
@@ -357,14 +357,8 @@ class TableRows:
         plan = self._plans.get(envelope.schema_id)
         if plan is None:  # first: the Spark path widens columns for a dead letter's schema too
             plan = self._plan(envelope.schema, envelope.schema_id, evolving)
-        if envelope.error is not None:  # one per change, as the Spark path splits a key-moving update
-            moved = (
-                op.strip(" ").lower() == "u"
-                and isinstance(before, dict)
-                and isinstance(after, dict)
-                and _key_moved(before, after, self.key)
-            )
-            return [envelope.error] * (2 if moved else 1)
+        if envelope.error is not None:
+            return [envelope.error]
         if op not in _OPS:
             op = op.strip(" ").lower()  # Spark's trim(): spaces only
         changes: tuple[tuple[str, Any], ...]
@@ -399,7 +393,7 @@ class TableRows:
             self.orders.append(order)
         if len(self.ops) >= SEALED_ROWS:
             self._seal()
-        return errors
+        return errors[:1]
 
     def _append(self, plan: list[_Step], row: Mapping[str, Any], *, delete: bool) -> str | None:
         """The row's value in each column; or its dead letter's error (NotHere, or any error) in none."""

@@ -303,8 +303,12 @@ def finish(
     *,
     limits: PayloadLimits | None = None,
     check_limits: bool = True,
+    one_per_record: bool = False,
 ) -> tuple[DataFrame, DataFrame]:
     """Convert and check the raw columns of `rows`, and split them into good and bad.
+
+    With `one_per_record`, a record whose two changes are both bad (a key-moving update: a
+    DELETE, then an upsert) gives one dead letter, the DELETE's.
 
     `conversions` replaces `convert` for the columns it names (a decoder that knows more about a
     field than its JSON text, e.g. Debezium's Connect schema). A payload over `limits` (default
@@ -380,7 +384,13 @@ def finish(
         OP_COLUMN,
         *extra_cols,
     )
-    bad = checked.where(bad_rows).select(
+    bad_changes = checked.where(bad_rows)
+    if one_per_record:
+        from pyspark.sql import Window
+
+        first = Window.partitionBy(POSITION).orderBy(F.when(F.col(OP_COLUMN) == F.lit(DELETE), 0).otherwise(1))
+        bad_changes = bad_changes.withColumn("_icetide_nth", F.row_number().over(first)).where("_icetide_nth = 1")
+    bad = bad_changes.select(
         F.decode(F.col(PAYLOAD).cast("binary"), "UTF-8").alias("payload"),
         F.col(ERROR).alias("error"),
         F.col(POSITION).alias("source_position"),
