@@ -6,14 +6,17 @@ import argparse
 import logging
 import sys
 import time
+from contextlib import nullcontext
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from icetide.errors import ConfigError, DriverStoppedError, IcetideError, driver_stopped, one_line
-from icetide.secrets import install_log_redaction, redact, scrub
+from icetide.cli_maintain import cmd_maintain
+from icetide.cli_session import routing_pipeline, table_session
+from icetide.errors import ConfigError, IcetideError, one_line
+from icetide.secrets import install_log_redaction, scrub
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    pass
 
 if TYPE_CHECKING:
     from icetide.config import PipelineConfig
@@ -28,46 +31,6 @@ def _configure_logging(verbose: bool) -> None:
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
     install_log_redaction()
-
-
-def _catalog_options(pairs: list[str] | None) -> dict[str, str] | None:
-    """`--catalog-option KEY=VALUE` pairs as a mapping (None when there are none)."""
-    out: dict[str, str] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--catalog-option: {pair!r} is not KEY=VALUE, e.g. type=rest")
-        out[key.strip()] = value
-    return out or None
-
-
-def _table_session(args: argparse.Namespace) -> tuple[SparkSession, str, dict[str, Any]]:
-    """The Spark session, table and (redacted) catalog settings `status` and `maintain` work on.
-
-    With `--pipeline`, the pipeline file's catalog (warehouse or catalog block, Spark settings)
-    and, unless a table is named, the table its maintenance looks after; otherwise the
-    `--warehouse` / `--catalog-option` settings and the named table.
-    """
-    from icetide.spark.session import spark_session
-
-    if args.pipeline:
-        from icetide.config import load_config
-        from icetide.pipeline.provision import pipeline_session
-
-        config = load_config(args.pipeline)
-        if args.warehouse or args.catalog_option:
-            raise ConfigError("--pipeline: the pipeline file names the catalog; drop --warehouse / --catalog-option")
-        table = args.table or config.maintained_table
-        if table.split(".")[0] != config.catalog:
-            raise ConfigError(f"table: {table} is not in the pipeline's catalog {config.catalog!r}")
-        shown = {"warehouse": config.warehouse, **redact(config.catalog_options or {})}
-        return pipeline_session(config), table, shown
-    if not args.table:
-        raise ConfigError("table: name the table (catalog.namespace.table) or give --pipeline FILE")
-    options = _catalog_options(args.catalog_option)
-    warehouse = args.warehouse or (None if options else "warehouse")
-    spark = spark_session(warehouse=warehouse, catalog=args.table.split(".")[0], catalog_options=options)
-    return spark, args.table, {"warehouse": warehouse, **redact(options or {})}
 
 
 def _hour_label(hours_since_epoch: int | None) -> str:
@@ -175,7 +138,7 @@ def _run_held(args: argparse.Namespace, config: PipelineConfig) -> int:
 
     console = Console(stderr=True)
     interactive = console.is_terminal
-    with console.status(f"starting pipeline {config.pipeline} ...") if interactive else _nothing():
+    with console.status(f"starting pipeline {config.pipeline} ...") if interactive else nullcontext():
         runner = runner_for(config)
     totals = {"batches": 0, "rows": 0, "bad": 0}
 
@@ -222,129 +185,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Print a table's health (text or --json); with --html (alias --chart) also write the status page."""
     from icetide.cli_status import pipeline_status, table_status
 
-    config = _routing_pipeline(args)
+    config = routing_pipeline(args)
     if config is not None:
         return pipeline_status(args, config)
-    spark, table, catalog = _table_session(args)
+    spark, table, catalog = table_session(args)
     if args.pipeline:
         from icetide.config import load_config
 
         config = load_config(args.pipeline)
     return table_status(args, spark, table, catalog, config)
-
-
-def _routing_pipeline(args: argparse.Namespace) -> PipelineConfig | None:
-    """The pipeline file's config when it routes to many tables and no single table is named."""
-    if not args.pipeline or args.table:
-        return None
-    from icetide.config import load_config
-
-    config = load_config(args.pipeline)
-    if not config.routes_tables:
-        return None
-    if args.warehouse or args.catalog_option:
-        raise ConfigError("--pipeline: the pipeline file names the catalog; drop --warehouse / --catalog-option")
-    return config
-
-
-def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy: Any, every: float | None) -> int:
-    """`icetide maintain --pipeline FILE` of a pipeline of many tables: passes over all of them,
-    each within --time-budget; a pass starts where the last one stopped."""
-    from rich.console import Console
-
-    from icetide.maintenance.maintain import maintain_tables
-    from icetide.pipeline.provision import pipeline_session
-    from icetide.pipeline.sync import read_sync_state
-
-    console = Console(stderr=True)
-    spark = pipeline_session(config)
-    start = 0
-    while True:
-        assert config.dead_letter is not None
-        tables = [*sorted(read_sync_state(spark, config).tables), config.dead_letter]
-        # Once: an error ends the command. With --every: a failing table is named and skipped.
-        try:
-            passed = maintain_tables(spark, tables, policy, start=start, keep_going=every is not None)
-        except Exception as exc:
-            if every is not None and driver_stopped(exc):
-                raise _driver_stopped(exc) from exc
-            raise
-        start = passed.next_start
-        for table, error in passed.failed.items():
-            console.print(f"{table}: maintenance failed: {error}", highlight=False, soft_wrap=True)
-        for report in passed.reports:
-            for line in report.lines():
-                console.print(f"{report.table}: {line}", highlight=False, soft_wrap=True)
-        console.print(
-            f"pass over {len(passed.reports)} of {len(tables)} table(s) in {passed.seconds:.1f}s"
-            + (f"; next pass starts with {passed.not_reached[0]}" if passed.not_reached else ""),
-            highlight=False,
-            soft_wrap=True,
-        )
-        if every is None:
-            return 0
-        time.sleep(every)
-
-
-def _driver_stopped(exc: BaseException) -> DriverStoppedError:
-    """Why `icetide maintain --every` ends instead of failing every pass from now on."""
-    return DriverStoppedError(
-        f"the Spark driver stopped, so no maintenance can run in this process ({one_line(exc)}); its JVM "
-        "exited, most often out of memory (spark.driver.memory; the reason is in its log): start "
-        "icetide maintain again, or let its supervisor restart it"
-    )
-
-
-def cmd_maintain(args: argparse.Namespace) -> int:
-    """One maintenance run, or one every --every interval until interrupted; progress bars in a terminal."""
-    from rich.console import Console
-
-    from icetide.cli_progress import progress_view
-    from icetide.config import parse_duration
-    from icetide.maintenance.maintain import MaintenancePolicy, maintain
-    from icetide.maintenance.orphans import remove_orphan_files
-
-    if args.upgrade_v3:
-        return _upgrade_v3(args)
-    every = parse_duration(args.every, "--every") if args.every else None
-    budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
-    policy = MaintenancePolicy(fold_deletes=args.fold_deletes, time_budget_seconds=budget)
-    config = _routing_pipeline(args)
-    if config is not None:
-        if args.orphans:
-            raise ConfigError("--orphans: name one table of the pipeline (icetide maintain TABLE --pipeline FILE)")
-        return _maintain_pipeline(args, config, policy, every)
-    console = Console(stderr=True)
-    with console.status("starting Spark ...") if console.is_terminal else _nothing():
-        spark, table, _ = _table_session(args)
-    while True:
-        try:
-            with progress_view(console) as progress:
-                progress_callback = progress if args.progress else None
-                report = maintain(spark, table, policy, progress=progress_callback)
-                orphans = (
-                    remove_orphan_files(spark, table, dry_run=False, progress=progress_callback)
-                    if args.orphans
-                    else None
-                )
-        except Exception as exc:
-            if every is None:
-                raise  # once: an error ends the command
-            if driver_stopped(exc):
-                raise _driver_stopped(exc) from exc
-            # With --every, beside a running pipeline: a failed run is named and the next one comes.
-            log.debug("maintenance of %s failed", table, exc_info=True)
-            console.print(f"{table}: maintenance failed: {scrub(one_line(exc))}", highlight=False, soft_wrap=True)
-            time.sleep(every)
-            continue
-        for line in report.lines():
-            console.print(f"{table}: {line}", highlight=False, soft_wrap=True)
-        if orphans is not None:
-            console.print(f"{table}: removed {len(orphans.orphans)} orphan file(s)", highlight=False)
-        console.print(f"{table}: done in {report.seconds:.1f}s")
-        if every is None:
-            return 0
-        time.sleep(every)
 
 
 def cmd_catalog_serve(args: argparse.Namespace) -> int:
@@ -385,30 +234,6 @@ def cmd_catalog_serve(args: argparse.Namespace) -> int:
     finally:
         server.stop()
     return 0
-
-
-def _upgrade_v3(args: argparse.Namespace) -> int:
-    """`icetide maintain --upgrade-v3 TABLE`: raise one table to format v3, and nothing else."""
-    from rich.console import Console
-
-    from icetide.maintenance.upgrade import upgrade_format_version
-
-    if not args.table:
-        raise ConfigError("--upgrade-v3: name the table to upgrade (icetide maintain --upgrade-v3 TABLE)")
-    if args.every or args.orphans:
-        raise ConfigError("--upgrade-v3: runs once and does nothing else; drop --every / --orphans")
-    spark, table, _ = _table_session(args)
-    result = upgrade_format_version(spark, table, 3)
-    Console(stderr=True).print(f"{table}: {result.line()}", highlight=False, soft_wrap=True)
-    return 0
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def statistics_mean(values: list[int]) -> float:
