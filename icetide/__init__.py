@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from icetide.pipeline.entry import run
     from icetide.pipeline.runner import Runner
     from icetide.sink.batch import BatchResult
-    from icetide.sink.committer import PipelineState
+    from icetide.sink.pipeline_state import PipelineState
     from icetide.sink.sink import UpsertSink
     from icetide.spark.session import spark_session
     from icetide.table.catalog import create_table
@@ -49,7 +49,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "BatchResult": "icetide.sink.batch",
     "UpsertSink": "icetide.sink.sink",
-    "PipelineState": "icetide.sink.committer",
+    "PipelineState": "icetide.sink.pipeline_state",
     "spark_session": "icetide.spark.session",
     "create_table": "icetide.table.catalog",
     "run": "icetide.pipeline.entry",

@@ -76,7 +76,7 @@ def test_a_reset_the_dead_letters_recorded_keeps_their_position_in_the_new_log(t
     dead-letter position stays at 0:40, as a position in the new log."""
     from icetide.config import PipelineConfig
     from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
-    from icetide.sink.committer import PipelineState
+    from icetide.sink.pipeline_state import PipelineState
 
     doc = {
         "pipeline": "p",

@@ -21,7 +21,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, TerminalError
-from icetide.sink.committer import SUMMARY_BATCH, SUMMARY_PIPELINE, PipelineState, all_pipeline_states
+from icetide.sink.committer import SUMMARY_BATCH, SUMMARY_PIPELINE
+from icetide.sink.pipeline_state import PipelineState, all_pipeline_states
 from icetide.spark.py4j_collections import java_list
 from icetide.table.catalog import MAX_SNAPSHOT_AGE_MS, MIN_SNAPSHOTS_TO_KEEP
 from icetide.table.iceberg import load_table

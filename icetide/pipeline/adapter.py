@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructField, StructType
 
     from icetide.decode.avro import AvroSettings
-    from icetide.sink.committer import PipelineState
+    from icetide.sink.pipeline_state import PipelineState
 
 
 @dataclass(frozen=True)

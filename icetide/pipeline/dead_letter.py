@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icetide.sink.batch import BatchResult
-from icetide.sink.committer import PipelineState
+from icetide.sink.pipeline_state import PipelineState
 from icetide.sink.sink import UpsertSink
 from icetide.table.catalog import create_table
 

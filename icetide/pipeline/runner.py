@@ -41,8 +41,8 @@ from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.batch import BatchResult
-from icetide.sink.committer import PipelineState
 from icetide.sink.key_index_memory import process_key_indexes
+from icetide.sink.pipeline_state import PipelineState
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
 from icetide.table.iceberg import spark_schema

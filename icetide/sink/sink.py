@@ -11,9 +11,10 @@ from icetide.errors import ConfigError, IcetideError, SchemaError, one_line
 from icetide.faults import crash_point
 from icetide.sink.batch import BatchResult, WriterPlan
 from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
-from icetide.sink.committer import CommitOutcome, Committer, PipelineState, WrittenFile
+from icetide.sink.committer import CommitOutcome, Committer, WrittenFile
 from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute, is_small_batch, plan_estimated_bytes
 from icetide.sink.evolution import SchemaChange, evolved_schema, fits_column, plan_change
+from icetide.sink.pipeline_state import PipelineState
 from icetide.sink.writer import (
     EXECUTOR_ERROR_MARKER,
     WRITTEN_FILE_DDL,
@@ -171,7 +172,7 @@ class UpsertSink:
         """Write and commit one batch, exactly once: a batch id at or below the last one is a no-op.
 
         `source_position` (and a dead-letter table's `registry`) is the pipeline's state the commit
-        carries (committer.PipelineState).
+        carries (pipeline_state.PipelineState).
 
         With `truncate`, every row committed before this batch is removed in the same commit
         (a CDC source's TRUNCATE); `df` then holds only what came after it.
