@@ -4,11 +4,10 @@
     job.rewrite()   # writes the new files, commits nothing
     job.commit()    # validated from the planned snapshot; raises on a conflict, naming it
 
-The rewrite uses Iceberg's own Spark machinery, as Iceberg's rewrite_data_files does: the
-group's FileScanTasks (planned at the snapshot, with the delete files that applied then) are
-staged in `ScanTaskSetManager`, read back with `scan-task-set-id` (the reader applies the
-deletes), and written with `rewritten-file-scan-task-set-id`, which stages the new files in
-`FileRewriteCoordinator` instead of committing them. The commit is a `RewriteFiles` validated
+The rewrite uses Iceberg's own Spark machinery, as Iceberg's rewrite_data_files does
+(maintenance/rewrite_files.py): the group's FileScanTasks, planned at the snapshot with the
+delete files that applied then, are read back with the deletes applied and written into new
+files that no snapshot holds until the commit. The commit is a `RewriteFiles` validated
 from the planned snapshot. With `use_starting_sequence_number` (the default) the new files get
 the planned snapshot's sequence number, so equality deletes the stream commits meanwhile still
 apply to them and the stream never has to lose to compaction (seed 001).
@@ -17,7 +16,6 @@ apply to them and the stream never has to lose to compaction (seed 001).
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -37,8 +35,9 @@ from icetide.maintenance.planning import (
 )
 from icetide.maintenance.progress import ProgressCallback, notify
 from icetide.maintenance.results import CompactionResult, GroupResult, StagedGroup
-from icetide.spark.py4j_collections import java_iter
-from icetide.table.iceberg import java_exception_class, java_message, jvm, load_table, table_property
+from icetide.maintenance.rewrite_files import rewrite_files
+from icetide.table.commit_errors import CONFLICTS, UNKNOWN, short_message
+from icetide.table.iceberg import java_exception_class, java_message, load_table, table_property
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,14 +47,6 @@ log = logging.getLogger(__name__)
 SUMMARY_OPERATION = "icetide.maintenance"
 SUMMARY_PLANNED_SNAPSHOT = "icetide.compaction.planned-snapshot-id"
 SUMMARY_COMMIT_ID = "icetide.compaction.commit-id"
-
-_CONFLICTS = (
-    "org.apache.iceberg.exceptions.ValidationException",
-    "org.apache.iceberg.exceptions.CommitFailedException",
-)
-_UNKNOWN = ("org.apache.iceberg.exceptions.CommitStateUnknownException",)
-_FILE_START = re.compile(r"Generic(?:Data|Delete)File\{")
-_FILE_PATH = re.compile(r"file_path=([^,}]+)")
 
 
 class CompactionConflictError(CommitConflictError):
@@ -69,23 +60,6 @@ class CompactionConflictError(CommitConflictError):
     def __init__(self, message: str, *, result: CompactionResult) -> None:
         super().__init__(message)
         self.result = result
-
-
-def short_message(message: str) -> str:
-    """Iceberg prints whole DataFile objects (nested braces and all) in messages; keep their paths."""
-    out = []
-    rest = message
-    while (start := _FILE_START.search(rest)) is not None:
-        depth, end = 0, len(rest)
-        for i in range(start.end() - 1, len(rest)):
-            depth += {"{": 1, "}": -1}.get(rest[i], 0)
-            if depth == 0:
-                end = i + 1
-                break
-        path = _FILE_PATH.search(rest, start.end(), end)
-        out.append(rest[: start.start()] + (path.group(1) if path else "a file"))
-        rest = rest[end:]
-    return "".join(out) + rest
 
 
 class CompactionJob:
@@ -176,46 +150,21 @@ class CompactionJob:
 
     def _rewrite_group(self, index: int) -> StagedGroup | None:
         group = self.plan.groups[index]
-        j = jvm(self.spark)
-        set_id = f"icetide-compaction-{uuid.uuid4()}"
-        tasks = j.java.util.ArrayList()
-        for f in group.files:
-            tasks.add(self._files.tasks[f.path])
-        task_sets = j.org.apache.iceberg.spark.ScanTaskSetManager.get()
-        coordinator = j.org.apache.iceberg.spark.FileRewriteCoordinator.get()
-        task_sets.stageTasks(self.table, set_id, tasks)
         try:
-            rows = (
-                self.spark.read.format("iceberg")
-                .option("scan-task-set-id", set_id)
-                .option("split-size", str(group.split_size))
-                .option("file-open-cost", "0")
-                # Iceberg 1.10's vectorized (Arrow) read of a rewrite's task set keeps about 28 MB
-                # of direct memory per compaction, never released: `icetide maintain --every`
-                # died of it ("Cannot reserve ... direct buffer memory") after ~20 passes at 10M
-                # rows (docs/design.md). Plain reads and copies do not keep it.
-                .option("vectorization-enabled", "false")
-                .load(self.table_name)
+            outputs = rewrite_files(
+                self.spark,
+                self.table,
+                self.table_name,
+                [self._files.tasks[f.path] for f in group.files],
+                split_size=group.split_size,
+                target_file_size=group.write_max_file_size,
             )
-            (
-                rows.write.format("iceberg")
-                .option("rewritten-file-scan-task-set-id", set_id)
-                .option("target-file-size-bytes", str(group.write_max_file_size))
-                .option("distribution-mode", "none")
-                .option("fanout-enabled", "true")  # an old spec's group may span new-spec partitions
-                .mode("append")
-                .save(self.table_name)
-            )
-            outputs = list(java_iter(coordinator.fetchNewFiles(self.table, set_id)))
         except Exception as exc:
             log.warning("compaction of %s: rewriting group %s failed: %s", self.table_name, group.label, one_line(exc))
             log.debug("rewrite failed", exc_info=True)
             self._skip(index, "rewrite_failed", f"rewrite failed: {one_line(exc)}")
             self._notify("rewrite groups", index + 1, f"{group.label} failed")
             return None
-        finally:
-            task_sets.removeTasks(self.table, set_id)
-            coordinator.clearRewrite(self.table, set_id)
         self._outputs[index] = outputs
         staged = StagedGroup(
             group=group,
@@ -458,13 +407,13 @@ class CompactionJob:
 
     def _commit_failed(self, ready: list[int], exc: Exception) -> None:
         kind = java_exception_class(exc)
-        if kind in _UNKNOWN or not kind:
+        if kind in UNKNOWN or not kind:
             log.debug("compaction commit state unknown", exc_info=True)
             raise CommitStateUnknownError(
                 f"compaction commit of {self.table_name}: state unknown ({java_message(exc)}); its new files were "
                 "kept; check the table's snapshots before deleting them"
             ) from exc
-        if kind in _CONFLICTS:
+        if kind in CONFLICTS:
             reason = short_message(java_message(exc))
             log.info("compaction of %s conflicts: %s", self.table_name, reason)
             for index in ready:

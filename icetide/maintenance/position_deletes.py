@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from icetide.errors import CommitFailedError, CommitStateUnknownError, ConfigError
-from icetide.maintenance.compaction import SUMMARY_COMMIT_ID, SUMMARY_OPERATION, SUMMARY_PLANNED_SNAPSHOT, short_message
+from icetide.maintenance.compaction import SUMMARY_COMMIT_ID, SUMMARY_OPERATION, SUMMARY_PLANNED_SNAPSHOT
 from icetide.maintenance.deletes import applies
 from icetide.maintenance.inventory import TableFiles
 from icetide.maintenance.planning import DataFileRef, DeleteRef, partition_label
@@ -58,6 +58,7 @@ from icetide.sink.keys import read_by_field_id
 from icetide.sink.metrics import FIELD_ID_KEY
 from icetide.sink.vectors import PlannedVector, plan_vector, write_vectors
 from icetide.sink.writer import filesystem_for
+from icetide.table.commit_errors import CONFLICTS, UNKNOWN, short_message
 from icetide.table.iceberg import format_version, java_exception_class, java_message, jvm, load_table
 
 if TYPE_CHECKING:
@@ -74,11 +75,6 @@ POSITION_DELETE_SCHEMA = pa.schema(
     ]
 )
 _POS = "__icetide_pos"
-_CONFLICTS = (
-    "org.apache.iceberg.exceptions.ValidationException",
-    "org.apache.iceberg.exceptions.CommitFailedException",
-)
-_UNKNOWN = ("org.apache.iceberg.exceptions.CommitStateUnknownException",)
 
 
 # ---------------------------------------------------------------- pure: keys and positions
@@ -390,14 +386,14 @@ class EqualityDeleteConversion:
 
     def _commit_failed(self, exc: Exception) -> DeleteConversionResult:
         kind = java_exception_class(exc)
-        if kind in _UNKNOWN or not kind:
+        if kind in UNKNOWN or not kind:
             log.debug("conversion commit state unknown", exc_info=True)
             raise CommitStateUnknownError(
                 f"delete conversion of {self.table_name}: commit state unknown ({java_message(exc)}); its "
                 "position-delete files were kept; check the table's snapshots before deleting them"
             ) from exc
         self._delete_staged()
-        if kind in _CONFLICTS:
+        if kind in CONFLICTS:
             reason = short_message(java_message(exc))
             log.info("conversion of %s conflicts: %s", self.table_name, reason)
             return DeleteConversionResult(

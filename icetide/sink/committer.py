@@ -30,6 +30,7 @@ from icetide.faults import crash_point, fault_point
 from icetide.sink.evolution import SchemaChange, apply_in_transaction
 from icetide.sink.pipeline_state import PipelineState, read_pipeline_state, state_property
 from icetide.sink.stream_vectors import DELETE_MODES, IndexSeconds, StagedVectors, StreamVectors
+from icetide.table.commit_errors import CONFLICTS, UNKNOWN
 from icetide.table.iceberg import (
     iceberg_catalog,
     java_exception_class,
@@ -61,11 +62,6 @@ COMMIT_TOTAL_TIMEOUT_MS, COMMIT_TOTAL_TIMEOUT_MS_DEFAULT = "commit.retry.total-t
 ICETIDE_NUM_RETRIES = "icetide.commit.retry.num-retries"
 APPEND_TABLE_PROPERTIES = {COMMIT_NUM_RETRIES: "0", ICETIDE_NUM_RETRIES: str(COMMIT_NUM_RETRIES_DEFAULT)}
 
-_CONFLICTS = (
-    "org.apache.iceberg.exceptions.CommitFailedException",
-    "org.apache.iceberg.exceptions.ValidationException",
-)
-_UNKNOWN = ("org.apache.iceberg.exceptions.CommitStateUnknownException",)
 # Resolving an unknown outcome: how often, and how far apart, the committed batch is read again.
 RESOLVE_READS = 3
 RESOLVE_WAIT_SECONDS = 0.5
@@ -246,7 +242,7 @@ class Committer:
                 self._vectors_landed(batch_id, files)
                 return CommitOutcome(True, snapshot_id, attempt, refresh_seconds=refresh_seconds)
             except Exception as exc:
-                if java_exception_class(exc) in _CONFLICTS:
+                if java_exception_class(exc) in CONFLICTS:
                     self._discard_staged()
                     last_error = java_message(exc)
                     log.info("commit of batch %s lost a race (attempt %s): %s", batch_id, attempt, last_error)
@@ -323,7 +319,7 @@ class Committer:
         if landed:
             log.info("batch %s: the commit call failed (%s) but the batch landed", batch_id, java_message(exc))
             return True
-        if kind in _UNKNOWN or isinstance(exc, CommitStateUnknownError):
+        if kind in UNKNOWN or isinstance(exc, CommitStateUnknownError):
             return False
         self.delete_files(files, reason="the commit failed")
         raise CommitFailedError(f"commit of batch {batch_id} to {self.table_name} failed: {java_message(exc)}") from exc
