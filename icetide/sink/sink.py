@@ -15,6 +15,7 @@ from icetide.sink.committer import CommitOutcome, Committer, WrittenFile
 from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute, is_small_batch, plan_estimated_bytes
 from icetide.sink.evolution import SchemaChange, evolved_schema, fits_column, plan_change
 from icetide.sink.pipeline_state import PipelineState
+from icetide.sink.spec_layouts import EarlierSpecs, check_spec_serves_upserts
 from icetide.sink.writer import (
     EXECUTOR_ERROR_MARKER,
     WRITTEN_FILE_DDL,
@@ -26,16 +27,13 @@ from icetide.sink.writer import (
 )
 from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import (
-    PartitionField,
     arrow_schema,
     data_location,
     key_columns,
     key_field_ids,
-    live_spec_ids,
     partition_fields,
     spark_schema,
     spark_schema_of,
-    spec_fields,
     table_property,
 )
 
@@ -57,7 +55,6 @@ WRITER_PROPERTIES = (
     "write.data.path",
     "write.folder-storage.path",
 )
-OLD_SPEC_COLUMN_PREFIX = "_icetide_s"  # partition values under an earlier spec: _icetide_s<spec id>_<i>
 
 
 def _check_write_settings(distribution: str | None, write_parallelism: int | None) -> None:
@@ -133,10 +130,10 @@ class UpsertSink:
         self.target_file_size = target_file_size
         self.compression_ratio = compression_ratio
         self.schema_evolution = schema_evolution
-        self._live_specs: tuple[int, frozenset[int]] | None = None  # (snapshot id, spec ids), cached
         self.catalog = table.split(".")[0]
         self.committer = Committer(spark, table, pipeline_id, deletes=deletes)
         self.last_plan: SlotPlan | None = None
+        self._earlier_specs = EarlierSpecs(table)
         self._check_table()
 
     def _check_table(self) -> None:
@@ -306,8 +303,8 @@ class UpsertSink:
         fields = partition_fields(jtable)
         layouts = []
         if deletes:
-            self._check_spec_serves_upserts(int(jtable.spec().specId()), fields)
-            layouts = self._earlier_specs(jtable, has_fields=bool(fields))
+            check_spec_serves_upserts(self.table_name, self.key, int(jtable.spec().specId()), fields)
+            layouts = self._earlier_specs.layouts(jtable, self.key, has_fields=bool(fields))
         names = tuple(f"{PARTITION_COLUMN_PREFIX}{i}" for i in range(len(fields)))
         partitions = list(zip(names, (pf.transform for pf in fields), strict=True))
         for layout, layout_fields in layouts:
@@ -316,49 +313,6 @@ class UpsertSink:
             batch_id, names, schema=schema, delete_specs=tuple(layout for layout, _ in layouts), order_by=order_by
         )
         return WriterPlan(writer, tuple(partitions))
-
-    def _check_spec_serves_upserts(self, spec_id: int, fields: list[PartitionField]) -> None:
-        """Refuse a spec whose partition values are not computed from key columns alone.
-
-        An upsert deletes a key with an equality delete in the partition computed from the key; a
-        field sourced from another column could put the old row elsewhere, leaving a duplicate.
-        """
-        for pf in fields:
-            if pf.transform is not None and pf.transform.column not in self.key:
-                raise SchemaError(
-                    f"table {self.table_name}: partition field {pf.name!r} ({pf.transform}) of spec {spec_id} is "
-                    f"computed from column {pf.transform.column!r}, which is not in the key {self.key}; an upsert's "
-                    "delete could miss rows in that spec, so icetide does not write to this table (partition "
-                    "only by key columns, or add the column to the key)"
-                )
-
-    def _earlier_specs(self, jtable: Any, *, has_fields: bool) -> list[tuple[SpecLayout, list[PartitionField]]]:
-        """Earlier partition specs with live data files, which each batch's deletes must also be written under.
-
-        Live specs come from the current snapshot's manifest list, cached per snapshot. When the
-        current spec is unpartitioned its deletes are global and reach every spec already.
-        """
-        specs = jtable.specs()
-        if not has_fields or specs.size() == 1:
-            return []  # one spec ever: every data file is under it (no manifest list to read)
-        snapshot = jtable.currentSnapshot()
-        snapshot_id = int(snapshot.snapshotId()) if snapshot is not None else -1
-        if self._live_specs is None or self._live_specs[0] != snapshot_id:
-            self._live_specs = (snapshot_id, frozenset(live_spec_ids(jtable)))
-        current = int(jtable.spec().specId())
-        result = []
-        for spec_id in sorted(self._live_specs[1] - {current}):
-            fields = spec_fields(specs.get(spec_id), jtable.schema())
-            self._check_spec_serves_upserts(spec_id, fields)
-            layout = SpecLayout(
-                spec_id=spec_id,
-                columns=tuple(f"{OLD_SPEC_COLUMN_PREFIX}{spec_id}_{i}" for i in range(len(fields))),
-                names=tuple(pf.name for pf in fields),
-                types=tuple(pf.result_type for pf in fields),
-                field_ids=tuple(pf.field_id for pf in fields),
-            )
-            result.append((layout, fields))
-        return result
 
     def writer_config_version(self) -> tuple[Any, ...]:
         """What `writer_config` depends on besides the batch id: schema, spec and the writer's
