@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, DataLossError, SourceError
@@ -49,6 +50,7 @@ from icetide.sources.kafka_reader import (
     ValueTranscoder,
     confluent_kafka_module,
 )
+from icetide.sources.kafka_time import scan_to_time
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -300,6 +302,9 @@ class KafkaSource:
             raise SourceError(f"kafka topic {topic!r} has no partitions")
         return sorted(info.partitions)
 
+    def low_watermark(self, consumer: Any, partition: int) -> int:
+        return self._watermarks(consumer, partition)[0]
+
     def _watermarks(self, consumer: Any, partition: int) -> tuple[int, int]:
         tp = confluent_kafka_module().TopicPartition(self.config.topic, partition)
         try:
@@ -445,59 +450,9 @@ class KafkaSource:
                 froms[tp.partition] = tp.offset
         starts = self._fetch_ends(consumer, {p: self._watermarks(consumer, p)[1] for p in past_end}) if past_end else {}
         if froms:
-            starts.update(self._scan_to_time(consumer, froms, timestamp_ms))
+            low = partial(self.low_watermark, consumer)  # asked only for a partition whose answer is gone
+            starts.update(scan_to_time(consumer, self.config, froms, timestamp_ms, low))
         return starts
-
-    def _scan_to_time(self, consumer: Any, froms: Mapping[int, int], timestamp_ms: int) -> dict[int, int]:
-        kafka = confluent_kafka_module()
-        topic = self.config.topic
-        found: dict[int, int] = {}
-        paused: list[Any] = []
-        position = dict(froms)
-        consumer.assign([kafka.TopicPartition(topic, p, offset) for p, offset in froms.items()])
-        idle_deadline = time.monotonic() + self.config.read_timeout_seconds
-        try:
-            while len(found) < len(froms):
-                if time.monotonic() > idle_deadline:
-                    p = min(set(froms) - set(found))
-                    raise SourceError(
-                        f"{topic}/{p}@{position[p]}: no progress for {self.config.read_timeout_seconds}s "
-                        f"while looking for the first record at or after timestamp {timestamp_ms}"
-                    )
-                message = consumer.poll(0.2)
-                if message is None:
-                    continue
-                p, error = message.partition(), message.error()
-                if p not in froms or p in found:
-                    continue
-                idle_deadline = time.monotonic() + self.config.read_timeout_seconds
-                if error is None:
-                    position[p] = message.offset() + 1
-                    if message.timestamp()[1] >= timestamp_ms:
-                        found[p] = message.offset()
-                        paused.append(kafka.TopicPartition(topic, p))
-                        consumer.pause(paused[-1:])
-                elif error.code() == PARTITION_EOF:
-                    found[p] = max(message.offset(), froms[p])
-                elif error.code() in (OFFSET_OUT_OF_RANGE, AUTO_OFFSET_RESET):
-                    found[p] = self._watermarks(consumer, p)[0]
-                elif not error.retriable():
-                    raise SourceError(f"{topic}/{p}@{position[p]}: {error.str()}")
-        finally:
-            if paused:  # librdkafka keeps a partition paused across assignments
-                consumer.resume(paused)
-            consumer.unassign()
-        for p, offset in found.items():
-            if offset > froms[p]:
-                log.info(
-                    "%s/%d: the broker answered offset %d for timestamp %d; scanning found %d",
-                    topic,
-                    p,
-                    froms[p],
-                    timestamp_ms,
-                    offset,
-                )
-        return found
 
     # -- executor side -----------------------------------------------------------------------
 
