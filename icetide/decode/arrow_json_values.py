@@ -25,6 +25,7 @@ import math
 import re
 import unicodedata
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
@@ -36,6 +37,9 @@ _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 _JAVA_SPACE = frozenset("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
 _NO_BREAK = frozenset("\u00a0\u2007\u202f")
 _MAX_EXPONENT = 2**31 - 1  # BigDecimal's scale is an int
+_SMALLEST_NORMAL = 2.0**-1022
+_CONTROL = re.compile("[\x00-\x1f]")
+_HEX_ESCAPE = re.compile(r"((?<!\\)(?:\\\\)*\\u00)([0-9a-f]{2})")
 
 
 def checked_int(text: str) -> int:
@@ -74,6 +78,32 @@ def java_double_text(x: float) -> str:
     return f"{minus}{shown[0]}.{shown[1:] or '0'}E{point - 1}"
 
 
+def javas_double_text(x: float) -> str | None:
+    """Java 17's `Double.toString(x)` where it is `java_double_text(x)` (the shortest digits), else
+    None. Java 17 (not 19 on) writes more or other digits for: subnormals; integers from 2**53 to
+    2**63, which it writes nearly exactly; a power of two whose shortest digits are not its exact
+    value; where the shortest digits lie exactly half a unit in the last place from `x` (1e23:
+    "9.999999999999999E22"); and integers from 2**63 on whose shortest text has 17 digits (seen
+    near 2**85: Java's last digit differs). Checked against the JVM in tests/test_connect_values.py."""
+    text = java_double_text(x)
+    if not math.isfinite(x) or x == 0:
+        return text
+    a = abs(x)
+    if a < _SMALLEST_NORMAL or (a.is_integer() and 2.0**53 <= a < 2.0**63):
+        return None
+    shortest = repr(a)
+    digits = Fraction(shortest)
+    if digits == a:
+        return text
+    if a >= 2.0**63 and len(shortest.partition("e")[0].replace(".", "").strip("0")) >= 17:
+        return None  # Java may end these 17 digits otherwise
+    mantissa, _ = math.frexp(a)
+    if mantissa == 0.5:  # a power of two: the gap below is half the one above
+        return None
+    neighbour = math.nextafter(a, math.inf if digits > a else 0.0)
+    return None if 2 * abs(digits - Fraction(a)) == abs(Fraction(neighbour) - Fraction(a)) else text
+
+
 def spark_text(value: Any) -> str:
     """The raw text Spark keeps for a JSON value (parsed by Python's json) read as STRING: text
     as it is, anything else as Jackson writes it again (compact, doubles as Java writes them)."""
@@ -93,12 +123,22 @@ def _jackson(value: Any) -> str:
         x = float(value)
         return java_double_text(x) if math.isfinite(x) else f'"{java_double_text(x)}"'
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return _jackson_string(value)
     if isinstance(value, list):
         return "[" + ",".join(_jackson(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_jackson(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{_jackson_string(k)}:{_jackson(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def _jackson_string(text: str) -> str:
+    """A JSON string as Jackson writes it: Python's escapes, but a control character's hex in capitals."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    if _CONTROL.search(text) is None:
+        return quoted
+    # json.dumps (ensure_ascii off) writes \u escapes for control characters alone, and a
+    # backslash as two: each escape is a backslash run of odd length followed by u00
+    return _HEX_ESCAPE.sub(lambda m: m[1] + m[2].upper(), quoted)
 
 
 def supported(t: pa.DataType) -> bool:

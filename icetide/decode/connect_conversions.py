@@ -23,40 +23,44 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from icetide.decode import arrow_json_values as json_values
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
 from icetide.decode.arrow_json import ArrowJsonDecoder
-from icetide.decode.arrow_json_scalars import raw_text, unsupported_columns
+from icetide.decode.arrow_json_scalars import unsupported_columns
+from icetide.decode.connect_values import (
+    JAVA_LINE_ENDS,
+    WIDE,
+    DeadLetter,
+    NotHere,
+    decimal_number,
+    decimal_unscaled,
+    exact_number,
+    field_text,
+    float32_of,
+    java_decimal_text,
+    time_of_day_text,
+    wrapped_long,
+)
 
-_NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")
+__all__ = ["Conversions", "Converter", "DeadLetter", "NotHere", "storage_type", "supported_column"]
+
 _DIGIT = re.compile("[0-9]")
 _FLOAT_WORDS = {"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan", "+nan", "-nan"}
 _INTEGRAL_19 = re.compile("-?[0-9]{1,19}")
+_INTEGRAL_18 = re.compile("-?[0-9]{1,18}")
+_PAST_MICROS = re.compile(r"(:[0-9]{2}\.[0-9]{6})[0-9]+")  # a second's fraction past microseconds
+_NOT_TIMES = (float, Decimal)  # numbers whose Java text ("1.5", "1.0E7") no time or date cast reads
 _NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=\s]")
 _MICROS_FROM = 100_000_000_000_000  # as decode/debezium.py: a larger schemaless epoch is microseconds
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1)
 _DECIMAL_38 = 10**38
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-_FLOAT32_HALFWAY_OUT = 2.0**128 - 2.0**103  # halfway from the largest FLOAT to 2**128: from here on, infinity
+_FLOAT32_OUT = 2.0**128 - 2.0**103  # halfway from the largest FLOAT to 2**128: from here on, infinity
 _SPARK_TRIMS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "  # the whitespace Spark trims off text it casts (ASCII only)
 # Spark's casts trim control characters as well (UTF8String.trimAll); the arrow_json rules do not
 _CONTROLS = "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))
-
-
-class NotHere(Exception):
-    """This record (or table) is for the Spark path; the message says why, for the debug log."""
-
-
-class DeadLetter(NotHere):
-    """A record the Spark path makes a dead letter, with `error`, the error it gives it (None: a
-    value that does not convert; the caller, which knows the column and the value, words it).
-
-    A NotHere too: code that does not record dead letters sends the batch to the Spark path."""
-
-    def __init__(self, error: str | None = None, why: str = "") -> None:
-        super().__init__(error or why or "a value that does not convert (a dead letter on the Spark path)")
-        self.error = error
 
 
 def supported_column(t: pa.DataType) -> bool:
@@ -104,7 +108,7 @@ class Conversions:
             raise NotHere(f"column {name}: {logical or f.type} into {t}")
         if logical in C.TIMESTAMP_UNITS and pa.types.is_timestamp(t):
             unit = C.TIMESTAMP_UNITS[logical]
-            return self._generic(t, name) if unit == "ms" else _epoch_micros(unit, name)
+            return self._generic(t, name) if unit == "ms" else _epoch_micros(unit, name, self._generic(t, name))
         if logical in C.TIME_MICROS:
             return _time_of_day(C.TIME_MICROS[logical], t, name)
         return self._generic(t, name)
@@ -123,6 +127,8 @@ class Conversions:
                     raise DeadLetter()
                 raise NotHere(f"column {name}: text with a space Spark does not trim")
             value = json_value(raw, t)
+            if value is None and pa.types.is_timestamp(t) and _PAST_MICROS.search(raw):
+                value = json_value(_PAST_MICROS.sub(r"\1", raw, count=1), t)  # Spark ignores those digits
             if value is None:
                 _not_converted(raw, t, name)
             return value
@@ -130,12 +136,7 @@ class Conversions:
         if pa.types.is_string(t):
 
             def text(v: Any) -> str:
-                if type(v) is str:
-                    return v
-                if type(v) in (int, bool):
-                    return raw_text(v)
-                # Spark keeps the token's own text (1e5, {"a": 1}); Python would write it again
-                raise NotHere(f"column {name}: a number or a nested value into a STRING column")
+                return v if type(v) is str else field_text(v, name)
 
             return text
         if pa.types.is_integer(t):
@@ -144,40 +145,55 @@ class Conversions:
             def integer(v: Any) -> Any:
                 if type(v) is int and low <= v <= high:
                     return v
-                return value_of(raw_text(v), t)
+                return value_of(field_text(v, name), t)
 
             return integer
         if pa.types.is_floating(t):
             single = pa.types.is_float32(t)
 
             def floating(v: Any) -> float:
-                try:
-                    x = float(v) if type(v) in (int, float) else value_of(raw_text(v), t)
-                except OverflowError as exc:  # an integer beyond a double
-                    raise NotHere(f"column {name}: a number beyond a DOUBLE") from exc
-                if single and not (type(v) is int and int(x) == v):  # an integer that is its double: no doubt
-                    return _single(x, name)
+                kind = type(v)
+                if kind is Decimal or kind is float or kind is int:
+                    try:
+                        x = float(v)
+                    except OverflowError:  # an integer beyond a double: Java reads its digits as infinity
+                        x = math.inf if v > 0 else -math.inf
+                    if x != x and kind is Decimal:  # the NaN literal: Spark's text of it, '"NaN"', does not cast
+                        raise DeadLetter()
+                else:
+                    x = value_of(field_text(v, name), t)
+                # an integer that is its double: no doubt
+                if single and not (type(v) is int and math.isfinite(x) and int(x) == v):
+                    return _single(x, name, v if type(v) is not str else v.strip(_SPARK_TRIMS))
                 return x
 
             return floating
         if pa.types.is_boolean(t):
-            return lambda v: v if type(v) is bool else value_of(raw_text(v), t)
+            return lambda v: v if type(v) is bool else value_of(field_text(v, name), t)
         if pa.types.is_timestamp(t):
 
             def timestamp(v: Any) -> Any:
                 if type(v) is int and lim.MIN_EPOCH_MS <= v <= lim.MAX_EPOCH_MS:
                     return v * 1000
-                moment = value_of(raw_text(v), t)
+                if type(v) in _NOT_TIMES:
+                    raise DeadLetter()
+                moment = value_of(field_text(v, name), t)
                 return (moment - _EPOCH) // _MICRO
 
             return timestamp
         if pa.types.is_date32(t):
-            return lambda v: (value_of(raw_text(v), t) - _EPOCH_DAY).days
+
+            def day(v: Any) -> int:
+                if type(v) in _NOT_TIMES:
+                    raise DeadLetter()
+                return (value_of(field_text(v, name), t) - _EPOCH_DAY).days  # type: ignore[no-any-return]
+
+            return day
         raise NotHere(f"column {name}: type {t}")
 
     def _adaptive_timestamp(self, v: Any) -> Any:
         """A schemaless timestamp: epoch microseconds when the integer is that large, else as "ms"."""
-        raw = raw_text(v)
+        raw = field_text(v)
         if re.fullmatch(r"-?[0-9]{15,18}", raw) and abs(int(raw)) >= _MICROS_FROM:
             return _in_range(int(raw), "")
         return self._generic(pa.timestamp("us", tz="UTC"), "")(v)
@@ -187,14 +203,31 @@ class Conversions:
         if not 0 <= scale <= 38:
             raise NotHere(f"column {name}: decimal scale {scale}")
         if pa.types.is_string(t):
-            return lambda v: _decimal_text(_unscaled(v, name), scale)
+
+            def text(v: Any) -> str:
+                number = decimal_number(v, name)
+                if number is None:
+                    return _decimal_text(_base64_unscaled(v, name), scale)
+                return java_decimal_text(_number_unscaled(number, scale, name), scale)
+
+            return text
         if not pa.types.is_decimal128(t):
             raise NotHere(f"column {name}: a Connect Decimal into {t}")
         precision, target = t.precision, t.scale
         limit = 10**precision
 
         def decimal(v: Any) -> Any:
-            unscaled = _unscaled(v, name)
+            number = decimal_number(v, name)
+            if number is None:
+                unscaled = _base64_unscaled(v, name)
+            else:
+                unscaled = _number_unscaled(number, scale, name)
+                shown = java_decimal_text(unscaled, scale)
+                if "E" in shown:  # Spark casts this text with rounding (decode/debezium.py `_to_type`)
+                    value = json_values.decimal_value(shown, t)
+                    if value is None:
+                        raise DeadLetter(why=f"column {name}: a decimal beyond DECIMAL({precision},{target})")
+                    return value
             if scale <= target:
                 unscaled *= 10 ** (target - scale)
             else:
@@ -204,7 +237,7 @@ class Conversions:
                 unscaled //= step
             if not -limit < unscaled < limit:
                 raise DeadLetter(why=f"column {name}: a decimal beyond DECIMAL({precision},{target})")
-            return Decimal(unscaled).scaleb(-target)
+            return Decimal(unscaled).scaleb(-target, context=WIDE)  # the default context keeps 28 digits
 
         return decimal
 
@@ -212,23 +245,26 @@ class Conversions:
 _MICRO = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC) - _EPOCH
 
 
-def _single(x: float, name: str) -> float:
-    """`x` for a FLOAT column. Spark parses the value's text straight to a FLOAT; Arrow rounds the
-    double `x` to one. The two can differ only where `x` is halfway between two FLOATs (the text,
-    Java's for a JSON number, may lie on either side of it), or beyond the largest FLOAT: below
-    halfway to 2**128 both round to the largest FLOAT, from there on Spark's rounding decides."""
+def _single(x: float, name: str, v: Any) -> float:
+    """`x`, the double of value `v`, for a FLOAT column. Spark parses the value's text (Java's for
+    a JSON number) straight to a FLOAT; Arrow rounds the double `x` to one. The two can differ
+    only where `x` is halfway between two FLOATs (the text may lie on either side of it), or
+    beyond the largest FLOAT: there the text's exact value decides (`float32_of`)."""
     if not math.isfinite(x):
         return x
-    if abs(x) > _FLOAT32_MAX:
-        if abs(x) < _FLOAT32_HALFWAY_OUT:  # 3.4028235E38, the JSON converter's largest FLOAT: Spark rounds it down
-            return math.copysign(_FLOAT32_MAX, x)
-        raise NotHere(f"column {name}: a number beyond a FLOAT")
-    nearest = float(np.float32(x))
-    if nearest != x:
+    if abs(x) <= _FLOAT32_MAX:
+        nearest = float(np.float32(x))
+        if nearest == x:
+            return x
         mirror = 2 * Fraction(x) - Fraction(nearest)  # a FLOAT too when x is halfway
-        if abs(mirror) <= _FLOAT32_MAX and Fraction(float(np.float32(float(mirror)))) == mirror:
-            raise NotHere(f"column {name}: a number halfway between two FLOATs")
-    return x
+        if abs(mirror) > _FLOAT32_MAX or Fraction(float(np.float32(float(mirror)))) != mirror:
+            return x
+    elif abs(x) != _FLOAT32_OUT:  # the text lies on x's side of that double: below it, the largest FLOAT
+        return math.copysign(_FLOAT32_MAX, x) if abs(x) < _FLOAT32_OUT else math.copysign(math.inf, x)
+    exact = exact_number(v, name)
+    if exact is None:
+        raise NotHere(f"column {name}: a number near a FLOAT's halfway whose text is not plain decimal")
+    return float32_of(exact)
 
 
 def _not_converted(raw: str, t: pa.DataType, name: str) -> None:
@@ -253,12 +289,21 @@ def _in_range(micros: int, name: str) -> int:
     return micros
 
 
-def _epoch_micros(unit: str, name: str) -> Converter:
-    """MicroTimestamp ("us", up to 18 digits) and NanoTimestamp ("ns", divided toward zero)."""
+def _epoch_micros(unit: str, name: str, otherwise: Converter) -> Converter:
+    """MicroTimestamp ("us", up to 18 digits) and NanoTimestamp ("ns", divided toward zero), from
+    an integer or its text. Other text: for "us", a time as `otherwise` reads it; for "ns", null."""
 
     def micros(v: Any) -> Any:
         if type(v) is not int:
-            raise NotHere(f"column {name}: an epoch timestamp that is not an integer")
+            if type(v) is not str or v.endswith(JAVA_LINE_ENDS):
+                if type(v) in _NOT_TIMES or type(v) is bool:
+                    raise DeadLetter()
+                raise NotHere(f"column {name}: an epoch timestamp that is not an integer")
+            if not (_INTEGRAL_19 if unit == "ns" else _INTEGRAL_18).fullmatch(v):
+                if unit == "ns":
+                    raise DeadLetter()
+                return otherwise(v)
+            v = int(v)
         if unit == "ns":
             if not lim.INT_RANGES[64][0] <= v <= lim.INT_RANGES[64][1]:
                 raise DeadLetter(why=f"column {name}: a nanosecond timestamp beyond a BIGINT")
@@ -271,40 +316,35 @@ def _epoch_micros(unit: str, name: str) -> Converter:
 
 
 def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
-    """Time/MicroTime/NanoTime as `_time_of_day` of decode/debezium.py: text or integral micros."""
+    """Time/MicroTime/NanoTime as `_time_of_day` of decode/debezium.py: text of up to 19 digits
+    (else null), read as a BIGINT (null beyond one), times the unit in Java's long arithmetic."""
 
     low64, high64 = lim.INT_RANGES[64]
 
-    def micros_of(v: Any) -> int:
-        if type(v) is not int or not low64 <= v <= high64:
-            if type(v) in (int, str) and _INTEGRAL_19.fullmatch(str(v)):
-                # Spark reads text of up to 19 digits too, and past a BIGINT writes 'null:null:null.  null'
-                raise NotHere(f"column {name}: a time of day that is not a BIGINT")
-            raise DeadLetter(why=f"column {name}: a time of day that is not a BIGINT")
+    def micros_of(v: Any) -> int | None:
+        if type(v) is int and low64 <= v <= high64:  # 19 digits at most
+            n = v
+        else:
+            text = v if type(v) is str else field_text(v, name)
+            if not _INTEGRAL_19.fullmatch(text):
+                if text.endswith(JAVA_LINE_ENDS):
+                    raise NotHere(f"column {name}: a time of day whose text ends a line")
+                raise DeadLetter(why=f"column {name}: a time of day that is not an integer")
+            n = int(text)
+            if not low64 <= n <= high64:
+                return None  # Spark's try_cast to BIGINT: null
         if per_unit_micros == 0:
-            return -(-v // 1000) if v < 0 else v // 1000
-        if not low64 <= v * per_unit_micros <= high64:
-            raise NotHere(f"column {name}: a time of day beyond a BIGINT of microseconds")
-        return v * per_unit_micros
+            return -(-n // 1000) if n < 0 else n // 1000
+        return wrapped_long(n * per_unit_micros)
 
     if pa.types.is_string(t):
-
-        def text(v: Any) -> str:
-            micros = micros_of(v)
-            if micros == low64:  # Spark's abs() of it overflows (and keeps it negative)
-                raise NotHere(f"column {name}: a time of day of -2**63 microseconds")
-            a = abs(micros)
-            sign = "-" if micros < 0 else ""
-            hours, minutes, seconds = a // 3_600_000_000, a // 60_000_000 % 60, a // 1_000_000 % 60
-            return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}.{a % 1_000_000:06d}"
-
-        return text
+        return lambda v: time_of_day_text(micros_of(v))
     if pa.types.is_integer(t):
         low, high = lim.INT_RANGES[t.bit_width]
 
         def integral(v: Any) -> int:
             micros = micros_of(v)
-            if not low <= micros <= high:
+            if micros is None or not low <= micros <= high:
                 raise DeadLetter(why=f"column {name}: a time of day beyond {t}")
             return micros
 
@@ -312,12 +352,19 @@ def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
     raise NotHere(f"column {name}: a Connect time of day into {t}")
 
 
-def _unscaled(v: Any, name: str) -> int:
+def _number_unscaled(number: Decimal, scale: int, name: str) -> int:
+    """The unscaled integer of a Connect Decimal sent as a number, read as DECIMAL(38, scale)."""
+    unscaled = decimal_unscaled(number, scale)
+    if unscaled is None:
+        raise DeadLetter(why=f"column {name}: a decimal number beyond DECIMAL(38,{scale})")
+    return unscaled
+
+
+def _base64_unscaled(v: Any, name: str) -> int:
     """The unscaled integer of a precise decimal: base64 big-endian two's complement, at most 16 bytes."""
-    if type(v) is not str:
-        raise NotHere(f"column {name}: a decimal sent as a number")
-    if _NUMBER.match(v) and (any(c in v for c in ".eE-") or len(v) % 4):
-        raise NotHere(f"column {name}: a decimal sent as text")
+    if type(v) is Decimal:  # NaN, Infinity, or beyond a double: quoted text, not base64
+        raise DeadLetter(why=f"column {name}: a decimal that is not base64")
+    v = field_text(v, name)
     try:
         data = base64.b64decode(v, validate=True)
     except (binascii.Error, ValueError) as exc:

@@ -24,13 +24,14 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
-from icetide.decode.arrow_json_scalars import RAW_MESSAGE_CHARS, raw_text
+from icetide.decode.arrow_json_values import checked_decimal
 from icetide.decode.connect_conversions import (
     Conversions,
     Converter,
@@ -39,6 +40,7 @@ from icetide.decode.connect_conversions import (
     storage_type,
     supported_column,
 )
+from icetide.decode.connect_values import decimal_number, field_text, rereadable, type_error
 from icetide.decode.limits import PayloadLimits
 from icetide.sink.changelog import DELETE, INSERT, UPSERT
 
@@ -135,8 +137,9 @@ class EnvelopeReader:
 
 
 def _payload(body: bytes, braces: int) -> Any:
-    """`json.loads(body)`, but NotHere for text that is not JSON, a NaN or Infinity literal, or a
-    key repeated in an object (`braces`: how many "{" bytes `body` has).
+    """`json.loads(body)`, but numbers that are not integers, and the NaN and Infinity literals,
+    as `Decimal` (connect_values.py); NotHere for text that is not JSON (or a number longer than
+    Spark reads), or a key repeated in an object (`braces`: how many "{" bytes `body` has).
 
     Checking each object's keys as the parser makes it costs a Python call per object, so a UTF-8
     JSON object is first parsed without that check, and counting then proves that no object lost
@@ -163,7 +166,7 @@ def _payload(body: bytes, braces: int) -> Any:
                 if body.count(b'":') == keys and not _SPACE_AFTER_QUOTE.search(body):
                     return payload
     try:
-        return json.loads(body, parse_constant=_non_numeric, object_pairs_hook=_object)
+        return json.loads(body, parse_float=checked_decimal, parse_constant=Decimal, object_pairs_hook=_object)
     except ValueError as exc:
         raise NotHere("a message that is not JSON") from exc
 
@@ -185,12 +188,9 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _non_numeric(constant: str) -> Any:
-    """NaN and Infinity literals: Spark reads them, then writes them as quoted text ('"NaN"')."""
-    raise NotHere(f"a message with a {constant} literal")
-
-
-_QUICK = json.JSONDecoder(parse_constant=_non_numeric)  # objects made in C; `_payload` proves their keys distinct
+# Objects made in C; `_payload` proves their keys distinct. NaN and Infinity literals: Spark reads
+# them, and its map of the row holds them as quoted text ('"NaN"'), as a number beyond a double.
+_QUICK = json.JSONDecoder(parse_float=checked_decimal, parse_constant=Decimal)
 
 
 def _parse_head(head: bytes, limits: PayloadLimits) -> C.EnvelopeSchema | None:
@@ -259,16 +259,16 @@ def _spark_type(ddl: str) -> Any:
 
 def _key_moved(before: Mapping[str, Any], after: Mapping[str, Any], key: Sequence[str]) -> bool:
     """An update that changes the key (compared as text, as the Spark path's map values are)."""
-    return any(before.get(k) is not None and raw_text(before[k]) != _text(after.get(k)) for k in key)
+    return any(before.get(k) is not None and field_text(before[k]) != _text(after.get(k)) for k in key)
 
 
 def _text(v: Any) -> str | None:
     """A source-block value as Spark's from_json reads it into a STRING field."""
     if type(v) is str:
-        return v
+        return v  # type: ignore[no-any-return]
     if type(v) is int:
         return str(v)
-    return None if v is None else raw_text(v)
+    return None if v is None else field_text(v)
 
 
 def _lpad(text: str, width: int, pad: str = "0") -> str:
@@ -319,6 +319,7 @@ class TableRows:
         self.orders: list[str] = []
         self.unknown: dict[str, int] = {}
         self._plans: dict[int, list[_Step]] = {}  # per envelope schema
+        self._rereads: dict[int, list[tuple[str, int]]] = {}  # per envelope schema: Decimal columns, scales
         self._sealed: list[pa.Table] = []  # earlier changes, already in Arrow
 
     def converters(self, schema: C.EnvelopeSchema | None, schema_id: int, *, evolving: bool) -> list[Converter]:
@@ -332,8 +333,11 @@ class TableRows:
     def _plan(self, schema: C.EnvelopeSchema | None, schema_id: int, evolving: bool) -> list[_Step]:
         """Each column's step for rows of this envelope's schema, made once per schema."""
         plan = []
+        self._rereads[schema_id] = []
         for f, column in zip(self.schema, self.columns, strict=True):
             field = schema.field(f.name) if schema is not None else None
+            if field is not None and field.logical == C.DECIMAL and 0 <= (field.scale or 0) <= 38:
+                self._rereads[schema_id].append((f.name, field.scale or 0))
             if evolving and field is not None and not _holds(f.type, field):
                 raise NotHere(f"column {f.name}: the schema sends {C.column_ddl(field)}; the Spark path widens it")
             required = f.name in self.key or not f.nullable
@@ -379,6 +383,8 @@ class TableRows:
             return ["unsupported op 'm' (message)"]
         else:
             return [f"unknown op '{envelope.op}'"]
+        if isinstance(before, dict) and isinstance(after, dict) and self._rereads[envelope.schema_id]:
+            self._check_rereads(envelope.schema_id, [row for _, row in changes], before, after)
         errors: list[str] = []
         for change_op, row in changes:
             if not isinstance(row, dict):
@@ -394,6 +400,20 @@ class TableRows:
         if len(self.ops) >= SEALED_ROWS:
             self._seal()
         return errors[:1]
+
+    def _check_rereads(
+        self, schema_id: int, rows: Sequence[Any], before: Mapping[str, Any], after: Mapping[str, Any]
+    ) -> None:
+        """NotHere where the Spark path's second, exact read of a Decimal sent as a number (decode/
+        debezium.py `_exact_number`), for one of `rows` (the row parts converted), reads both row
+        parts and the other one may fail it."""
+        for name, scale in self._rereads[schema_id]:
+            read_again = any(
+                isinstance(row, dict) and row.get(name) is not None and decimal_number(row[name], name) is not None
+                for row in rows
+            )
+            if read_again and not (rereadable(before.get(name), scale) and rereadable(after.get(name), scale)):
+                raise NotHere(f"column {name}: a decimal number read again beside a value that may not read")
 
     def _append(self, plan: list[_Step], row: Mapping[str, Any], *, delete: bool) -> str | None:
         """The row's value in each column; or its dead letter's error (NotHere, or any error) in none."""
@@ -530,30 +550,3 @@ def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelop
         schema_id=schema_id,
         error=error,
     )
-
-
-def type_error(name: str, value: Any, t: pa.DataType) -> str:
-    """The Spark path's error for a value of column `name` that does not convert to `t`
-    (decode/json.py `_type_error`); NotHere for a value whose text Python does not keep as sent."""
-    if type(value) is str:
-        raw = value
-    elif type(value) in (int, bool):
-        raw = raw_text(value)
-    else:  # Spark quotes a number or a nested value as sent (1.50, 1E3); Python would write it again
-        raise NotHere(f"column {name}: a dead letter quoting a number or nested value as sent")
-    shown = spark_type_name(t)
-    article = "an" if shown[:1] in "AEIOU" else "a"
-    quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."
-    return f"column {name}: '{quoted}' is not {article} {shown}"
-
-
-def spark_type_name(t: pa.DataType) -> str:
-    """How the Spark path's errors name the column type of Arrow type `t` (decode/json.py `type_name`)."""
-    if pa.types.is_decimal(t):
-        return f"DECIMAL({t.precision},{t.scale})"
-    if pa.types.is_integer(t):
-        return {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}[t.bit_width]
-    if pa.types.is_timestamp(t):
-        return "TIMESTAMP" if t.tz is not None else "TIMESTAMP_NTZ"
-    names = {pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.string(): "STRING"}
-    return names.get(t) or {pa.date32(): "DATE", pa.binary(): "BINARY"}.get(t, str(t).upper())

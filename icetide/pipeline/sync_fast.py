@@ -39,6 +39,7 @@ from icetide.config import table_name_placeholders
 from icetide.decode.arrow_json import BadRecord
 from icetide.decode.avro import messages_for
 from icetide.decode.avro_runs import MIN_RUN, NotColumnar
+from icetide.decode.connect_values import field_text
 from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows, source_order
 from icetide.decode.route import identifier_part
 from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
@@ -130,7 +131,7 @@ def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping
             value = source.get(name)
             if value is None:
                 raise NotHere(f"an event whose source block has no {name} (a dead letter on the Spark path)")
-            values[name] = value if isinstance(value, str) else str(value)
+            values[name] = field_text(value, name)  # as the Spark path's source struct holds it
     return template.format(**{k: identifier_part(v) for k, v in values.items()})
 
 

@@ -1,0 +1,228 @@
+"""Numbers, NaN and Infinity in Debezium rows as the Spark path reads them (decode/connect_values.py):
+the Python decoder against the Spark decoder on values the frozen conversion cases lack
+(tests/golden/debezium_conversions/), and Java 17's Double.toString against `javas_double_text`."""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+from typing import Any
+
+import pytest
+
+from icetide.decode.arrow_json_values import javas_double_text
+from icetide.decode.connect_values import field_text, float32_of, time_of_day_text
+from icetide.decode.debezium_arrow import NotHere
+from tests.test_debezium_arrow import _FULL_TYPES_TABLE, DEAD_LETTER, REFUSED, SAME, compare_each, full_types
+
+# (column, the value's JSON text as sent, expected): see tests/test_debezium_arrow.py CONVERSIONS
+NUMBERS_AS_SENT: list[tuple[str, str, str]] = [
+    # a dead letter quotes the value's text as Spark's map of the row holds it (Java's for a number)
+    ("tiny_c", "1.50", DEAD_LETTER),
+    ("tiny_c", "1E3", DEAD_LETTER),
+    ("tiny_c", "1e400", DEAD_LETTER),  # '"Infinity"'
+    ("tiny_c", "-0.0", DEAD_LETTER),
+    ("tiny_c", "NaN", DEAD_LETTER),  # '"NaN"'
+    ("tiny_c", "-Infinity", DEAD_LETTER),
+    ("tiny_c", "1e23", REFUSED),  # Java 17 writes 9.999999999999999E22
+    ("tiny_c", '{"a":1.50,"b":"\\u0001x\\u001f","c":[1E3,null,true]}', DEAD_LETTER),  # \u001F
+    ("big_c", "1e3", DEAD_LETTER),
+    ("year_c", "Infinity", DEAD_LETTER),
+    ("flag_c", "1.0", DEAD_LETTER),
+    ("flag_c", "NaN", DEAD_LETTER),
+    # into a STRING column: Jackson's text
+    ("varchar_c", "1E3", SAME),
+    ("varchar_c", "1e7", SAME),
+    ("varchar_c", "0.1e1", SAME),
+    ("varchar_c", "1e400", SAME),
+    ("varchar_c", "NaN", SAME),
+    ("varchar_c", "-Infinity", SAME),
+    ("varchar_c", '{"a":1.50,"b":"\\u0001x\\u001f\\u007f/","c":[1E3,null,true]}', SAME),
+    ("varchar_c", "4.9e-324", REFUSED),  # Java 17: 4.9E-324, the shortest: 5.0E-324
+    # FLOAT and DOUBLE: infinity read, NaN quoted (a dead letter)
+    ("real_c", "NaN", DEAD_LETTER),
+    ("real_c", "Infinity", SAME),
+    ("real_c", "-Infinity", SAME),
+    ("real_c", "1e400", SAME),
+    ("real_c", "-3.5e38", SAME),
+    ("real_c", "3.4028235677973366e38", REFUSED),  # the halfway double: 17 digits Java 17 may end otherwise
+    ("real_c", "1.000000059604644775390625", SAME),
+    ("real_c", '"1.000000059604644775390625"', SAME),  # exactly halfway: to even
+    ("double_c", "NaN", DEAD_LETTER),
+    ("double_c", "Infinity", SAME),
+    ("double_c", "-1e400", SAME),
+    ("double_c", "-" + "9" * 400, SAME),
+    # a Connect Decimal sent as a number or numeric text: read again, exactly, rounded half up
+    ("decimal_c", "12.50001", SAME),
+    ("decimal_c", "12.50005", SAME),
+    ("decimal_c", "1e2", SAME),
+    ("decimal_c", "1E-2", SAME),
+    ("decimal_c", "1234.56789", SAME),
+    ("decimal_c", "-0.0", SAME),
+    ("decimal_c", "0.00001", SAME),
+    ("decimal_c", "1234", SAME),  # four digits: base64 to Spark
+    ("decimal_c", "12", SAME),
+    ("decimal_c", "12345678901234567890.1234", REFUSED),  # the error quotes its double's 17 digits
+    ("decimal_c", "1e40", DEAD_LETTER),  # beyond DECIMAL(38,4) on the second read
+    ("decimal_c", "NaN", DEAD_LETTER),
+    ("decimal_c", "1e400", DEAD_LETTER),
+    ("decimal_c", '"1e2"', SAME),
+    ("decimal_c", '"-12.5"', SAME),
+    ("decimal_c", '"12.50"', SAME),
+    ("decimal_c", "true", SAME),  # base64
+    ("decimal_c", '{"a":1}', DEAD_LETTER),
+    ("fine_c", "1.5", SAME),
+    ("fine_c", "1.00005", DEAD_LETTER),  # scale 6, then a digit DECIMAL(8,4) would round
+    ("coarse_c", "-1.005", SAME),
+    ("decimal_s", "12.345678", SAME),
+    ("whole_s", "-1.5", SAME),
+    # times of day: up to 19 digits, Java's long arithmetic
+    ("time_c", "1e3", DEAD_LETTER),
+    ("time_c", "NaN", DEAD_LETTER),
+    ("time_c", '"1.5"', DEAD_LETTER),
+    ("time_c", "-9223372036854775809", SAME),
+    ("time_c", '"-0012"', SAME),
+    ("micro_time_i", "9223372036854775808", DEAD_LETTER),
+    ("micro_time_i", "1.5", DEAD_LETTER),
+    ("ms_time_c", "9223372036854775807", SAME),  # times 1000 wraps: '-00:00:00.001000'
+    ("ms_time_c", str(2**60), SAME),  # wraps to -2**63
+    ("nano_time_c", "-9223372036854775808", SAME),
+    # epoch timestamps from text; numbers that are not integers never read as times
+    ("datetime6_c", "1.5e15", DEAD_LETTER),
+    ("datetime6_c", "1595008822123456.0", DEAD_LETTER),
+    ("datetime6_c", "NaN", DEAD_LETTER),
+    ("datetime6_c", "true", DEAD_LETTER),
+    ("datetime6_c", '"-1"', SAME),
+    ("datetime6_c", '"1e3"', REFUSED),  # text a time cast may read: the Spark path's
+    ("datetime6_c", '"2020-07-17T18:00:22.5Z"', SAME),
+    ("nanos_c", '"1595008822123456789"', SAME),
+    ("nanos_c", '"-1001"', SAME),
+    ("nanos_c", '"9223372036854775808"', DEAD_LETTER),
+    ("nanos_c", '"2020-07-17T18:00:22Z"', DEAD_LETTER),
+    ("nanos_c", "1.5", DEAD_LETTER),
+    ("datetime3_c", "1.5", DEAD_LETTER),
+    ("datetime3_c", "1e3", DEAD_LETTER),
+    ("datetime3_c", "NaN", DEAD_LETTER),
+    ("date_c", "1.5", DEAD_LETTER),
+    ("date_c", "NaN", DEAD_LETTER),
+    # a second's fraction past microseconds: Spark ignores the digits
+    ("timestamp_c", '"2020-07-17T18:00:22.9999999999999999999Z"', SAME),
+    ("timestamp_c", '"2020-07-17 18:00:22.123456789-0800"', SAME),
+    ("timestamp_c", '"2020-07-17T18:00:22.000000001+05:30"', SAME),
+    ("timestamp_c", '"9999-12-31T23:59:59.9999999Z"', SAME),
+    ("timestamp_c", "NaN", DEAD_LETTER),
+    ("timestamp_c", "1.5", DEAD_LETTER),
+]
+
+
+def _message(row_id: int, column: str, raw: str, before: str | None = None) -> bytes:
+    """The full_types message with `raw` (JSON text) as the value of `column`; with `before`, an
+    update whose before is that JSON text ("{id}": the row id)."""
+    text = full_types(row_id, "u" if before else "r", **{column: "__value__"}).decode()
+    text = text.replace('"__value__"', raw)
+    if before is not None:
+        text = text.replace('"before":null', '"before":' + before.replace("{id}", str(row_id)), 1)
+    return text.encode()
+
+
+def _check(spark: Any, cases: list[tuple[str, str, str]], messages: list[bytes]) -> None:
+    refused, bad = compare_each(spark, messages, _FULL_TYPES_TABLE, ["int_c"])
+    wrong = []
+    for i, (column, raw, expected) in enumerate(cases):
+        if (i in refused) != (expected == REFUSED):
+            wrong.append(f"{column}={raw}: {refused.get(i, 'accepted')}")
+        elif expected != REFUSED and (i in bad) != (expected == DEAD_LETTER):
+            wrong.append(f"{column}={raw}: Spark: {bad.get(i)}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_numbers_decode_as_on_the_spark_path(spark: Any) -> None:
+    """One message per case, all in one Spark decode; each decoded alone on the Python side."""
+    messages = [_message(i, column, raw) for i, (column, raw, _) in enumerate(NUMBERS_AS_SENT)]
+    _check(spark, NUMBERS_AS_SENT, messages)
+
+
+# (column, after's value, expected, before): the Spark path reads a Decimal sent as a number
+# again from the payload, both row parts: one that does not read as a decimal nulls it
+UPDATES: list[tuple[str, str, str, str]] = [
+    ("decimal_c", "13.25", SAME, '{"int_c":{id},"decimal_c":12.5}'),
+    ("decimal_c", '"13.25"', SAME, '{"int_c":{id},"decimal_c":"1,2.5"}'),  # Spark's parser drops commas
+    ("decimal_c", "13.25", REFUSED, '{"int_c":{id},"decimal_c":"AeJA"}'),  # base64 may fail the second read
+    ("decimal_c", '"AeJA"', SAME, '{"int_c":{id},"decimal_c":12.5}'),  # base64 is read as such
+    ("decimal_c", '"AeJA"', REFUSED, '{"int_c":999,"decimal_c":12.5}'),  # the key moves: before is read too
+    ("decimal_c", "13.25", SAME, '{"int_c":998,"decimal_c":12.5}'),
+    ("int_c", "1.0", DEAD_LETTER, '{"int_c":1.0}'),  # a key compared as Spark's text of it
+]
+
+
+def test_decimal_numbers_in_updates_decode_as_on_the_spark_path(spark: Any) -> None:
+    messages = [_message(i, column, raw, before) for i, (column, raw, _, before) in enumerate(UPDATES)]
+    _check(spark, [(c, r, e) for c, r, e, _ in UPDATES], messages)
+
+
+def _doubles(count: int) -> list[float]:
+    """Doubles of every kind: random bits, integers of few bits scaled, short decimals, powers of two."""
+    rng = random.Random(23)
+    xs = [struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0] for _ in range(count)]
+    xs += [float(rng.getrandbits(rng.randint(1, 64))) * 2.0 ** rng.randint(-80, 80) for _ in range(count)]
+    xs += [float(f"{rng.randint(1, 10 ** rng.randint(1, 17))}e{rng.randint(-330, 310)}") for _ in range(count)]
+    xs += [2.0**k for k in range(-1074, 1024)] + [float(f"1e{k}") for k in range(-323, 309)]
+    return [x for x in xs if math.isfinite(x)]
+
+
+def test_javas_double_text_is_java_17s_where_it_says_so(spark: Any) -> None:
+    to_string = spark._jvm.java.lang.Double.toString
+    known = [(x, text) for x in _doubles(3000) if (text := javas_double_text(x)) is not None]
+    wrong = [(x, text, to_string(x)) for x, text in known if to_string(x) != text]
+    assert not wrong, wrong[:10]
+    assert len(known) > 8000
+    assert javas_double_text(1e23) is None and javas_double_text(5e-324) is None
+
+
+def test_field_text_spells_numbers_as_jackson() -> None:
+    from decimal import Decimal
+
+    assert field_text(Decimal("1E3")) == "1000.0"
+    assert field_text(Decimal("1e7")) == "1.0E7"
+    assert field_text(Decimal("NaN")) == '"NaN"'
+    assert field_text(Decimal("-Infinity")) == '"-Infinity"'
+    assert field_text(Decimal("1e400")) == '"Infinity"'
+    assert field_text([Decimal("1.50"), "\x1f", None]) == '[1.5,"\\u001F",null]'
+    with pytest.raises(NotHere):
+        field_text(Decimal("1e23"))
+
+
+def test_float32_of_rounds_text_to_nearest_even() -> None:
+    from fractions import Fraction
+
+    assert float32_of(Fraction(1) + Fraction(1, 2**24)) == 1.0
+    assert float32_of(Fraction(1) + Fraction(1, 2**24) + Fraction(1, 10**30)) == 1.0000001192092896
+    assert float32_of(Fraction(2**128 - 2**103)) == math.inf
+    assert float32_of(-Fraction(2**128 - 2**103 - 1)) == -3.4028234663852886e38
+
+
+def test_time_of_day_text_keeps_javas_overflow() -> None:
+    assert time_of_day_text(-(2**63)) == "--2562047788:00:06.224192"
+    assert time_of_day_text(None) == "null:null:null.  null"
+    assert time_of_day_text(-1500) == "-00:00:00.001500"
+
+
+def test_a_decimal_of_38_digits_keeps_them_all() -> None:
+    """Python's default decimal context keeps 28 digits; a DECIMAL(38) column needs all 38."""
+    import base64
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from icetide.decode import connect as C
+    from icetide.decode.connect_conversions import Conversions
+
+    f = C.ConnectField("d", "bytes", C.DECIMAL, parameters={"scale": "2"})
+    convert = Conversions().converter(f, pa.decimal128(38, 4), "d")
+    unscaled = 10**35 + 12345
+    sent = base64.b64encode(unscaled.to_bytes(16, "big", signed=True)).decode()
+    assert convert(sent) == Decimal(f"{unscaled}E-2")
+    assert convert(Decimal("123456789876543212345678987654321.115")) == Decimal(
+        "123456789876543212345678987654321.1200"
+    )
