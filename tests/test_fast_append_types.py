@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from icetide.pipeline.runner import RunSummary
 from icetide.sink.transforms import computable
@@ -142,6 +144,33 @@ def arrow_rows(table: pa.Table) -> dict[str, dict[str, Any]]:
     return keyed(rows)
 
 
+_PARQUET_FIELD = re.compile(
+    r"^\s*(required|optional|repeated) (\S+) (?:field_id=(-?\d+) )?([^\s;{]+)(?: \(.*\))?(?: = (\d+))?\s*([{;])\s*$"
+)
+
+
+def parquet_fields(text: str) -> list[tuple[str, str, str, int | None]]:
+    """(path, repetition, physical type, field id) of every field of a Parquet schema as text:
+    pyarrow's (`field_id=N name`) or parquet-java's (`name ... = N`); no id is None."""
+    out: list[tuple[str, str, str, int | None]] = []
+    path: list[str] = []
+    for line in text.splitlines():
+        match = _PARQUET_FIELD.match(line)
+        if match is None:
+            if line.strip() == "}" and path:
+                path.pop()
+            continue
+        repetition, physical, pyarrow_id, name, java_id, opens = match.groups()
+        if name in ("schema", "table") and opens == "{" and not path and repetition == "required":
+            continue  # the message itself (pyarrow writes it as a required group)
+        found = pyarrow_id if pyarrow_id is not None else java_id
+        fid = int(found) if found is not None and int(found) >= 0 else None
+        out.append((".".join([*path, name]), repetition, physical, fid))
+        if opens == "{":
+            path.append(name)
+    return out
+
+
 def test_transforms_on_the_record_by_record_types() -> None:
     """What the fast path computes in pyarrow on such columns, and what it leaves to the JVM."""
     ntz, dec = pa.timestamp("us"), pa.decimal128(10, 2)
@@ -198,6 +227,14 @@ def test_fast_path_takes_decimal_binary_ntz_and_nested_columns(spark: Any, kafka
     assert spark.table("lake.types.nested_fast").where("buyer.age = 3").count() == sum(
         1 for r in fast_rows.values() if r["buyer"] and r["buyer"]["age"] == 3
     )
+    # Each file's Parquet schema is the one Iceberg's own writers write for the table: list
+    # elements, map keys and values and struct fields with their field ids, the same physical types.
+    iceberg_parquet = spark._jvm.org.apache.iceberg.parquet.ParquetSchemaUtil.convert(jtable.schema(), "table")
+    want = parquet_fields(str(iceberg_parquet.toString()))
+    assert len(want) == 22 and all((fid is None) == (rep == "repeated") for _, rep, _, fid in want)
+    files = [r[0] for r in spark.sql("SELECT file_path FROM lake.types.nested_fast.files").collect()]
+    for path in files:
+        assert parquet_fields(str(pq.ParquetFile(path.removeprefix("file:")).schema)) == want, path
     check_metrics_against_footers(spark, "lake.types.nested_fast", data_files=len(fast_partitions))
     age = int(jtable.schema().findField("buyer.age").fieldId())  # a struct's field has bounds of its own
     bounded = spark.sql("SELECT map_keys(lower_bounds) AS ids FROM lake.types.nested_fast.files").collect()
