@@ -1,7 +1,8 @@
 """The append fast path: Kafka JSON records to Iceberg data files in one pass per Spark task.
 
 For `mode: append`, a Kafka source and `format: json`, each Spark task reads its share of the
-batch's offset ranges with librdkafka, decodes the payloads with pyarrow (decode/arrow_json.py),
+batch's offset ranges with librdkafka, decodes the payloads (decode/arrow_json.py: a block in one
+pyarrow read where its column types allow, else record by record, every column type included),
 computes the partition values in pyarrow (sink/transforms.py) and writes the data files right
 there with the sink's rolling writer. Rows never cross into the JVM; a task returns only its
 files' Iceberg metadata and its bad records. The driver then commits exactly as the runner's
@@ -9,10 +10,11 @@ Spark path does: dead letters first (with the plan), then the data with the batc
 position. Files are named like the sink's (`icetide-<pipeline>-b<batch>-...`), so an abandoned
 batch's files are found and deleted on restart.
 
-The runner keeps the Spark path (decode in the JVM, UpsertSink) when `fast_path: off`, for
-column types the pyarrow decoder does not produce, for partition transforms pyarrow does not
-compute (bucket), and for a batch whose records carry an `_op` other than INSERT (the tasks
-then write nothing of it and the batch is run again on the Spark path).
+The runner keeps the Spark path (the same decoder in Spark's tasks, then UpsertSink) when
+`fast_path: off`, for column types the decoder does not produce (TIME, which no Spark table
+has), for partition transforms pyarrow does not compute (bucket and truncate of decimals and
+binaries), and for a batch whose records carry an `_op` other than INSERT (the tasks then write
+nothing of it and the batch is run again on the Spark path).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, BadRecord
-from icetide.decode.arrow_json_scalars import unsupported_columns
+from icetide.decode.arrow_json_scalars import undecodable_columns
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import payload_limits
 from icetide.pipeline.staging import Fallback
@@ -367,9 +369,12 @@ class FastAppend:
         from zoneinfo import ZoneInfo
 
         schema = self.sink.writer_config(0, ()).table_schema
-        missing = unsupported_columns(schema)
+        # Every type the decoder produces is taken, record by record where its block-wise read
+        # does not (DECIMAL, BINARY, FIXED, TIMESTAMP_NTZ, ARRAY, STRUCT, MAP): the Spark path runs
+        # the same decoder in its tasks and the same writer, so the fast path has nothing to add.
+        missing = undecodable_columns(schema)
         if missing:
-            return f"column types the pyarrow decoder does not produce: {', '.join(missing)}"
+            return f"column types the Python JSON decoder does not produce: {', '.join(missing)}"
         try:
             ZoneInfo(self.time_zone)
         except (ValueError, KeyError):

@@ -6,6 +6,14 @@ per-column value, null and bound statistics. It sends them as Iceberg's own cont
 Bounds follow Iceberg's single-value binary serialization and its default metrics mode,
 truncate(16): strings and binaries keep a 16-unit prefix as lower bound and drop an upper
 bound they cannot keep exactly. Float and double columns get counts but no bounds (NaN rules).
+
+Nested columns, as Iceberg's Parquet metrics have them (`ParquetUtil.footerMetrics`): only leaf
+fields are measured, by their own field ids. A field inside structs alone (no list or map on its
+path) gets counts and bounds like a top-level column, a struct's null counting as null in each
+of its fields (Parquet's definition levels). A field inside a list or map gets none here: Iceberg
+keeps no bounds for it either, and its counts there are Parquet's level counts (a null or empty
+list is one null "value"); no filter can name a list element or map entry, so no reader prunes
+on them, and metrics left out never make a reader skip a file it needs.
 """
 
 from __future__ import annotations
@@ -53,7 +61,8 @@ def serialize_bound(dtype: pa.DataType, value: Any, *, upper: bool) -> bytes | N
         return struct.pack("<q", ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond)
     if pa.types.is_decimal(dtype):
         unscaled = int((value if isinstance(value, Decimal) else Decimal(value)).scaleb(dtype.scale))
-        length = max(1, (unscaled.bit_length() + 8) // 8)
+        # Java's BigInteger.toByteArray: the fewest bytes of two's complement (-128 is one byte, 0x80)
+        length = (unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1
         return unscaled.to_bytes(length, "big", signed=True)
     if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
         if len(value) <= TRUNCATE_LENGTH:
@@ -71,6 +80,43 @@ def _bounds_type(dtype: pa.DataType) -> bool:
     return not (pa.types.is_floating(dtype) or pa.types.is_nested(dtype))
 
 
+def measured_fields(schema: pa.Schema) -> list[tuple[tuple[str, ...], pa.Field]]:
+    """The leaf fields a file's metrics cover, each with its path of names from the top: every
+    primitive column and every primitive field inside structs alone. Iceberg's MetricsConfig,
+    for a table of more than MAX_INFERRED_COLUMNS columns, measures only that many primitive
+    fields, the top-level ones first (checked with Iceberg 1.10: a struct's fields before the
+    101st top-level INT column are not measured); then this takes the first MAX_INFERRED_COLUMNS
+    top-level primitive columns and no nested field, all of them fields Iceberg measures."""
+    columns = list(schema)
+    if len(columns) > MAX_INFERRED_COLUMNS:
+        primitive: list[tuple[tuple[str, ...], pa.Field]] = [
+            ((f.name,), f) for f in columns if not pa.types.is_nested(f.type)
+        ]
+        return primitive[:MAX_INFERRED_COLUMNS]
+    out: list[tuple[tuple[str, ...], pa.Field]] = []
+
+    def visit(path: tuple[str, ...], f: pa.Field) -> None:
+        if pa.types.is_struct(f.type):
+            for child in f.type:
+                visit((*path, child.name), child)
+        elif not pa.types.is_nested(f.type):  # lists and maps: nothing (see the module's docstring)
+            out.append((path, f))
+
+    for f in columns:
+        visit((f.name,), f)
+    return out
+
+
+def _leaf(table: pa.Table, path: tuple[str, ...]) -> pa.ChunkedArray:
+    """A leaf field's values, null wherever it or a struct above it is null."""
+    column = table[path[0]]
+    for name in path[1:]:
+        column = pa.chunked_array(
+            [pc.struct_field(chunk, [name]) for chunk in column.chunks], column.type.field(name).type
+        )
+    return column
+
+
 @dataclass
 class FileStats:
     """Column statistics of one file, accumulated over the chunks written to it."""
@@ -85,11 +131,9 @@ class FileStats:
     def add(self, table: pa.Table) -> None:
         """Fold a chunk's statistics in."""
         self.records += table.num_rows
-        for f in list(self.schema)[:MAX_INFERRED_COLUMNS]:
-            if pa.types.is_nested(f.type):
-                continue
+        for path, f in measured_fields(self.schema):
             fid = field_id(f)
-            column = table[f.name]
+            column = _leaf(table, path)
             self.nulls[fid] = self.nulls.get(fid, 0) + column.null_count
             if not _bounds_type(f.type) or fid in self.no_bounds or column.null_count == len(column):
                 continue
@@ -102,7 +146,7 @@ class FileStats:
 
     def metrics_json(self) -> dict[str, Any]:
         """The metric members of Iceberg's content-file JSON."""
-        columns = [f for f in list(self.schema)[:MAX_INFERRED_COLUMNS] if not pa.types.is_nested(f.type)]
+        columns = [f for _, f in measured_fields(self.schema)]
         types = {field_id(f): f.type for f in columns}
         ids = [field_id(f) for f in columns]
 

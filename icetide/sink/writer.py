@@ -161,6 +161,9 @@ class RollingFileWriter:
             compression=self.config.compression,
             compression_level=self.config.compression_level,
             write_statistics=True,
+            # As the Iceberg spec maps decimal(P,S) and Iceberg's writers write it: INT32 up to
+            # precision 9, INT64 up to 18, fixed bytes beyond (pyarrow writes fixed bytes for all).
+            store_decimal_as_integer=True,
         )
         return f"{self.base_uri}/{rel}", sink, writer
 
