@@ -1,5 +1,10 @@
 """Decode Debezium change events (JSON converter) into a table's columns, in the JVM.
 
+Kept only for the batches the Python decoder does not read exactly yet: icetide.decode.decode_debezium
+is decode/debezium_tasks.py, which calls this decoder from one place (`decode_by_spark_sql`) when a
+record of the batch raises NotHere. It goes when tests/test_decoder_golden_conversions.py
+NOT_YET_DEBEZIUM is empty.
+
 Accepts the envelope with Kafka Connect's schema (`schemas.enable=true`: {"schema": ...,
 "payload": {...}}) or without it. With a schema, each field is read by its Connect type and
 logical name (icetide.decode.connect): precise decimals (base64 two's-complement bytes with the
