@@ -23,11 +23,17 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icetide.decode.debezium import decode_debezium
+from icetide.decode.debezium_tasks import decode_debezium
 from tests.test_debezium_arrow import FILES, KAFKA_POSITION, file_schema, kafka_frame
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "debezium"
 UPDATE = os.environ.get("ICETIDE_UPDATE_GOLDEN") == "1"
+# Files the Python decoder does not read yet, with the reason decode/debezium_tasks.py logs: the
+# Spark SQL decoder reads them (closing a gap is a visible change here).
+SPARK_SQL_READS = {
+    "flink_cdc_mysql_full_types_schema": "column file_uuid: type binary",
+    "paimon_mysql_all_types": "column _bit: type binary",
+}
 CASES = sorted({(name, table, key) for name, table, key, _ in FILES})
 
 
@@ -74,7 +80,9 @@ def decoded(spark: Any, name: str, table: str | None, key: tuple[str, ...]) -> d
 
 
 @pytest.mark.parametrize(("name", "table", "key"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_decoder_output_matches_its_golden_file(spark: Any, name: str, table: str | None, key: tuple[str, ...]) -> None:
+def test_decoder_output_matches_its_golden_file(
+    spark: Any, fallbacks: list[str], name: str, table: str | None, key: tuple[str, ...]
+) -> None:
     path = GOLDEN / f"{name}{'-' + table if table else ''}.json"
     got = decoded(spark, name, table, key)
     if UPDATE or not path.exists():
@@ -82,9 +90,10 @@ def test_decoder_output_matches_its_golden_file(spark: Any, name: str, table: st
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     assert got == json.loads(path.read_text())
+    assert fallbacks == ([SPARK_SQL_READS[name]] if name in SPARK_SQL_READS else [])
 
 
-def test_a_share_without_records_decodes_to_nothing(spark: Any) -> None:
+def test_a_share_without_records_decodes_to_nothing(spark: Any, fallbacks: list[str]) -> None:
     """A table's share of a batch can be empty once the offsets it holds are skipped (a batch read
     again after a kill between two tables' commits): it decodes to no row and no dead letter,
     where it once failed an assertion."""
@@ -94,6 +103,7 @@ def test_a_share_without_records_decodes_to_nothing(spark: Any) -> None:
     out = decode_debezium(kafka_frame(spark, []), "value", schema, list(key), "upsert", KAFKA_POSITION, keep=keep)
     try:
         assert out.good.count() == 0 and out.bad.count() == 0
+        assert fallbacks == []
     finally:
         for frame in keep:
             frame.unpersist()

@@ -1,5 +1,10 @@
 """Decode Debezium change events (JSON converter) into a table's columns, in the JVM.
 
+Kept only for the batches the Python decoder does not read exactly yet: icetide.decode.decode_debezium
+is decode/debezium_tasks.py, which calls this decoder from one place (`decode_by_spark_sql`) when a
+record of the batch raises NotHere. It goes when tests/test_decoder_golden_conversions.py
+NOT_YET_DEBEZIUM is empty.
+
 Accepts the envelope with Kafka Connect's schema (`schemas.enable=true`: {"schema": ...,
 "payload": {...}}) or without it. With a schema, each field is read by its Connect type and
 logical name (icetide.decode.connect): precise decimals (base64 two's-complement bytes with the
@@ -26,12 +31,20 @@ import logging
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import reduce
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 from icetide.config import DebeziumSettings, OnTruncate
 from icetide.decode import connect as C
+from icetide.decode.debezium_changes import (
+    SOURCE_ORDER_COLUMN,
+    SOURCE_TS_COLUMN,
+    TRUNCATE_DEAD_LETTER,
+    DecodedChanges,
+    check_options,
+    evolved_types,
+)
+from icetide.decode.debezium_changes import new_columns as added_columns
 from icetide.decode.json import (
     BARRIER,
     CORRUPT_FIELD,
@@ -41,7 +54,6 @@ from icetide.decode.json import (
     PRE_ERROR,
     EpochUnit,
     OpMode,
-    check_arguments,
     convert,
     convert_sql,
     finish,
@@ -51,9 +63,7 @@ from icetide.decode.json import (
     raw_column,
     source_position,
 )
-from icetide.decode.json_evolution import infer_ddl
 from icetide.decode.limits import PayloadLimits
-from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT
 
 if TYPE_CHECKING:
@@ -62,8 +72,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOURCE_TS_COLUMN = "_source_ts"
-SOURCE_ORDER_COLUMN = "_source_order"
 # Schemaless adaptive timestamps: an epoch integer this large is microseconds (as milliseconds it
 # would be after the year 5000; as microseconds it is after 1973).
 _MICROS_FROM = 100_000_000_000_000
@@ -87,26 +95,6 @@ _KNOWN_HEADS: dict[int, str] = {}
 _KNOWN_SCHEMAS_MAX = 1000
 _KNOWN_LOCK = threading.Lock()  # a pipeline of many tables decodes them in threads
 _HEADS_MATCHED = 16  # known heads a batch tests each message against before hashing its head
-
-
-@dataclass
-class DecodedChanges:
-    """One batch of Debezium events, decoded.
-
-    `good` has the table's columns (plus `new_columns` when evolution is on), `_op`,
-    `_source_ts`, `_source_order` and the extra columns; `bad` the dead letters. With
-    `truncated`, a truncate was applied: `good` holds only what came after the last one, and
-    the sink must remove every row committed before.
-    """
-
-    good: DataFrame
-    bad: DataFrame
-    order_by: str = SOURCE_ORDER_COLUMN
-    truncated: bool = False
-    truncates: int = 0
-    unknown_fields: dict[str, int] = field(default_factory=dict)  # field -> records that carry it
-    new_columns: list[StructField] = field(default_factory=list)
-    schemas: list[C.EnvelopeSchema] = field(default_factory=list)
 
 
 # -- conversions by Connect schema -------------------------------------------------------------
@@ -459,13 +447,8 @@ def decode_debezium(
     from pyspark.sql import types as T
 
     settings = settings or DebeziumSettings()
-    if on_truncate not in get_args(OnTruncate):
-        raise ConfigError(f"on_truncate: {on_truncate!r} is not one of {', '.join(get_args(OnTruncate))}")
-    check_arguments(df, table_schema, key, op_mode, position_cols, extra_cols, epoch_unit)
+    check_options(df, table_schema, key, op_mode, position_cols, extra_cols, epoch_unit, on_truncate)
     names = [f.name for f in table_schema.fields]
-    for reserved in (SOURCE_TS_COLUMN, SOURCE_ORDER_COLUMN):
-        if reserved in names or reserved in extra_cols:
-            raise ConfigError(f"decode: {reserved} is a column of every decoded Debezium change")
     payload = payload_text(df, value_col)
     row_type = T.MapType(T.StringType(), T.StringType())
     source_type = T.StructType([T.StructField(n, T.StringType()) for n in ("ts_ms", "file", "pos", "row", "lsn")])
@@ -564,9 +547,9 @@ def decode_debezium(
 
     new_columns: list[StructField] = []
     if schema_evolution and unknown:
-        new_columns = _new_columns(env, unknown, schemas)
+        new_columns = added_columns(unknown, list(schemas.values()), lambda names: _samples(env, names))
     if schema_evolution:
-        table_schema = _evolved_types(table_schema, schemas)
+        table_schema = evolved_types(table_schema, list(schemas.values()))
     full_schema = T.StructType([*table_schema.fields, *new_columns])
 
     raw_op, before, after = F.col(_RAW_OP), F.col(_BEFORE), F.col(_AFTER)
@@ -600,7 +583,7 @@ def decode_debezium(
     cop, crow = F.col("_icetide_change.op"), F.col("_icetide_change.row")
     op_error = F.when(raw_op.isNull(), F.lit("not a Debezium change event: op is missing"))
     op_error = (
-        op_error.when(cop == "t", F.lit("truncate event (on_truncate: dead_letter keeps the table as it is)"))
+        op_error.when(cop == "t", F.lit(TRUNCATE_DEAD_LETTER))
         .when(cop == "m", F.lit("unsupported op 'm' (message)"))
         .when(~cop.isin("c", "r", "u", "d"), F.concat(F.lit("unknown op '"), raw_op, F.lit("'")))
         .when((cop == "d") & crow.isNull(), F.lit("before is missing for op 'd' (a delete needs the key)"))
@@ -663,69 +646,10 @@ def decode_debezium(
     )
 
 
-def _new_columns(
-    env: DataFrame, unknown: Mapping[str, int], schemas: Mapping[int, C.EnvelopeSchema | None]
-) -> list[Any]:
-    """Nullable columns for fields the table lacks: typed by the Connect schema, else by a sample value."""
+def _samples(env: DataFrame, names: list[str]) -> dict[str, str | None]:
+    """One record's value of each of `names` (a field the table lacks), as Spark's map of the row keeps it."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
-    typed: dict[str, Any] = {}
-    for envelope in schemas.values():
-        for f in envelope.fields if envelope is not None else ():
-            if f.name in unknown:
-                typed[f.name] = _wider(f.name, C.spark_type(f), typed.get(f.name))
-    rest = [n for n in unknown if n not in typed]
-    if rest:
-        row = F.coalesce(F.col(_AFTER), F.col(_BEFORE))
-        sample = env.agg(*[F.first(row[n], ignorenulls=True).alias(n) for n in rest]).first()
-        for n in rest:
-            typed[n] = T._parse_datatype_string(infer_ddl(sample[n] if sample else None).lower())
-    return [T.StructField(n, typed[n], nullable=True) for n in unknown]
-
-
-def fits_column(source: DataType, target: DataType) -> bool:
-    """Whether a Connect field's type is written into a column of `target` as it is: the sink's rule,
-    and any timestamp into either timestamp kind (a DATETIME kept as the source's wall time)."""
-    from pyspark.sql import types as T
-
-    from icetide.sink.evolution import fits_column
-
-    timestamps = (T.TimestampType, T.TimestampNTZType)
-    return fits_column(source, target) or (isinstance(source, timestamps) and isinstance(target, timestamps))
-
-
-def _wider(name: str, source: DataType, current: DataType | None) -> DataType:
-    """The type of column `name` that holds both `current` and a schema's `source` values;
-    SchemaEvolutionError when none does (a value would have to be converted)."""
-    from icetide.errors import SchemaEvolutionError
-    from icetide.sink.evolution import widened
-
-    if current is None or fits_column(source, current):
-        return current or source
-    if fits_column(current, source):
-        return source
-    wider = widened(source, current)
-    if wider is None:
-        raise SchemaEvolutionError(
-            f"column {name!r}: the source now sends {source.simpleString()} where the table has "
-            f"{current.simpleString()}, which no schema change can hold without converting values; "
-            "the batch was not committed"
-        )
-    return wider
-
-
-def _evolved_types(table_schema: StructType, schemas: Mapping[int, C.EnvelopeSchema | None]) -> StructType:
-    """The table's columns as the batch's schemas send them: widened where a schema sends a wider
-    type (the sink then widens the column), SchemaEvolutionError where one sends an incompatible type."""
-    from pyspark.sql import types as T
-
-    fields = []
-    for column in table_schema.fields:
-        dtype = column.dataType
-        for envelope in schemas.values():
-            f = envelope.field(column.name) if envelope is not None else None
-            if f is not None:
-                dtype = _wider(column.name, C.spark_type(f), dtype)
-        fields.append(T.StructField(column.name, dtype, column.nullable))
-    return T.StructType(fields)
+    row = F.coalesce(F.col(_AFTER), F.col(_BEFORE))
+    sample = env.agg(*[F.first(row[n], ignorenulls=True).alias(n) for n in names]).first()
+    return {n: sample[n] if sample else None for n in names}

@@ -52,6 +52,8 @@ __all__ = [
     "NotHere",
     "TableRows",
     "envelope_of",
+    "head_schema",
+    "source_millis",
     "source_order",
 ]
 
@@ -62,6 +64,7 @@ _LONE_SURROGATE = re.compile(lim.LONE_SURROGATE.encode())
 _JSON_SPACE = " \t\n\r"  # the whitespace JSON allows between tokens
 _SPACE_AFTER_QUOTE = re.compile(rb'"[ \t\n\r]')
 _DIGITS_15 = re.compile(r"[0-9]{1,15}")
+_MILLIS = re.compile(r"-?[0-9]{1,15}")
 _OPS = ("c", "r", "u", "d")
 
 
@@ -216,10 +219,15 @@ def _parse_head(head: bytes, limits: PayloadLimits) -> C.EnvelopeSchema | None:
         raise NotHere(f"a schema that describes no row ({exc})") from exc
 
 
+def head_schema(head: bytes, limits: PayloadLimits) -> C.EnvelopeSchema | None:
+    """The schema of a message head (`{"schema":<schema>,"payload":`) as `EnvelopeReader` reads it."""
+    return _parse_head(head, limits)
+
+
 def _holds(t: pa.DataType, f: C.ConnectField) -> bool:
     """Whether a column of Arrow type `t` takes Connect field `f` as it is, without the Spark path's
-    widening (decode/debezium.py `_evolved_types`, with schema_evolution on)."""
-    from icetide.decode.debezium import fits_column
+    widening (decode/debezium_changes.py `evolved_types`, with schema_evolution on)."""
+    from icetide.decode.debezium_changes import fits_column
 
     if pa.types.is_integer(t):
         ddl = {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}[t.bit_width]
@@ -292,6 +300,15 @@ def source_order(source: Mapping[str, Any], ts_ms: Any, offset: int) -> str:
                 ts = _text(ts_ms)
             head = "t" + _lpad(ts, 15) if ts is not None and _DIGITS_15.fullmatch(ts) else ""
     return f"{head}|{_lpad(str(offset), 20)}"
+
+
+def source_millis(source: Mapping[str, Any], ts_ms: Any) -> int | None:
+    """The `_source_ts` of decode/debezium.py in epoch milliseconds: the source block's ts_ms, else
+    the event's, when its text is an integer of up to 15 digits; else None."""
+    ts = _text(source.get("ts_ms"))
+    if ts is None:
+        ts = _text(ts_ms)
+    return int(ts) if ts is not None and _MILLIS.fullmatch(ts) else None
 
 
 # -- one table's rows ---------------------------------------------------------------------------

@@ -271,7 +271,8 @@ class SourceAdapter:
             keep.append(good)
             return Decoded(good, raw.sparkSession.createDataFrame([], BAD_DDL), self.config.order_by)
         if self.config.reads_debezium:
-            from icetide.decode.debezium import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, decode_debezium
+            from icetide.decode.debezium_changes import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN
+            from icetide.decode.debezium_tasks import decode_debezium
             from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX
             from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
 

@@ -176,7 +176,8 @@ def decode_tables(
     schema, its bad records counted; several tables at once."""
     from pyspark.sql import functions as F
 
-    from icetide.decode.debezium import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, decode_debezium
+    from icetide.decode.debezium_changes import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN
+    from icetide.decode.debezium_tasks import decode_debezium
 
     c = runner.config
 

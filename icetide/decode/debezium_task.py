@@ -1,0 +1,256 @@
+"""One Spark task's share of a Debezium batch on the Spark path (decode/debezium_tasks.py drives it).
+
+`DebeziumTask` is the `mapInArrow` body: each Arrow batch of Kafka records (or file lines) goes
+through the sync fast path's decoder (`EnvelopeReader`, `TableRows`) record by record, and comes
+out as one frame of good changes (KIND GOOD), dead letters (BAD) and one SUMMARY row: the
+truncates, the fields the table lacks, the heads of the schemas met, or why a record could not be
+read exactly (NotHere: the task stops there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from icetide.decode.arrow_json_scalars import raw_text
+from icetide.decode.debezium_arrow import (
+    Conversions,
+    Envelope,
+    EnvelopeReader,
+    NotHere,
+    TableRows,
+    source_millis,
+    source_order,
+)
+from icetide.decode.debezium_changes import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, TRUNCATE_DEAD_LETTER
+from icetide.decode.json_tasks import ERROR, PAYLOAD, POSITION, position_texts
+from icetide.decode.limits import PayloadLimits
+from icetide.errors import one_line
+from icetide.sink.changelog import OP_COLUMN
+
+KIND = "_icetide_kind"  # GOOD: a change; BAD: a dead letter; SUMMARY: a task's summary of one Arrow batch
+GOOD, BAD, SUMMARY = "g", "b", "s"
+TRUNCATES = "_icetide_truncates"  # truncates met
+TRUNCATE_AT = "_icetide_truncate_at"  # the latest truncate's _source_order
+UNKNOWN_COUNTS = "_icetide_unknown_counts"  # field the table lacks -> records that carry it
+SAMPLES = "_icetide_samples"  # field the table lacks -> a value's text (with schema_evolution)
+HEADS = "_icetide_heads"  # message heads of the schemas met, each once per task
+NOT_HERE = "_icetide_not_here"  # why the task stopped: a record the Python decoder cannot read exactly
+
+
+@dataclass
+class _Summary:
+    """What one Arrow batch of a task tells the driver (its SUMMARY row)."""
+
+    truncates: int = 0
+    truncate_at: str | None = None
+    unknown: dict[str, int] | None = None
+    samples: dict[str, str] | None = None
+    heads: list[str] | None = None
+    not_here: str | None = None
+
+
+@dataclass(frozen=True)
+class DebeziumTask:
+    """What a task needs to decode its share of a batch; picklable, built on the driver."""
+
+    schema: pa.Schema  # the table's columns
+    key: tuple[str, ...]
+    op_mode: str
+    conversions: Conversions
+    limits: PayloadLimits
+    value_col: str
+    position_cols: tuple[str, ...]
+    extra_cols: tuple[str, ...]
+    split: tuple[str, str] | None
+    error_col: str | None
+    on_truncate: str
+    sample: bool  # carry sample values of the fields the table lacks
+    output: pa.Schema
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        reader = EnvelopeReader(self.limits)
+        sent: set[int] = set()  # schema ids whose head this task reported
+        split_heads: dict[int, bytes] = {}
+        it = iter(batches)
+        for batch in it:
+            if not batch.num_rows:
+                continue
+            try:
+                yield self.decode(batch, reader, sent, split_heads)
+            except NotHere as exc:
+                yield self._rows([], [], [], [], [], _Summary(not_here=str(exc)), batch)
+                break
+            except Exception as exc:  # a record the decoder did not foresee: the Spark SQL decoder reads the batch
+                yield self._rows([], [], [], [], [], _Summary(not_here=f"the decoder failed: {one_line(exc)}"), batch)
+                break
+        for _ in it:  # the rest of the input is read, not decoded
+            pass
+
+    def decode(
+        self, batch: pa.RecordBatch, reader: EnvelopeReader, sent: set[int], split_heads: dict[int, bytes]
+    ) -> pa.RecordBatch:
+        values = batch.column(self.value_col)
+        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            values = values.cast(pa.binary())
+        payloads: list[bytes | None] = values.to_pylist()
+        n = len(payloads)
+        arrivals: list[Any] = (
+            batch.column(self.position_cols[-1]).cast(pa.string()).to_pylist() if self.position_cols else [""] * n
+        )
+        read_errors = batch.column(self.error_col).to_pylist() if self.error_col else [None] * n
+        if self.split:
+            split_ids = batch.column(self.split[0]).to_pylist()
+            for sid, head in zip(split_ids, batch.column(self.split[1]).to_pylist(), strict=True):
+                if sid is not None and head is not None:
+                    split_heads[sid] = head.encode() if isinstance(head, str) else head
+        rows = TableRows(self.schema, self.key, self.op_mode, self.conversions)
+        known = rows.known
+        good_at: list[int] = []
+        millis: list[int | None] = []
+        bad_at: list[int] = []
+        errors: list[str] = []
+        bad_payloads: list[str] = []
+        summary = _Summary(unknown={}, samples={} if self.sample else None, heads=[])
+        for i, value in enumerate(payloads):
+            if value is None:
+                continue
+            if self.split and split_ids[i] is not None:
+                head = split_heads.get(split_ids[i])
+                if head is None:
+                    raise NotHere("a value whose split head is not in its task")
+                value = head + value[1:]
+            if arrivals[i] is None:
+                raise NotHere("a record without its position")
+            read_error = read_errors[i]
+            envelope = reader.read(value) if read_error is None else self._read_failed(reader, value)
+            if envelope is None:
+                continue  # a tombstone
+            if envelope.schema_id and envelope.schema_id not in sent:
+                sent.add(envelope.schema_id)
+                assert summary.heads is not None
+                summary.heads += [h.decode() for h, (sid, _) in reader.heads.items() if sid == envelope.schema_id]
+            self._count_unknown(envelope, known, summary)
+            arrival = arrivals[i].rjust(20, "0")[:20] if self.position_cols else ""  # Spark's lpad
+            order = source_order(envelope.source, envelope.ts_ms, 0).rpartition("|")[0] + "|" + arrival
+            is_truncate = envelope.error is None and envelope.op.strip(" ").lower() == "t"
+            if is_truncate:
+                summary.truncates += 1
+                if summary.truncate_at is None or order > summary.truncate_at:
+                    summary.truncate_at = order
+            if read_error is not None:
+                if is_truncate and self.on_truncate == "apply":
+                    continue
+                found = [read_error] * len(rows.add(_as_dead(envelope), order, evolving=False))
+            elif is_truncate:
+                if self.on_truncate == "apply":
+                    continue
+                found = [TRUNCATE_DEAD_LETTER]
+            else:
+                held = len(rows)
+                found = rows.add(envelope, order, evolving=False)
+                added = len(rows) - held
+                good_at += [i] * added
+                millis += [source_millis(envelope.source, envelope.ts_ms)] * added
+            if found:
+                text = value.decode("utf-8", "replace")
+                for error in found:
+                    bad_at.append(i)
+                    errors.append(error)
+                    bad_payloads.append(text)
+        return self._rows(good_at, millis, bad_at, errors, bad_payloads, summary, batch, rows.table())
+
+    def _read_failed(self, reader: EnvelopeReader, value: bytes) -> Envelope | None:
+        """The event of a record the source could not read (its value is then the raw bytes in
+        base64, which the Spark SQL decoder reads as one malformed record); NotHere for a value
+        that may be JSON, whose changes that decoder counts."""
+        if value[:1] != b"{" and len(value) <= self.limits.max_record_bytes and value.strip() != b"null":
+            return Envelope("", None, None, {}, None, None, 0, error="malformed JSON")
+        return reader.read(value)
+
+    def _count_unknown(self, envelope: Envelope, known: frozenset[str], summary: _Summary) -> None:
+        """Count the fields of the event's row (after, else before) that the table lacks, as Spark SQL does."""
+        row = envelope.after if isinstance(envelope.after, dict) else envelope.before
+        if not isinstance(row, dict) or known.issuperset(row):
+            return
+        assert summary.unknown is not None
+        for name, v in row.items():
+            if name not in known:
+                summary.unknown[name] = summary.unknown.get(name, 0) + 1
+                if summary.samples is not None and v is not None and name not in summary.samples:
+                    summary.samples[name] = raw_text(v)
+
+    def _rows(
+        self,
+        good_at: list[int],
+        millis: list[int | None],
+        bad_at: list[int],
+        errors: list[str],
+        bad_payloads: list[str],
+        summary: _Summary,
+        batch: pa.RecordBatch,
+        changes: pa.Table | None = None,
+    ) -> pa.RecordBatch:
+        """The output frame of one Arrow batch: its changes, its dead letters, its summary row."""
+        n_good, n_bad = len(good_at), len(bad_at)
+        rest = n_bad + 1
+        take_good, take_bad = pa.array(good_at, pa.int64()), pa.array(bad_at, pa.int64())
+
+        def summary_column(value: Any, t: pa.DataType) -> pa.Array:
+            return pa.array([None] * (n_good + n_bad) + [value], t)
+
+        columns: list[pa.Array] = []
+        for f in self.output:
+            if changes is not None and f.name in changes.column_names:
+                good = changes.column(f.name).combine_chunks().cast(f.type)
+                columns.append(pa.concat_arrays([good, pa.nulls(rest, f.type)]))
+            elif f.name in self.schema.names or f.name in (OP_COLUMN, SOURCE_ORDER_COLUMN):
+                columns.append(pa.nulls(n_good + rest, f.type))  # a summary alone
+            elif f.name == SOURCE_TS_COLUMN:
+                stamps = pa.array(millis, pa.timestamp("ms", tz="UTC")).cast(f.type)
+                columns.append(pa.concat_arrays([stamps, pa.nulls(rest, f.type)]))
+            elif f.name in self.extra_cols:
+                column = batch.column(f.name).cast(f.type)
+                columns.append(pa.concat_arrays([column.take(take_good), pa.nulls(rest, f.type)]))
+            elif f.name == KIND:
+                columns.append(pa.array([GOOD] * n_good + [BAD] * n_bad + [SUMMARY], f.type))
+            elif f.name == ERROR:
+                columns.append(pa.array([None] * n_good + errors + [None], f.type))
+            elif f.name == PAYLOAD:
+                columns.append(pa.array([None] * n_good + bad_payloads + [None], f.type))
+            elif f.name == POSITION:
+                positions = position_texts(batch, self.position_cols).take(take_bad).cast(f.type)
+                columns.append(pa.concat_arrays([pa.nulls(n_good, f.type), positions, pa.nulls(1, f.type)]))
+            elif f.name == TRUNCATES:
+                columns.append(summary_column(summary.truncates, f.type))
+            elif f.name == TRUNCATE_AT:
+                columns.append(summary_column(summary.truncate_at, f.type))
+            elif f.name == UNKNOWN_COUNTS:
+                columns.append(summary_column(list((summary.unknown or {}).items()), f.type))
+            elif f.name == SAMPLES:
+                columns.append(summary_column(list((summary.samples or {}).items()), f.type))
+            elif f.name == HEADS:
+                columns.append(summary_column(summary.heads or [], f.type))
+            else:
+                assert f.name == NOT_HERE, f.name
+                columns.append(summary_column(summary.not_here, f.type))
+        return pa.RecordBatch.from_arrays(columns, schema=self.output)
+
+
+def _as_dead(envelope: Envelope) -> Envelope:
+    """The event as one the Spark SQL decoder makes dead letters of (one per change it would make)."""
+    if envelope.error is not None:
+        return envelope
+    return Envelope(
+        envelope.op,
+        envelope.before,
+        envelope.after,
+        envelope.source,
+        envelope.ts_ms,
+        envelope.schema,
+        envelope.schema_id,
+        error="unreadable",
+    )

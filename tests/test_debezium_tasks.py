@@ -1,0 +1,172 @@
+"""decode/debezium_tasks.py: the Python Debezium decoder in Spark's tasks gives what the Spark SQL
+decoder (decode/debezium.py) gives, with every option of `decode_debezium`, and a batch with a
+record the Python decoder cannot read exactly is decoded by the Spark SQL decoder, whole."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from icetide.decode import debezium, debezium_tasks
+from icetide.decode.connect import parse_envelope_schema, table_schema
+from icetide.errors import SchemaEvolutionError
+from tests.debezium_messages import ProductsStream
+from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
+from tests.test_head_split import _frame
+
+Decode = Callable[..., Any]
+ROW = {"id": 101, "name": "scooter", "description": "small", "weight": 3.14}
+
+
+def _products() -> T.StructType:
+    return table_schema(parse_envelope_schema(json.dumps(ProductsStream().schema)), ["id"])
+
+
+def _changes(stream: ProductsStream, first: int, n: int) -> list[bytes]:
+    out = []
+    for i in range(first, first + n):
+        row = {**ROW, "id": i, "weight": i / 4}
+        out.append(stream.change("c", None, row) if i % 3 else stream.change("u", {**row, "weight": 0.5}, row))
+    return out
+
+
+def _output(decode: Decode, frame: Any, schema: T.StructType, key: list[str], **options: Any) -> dict[str, Any]:
+    """Everything a decode gives, in one comparable spelling."""
+    keep: list[Any] = []
+    out = decode(frame, "value", schema, key, options.pop("op_mode", "upsert"), KAFKA_POSITION, keep=keep, **options)
+    try:
+        columns = [
+            F.unix_micros(c).alias(c) if isinstance(out.good.schema[c].dataType, T.TimestampType) else F.col(f"`{c}`")
+            for c in out.good.columns
+        ]
+        # new columns come in another order from each decoder: rows are compared by column name
+        good = sorted(
+            tuple(sorted((k, str(v)) for k, v in r.asDict().items())) for r in out.good.select(*columns).collect()
+        )
+        bad = sorted(tuple(r) for r in out.bad.collect())
+    finally:
+        for frame_kept in keep:
+            frame_kept.unpersist()
+    return {
+        "columns": sorted(out.good.columns),
+        "good": good,
+        "bad": bad,
+        "truncated": out.truncated,
+        "truncates": out.truncates,
+        "unknown_fields": out.unknown_fields,
+        "new_columns": sorted((f.name, f.dataType.simpleString()) for f in out.new_columns),
+        "schemas": len(out.schemas),
+    }
+
+
+def _both(frame: Any, schema: T.StructType, key: list[str], **options: Any) -> dict[str, Any]:
+    """The Python decoder's output, checked equal to the Spark SQL decoder's."""
+    mine = _output(debezium_tasks.decode_debezium, frame, schema, key, **options)
+    assert mine == _output(debezium.decode_debezium, frame, schema, key, **options)
+    return mine
+
+
+def test_a_batch_with_a_record_the_python_decoder_does_not_read_is_the_spark_decoders(
+    spark: Any, fallbacks: list[str]
+) -> None:
+    stream = ProductsStream()
+    values = _changes(stream, 1, 30)
+    nan = stream.change("c", None, {**ROW, "id": 77}).replace(b'"weight":3.14', b'"weight":NaN')
+    bad = b'{"op":"c","after":{"id":"x"}}'
+    values[12:12] = [nan, bad]
+    out = _both(kafka_frame(spark, values), _products(), ["id"])
+    assert fallbacks == ["a message with a NaN literal"]  # once, for the whole batch, with the first reason
+    assert len(out["good"]) == 30 and len(out["bad"]) == 2  # the NaN record is the Spark SQL decoder's dead letter
+    fallbacks.clear()
+    del values[12]
+    assert len(_both(kafka_frame(spark, values), _products(), ["id"], extra_cols=["partition"])["good"]) == 30
+    assert fallbacks == []
+
+
+@pytest.mark.parametrize("on_truncate", ["apply", "dead_letter"])
+def test_truncates_as_the_spark_decoder(spark: Any, fallbacks: list[str], on_truncate: str) -> None:
+    stream = ProductsStream()
+    values = [*_changes(stream, 1, 10), stream.truncate(), *_changes(stream, 11, 10), stream.truncate()]
+    values += _changes(stream, 21, 10)
+    out = _both(kafka_frame(spark, values), _products(), ["id"], on_truncate=on_truncate)
+    assert fallbacks == []
+    assert out["truncates"] == 2 and out["truncated"] == (on_truncate == "apply")
+    if on_truncate == "apply":  # what the latest truncate left: the changes after it
+        assert len(out["good"]) == 10 and not out["bad"]
+    else:
+        assert len(out["good"]) == 30 and len(out["bad"]) == 2
+
+
+def test_schema_evolution_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> None:
+    """New columns typed by the schema, a column the schema widens, and schemaless ones typed by a value."""
+    stream = ProductsStream()
+    narrow = T.StructType(
+        [f if f.name != "weight" else T.StructField("weight", T.FloatType()) for f in _products().fields]
+    )
+    lacking = T.StructType([f for f in narrow.fields if f.name != "description"])
+    schemaless = [
+        json.dumps({"op": "c", "after": {"id": 500 + i, "extra": 12, "label": f"n{i}"}, "ts_ms": 1}).encode()
+        for i in range(3)
+    ]
+    values = [*_changes(stream, 1, 10), *schemaless]
+    off = _both(kafka_frame(spark, values), lacking, ["id"])
+    assert off["unknown_fields"] == {"description": 10, "extra": 3, "label": 3} and not off["new_columns"]
+    on = _both(kafka_frame(spark, values), lacking, ["id"], schema_evolution=True)
+    assert on["new_columns"] == [("description", "string"), ("extra", "bigint"), ("label", "string")]
+    assert not on["unknown_fields"] and len(on["good"]) == 13 and on["schemas"] == 1
+    assert fallbacks == []
+
+    wide = T.StructType([f if f.name != "id" else T.StructField("id", T.StringType(), False) for f in narrow.fields])
+    with pytest.raises(SchemaEvolutionError, match="column 'id'"):
+        debezium_tasks.decode_debezium(
+            kafka_frame(spark, values[:2]), "value", wide, ["id"], "upsert", KAFKA_POSITION, schema_evolution=True
+        )
+
+
+def test_widened_columns_hold_the_wider_values(spark: Any, fallbacks: list[str]) -> None:
+    stream = ProductsStream()
+    narrow = T.StructType(
+        [f if f.name != "weight" else T.StructField("weight", T.FloatType()) for f in _products().fields]
+    )
+    values = _changes(stream, 1, 5)
+    keep: list[Any] = []
+    out = debezium_tasks.decode_debezium(
+        kafka_frame(spark, values), "value", narrow, ["id"], "upsert", KAFKA_POSITION, keep=keep, schema_evolution=True
+    )
+    try:
+        assert out.good.schema["weight"].dataType == T.DoubleType()
+        assert sorted(r["weight"] for r in out.good.collect()) == [0.25, 0.5, 0.75, 1.0, 1.25]
+    finally:
+        for frame in keep:
+            frame.unpersist()
+    assert fallbacks == []
+    _both(kafka_frame(spark, values), narrow, ["id"], schema_evolution=True)
+
+
+def test_split_heads_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> None:
+    stream = ProductsStream()
+    values: list[bytes | None] = [*_changes(stream, 1, 20), None, stream.change("d", ROW, None)]
+    split = ("value_head_id", "value_head")
+    # One partition, as a Kafka range's records are read: a head's text is on its first row of each
+    # Arrow batch, in the task that reads it (a task that meets an id without its text falls back).
+    out = _both(_frame(spark, values, split=True).coalesce(1), _products(), ["id"], split=split)
+    assert fallbacks == [] and len(out["good"]) == 21
+
+
+def test_records_the_source_could_not_read_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> None:
+    stream = ProductsStream()
+    values: list[bytes | None] = list(_changes(stream, 1, 6))
+    errors: list[str | None] = [None] * 6
+    values += [base64.b64encode(b"\x00\x01avro"), None]
+    errors += ["the Avro value does not match its schema", "a tombstone"]
+    rows = [("cdc", 0, i, v, e) for i, (v, e) in enumerate(zip(values, errors, strict=True))]
+    frame = spark.createDataFrame(rows, "topic STRING, partition INT, offset BIGINT, value BINARY, value_error STRING")
+    out = _both(frame, _products(), ["id"], error_col="value_error")
+    assert fallbacks == [] and len(out["good"]) == 6
+    assert [r[1] for r in out["bad"]] == ["the Avro value does not match its schema"]
