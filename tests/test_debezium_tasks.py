@@ -77,12 +77,15 @@ def test_a_batch_with_a_record_the_python_decoder_does_not_read_is_the_spark_dec
 ) -> None:
     stream = ProductsStream()
     values = _changes(stream, 1, 30)
-    nan = stream.change("c", None, {**ROW, "id": 77}).replace(b'"weight":3.14', b'"weight":NaN')
+    # 1e23 into a STRING column: Java 17 writes it "9.999999999999999E22", not its shortest digits,
+    # and the Python decoder does not guess (decode/connect_values.py `javas_double_text`)
+    unsure = stream.change("c", None, {**ROW, "id": 77}).replace(b'"name":"scooter"', b'"name":1e23')
     bad = b'{"op":"c","after":{"id":"x"}}'
-    values[12:12] = [nan, bad]
+    values[12:12] = [unsure, bad]
     out = _both(kafka_frame(spark, values), _products(), ["id"])
-    assert fallbacks == ["a message with a NaN literal"]  # once, for the whole batch, with the first reason
-    assert len(out["good"]) == 30 and len(out["bad"]) == 2  # the NaN record is the Spark SQL decoder's dead letter
+    assert len(fallbacks) == 1 and "column name" in fallbacks[0]  # once, for the whole batch, the first reason
+    assert len(out["good"]) == 31 and len(out["bad"]) == 1
+    assert ("name", "9.999999999999999E22") in next(r for r in out["good"] if ("id", "77") in r)
     fallbacks.clear()
     del values[12]
     assert len(_both(kafka_frame(spark, values), _products(), ["id"], extra_cols=["partition"])["good"]) == 30
