@@ -221,17 +221,23 @@ def test_bad_records_stay_on_the_fast_path_with_the_spark_paths_dead_letters(spa
     topic = create_topic(kafka_broker, partitions=1, prefix="cdc")
     produce(kafka_broker, topic, mixed)
     letters: dict[str, list[tuple[str, str, str]]] = {}
+    counted: dict[str, list[int]] = {}
     for kind, extra in (("fast", {}), ("spark", {"fast_path": "off"})):
         config = PipelineConfig.from_dict(doc(f"bad_{kind}_{uuid.uuid4().hex[:6]}", kafka_broker, topic, **extra))
         summary = Runner(config, spark).run(once=True, handle_signals=False)
         assert rows_of(spark, config.table.name) == model_of(records), kind
         assert sum(b.bad_records for b in summary.batches) == len(bad), kind
+        # max_bad_fraction's denominator: every source record, tombstones and key-moving updates
+        # alike on both paths (the Spark path counted change rows before)
+        counted[kind] = [b.records_in for b in summary.batches]
+        assert sum(counted[kind]) == len(mixed), kind
         expected = "fast" if kind == "fast" else "spark: fast_path: off"
         assert {b.path for b in summary.batches} == {expected}, summary.batches
         assert sum(1 for b in summary.batches if b.bad_records) >= 3, summary.batches
         dead = spark.table(f"{config.table.name}_dead_letter").collect()
         letters[kind] = sorted((r["payload"], r["error"], r["source_position"]) for r in dead)
     assert letters["fast"] == letters["spark"]
+    assert counted["fast"] == counted["spark"]
     assert sorted(error for _, error, _ in letters["fast"]) == sorted(error for _, error in bad)
     assert sorted(payload.encode() for payload, _, _ in letters["fast"]) == sorted(value for value, _ in bad)
 

@@ -46,6 +46,9 @@ class DecodedChanges:
     unknown_fields: dict[str, int] = field(default_factory=dict)  # field -> records that carry it
     new_columns: list[StructField] = field(default_factory=list)
     schemas: list[C.EnvelopeSchema] = field(default_factory=list)
+    # The source records the batch read, tombstones and bad ones included (as the sync paths count
+    # them, for max_bad_fraction); None where the decoder did not count them.
+    records: int | None = None
 
 
 def check_options(

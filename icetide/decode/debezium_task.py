@@ -33,6 +33,7 @@ from icetide.sink.changelog import OP_COLUMN
 
 KIND = "_icetide_kind"  # GOOD: a change; BAD: a dead letter; SUMMARY: a task's summary of one Arrow batch
 GOOD, BAD, SUMMARY = "g", "b", "s"
+RECORDS = "_icetide_records"  # records read, tombstones included
 TRUNCATES = "_icetide_truncates"  # truncates met
 TRUNCATE_AT = "_icetide_truncate_at"  # the latest truncate's _source_order
 UNKNOWN_COUNTS = "_icetide_unknown_counts"  # field the table lacks -> records that carry it
@@ -45,6 +46,7 @@ NOT_HERE = "_icetide_not_here"  # why the task stopped: a record the Python deco
 class _Summary:
     """What one Arrow batch of a task tells the driver (its SUMMARY row)."""
 
+    records: int = 0  # every record of the Arrow batch, tombstones included
     truncates: int = 0
     truncate_at: str | None = None
     unknown: dict[str, int] | None = None
@@ -114,7 +116,7 @@ class DebeziumTask:
         bad_at: list[int] = []
         errors: list[str] = []
         bad_payloads: list[str] = []
-        summary = _Summary(unknown={}, samples={} if self.sample else None, heads=[])
+        summary = _Summary(records=n, unknown={}, samples={} if self.sample else None, heads=[])
         for i, value in enumerate(payloads):
             if value is None:
                 continue
@@ -224,6 +226,8 @@ class DebeziumTask:
             elif f.name == POSITION:
                 positions = position_texts(batch, self.position_cols).take(take_bad).cast(f.type)
                 columns.append(pa.concat_arrays([pa.nulls(n_good, f.type), positions, pa.nulls(1, f.type)]))
+            elif f.name == RECORDS:
+                columns.append(summary_column(summary.records, f.type))
             elif f.name == TRUNCATES:
                 columns.append(summary_column(summary.truncates, f.type))
             elif f.name == TRUNCATE_AT:

@@ -21,6 +21,7 @@ test_decoder_golden_conversions.py NOT_YET_DEBEZIUM) sends the whole batch to th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from icetide.decode.debezium_task import (
     HEADS,
     KIND,
     NOT_HERE,
+    RECORDS,
     SAMPLES,
     SUMMARY,
     TRUNCATE_AT,
@@ -206,10 +208,11 @@ def decode_debezium(
         unknown_fields=missing,
         new_columns=added,
         schemas=[e for e in schemas if e is not None],
+        records=sum(r[RECORDS] for r in summaries),
     )
 
 
-_SUMMARY_COLUMNS = (TRUNCATES, TRUNCATE_AT, UNKNOWN_COUNTS, SAMPLES, HEADS, NOT_HERE)
+_SUMMARY_COLUMNS = (RECORDS, TRUNCATES, TRUNCATE_AT, UNKNOWN_COUNTS, SAMPLES, HEADS, NOT_HERE)
 
 
 def _task(
@@ -264,6 +267,7 @@ def _spark_schema(df: DataFrame, table_schema: StructType, extra_cols: Sequence[
         T.StructField(ERROR, string),
         T.StructField(PAYLOAD, string),
         T.StructField(POSITION, string),
+        T.StructField(RECORDS, T.LongType()),
         T.StructField(TRUNCATES, T.LongType()),
         T.StructField(TRUNCATE_AT, string),
         T.StructField(UNKNOWN_COUNTS, T.MapType(string, T.LongType())),
@@ -309,4 +313,5 @@ def decode_by_spark_sql(
     from icetide.decode import debezium
 
     log.info("a Debezium batch is decoded by the Spark SQL decoder: %s", reason)
-    return debezium.decode_debezium(df, value_col, table_schema, key, op_mode, position_cols, **options)
+    changes = debezium.decode_debezium(df, value_col, table_schema, key, op_mode, position_cols, **options)
+    return dataclasses.replace(changes, records=df.count())  # the source read once more: a fallback's price

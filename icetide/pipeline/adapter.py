@@ -59,6 +59,9 @@ class Decoded:
     truncated: bool = False  # a source TRUNCATE: rows committed before this batch go
     unknown_fields: dict[str, int] = field(default_factory=dict)  # fields the table lacks -> records
     new_columns: list[str] = field(default_factory=list)  # columns `good` adds to the table (schema evolution)
+    # The source records read, where a record may make other than one row or dead letter (Debezium:
+    # tombstones, truncates, key-moving updates); None: good rows and bad records count them.
+    records: int | None = None
 
 
 def payload_limits(config: PipelineConfig) -> PayloadLimits:
@@ -304,6 +307,7 @@ class SourceAdapter:
                 truncated=changes.truncated,
                 unknown_fields=changes.unknown_fields,
                 new_columns=[f.name for f in changes.new_columns],
+                records=changes.records,
             )
         from icetide.decode.json_tasks import decode_json
 

@@ -254,7 +254,8 @@ class Runner:
             decoded = self.source.decode(raw, self.schema, list(self.sink.key), kept)
             good, bad = decoded.good, plan.held.keep_new(decoded.bad)
             bad_count = bad.count()  # materializes the decoded cache: the source is read once
-            records_in = good.count() + bad_count
+            # Every source record, as the fast path and the sync runner count them (max_bad_fraction)
+            records_in = decoded.records if decoded.records is not None else good.count() + bad_count
             read_seconds = time.monotonic() - started
             self._commit_dead_letters(
                 batch_id,
