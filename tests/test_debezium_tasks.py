@@ -114,14 +114,22 @@ def test_schema_evolution_as_the_spark_decoder(spark: Any, fallbacks: list[str])
     )
     lacking = T.StructType([f for f in narrow.fields if f.name != "description"])
     schemaless = [
-        json.dumps({"op": "c", "after": {"id": 500 + i, "extra": 12, "label": f"n{i}"}, "ts_ms": 1}).encode()
+        json.dumps(
+            {"op": "c", "after": {"id": 500 + i, "extra": 12, "label": f"n{i}", "ratio": i + 0.5}, "ts_ms": 1}
+        ).encode()
         for i in range(3)
     ]
     values = [*_changes(stream, 1, 10), *schemaless]
     off = _both(kafka_frame(spark, values), lacking, ["id"])
-    assert off["unknown_fields"] == {"description": 10, "extra": 3, "label": 3} and not off["new_columns"]
+    assert off["unknown_fields"] == {"description": 10, "extra": 3, "label": 3, "ratio": 3} and not off["new_columns"]
     on = _both(kafka_frame(spark, values), lacking, ["id"], schema_evolution=True)
-    assert on["new_columns"] == [("description", "string"), ("extra", "bigint"), ("label", "string")]
+    # a sample of a number that is not an integer is typed from its text, as Spark SQL does
+    assert on["new_columns"] == [
+        ("description", "string"),
+        ("extra", "bigint"),
+        ("label", "string"),
+        ("ratio", "double"),
+    ]
     assert not on["unknown_fields"] and len(on["good"]) == 13 and on["schemas"] == 1
     assert fallbacks == []
 

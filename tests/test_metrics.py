@@ -141,3 +141,14 @@ def test_decimal_bounds_are_javas_shortest_bytes() -> None:
     }
     for text, raw in cases.items():
         assert serialize_bound(dtype, Decimal(text), upper=False) == raw, text
+
+
+def test_decimal_bounds_keep_every_digit() -> None:
+    """A DECIMAL(38, 2) bound of 35 digits is its exact unscaled value: Python's default decimal
+    context keeps 28 digits, and a rounded lower bound above the file's minimum would let a reader
+    skip a file it needs (a review finding)."""
+    dtype = pa.decimal128(38, 2)
+    for text in ("123456789012345678901234567890123.45", "-99999999999999999999999999999999999.99"):
+        unscaled = int(text.replace(".", ""))
+        raw = serialize_bound(dtype, Decimal(text), upper=False)
+        assert raw is not None and int.from_bytes(raw, "big", signed=True) == unscaled, text

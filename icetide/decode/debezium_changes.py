@@ -114,7 +114,7 @@ def evolved_types(table_schema: StructType, schemas: Sequence[C.EnvelopeSchema |
             f = envelope.field(column.name) if envelope is not None else None
             if f is not None:
                 dtype = wider(column.name, C.spark_type(f), dtype)
-        fields.append(T.StructField(column.name, dtype, column.nullable))
+        fields.append(T.StructField(column.name, dtype, column.nullable, column.metadata))  # comments kept
     return T.StructType(fields)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetide.decode.arrow_json_scalars import raw_text
+from icetide.decode.connect_values import field_text
 from icetide.decode.debezium_arrow import (
     Conversions,
     Envelope,
@@ -39,6 +39,11 @@ TRUNCATE_AT = "_icetide_truncate_at"  # the latest truncate's _source_order
 UNKNOWN_COUNTS = "_icetide_unknown_counts"  # field the table lacks -> records that carry it
 SAMPLES = "_icetide_samples"  # field the table lacks -> a value's text (with schema_evolution)
 HEADS = "_icetide_heads"  # message heads of the schemas met, each once per task
+# Errors a record itself causes, the same each time it is read: such a batch goes to the Spark SQL
+# decoder. Any other (memory, I/O) fails the task: a task computed again (a lost cache block, or
+# good and bad read without `keep`) must not turn into an empty frame that the driver, which read
+# the summaries once, would take for decoded rows.
+_UNFORESEEN = (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError, RecursionError)
 NOT_HERE = "_icetide_not_here"  # why the task stopped: a record the Python decoder cannot read exactly
 
 
@@ -86,7 +91,7 @@ class DebeziumTask:
             except NotHere as exc:
                 yield self._rows([], [], [], [], [], _Summary(not_here=str(exc)), batch)
                 break
-            except Exception as exc:  # a record the decoder did not foresee: the Spark SQL decoder reads the batch
+            except _UNFORESEEN as exc:  # a record the decoder did not foresee: the Spark SQL decoder reads the batch
                 yield self._rows([], [], [], [], [], _Summary(not_here=f"the decoder failed: {one_line(exc)}"), batch)
                 break
         for _ in it:  # the rest of the input is read, not decoded
@@ -183,7 +188,7 @@ class DebeziumTask:
             if name not in known:
                 summary.unknown[name] = summary.unknown.get(name, 0) + 1
                 if summary.samples is not None and v is not None and name not in summary.samples:
-                    summary.samples[name] = raw_text(v)
+                    summary.samples[name] = field_text(v, name)  # the text Spark's map of the row holds
 
     def _rows(
         self,

@@ -22,7 +22,7 @@ import json
 import struct
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -60,7 +60,8 @@ def serialize_bound(dtype: pa.DataType, value: Any, *, upper: bool) -> bytes | N
     if pa.types.is_time64(dtype):
         return struct.pack("<q", ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond)
     if pa.types.is_decimal(dtype):
-        unscaled = int((value if isinstance(value, Decimal) else Decimal(value)).scaleb(dtype.scale))
+        exact = Context(prec=80)  # the default context keeps 28 digits; a DECIMAL has up to 38
+        unscaled = int((value if isinstance(value, Decimal) else Decimal(value)).scaleb(dtype.scale, context=exact))
         # Java's BigInteger.toByteArray: the fewest bytes of two's complement (-128 is one byte, 0x80)
         length = (unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1
         return unscaled.to_bytes(length, "big", signed=True)
