@@ -81,7 +81,8 @@ def decode_micros(registry_url: str, count: int) -> dict[str, float]:
     from bench.ingest_debezium import debezium_event
     from icetide.config import RegistrySettings
     from icetide.decode.avro import AvroMessages, AvroSettings
-    from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, TableRows, source_order
+    from icetide.decode.debezium_arrow import Conversions, TableRows, source_order
+    from icetide.decode.debezium_message import EnvelopeReader
     from icetide.decode.limits import PayloadLimits
     from tests.avro_messages import AvroEncoder
 

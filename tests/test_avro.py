@@ -19,7 +19,8 @@ import pytest
 from icetide.config import RegistrySettings
 from icetide.decode.avro import AvroMessages, AvroSettings
 from icetide.decode.avro_schema import compile_schema
-from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows
+from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows
+from icetide.decode.debezium_message import EnvelopeReader
 from icetide.decode.limits import PayloadLimits
 from icetide.decode.schema_registry import RegistryAccessError, RegistryUnavailableError, registry_schemas
 from icetide.errors import ConfigError, TerminalError, TransientError

@@ -21,8 +21,9 @@ from pyspark.sql import types as T
 
 from icetide.decode.connect import parse_envelope_schema, table_schema
 from icetide.decode.debezium import decode_debezium
-from icetide.decode.debezium_arrow import Conversions, DeadLetter, EnvelopeReader, NotHere, TableRows, source_order
-from icetide.decode.limits import PayloadLimits
+from icetide.decode.debezium_arrow import Conversions, DeadLetter, NotHere, TableRows, source_order
+from icetide.decode.debezium_message import EnvelopeReader
+from icetide.decode.limits import PayloadLimits, spark_text
 from icetide.sink.changelog import DELETE
 from tests.debezium_messages import ProductsStream, lines, messages
 
@@ -686,9 +687,10 @@ def test_the_largest_float_as_the_json_converter_writes_it(spark: Any) -> None:
             assert i not in bad, f"{case}: Spark: {bad.get(i)}"
 
 
-def test_surrogates_encoded_in_utf8_are_refused(spark: Any) -> None:
+def test_surrogates_encoded_in_utf8_are_dead_letters(spark: Any) -> None:
     """UTF-8 bytes of a surrogate (ED A0 80 to ED BF BF) are not valid UTF-8: the Spark path makes
-    the record a dead letter ("payload is not valid UTF-8"); the Python side must not read it."""
+    the record a dead letter ("payload is not valid UTF-8"), and so does the Python side (json.loads
+    alone would read them, surrogatepass). Hand-made messages."""
     values = [
         b'{"op":"c","after":{"id":1,"name":"\xed\xa0\x80x"},"source":{"ts_ms":1}}',
         b'{"op":"c","after":{"id":2,"extra":"\xed\xbf\xbf"},"source":{"ts_ms":1}}',
@@ -697,7 +699,7 @@ def test_surrogates_encoded_in_utf8_are_refused(spark: Any) -> None:
     ]
     schema = T.StructType([T.StructField("id", T.IntegerType(), False), T.StructField("name", T.StringType())])
     refused, bad = compare_each(spark, values, schema, ["id"])
-    assert sorted(refused) == [0, 1, 2]
+    assert refused == {}
     assert bad == dict.fromkeys([0, 1, 2], "payload is not valid UTF-8")
 
 
@@ -729,3 +731,149 @@ def test_a_key_moving_update_with_two_bad_changes_is_one_dead_letter(spark: Any)
     assert spark_bad[1][1].startswith("column weight")
     assert spark_good == [(101, DELETE)]
     assert [(v[0], op) for (op, _), v in rows.items()] == [(101, DELETE)]
+
+
+# -- poison messages: whole-message dead letters ------------------------------------------------
+
+_POISON_LIMITS = PayloadLimits(max_record_bytes=2600, max_nesting_depth=8)  # a products message: 2340 bytes, 7 deep
+_SKIPPED, _GOOD = "skipped: a tombstone on both sides", "a good row on both sides"
+
+
+def _corrupted(value: bytes, marker: bytes, replacement: bytes) -> bytes:
+    assert value.count(marker) == 1
+    return value.replace(marker, replacement)
+
+
+def _poison() -> list[tuple[str, bytes, str]]:
+    """(case, message, the Spark path's dead-letter error, or _SKIPPED, or _GOOD). Real messages: the products
+    stream's (flink_mysql_products_schema.jsonl) with the corruption the case names; hand-made
+    ones say so."""
+    stream = ProductsStream()
+    row = {"id": 101, "name": "scooter", "description": "small", "weight": 3.14}
+
+    def real(**after: Any) -> bytes:
+        return stream.change("c", None, {**row, **after})
+
+    size = "payload is {} bytes, over max_record_bytes (2600)"
+    utf8, depth = "payload is not valid UTF-8", "JSON nested deeper than max_nesting_depth (8)"
+    surrogate = "payload escapes a lone UTF-16 surrogate (\\uD800-\\uDFFF), which UTF-8 cannot hold"
+    long_row = real(description="x" * 300, extra=1)
+    long_bad = _corrupted(real(description="x" * 300 + "_"), b"x_", b"\xff\xed\xa0")
+    cases: list[tuple[str, bytes, str]] = [
+        ("real, a longer description and a field the table lacks", long_row, size.format(len(long_row))),
+        ("real, longer and not UTF-8 (size first)", long_bad, size.format(len(long_bad))),
+        ("real tombstone of the converter, padded past the limit", _raw_change(stream, "null") + b" " * 900, _SKIPPED),
+        ("real, a field the table lacks nested 6 deep", real(extra=[[[[[[1]]]]]]), depth),
+        ("real, a name with a lone surrogate escape", real(name="\ud800"), surrogate),
+        ("real, a name with an escaped pair", real(name="\U0001f600"), _GOOD),
+        ("real, a name with byte FF", _corrupted(real(name="a_b"), b"a_b", b"a\xffb"), utf8),
+        ("real, the UTF-8 bytes of a surrogate", _corrupted(real(name="a_b"), b"a_b", b"a\xed\xa0\x80b"), utf8),
+        ("real, a surrogate's first two bytes", _corrupted(real(name="a_b"), b"a_b", b"a\xed\xbfb"), utf8),
+        ("real, bytes F5 80 80 80", _corrupted(real(name="a_b"), b"a_b", b"\xf5\x80\x80\x80"), utf8),
+        ("real, a cut 3-byte character", _corrupted(real(name="a_b"), b"a_b", b"a\xe2\x82b"), utf8),
+        ("real, a field name with byte FF", _corrupted(real(extra=1), b'"extra"', b'"ex\xfftra"'), utf8),
+        ("real, a field name with surrogate bytes", _corrupted(real(extra=1), b'"extra"', b'"e\xed\xa0\x80"'), utf8),
+        ("real, its payload a list", _raw_change(stream, "[1]"), "malformed JSON"),
+        ("real, its payload a number", _raw_change(stream, "5"), "malformed JSON"),
+        ("real, its payload text", _raw_change(stream, '"x"'), "malformed JSON"),
+        ("real payload after a UTF-8 byte order mark", b"\xef\xbb\xbf" + real(), "malformed JSON: not an object"),
+        ("hand-made: empty", b"", "malformed JSON: empty payload"),
+        ("hand-made: spaces", b"   ", "malformed JSON: empty payload"),
+        ("hand-made: a tab", b"\t", "not a Debezium change event: op is missing"),
+        ("hand-made: CR LF", b" \r\n", "not a Debezium change event: op is missing"),
+        ("hand-made: null", b"null", _SKIPPED),
+        ("hand-made: null in spaces", b" null  ", _SKIPPED),
+        ("hand-made: null after a newline", b"\nnull", "malformed JSON: not an object"),
+        ("hand-made: null before a newline", b"null\n", "malformed JSON: not an object"),
+        ("hand-made: a list", b'[{"op":"c","after":{"id":1}}]', "malformed JSON: not an object"),
+        ("hand-made: an empty list", b"[]", "malformed JSON: not an object"),
+        ("hand-made: a number", b" 5", "malformed JSON: not an object"),
+        ("hand-made: text", b'"x"', "malformed JSON: not an object"),
+        ("hand-made: true", b"true", "malformed JSON: not an object"),
+        ("hand-made: not JSON", b"hello", "malformed JSON: not an object"),
+        ("hand-made: a cut list", b"[1", "malformed JSON: not an object"),
+        ("hand-made: NUL", b"\x00", "malformed JSON: not an object"),
+        ("hand-made: a list too deep", b"[" * 9 + b"]" * 9, depth),
+        ("hand-made: not UTF-8 nor JSON", b"\xff", utf8),
+        ("hand-made: an object after a tab", b'\t{"op":"c","after":{"id":7}}', _GOOD),
+        ("hand-made: an empty object", b"{}", "not a Debezium change event: op is missing"),
+    ]
+    return cases
+
+
+def test_poison_messages_are_the_spark_paths_dead_letters(spark: Any) -> None:
+    """Messages the Spark path makes dead letters as a whole (a payload limit broken, text that is
+    not a JSON object) are the same dead letters on the Python side, error, payload (U+FFFD where
+    the bytes are not UTF-8, as Java's decoder puts them) and the fields the table lacks counted
+    alike; tombstones are skipped on both. One batch on each side, as the sync fast path reads it."""
+    cases = _poison()
+    values = [value for _, value, _ in cases]
+    schema = table_schema(parse_envelope_schema(json.dumps(ProductsStream().schema)), ["id"])
+    keep: list[Any] = []
+    decoded = decode_debezium(
+        kafka_frame(spark, values), "value", schema, ["id"], "upsert", KAFKA_POSITION, keep=keep, limits=_POISON_LIMITS
+    )
+    try:
+        spark_bad = {
+            int(r["source_position"].rpartition("@")[2]): (r["error"], r["payload"]) for r in decoded.bad.collect()
+        }
+        spark_good = sorted(r["_source_order"] for r in decoded.good.collect())
+        spark_unknown = dict(decoded.unknown_fields)
+    finally:
+        for frame in keep:
+            frame.unpersist()
+    reader = EnvelopeReader(_POISON_LIMITS)
+    rows = TableRows(arrow_schema(schema), ["id"], "upsert", Conversions())
+    dead: dict[int, tuple[str, str]] = {}
+    skipped: list[int] = []
+    for offset, value in enumerate(values):
+        envelope = reader.read(value)
+        if envelope is None:
+            skipped.append(offset)
+            continue
+        for error in rows.add(envelope, source_order(envelope.source, envelope.ts_ms, offset), evolving=False):
+            dead[offset] = (error, spark_text(value))  # the payload the sync fast path stores
+    for offset, (case, _, expected) in enumerate(cases):
+        if expected not in (_SKIPPED, _GOOD):
+            assert spark_bad.get(offset, ("none",))[0] == expected, f"{case}: Spark {spark_bad.get(offset)}"
+    assert dead == spark_bad
+    assert skipped == [i for i, (_, _, expected) in enumerate(cases) if expected == _SKIPPED]
+    assert sorted(rows.table().column("_source_order").to_pylist()) == spark_good
+    assert [_offset(("", order)) for order in spark_good] == [i for i, c in enumerate(cases) if c[2] == _GOOD]
+    assert dict(rows.unknown) == spark_unknown
+    assert spark_unknown["extra"] == 2
+    assert {"ex\ufffdtra", "e\ufffd"} <= spark_unknown.keys()  # one U+FFFD for a surrogate's three bytes
+
+
+def test_poison_the_spark_path_reads_otherwise_is_refused(spark: Any) -> None:
+    """What the Python side cannot give as the Spark path does stays NotHere: a truncate over a
+    limit is applied there, not a dead letter; and text that starts as an object but is not JSON
+    to Python is read by Jackson in part (a cut message: "malformed JSON", its fields counted) or
+    whole (single quotes, text after the object: a row). Real products messages, corrupted as named."""
+    stream = ProductsStream()
+    row = {"id": 101, "name": "scooter", "description": "small", "weight": 3.14}
+    cut = stream.change("c", None, {**row, "extra": 1})[:-1]
+    values = [
+        stream.truncate() + b" " * 600,  # over the size limit
+        cut,
+        stream.change("c", None, row) + b" trailing",
+        b"{'op':'c','after':{'id':9}}",  # hand-made
+    ]
+    assert len(values[0]) > _POISON_LIMITS.max_record_bytes
+    schema = table_schema(parse_envelope_schema(json.dumps(ProductsStream().schema)), ["id"])
+    keep: list[Any] = []
+    decoded = decode_debezium(
+        kafka_frame(spark, values), "value", schema, ["id"], "upsert", KAFKA_POSITION, keep=keep, limits=_POISON_LIMITS
+    )
+    try:
+        spark_bad = {int(r["source_position"].rpartition("@")[2]): r["error"] for r in decoded.bad.collect()}
+        spark_good = sorted(_offset(("", r["_source_order"])) for r in decoded.good.collect())
+        assert decoded.truncates == 1
+    finally:
+        for frame in keep:
+            frame.unpersist()
+    assert spark_bad == {1: "malformed JSON"}
+    assert spark_good == [2, 3]
+    for value in values:
+        with pytest.raises(NotHere):
+            EnvelopeReader(_POISON_LIMITS).read(value)

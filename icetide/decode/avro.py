@@ -40,7 +40,8 @@ from icetide.decode import limits as lim
 from icetide.decode.avro_container import NotColumnar, run_reader
 from icetide.decode.avro_runs import AvroRun
 from icetide.decode.avro_schema import CompiledSchema, compile_schema
-from icetide.decode.debezium_arrow import Envelope, NotHere, envelope_of
+from icetide.decode.debezium_arrow import NotHere
+from icetide.decode.debezium_message import Envelope, envelope_of
 from icetide.decode.limits import PayloadLimits
 from icetide.decode.schema_registry import HEADER_BYTES, BadAvroRecord, registry_schemas, split_wire
 from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN

@@ -5,11 +5,11 @@ a record it cannot decode exactly as the Spark decoder would raises `NotHere` wi
 and the whole batch then runs on the Spark path, which owns every truncate and every schema
 change. A record the Spark decoder makes a dead letter is one here too, with the same error
 (`TableRows.add` returns it), when this decoder can tell that error exactly; else it is
-NotHere as well. It must never accept a
-record differently.
+NotHere as well. It must never accept a record differently.
 
 Supported: the JSON converter's messages with their Connect schema (`{"schema":...,
-"payload":...}`, the schema part named by its text and parsed once) and schemaless envelopes;
+"payload":...}`, the schema part named by its text and parsed once) and schemaless envelopes,
+read by decode/debezium_message.py;
 ops c, r, u and d (an update that changes the key is a DELETE of the old key and an UPSERT of
 the new row); tombstones are skipped. Column types: those of the pyarrow JSON decoder
 (decode/arrow_json.py) and DECIMAL. Connect conversions: precise decimals (base64 two's
@@ -20,18 +20,13 @@ ZonedTimestamp, Time, MicroTime, NanoTime, Year, and plain types, as `field_conv
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 
 from icetide.decode import connect as C
-from icetide.decode import limits as lim
-from icetide.decode.arrow_json_values import checked_decimal
 from icetide.decode.connect_conversions import (
     Conversions,
     Converter,
@@ -41,187 +36,21 @@ from icetide.decode.connect_conversions import (
     supported_column,
 )
 from icetide.decode.connect_values import decimal_number, field_text, rereadable, type_error
-from icetide.decode.limits import PayloadLimits
+from icetide.decode.debezium_message import Envelope
 from icetide.sink.changelog import DELETE, INSERT, UPSERT
 
 __all__ = [
     "Conversions",
     "DeadLetter",
-    "Envelope",
-    "EnvelopeReader",
     "NotHere",
     "TableRows",
-    "envelope_of",
-    "head_schema",
     "source_millis",
     "source_order",
 ]
 
-_PAYLOAD_KEY = b'"payload":'
-_HEAD_START = b'{"schema"'
-_SCHEMA_START = re.compile(r'\{"schema"\s*:\s*')
-_LONE_SURROGATE = re.compile(lim.LONE_SURROGATE.encode())
-_JSON_SPACE = " \t\n\r"  # the whitespace JSON allows between tokens
-_SPACE_AFTER_QUOTE = re.compile(rb'"[ \t\n\r]')
 _DIGITS_15 = re.compile(r"[0-9]{1,15}")
 _MILLIS = re.compile(r"-?[0-9]{1,15}")
 _OPS = ("c", "r", "u", "d")
-
-
-# -- messages -----------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Envelope:
-    """One change event: its op, row parts, source block, time, and its schema (None: schemaless);
-    or, with `error`, a message the Spark path makes a dead letter before reading its row."""
-
-    op: str
-    before: Mapping[str, Any] | None
-    after: Mapping[str, Any] | None
-    source: Mapping[str, Any]
-    ts_ms: Any
-    schema: C.EnvelopeSchema | None
-    schema_id: int
-    error: str | None = None
-
-
-class EnvelopeReader:
-    """Splits JSON-converter messages into schema and payload, parsing each distinct schema once."""
-
-    def __init__(self, limits: PayloadLimits) -> None:
-        self.limits = limits
-        self.heads: dict[bytes, tuple[int, C.EnvelopeSchema | None]] = {}
-        self._last: bytes | None = None
-
-    def read(self, value: bytes) -> Envelope | None:
-        """The message's event (one with an error: see `envelope_of`), None for a tombstone; NotHere
-        for anything else the Spark path reads."""
-        if len(value) > self.limits.max_record_bytes:
-            raise NotHere("a message over the payload size limit")
-        if b"\\" in value and _LONE_SURROGATE.search(value):
-            raise NotHere("a message with a lone surrogate escape")
-        if not value.isascii():  # json.loads would take the UTF-8 bytes of a surrogate (surrogatepass)
-            try:
-                value.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise NotHere("a message that is not valid UTF-8 (a dead letter on the Spark path)") from exc
-        schema: C.EnvelopeSchema | None = None
-        schema_id = 0
-        if value.startswith(_HEAD_START):
-            head = self._last
-            if head is None or not value.startswith(head):
-                cut = value.find(_PAYLOAD_KEY)
-                if cut < 0:
-                    raise NotHere("a message with a schema but no payload key")
-                head = value[: cut + len(_PAYLOAD_KEY)]
-                if head not in self.heads:
-                    self.heads[head] = (len(self.heads) + 1, _parse_head(head, self.limits))
-                self._last = head
-            schema_id, schema = self.heads[head]
-            body = value[len(head) :].rstrip()
-            if not body.endswith(b"}"):
-                raise NotHere("a message whose payload is not its last part")
-            body = body[:-1]
-        else:
-            body = value
-        room = self.limits.max_nesting_depth - (1 if schema_id else 0)  # a payload is inside the message
-        braces = body.count(b"{")
-        if braces + body.count(b"[") > room and lim.nesting_depth(body.decode("utf-8", "replace")) > room:
-            raise NotHere("a message nested beyond the limit")
-        payload = _payload(body, braces)
-        if payload is None:
-            return None  # {"schema": ..., "payload": null}, or the value null
-        if not isinstance(payload, dict):
-            raise NotHere("a message that is not a JSON object")
-        if schema_id == 0 and ("schema" in payload or "payload" in payload):
-            raise NotHere("a message with a schema in another layout than the JSON converter's")
-        return envelope_of(payload, schema, schema_id)
-
-
-def _payload(body: bytes, braces: int) -> Any:
-    """`json.loads(body)`, but numbers that are not integers, and the NaN and Infinity literals,
-    as `Decimal` (connect_values.py); NotHere for text that is not JSON (or a number longer than
-    Spark reads), or a key repeated in an object (`braces`: how many "{" bytes `body` has).
-
-    Checking each object's keys as the parser makes it costs a Python call per object, so a UTF-8
-    JSON object is first parsed without that check, and counting then proves that no object lost
-    a key. Each key has its own colon after it, so `body` has at least as many colons as its
-    objects have keys, and the parsed objects hold at most that many: when `_objects` found every
-    object (one per "{") and their sizes add up to the colons, no key was repeated. Where values
-    hold colons too, the colons right after a quote count as well, provided no quote is followed
-    by whitespace (then every key's closing quote has its colon right after it). Whenever the
-    counts cannot tell, or the quick parse fails, the checking parse decides: the result and the
-    first error are always its own.
-    """
-    if body[:1] == b"{" and body[1:2] != b"\x00":  # json.detect_encoding: UTF-8 (so counting bytes counts characters)
-        try:
-            text = body.decode("utf-8")
-            payload, end = _QUICK.raw_decode(text)
-        except (ValueError, NotHere, RecursionError):
-            pass  # the checking parse gives the error (a repeated key may come before it)
-        else:
-            objects = _objects(payload)
-            if len(objects) == braces and not text[end:].strip(_JSON_SPACE):
-                keys = sum(map(len, objects))
-                if body.count(b":") == keys:
-                    return payload
-                if body.count(b'":') == keys and not _SPACE_AFTER_QUOTE.search(body):
-                    return payload
-    try:
-        return json.loads(body, parse_float=checked_decimal, parse_constant=Decimal, object_pairs_hook=_object)
-    except ValueError as exc:
-        raise NotHere("a message that is not JSON") from exc
-
-
-def _objects(payload: Any) -> list[dict[str, Any]]:
-    """The payload's object and the objects among its values (the envelope's before, after, source...)."""
-    if type(payload) is not dict:
-        return []
-    objects = [v for v in payload.values() if type(v) is dict]
-    objects.append(payload)
-    return objects
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object; NotHere when a key repeats (Spark's map of the row does not take it)."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise NotHere("a message with a repeated key in an object")
-    return obj
-
-
-# Objects made in C; `_payload` proves their keys distinct. NaN and Infinity literals: Spark reads
-# them, and its map of the row holds them as quoted text ('"NaN"'), as a number beyond a double.
-_QUICK = json.JSONDecoder(parse_float=checked_decimal, parse_constant=Decimal)
-
-
-def _parse_head(head: bytes, limits: PayloadLimits) -> C.EnvelopeSchema | None:
-    """The schema of a message head (`{"schema":<schema>,"payload":`), as decode/debezium.py
-    `_schema_of` reads it; NotHere for a head that one reads otherwise or that breaks a limit."""
-    try:
-        text = head[: -len(_PAYLOAD_KEY)].decode("utf-8")
-        start = _SCHEMA_START.match(text)
-        if start is None:
-            raise NotHere("a message head that is not a schema")
-        value, end = json.JSONDecoder().raw_decode(text, start.end())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise NotHere("a message head that is not JSON") from exc
-    if text[end:].strip() != ",":
-        raise NotHere("a message whose schema is not followed by its payload")
-    if lim.nesting_depth(text + "}") > limits.max_nesting_depth:
-        raise NotHere("a message schema nested beyond the limit")
-    if value is None:
-        return None
-    try:
-        return C.parse_envelope_schema(json.dumps(value))
-    except ValueError as exc:
-        raise NotHere(f"a schema that describes no row ({exc})") from exc
-
-
-def head_schema(head: bytes, limits: PayloadLimits) -> C.EnvelopeSchema | None:
-    """The schema of a message head (`{"schema":<schema>,"payload":`) as `EnvelopeReader` reads it."""
-    return _parse_head(head, limits)
 
 
 def _holds(t: pa.DataType, f: C.ConnectField) -> bool:
@@ -525,45 +354,3 @@ class TableRows:
             arrays.append(array if array.type == f.type else array.cast(f.type))
         arrays += [pa.array(self.ops, pa.string()), pa.array(self.orders, pa.string())]
         return pa.Table.from_arrays(arrays, schema=self.changes_schema())
-
-
-def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelope:
-    """The change event of a Debezium payload (the JSON converter's `payload`, or an Avro record
-    shaped as one) with its envelope schema. One with the Spark path's `error` (a dead letter)
-    when its before, after or source is not an object (Spark cannot parse it: malformed, no row,
-    no source; the parts that are objects are kept, as Spark's from_json keeps them, for the
-    fields the table lacks) or it has no op; NotHere for an op that is not text, and for a
-    malformed truncate (the Spark path applies it)."""
-    before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
-    op = payload.get("op")
-    for part in (before, after, source):
-        if part is not None and not isinstance(part, dict):
-            if type(op) is str and op.strip(" ").lower() == "t":  # the Spark path applies it all the same
-                raise NotHere("a truncate whose before, after or source is not an object")
-            # Spark's from_json keeps the parts that are objects: their fields the table lacks count
-            return Envelope(
-                op if type(op) is str else "",
-                before if isinstance(before, dict) else None,
-                after if isinstance(after, dict) else None,
-                {},
-                None,
-                schema,
-                schema_id,
-                error="malformed JSON",
-            )
-    if op is None:
-        op, error = "", "not a Debezium change event: op is missing"
-    elif type(op) is str:
-        error = None
-    else:
-        raise NotHere("a message whose op is not text")
-    return Envelope(
-        op=op,
-        before=before,
-        after=after,
-        source=source or {},
-        ts_ms=payload.get("ts_ms"),
-        schema=schema,
-        schema_id=schema_id,
-        error=error,
-    )

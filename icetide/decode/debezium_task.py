@@ -16,18 +16,11 @@ from typing import Any
 import pyarrow as pa
 
 from icetide.decode.connect_values import field_text
-from icetide.decode.debezium_arrow import (
-    Conversions,
-    Envelope,
-    EnvelopeReader,
-    NotHere,
-    TableRows,
-    source_millis,
-    source_order,
-)
+from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows, source_millis, source_order
 from icetide.decode.debezium_changes import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, TRUNCATE_DEAD_LETTER
+from icetide.decode.debezium_message import Envelope, EnvelopeReader
 from icetide.decode.json_tasks import ERROR, PAYLOAD, POSITION, position_texts
-from icetide.decode.limits import PayloadLimits
+from icetide.decode.limits import PayloadLimits, spark_text
 from icetide.errors import one_line
 from icetide.sink.changelog import OP_COLUMN
 
@@ -163,7 +156,7 @@ class DebeziumTask:
                 good_at += [i] * added
                 millis += [source_millis(envelope.source, envelope.ts_ms)] * added
             if found:
-                text = value.decode("utf-8", "replace")
+                text = spark_text(value)  # U+FFFD as the Spark path puts them
                 for error in found:
                     bad_at.append(i)
                     errors.append(error)

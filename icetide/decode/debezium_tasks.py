@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import DebeziumSettings, OnTruncate
-from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows, head_schema
+from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows
 from icetide.decode.debezium_changes import (
     SOURCE_ORDER_COLUMN,
     SOURCE_TS_COLUMN,
@@ -36,6 +36,7 @@ from icetide.decode.debezium_changes import (
     evolved_types,
     new_columns,
 )
+from icetide.decode.debezium_message import head_schema
 from icetide.decode.debezium_task import (
     BAD,
     GOOD,

@@ -47,6 +47,10 @@ BAD_DDL = "payload STRING, error STRING, source_position STRING"
 BAD_COLUMNS = ("payload", "error", "source_position")
 CORRUPT_FIELD = "_icetide_corrupt"
 RAW_MESSAGE_CHARS = 60  # how much of a bad value an error message quotes
+# The errors of a payload Spark's from_json cannot read as a JSON object (`malformed_error`).
+MALFORMED = "malformed JSON"
+EMPTY_PAYLOAD = "malformed JSON: empty payload"
+NOT_AN_OBJECT = "malformed JSON: not an object"
 
 # Internal column names of the decode plan; prefixed so they cannot clash with table columns.
 PAYLOAD = "_icetide_payload"
@@ -229,9 +233,9 @@ def malformed_error(payload: Column, corrupt: Column) -> Column:
 
     text = F.trim(payload)
     return (
-        F.when(text == "", F.lit("malformed JSON: empty payload"))
-        .when(corrupt.isNotNull() & ~text.startswith("{"), F.lit("malformed JSON: not an object"))
-        .when(corrupt.isNotNull(), F.lit("malformed JSON"))
+        F.when(text == "", F.lit(EMPTY_PAYLOAD))
+        .when(corrupt.isNotNull() & ~text.startswith("{"), F.lit(NOT_AN_OBJECT))
+        .when(corrupt.isNotNull(), F.lit(MALFORMED))
     )
 
 

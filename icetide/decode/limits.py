@@ -112,6 +112,21 @@ def openers(text: str | bytes) -> int:
     return text.count("[") + text.count("{")
 
 
+# The UTF-8 bytes of a surrogate (ED A0-BF, then a continuation byte or none): Java's UTF-8
+# decoder, which Spark's casts and its JSON reader use, replaces them with one U+FFFD, where
+# Python's 'replace' gives one per byte.
+_ENCODED_SURROGATE = re.compile(rb"\xed[\xa0-\xbf][\x80-\xbf]?")
+
+
+def spark_text(raw: bytes) -> str:
+    """`raw` as the Spark path reads it, and as its dead letter holds it: UTF-8 with U+FFFD where
+    the bytes are not, one per malformed sequence as Java's decoder counts them."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "\ufffd".join(part.decode("utf-8", "replace") for part in _ENCODED_SURROGATE.split(raw))
+
+
 def payload_error(raw: bytes, limits: PayloadLimits) -> tuple[str, str | None]:
     """(the payload as text, the first limit it breaks or None): size, UTF-8, nesting, surrogates.
 

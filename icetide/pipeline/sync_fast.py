@@ -40,7 +40,9 @@ from icetide.decode.arrow_json import BadRecord
 from icetide.decode.avro import messages_for
 from icetide.decode.avro_runs import MIN_RUN, NotColumnar
 from icetide.decode.connect_values import field_text
-from icetide.decode.debezium_arrow import Conversions, EnvelopeReader, NotHere, TableRows, source_order
+from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows, source_order
+from icetide.decode.debezium_message import EnvelopeReader
+from icetide.decode.limits import spark_text
 from icetide.decode.route import identifier_part
 from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
 from icetide.errors import IcetideError, SourceError, one_line
@@ -190,7 +192,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         errors = to.rows.add(envelope, order, evolving=evolving)
         if errors:
             payload = avro.message(message.key(), value) if avro is not None else value
-            text = payload.decode("utf-8", "replace") if payload is not None else None
+            text = spark_text(payload) if payload is not None else None  # U+FFFD as the Spark path puts them
             where = f"{feed[0]}/{feed[1]}@{offset}"  # as decode/json.py `source_position`
             result.bad.extend(BadRecord(text, error, where) for error in errors)
             to.share.bad += len(errors)
