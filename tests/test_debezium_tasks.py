@@ -17,7 +17,7 @@ from icetide.decode import debezium, debezium_tasks
 from icetide.decode.connect import parse_envelope_schema, table_schema
 from icetide.errors import SchemaEvolutionError
 from tests.debezium_messages import ProductsStream
-from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
+from tests.test_debezium_arrow import _POISON_LIMITS, KAFKA_POSITION, _poison, kafka_frame
 from tests.test_head_split import _frame
 
 Decode = Callable[..., Any]
@@ -181,3 +181,13 @@ def test_records_the_source_could_not_read_as_the_spark_decoder(spark: Any, fall
     out = _both(frame, _products(), ["id"], error_col="value_error")
     assert fallbacks == [] and len(out["good"]) == 6
     assert [r[1] for r in out["bad"]] == ["the Avro value does not match its schema"]
+
+
+def test_poison_messages_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> None:
+    """The poison messages of tests/test_debezium_arrow.py (real products messages corrupted in
+    stated ways, and hand-made ones: over a payload limit, not UTF-8, not a JSON object) are the
+    Spark SQL decoder's dead letters on the Spark path too, payloads included, with no fallback."""
+    values = [value for _, value, _ in _poison()]
+    out = _both(kafka_frame(spark, values), _products(), ["id"], limits=_POISON_LIMITS)
+    assert fallbacks == []
+    assert len(out["bad"]) >= 10 and out["unknown_fields"]["extra"] == 2
