@@ -101,7 +101,12 @@ class EnvelopeReader:
         braces = body.count(b"{")
         if braces + body.count(b"[") > room and limited and lim.nesting_depth(body.decode("utf-8", "replace")) > room:
             return self._poisoned(value)
-        payload = _payload(body, braces)
+        try:
+            payload = _payload(body, braces)
+        except RepeatedKey as exc:
+            # Which value is meant is the producer's to say: a dead letter. (The Spark SQL decoder
+            # loses such a record: neither a row nor a dead letter.)
+            return Envelope("", None, None, {}, None, None, 0, error=str(exc))
         if payload is None:
             return None  # {"schema": ..., "payload": null}
         if not isinstance(payload, dict):  # {"schema": ..., "payload": [...]}: from_json reads no payload
@@ -176,6 +181,12 @@ def _payload(body: bytes, braces: int) -> Any:
         return json.loads(body, parse_float=checked_decimal, parse_constant=Decimal, object_pairs_hook=_object)
     except (ValueError, RecursionError) as exc:  # Spark reads some such text (single quotes, text after it)
         raise NotHere("a message that is not JSON") from exc
+    except RepeatedKey:
+        try:
+            json.loads(body, parse_float=checked_decimal, parse_constant=Decimal)
+        except (ValueError, RecursionError) as exc:  # not JSON after the repeated key either
+            raise NotHere("a message that is not JSON") from exc
+        raise
 
 
 def _objects(payload: Any) -> list[dict[str, Any]]:
@@ -187,11 +198,17 @@ def _objects(payload: Any) -> list[dict[str, Any]]:
     return objects
 
 
+class RepeatedKey(Exception):
+    """A key repeated in one JSON object of a message that is JSON otherwise."""
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object; NotHere when a key repeats (Spark's map of the row does not take it)."""
+    """A JSON object; RepeatedKey when a key repeats."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        raise NotHere("a message with a repeated key in an object")
+        seen: set[str] = set()
+        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise RepeatedKey(f"{MALFORMED}: key {repeated!r} repeated in an object")
     return obj
 
 
