@@ -624,7 +624,7 @@ def decode_debezium(
         conversions,
         limits=limits,
         check_limits=not split,
-        one_per_record=True,
+        one_per_record=bool(position_cols),  # without a position, records cannot be told apart
     )
     truncated = on_truncate == "apply" and cut is not None
     if truncated:
