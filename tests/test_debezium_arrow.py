@@ -10,7 +10,7 @@ import base64
 import copy
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -120,11 +120,18 @@ def python_rows(
 
 
 def spark_rows(
-    spark: Any, values: Sequence[bytes | None], schema: T.StructType, key: Sequence[str], *, op_mode: str = "upsert"
+    spark: Any,
+    values: Sequence[bytes | None],
+    schema: T.StructType,
+    key: Sequence[str],
+    *,
+    op_mode: str = "upsert",
+    decode: Callable[..., Any] = decode_debezium,
 ) -> tuple[Rows, dict[int, str]]:
-    """The Spark decoder's good changes and its dead letters (offset -> error) of `values`."""
+    """The good changes and the dead letters (offset -> error, one per event) `decode` makes of
+    `values` as one batch, one Kafka offset each from 0 (default: the Spark SQL decoder)."""
     keep: list[Any] = []
-    decoded = decode_debezium(
+    decoded = decode(
         kafka_frame(spark, values),
         "value",
         schema,
@@ -143,7 +150,11 @@ def spark_rows(
             change = (r["_op"], r["_source_order"])
             assert change not in good
             good[change] = tuple(_value(r[n]) for n in schema.names)
-        bad = {int(r["source_position"].rpartition("@")[2]): r["error"] for r in decoded.bad.collect()}
+        bad: dict[int, str] = {}
+        for r in decoded.bad.collect():
+            offset = int(r["source_position"].rpartition("@")[2])
+            assert offset not in bad, f"two dead letters of offset {offset}"
+            bad[offset] = r["error"]
     finally:
         for frame in keep:
             frame.unpersist()

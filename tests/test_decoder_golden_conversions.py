@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icetide.decode.connect import parse_envelope_schema, table_schema
@@ -42,12 +41,10 @@ from tests.debezium_messages import ProductsStream
 from tests.test_debezium_arrow import (
     _FULL_TYPES_TABLE,
     CONVERSIONS,
-    KAFKA_POSITION,
     _events,
-    _value,
     full_types,
-    kafka_frame,
     python_changes,
+    spark_rows,
 )
 from tests.test_decoder_golden import _spelling
 
@@ -186,36 +183,17 @@ def batch_cases(
     spark: Any, values: Sequence[bytes | None], schema: T.StructType, key: list[str], op_mode: str
 ) -> list[dict[str, Any]]:
     """`decode_debezium`'s output of `values` as one batch (one Kafka offset each, from 0), per case."""
-    keep: list[Any] = []
-    decoded = decode_debezium(
-        kafka_frame(spark, values),
-        "value",
-        schema,
-        key,
-        op_mode,  # type: ignore[arg-type]
-        KAFKA_POSITION,
-        keep=keep,
-    )
-    try:
-        micros = [
-            F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, T.TimestampType) else F.col(f.name)
-            for f in schema.fields
-        ]
-        good: dict[tuple[str, str], tuple[Any, ...]] = {}
-        for r in decoded.good.select(*micros, "_op", "_source_order").collect():
-            change = (r["_op"], r["_source_order"])
-            assert change not in good
-            good[change] = tuple(_value(r[n]) for n in schema.names)
-        bad: dict[int, list[str]] = {}
-        for r in decoded.bad.collect():
-            bad.setdefault(int(r["source_position"].rpartition("@")[2]), []).append(r["error"])
-    finally:
-        for frame in keep:
-            frame.unpersist()
+    good, bad = spark_rows(spark, values, schema, key, op_mode=op_mode, decode=decode_debezium)
     per_case: list[dict[str, Any]] = []
     for offset in range(len(values)):
         mine = {c: row for c, row in good.items() if int(c[1].rpartition("|")[2]) == offset}
-        per_case.append({"offset": offset, "good": _debezium_rows(mine, schema), "dead_letters": bad.get(offset, [])})
+        per_case.append(
+            {
+                "offset": offset,
+                "good": _debezium_rows(mine, schema),
+                "dead_letters": [bad[offset]] if offset in bad else [],
+            }
+        )
     assert sum(len(c["good"]) for c in per_case) == len(good)
     return per_case
 
