@@ -47,7 +47,7 @@ class DecodedChanges:
     new_columns: list[StructField] = field(default_factory=list)
     schemas: list[C.EnvelopeSchema] = field(default_factory=list)
     # The source records the batch read, tombstones and bad ones included (as the sync paths count
-    # them, for max_bad_fraction); None where the decoder did not count them.
+    # them, for max_bad_fraction); None from the Spark SQL fallback, which does not count them.
     records: int | None = None
 
 

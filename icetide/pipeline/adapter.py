@@ -307,7 +307,9 @@ class SourceAdapter:
                 truncated=changes.truncated,
                 unknown_fields=changes.unknown_fields,
                 new_columns=[f.name for f in changes.new_columns],
-                records=changes.records,
+                # max_bad_fraction counts every record; the Spark SQL fallback does not count them,
+                # so such a batch reads its source once more (sync pipelines count records by route)
+                records=changes.records if changes.records is not None else raw.count(),
             )
         from icetide.decode.json_tasks import decode_json
 
