@@ -166,7 +166,7 @@ def test_ops_as_decode_json(spark: Any, op_mode: str) -> None:
         assert _python_output(decoded, "id") == expected, payloads
         assert decoded.changes == any(row["_op"] != "INSERT" for row in expected[0])
     # the first block is read in one pyarrow read, not record by record
-    fast = decoder._vectorized(b"\n".join(block), len(block))
+    fast = decoder._read_block(b"\n".join(block), len(block))
     assert fast is not None and fast.with_ops() == decoder._per_record(block, str).with_ops()
 
 
@@ -225,7 +225,7 @@ def test_keys_no_column_count_null_values_too_in_a_block_and_record_by_record() 
         b'{"id": 5, "n": "e"}',
     ]
     expected = {"color": 3, "size": 1, "note": 1}
-    fast = decoder._vectorized(b"\n".join(block), len(block))
+    fast = decoder._read_block(b"\n".join(block), len(block))
     assert fast is not None and fast.unknown_fields == expected
     assert decoder._per_record(block, str).unknown_fields == expected
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-MAX_NUMBER_LENGTH = 1000  # as decode/arrow_json.py: Spark's reader refuses a longer number
+MAX_NUMBER_LENGTH = 1000  # Spark's JSON reader (Jackson 2.15) refuses a longer number: malformed JSON
 _BIG_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?")  # \d: any Unicode digit, as Java
 _JAVA_TRIM = "".join(chr(c) for c in range(0x21))  # String.trim: every character up to U+0020
 _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icetide.decode.arrow_json import ArrowJsonDecoder, BadRecord
+from icetide.decode.arrow_json import ArrowJsonDecoder
+from icetide.decode.arrow_json_block import BadRecord
 from icetide.decode.arrow_json_scalars import undecodable_columns
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import payload_limits

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
-from icetide.decode.arrow_json import BadRecord
+from icetide.decode.arrow_json_block import BadRecord
 from icetide.decode.json import BAD_DDL
 from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from icetide.config import table_name_placeholders
-from icetide.decode.arrow_json import BadRecord
+from icetide.decode.arrow_json_block import BadRecord
 from icetide.decode.avro import messages_for
 from icetide.decode.avro_runs import MIN_RUN, NotColumnar
 from icetide.decode.connect_values import field_text
