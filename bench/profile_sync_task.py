@@ -52,7 +52,7 @@ def _task_config(runner: Any, batch_id: int) -> Any:
     """The SyncTaskConfig `SyncFastPath.write` would build for the runner's one table."""
     from icetide.pipeline.adapter import avro_transcoding, payload_limits
     from icetide.pipeline.staging import Fallback
-    from icetide.pipeline.sync_fast import SyncTaskConfig
+    from icetide.pipeline.sync_task import SyncTaskConfig
 
     fast, c = runner.changes, runner.config
     built = fast.table(runner.sink)
@@ -76,7 +76,7 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
     from bench.common import bench_session
     from bench.ingest import SCHEMA
     from bench.ingest_debezium import config as pipeline_config
-    from icetide.pipeline import sync_fast
+    from icetide.pipeline import sync_task as task_module
     from icetide.pipeline.fast_append import no_cycle_collection
     from icetide.pipeline.runner import Runner
     from icetide.sources.kafka_reader import OffsetRange
@@ -94,7 +94,7 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
         ranges = [OffsetRange(topic, p, 0, n) for p, n in enumerate(counts)]
 
         write_cpu = [0.0]
-        write_table = sync_fast._write_table
+        write_table = task_module._write_table
 
         def timed_write(*args: Any) -> Any:
             started = time.thread_time()
@@ -104,15 +104,15 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
                 write_cpu[0] += time.thread_time() - started
 
         reader_cpu = [0.0]
-        block_reader = sync_fast.BlockReader
+        block_reader = task_module.BlockReader
 
         class TimedReader(block_reader):  # type: ignore[misc, valid-type]
             def __exit__(self, *exc: object) -> None:
                 super().__exit__(*exc)
                 reader_cpu[0] += self.cpu_seconds
 
-        sync_fast._write_table = timed_write  # type: ignore[assignment]
-        sync_fast.BlockReader = TimedReader  # type: ignore[misc]
+        task_module._write_table = timed_write  # type: ignore[assignment]
+        task_module.BlockReader = TimedReader  # type: ignore[misc]
         rows: list[list[str]] = []
         totals: list[float] = []
         files = rows_written = 0
@@ -121,7 +121,7 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
                 write_cpu[0] = reader_cpu[0] = 0.0
                 cpu, thread = time.process_time(), time.thread_time()
                 with no_cycle_collection():
-                    result = sync_fast.sync_task(task_config, ranges, f"prof{i}")
+                    result = task_module.sync_task(task_config, ranges, f"prof{i}")
                 cpu, thread = time.process_time() - cpu, time.thread_time() - thread
                 assert result.not_here is None and not result.new_tables, result.not_here
                 assert result.records == events, result.records
@@ -138,11 +138,11 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
             profiler = cProfile.Profile()
             with no_cycle_collection():
                 profiler.enable()
-                sync_fast.sync_task(task_config, ranges, "profiled")
+                task_module.sync_task(task_config, ranges, "profiled")
                 profiler.disable()
         finally:
-            sync_fast._write_table = write_table  # type: ignore[assignment]
-            sync_fast.BlockReader = block_reader  # type: ignore[misc]
+            task_module._write_table = write_table  # type: ignore[assignment]
+            task_module.BlockReader = block_reader  # type: ignore[misc]
             spark.stop()
     if profile_out:
         profiler.dump_stats(profile_out)

@@ -44,7 +44,7 @@ import pyarrow as pa
 from icetide.decode import arrow_json_nested as nested
 from icetide.decode import arrow_json_values as json_values
 from icetide.decode import limits as lim
-from icetide.decode.arrow_json_block import BadRecord, BlockReader, Decoded
+from icetide.decode.arrow_json_block import BadRecord, Decoded, PyarrowBlock
 from icetide.decode.arrow_json_scalars import (
     RAW_MESSAGE_CHARS,
     scalar_value,
@@ -121,7 +121,7 @@ class ArrowJsonDecoder:
         self.limits = limits or PayloadLimits()
         self._known = frozenset([*schema.names, OP_COLUMN])
         self._record_by_record = bool(unsupported_columns(schema))
-        self._block = BlockReader(schema, key, self.default_op, time_zone, self.limits)
+        self._block = PyarrowBlock(schema, key, self.default_op, time_zone, self.limits)
 
     def _read_block(self, joined: bytes, count: int) -> Decoded | None:
         """The block in one pyarrow read (decode/arrow_json_block.py), or None when a record

@@ -1,7 +1,7 @@
 """A block of JSON payloads in one pyarrow read, checked with vectorized kernels: the quick way
 of decode/arrow_json.py's decoder, which looks at records one by one only where this gives up.
 
-`BlockReader.read` gives None, never a wrong row, whenever a record may need a closer look: a
+`PyarrowBlock.read` gives None, never a wrong row, whenever a record may need a closer look: a
 payload that is not one JSON object on one line, a line past the payload limits
 (icetide.decode.limits), a number longer than Spark's reader takes, an unknown op, or a value
 that does not fit its column (out of range, text that is not a timestamp, a null key or NOT NULL
@@ -70,7 +70,7 @@ class Decoded:
         return self.rows.append_column(pa.field(OP_COLUMN, pa.string(), nullable=False), self.ops())
 
 
-class BlockReader:
+class PyarrowBlock:
     """Reads blocks of payloads into a table's Arrow schema (one without `unsupported_columns`)."""
 
     def __init__(

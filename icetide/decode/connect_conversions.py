@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -26,8 +27,7 @@ import pyarrow as pa
 from icetide.decode import arrow_json_values as json_values
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
-from icetide.decode.arrow_json import ArrowJsonDecoder
-from icetide.decode.arrow_json_scalars import unsupported_columns
+from icetide.decode.arrow_json_scalars import scalar_value, unsupported_columns
 from icetide.decode.connect_values import (
     JAVA_LINE_ENDS,
     WIDE,
@@ -89,9 +89,6 @@ class Conversions:
     decimal_handling_mode: str = "precise"
     time_precision_mode: str = "adaptive_time_microseconds"
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_json", ArrowJsonDecoder(pa.schema([]), (), time_zone=self.time_zone))
-
     def converter(self, f: C.ConnectField | None, t: pa.DataType, name: str) -> Converter:
         """The converter of column `name` of type `t` for Connect field `f` (None: no schema).
         NotHere when the combination is one only the Spark path reads."""
@@ -117,7 +114,7 @@ class Conversions:
 
     def _generic(self, t: pa.DataType, name: str) -> Converter:
         """`convert(raw, t, "ms")` of the Spark path: the arrow_json decoder's rules."""
-        json_value = self._json._value  # type: ignore[attr-defined]
+        json_value = functools.partial(scalar_value, time_zone=self.time_zone)
 
         def value_of(raw: str, t: pa.DataType) -> Any:
             if raw.strip(_SPARK_TRIMS + _CONTROLS) != raw.strip(_SPARK_TRIMS):

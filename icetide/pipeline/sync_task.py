@@ -1,0 +1,328 @@
+"""One task of the sync fast path (pipeline/sync_fast.py), on an executor: read a share of the
+batch's Kafka ranges with librdkafka, decode every Debezium event in Python
+(decode/debezium_arrow.py), route it to its table, skip what that table already holds, and write
+each table's rows as data and equality-delete files with the table's own writer config. Only
+file metadata, dead letters, counts and, for tables that do not exist yet, sample messages go
+back to the driver; a record only the Spark path takes sends the whole batch there (`not_here`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from icetide.config import table_name_placeholders
+from icetide.decode.arrow_json_block import BadRecord
+from icetide.decode.avro import messages_for
+from icetide.decode.avro_runs import MIN_RUN, NotColumnar
+from icetide.decode.connect_values import field_text
+from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows, source_order
+from icetide.decode.debezium_message import EnvelopeReader
+from icetide.decode.limits import spark_text
+from icetide.decode.route import identifier_part
+from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
+from icetide.errors import SourceError, one_line
+from icetide.pipeline.fast_append import BlockReader, no_cycle_collection
+from icetide.secrets import redacted_repr
+from icetide.sink.changelog import ARRIVAL_COLUMN
+from icetide.sink.transforms import arrow_partition_values
+from icetide.sink.writer import WriteError, WriterConfig, write_task
+from icetide.sources.base import SourceAccessError
+from icetide.sources.kafka_reader import OffsetRange
+from icetide.spark.worker_imports import keep_zip_directories
+from icetide.table.spec import PartitionTransform
+
+if TYPE_CHECKING:
+    from icetide.decode.avro import AvroSettings
+
+log = logging.getLogger(__name__)
+
+SOURCE_ORDER = "_source_order"
+SAMPLE_MESSAGES = 20  # messages of a new table returned to the driver, to create the table from
+
+
+@dataclass(frozen=True)
+class SyncTable:
+    """One table's part of the tasks' configuration; plain picklable values."""
+
+    writer: WriterConfig  # its batch id is the batch's
+    partitions: tuple[tuple[str, PartitionTransform | None], ...]  # batch column, transform: current and earlier specs
+    held: dict[tuple[str, int], int] = field(default_factory=dict)  # offsets below these are in the table
+
+
+@dataclass(frozen=True)
+class SyncTaskConfig:
+    """What every task of a batch needs."""
+
+    consumer_settings: dict[str, str]
+    read_timeout: float
+    template: str
+    tables: dict[str, SyncTable]
+    elsewhere: dict[str, str]  # existing tables the fast path cannot write -> why
+    op_mode: str
+    conversions: Conversions
+    limits: Any
+    evolving: bool
+    avro: AvroSettings | None = None  # format: debezium-avro | avro: how to read the records
+
+    __repr__ = redacted_repr
+
+
+@dataclass
+class TableShare:
+    """What a task did for one table."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    records: int = 0  # events routed to the table (those it already holds included)
+    bad: int = 0  # its dead letters (one per change the Spark path would refuse)
+    feeds: set[tuple[str, int]] = field(default_factory=set)  # topic-partitions its events came from
+    unknown_fields: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class SyncTaskResult:
+    """One task: each table's share, or why the batch is for the Spark path, or new tables' samples."""
+
+    tables: dict[str, TableShare] = field(default_factory=dict)
+    bad: list[BadRecord] = field(default_factory=list)  # the dead letters of every table
+    not_here: str | None = None
+    new_tables: dict[str, list[tuple[bytes | None, bytes]]] = field(default_factory=dict)
+    records: int = 0
+    decode_seconds: float = 0.0
+    write_seconds: float = 0.0
+    wrote: bool = False  # it failed after writing files it cannot name: delete the batch's by prefix
+    records_as_columns: int = 0  # records read a run at a time (decode/avro_runs.py)
+
+
+def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping[str, Any]) -> str:
+    """The table an event goes to (decode/route.py, in Python); NotHere when the source block lacks a field."""
+    values = {"topic": topic}
+    for name in needed:
+        if name != "topic":
+            value = source.get(name)
+            if value is None:
+                raise NotHere(f"an event whose source block has no {name} (a dead letter on the Spark path)")
+            values[name] = field_text(value, name)  # as the Spark path's source struct holds it
+    return template.format(**{k: identifier_part(v) for k, v in values.items()})
+
+
+@dataclass
+class _Destination:
+    """Where a block's events for one table go, resolved once per block and table, not per message."""
+
+    share: TableShare
+    rows: TableRows | None  # None: a table to create, whose messages are sampled
+    held: int = -1  # offsets of the block's partition below this are in the table
+    by_source: bool = False  # its collapse orders by the events' source order
+
+
+def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> SyncTaskResult:
+    """Read, decode, route and write one task's ranges (on an executor)."""
+    result = SyncTaskResult()
+    read = EnvelopeReader(config.limits).read
+    avro = messages_for(config.avro) if config.avro is not None else None
+    template, evolving = config.template, config.evolving
+    needed = table_name_placeholders(template)
+    by_topic = set(needed) <= {"topic"}  # the route needs no source field: one table per block
+    rows: dict[str, TableRows] = {}
+    records = 0  # tombstones too, as the Spark path counts a batch's records
+    started = time.thread_time()
+
+    def one(message: Any, destinations: dict[str, _Destination], fixed: str | None, feed: tuple[str, int]) -> None:
+        value = message.value()
+        if avro is not None:
+            envelope = avro.envelope(message.key(), value)
+        elif value is None:
+            return
+        else:
+            envelope = read(value)
+        if envelope is None:
+            return
+        if envelope.error is not None and fixed is None:  # no source block to route it by
+            raise NotHere(f"a dead letter routed by its source block ({envelope.error})")
+        name = fixed if fixed is not None else route_of(template, needed, feed[0], envelope.source)
+        to = destinations.get(name)
+        if to is None:
+            to = destinations[name] = _destination(config, result, rows, name, feed)
+        to.share.records += 1
+        if to.rows is None:
+            samples = result.new_tables[name]
+            key = message.key()
+            if key is not None and len(samples) < SAMPLE_MESSAGES:  # a table is made from a keyed one
+                if avro is not None:  # as the JSON converter's messages: what the table is made from
+                    key, value = avro.key_message(key), avro.message(key, value)
+                if key is not None and value is not None:
+                    samples.append((key, value))
+            return
+        offset = message.offset()
+        if offset < to.held:
+            return
+        order = source_order(envelope.source, envelope.ts_ms, offset) if to.by_source else ""
+        errors = to.rows.add(envelope, order, evolving=evolving)
+        if errors:
+            payload = avro.message(message.key(), value) if avro is not None else value
+            text = spark_text(payload) if payload is not None else None  # U+FFFD as the Spark path puts them
+            where = f"{feed[0]}/{feed[1]}@{offset}"  # as decode/json.py `source_position`
+            result.bad.extend(BadRecord(text, error, where) for error in errors)
+            to.share.bad += len(errors)
+
+    def run(
+        messages: list[Any], values: list[bytes], destinations: dict[str, _Destination], feed: tuple[str, int]
+    ) -> bool:
+        """A run of Avro records of one schema id, read as columns, routed to the one table all of
+        them go to; False: read it record by record."""
+        assert avro is not None
+        try:
+            decoded = avro.read_run(values)
+            name = route_of(template, needed, feed[0], decoded.source_fields(needed))
+            to = destinations.get(name)
+            if to is None:
+                to = destinations[name] = _destination(config, result, rows, name, feed)
+            if to.rows is None:  # a table to create: the run's first keyed records are its samples
+                samples = result.new_tables[name]
+                for message, value in zip(messages, values, strict=True):
+                    key = message.key()
+                    if len(samples) >= SAMPLE_MESSAGES:
+                        break
+                    if key is not None:
+                        key_message, message_text = avro.key_message(key), avro.message(key, value)
+                        if key_message is not None and message_text is not None:
+                            samples.append((key_message, message_text))
+                to.share.records += len(messages)
+                return True
+            offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
+            decoded.add_to(to.rows, offsets, held=to.held, by_source=to.by_source, evolving=evolving)
+        except (NotColumnar, NotHere) as exc:
+            log.debug("%d Avro records read one by one: %s", len(messages), exc)
+            return False
+        to.share.records += len(messages)
+        result.records_as_columns += len(messages)
+        return True
+
+    try:
+        with BlockReader(config, ranges, join=False) as reader:  # type: ignore[arg-type]
+            for block in reader.blocks():
+                topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
+                feed = (topic, int(partition_text))
+                destinations: dict[str, _Destination] = {}
+                fixed = route_of(template, needed, topic, {}) if by_topic else None
+                messages = block.messages
+                records += len(messages)
+                start = 0
+                while start < len(messages):
+                    end, events, values = (
+                        _avro_run(messages, start, skip_tombstones=avro.settings.envelope)
+                        if avro is not None
+                        else (start, [], [])
+                    )
+                    if len(values) >= MIN_RUN and run(events, values, destinations, feed):
+                        start = end
+                        continue
+                    for message in messages[start : max(end, start + 1)]:
+                        one(message, destinations, fixed, feed)
+                    start = max(end, start + 1)
+    except NotHere as exc:
+        return SyncTaskResult(not_here=str(exc), records=records)
+    except (SourceError, SourceAccessError):
+        raise  # the source's failure (the schema registry's too), as on the Spark path
+    except Exception as exc:  # a record the decoder did not foresee: the Spark path reads the batch
+        return SyncTaskResult(not_here=f"the fast decoder failed: {one_line(exc)}", records=records)
+    result.records = records
+    result.decode_seconds = time.thread_time() - started
+    if result.new_tables:
+        return result
+    writing = time.perf_counter()
+    try:
+        for name, collected in rows.items():
+            share = result.tables[name]
+            share.unknown_fields = collected.unknown
+            share.files = _write_table(collected.table(), config.tables[name], tag)
+    except (NotHere, WriteError, ValueError, TypeError, pa.ArrowException) as exc:
+        # Files already written are found again by their batch prefix and deleted by the driver.
+        return SyncTaskResult(not_here=f"writing failed: {one_line(exc)}", records=records, wrote=True)
+    result.write_seconds = time.perf_counter() - writing
+    return result
+
+
+def _avro_run(messages: Any, start: int, *, skip_tombstones: bool) -> tuple[int, list[Any], list[bytes]]:
+    """(end, events, values) of the run of wire-format Avro values of one schema id from `start`:
+    the messages up to `end`, those of them that carry a value, and their values (end == start:
+    the message there is not one). Tombstones are in the run when `skip_tombstones` (Debezium's,
+    which follow a delete and change nothing), else they end it (`avro`'s delete a key)."""
+    events: list[Any] = []
+    values: list[bytes] = []
+    head = None
+    end = start
+    for message in messages[start:]:
+        value = message.value()
+        if value is None and skip_tombstones:
+            end += 1
+            continue
+        if value is None or len(value) < HEADER_BYTES or value[0] != MAGIC_BYTE:
+            break
+        if head is None:
+            head = value[:HEADER_BYTES]
+        elif value[:HEADER_BYTES] != head:
+            break
+        events.append(message)
+        values.append(value)
+        end += 1
+    return end, events, values
+
+
+def _destination(
+    config: SyncTaskConfig, result: SyncTaskResult, rows: dict[str, TableRows], name: str, feed: tuple[str, int]
+) -> _Destination:
+    """Table `name`'s share, rows and held offset for a block from topic-partition `feed`; NotHere
+    for a table the fast path cannot write."""
+    share = result.tables.get(name)
+    if share is None:
+        share = result.tables[name] = TableShare()
+    share.feeds.add(feed)
+    table = config.tables.get(name)
+    if table is None:
+        if name in config.elsewhere:
+            raise NotHere(f"table {name}: {config.elsewhere[name]}")
+        result.new_tables.setdefault(name, [])
+        return _Destination(share, None)
+    collected = rows.get(name)
+    if collected is None:
+        w = table.writer
+        collected = rows[name] = TableRows(w.table_schema, w.key, config.op_mode, config.conversions)
+    return _Destination(share, collected, table.held.get(feed, -1), _orders_by_source(table))
+
+
+def _orders_by_source(table: SyncTable) -> bool:
+    """Does the table's collapse order by the events' source order?"""
+    return table.writer.order_by == SOURCE_ORDER
+
+
+def _write_table(changes: pa.Table, table: SyncTable, tag: str) -> list[dict[str, Any]]:
+    """Collapse one table's changes and write its data and equality-delete files."""
+    if changes.num_rows == 0:
+        return []
+    changes = changes.append_column(ARRIVAL_COLUMN, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    for column, transform in table.partitions:
+        source = changes[transform.column] if transform is not None else changes.column(0)
+        changes = changes.append_column(column, arrow_partition_values(source, transform))
+    out = write_task(iter(changes.to_batches()), table.writer, tag)
+    names = out.schema.names
+    return [dict(zip(names, row, strict=True)) for row in zip(*out.to_pydict().values(), strict=True)]
+
+
+def run_tasks(config: SyncTaskConfig, items: Any) -> Iterator[SyncTaskResult]:
+    from pyspark import TaskContext
+
+    keep_zip_directories()
+    ctx = TaskContext.get()
+    for index, ranges in items:
+        attempt = ctx.attemptNumber() if ctx else 0
+        with no_cycle_collection():
+            yield sync_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
