@@ -5,6 +5,7 @@ values on which decode_json fails the whole batch, which the Python decoder make
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,9 +17,11 @@ from pyspark.sql import types as T
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
 from icetide.decode.arrow_json_scalars import undecodable_columns
+from tests.frozen import SPARK_SQL_JSON, frozen
 from tests.spark_sql_json import decode_json
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 
+GOLDEN = "json/arrow_json_nested.json"
 _TYPES = {
     "ad": "array<double>",
     "af": "array<float>",
@@ -168,6 +171,7 @@ def utc_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_nested_and_timestamp_ntz_values_as_decode_json(spark: Any, utc_process: None) -> None:
     payloads = _payloads(VALUES)
     expected = _spark_output(spark, payloads)
+    frozen(GOLDEN, "nested and timestamp_ntz values", expected, decoder=SPARK_SQL_JSON)
     assert _python_output(_decoder(spark).decode(payloads, lambda i: f"cdc/0@{i}")) == expected
     good, errors = expected  # the cases cover both outcomes of most columns
     assert len(good) > 80 and len(errors) > 40
@@ -185,8 +189,11 @@ def test_values_that_fail_decode_jsons_batch_are_dead_letters_here(spark: Any) -
         else:
             assert errors[i] == outcome or (not outcome and errors[i].startswith(f"column {c}: ")), text
     for c, text, _ in cases[:1]:  # decode_json itself fails the batch on them
-        with pytest.raises(Exception, match=r"LEGACY_ERROR_TEMP_2133|INTERNAL_ERROR|Cannot parse"):
+        with pytest.raises(Exception, match=r"LEGACY_ERROR_TEMP_2133|INTERNAL_ERROR|Cannot parse") as failed:
             _spark_output(spark, [f'{{"id": 0, "{c}": {text}}}'.encode()])
+        matched = re.search(r"LEGACY_ERROR_TEMP_2133|INTERNAL_ERROR|Cannot parse", str(failed.value))
+        assert matched is not None
+        frozen(GOLDEN, f"fails the batch: {c}={text}", {"raises": matched[0]}, decoder=SPARK_SQL_JSON)
 
 
 def test_every_type_a_spark_table_maps_to_decodes(spark: Any) -> None:

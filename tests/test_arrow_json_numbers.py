@@ -12,6 +12,7 @@ from pyspark.sql import types as T
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
 from icetide.decode.arrow_json_scalars import raw_text
+from tests.frozen import SPARK_SQL_JSON, frozen
 from tests.spark_sql_json import decode_json
 from tests.test_arrow_json_nested import _plain, utc_process  # noqa: F401 (a fixture)
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
@@ -74,6 +75,7 @@ def test_numbers_are_spelled_as_decode_json_spells_them(spark: Any) -> None:
         for j, c in enumerate(["s", "i", "l", "f", "r", "o", "t", "d"])
     ]
     expected = _spark_output(spark, payloads)
+    frozen("json/arrow_json_numbers.json", "numbers into every scalar type", expected, decoder=SPARK_SQL_JSON)
     decoder = ArrowJsonDecoder(_ARROW, ["id"], time_zone=spark.conf.get("spark.sql.session.timeZone"))
     assert _python_output(decoder.decode(payloads, lambda i: f"cdc/0@{i}")) == expected
     good, errors = expected

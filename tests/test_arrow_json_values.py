@@ -15,9 +15,11 @@ from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
 from icetide.decode.arrow_json_scalars import undecodable_columns, unsupported_columns
 from icetide.decode.arrow_json_values import java_double_text
 from icetide.errors import ConfigError
+from tests.frozen import SPARK_SQL_JSON, frozen
 from tests.spark_sql_json import decode_json
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 
+GOLDEN = "json/arrow_json_values.json"
 _TYPES = {
     "d": "decimal(10,2)",
     "b": "binary",
@@ -108,6 +110,7 @@ def test_decimal_binary_and_array_values_as_decode_json(spark: Any) -> None:
         for i, (column, text) in enumerate((c, t) for c, texts in VALUES.items() for t in texts)
     ]
     expected = _spark_output(spark, payloads, _spark_table(), ["id"], "append")
+    frozen(GOLDEN, "decimal, binary and array values", expected, decoder=SPARK_SQL_JSON)
     decoder = ArrowJsonDecoder(_ARROW_TABLE, ["id"])
     assert _python_output(decoder.decode(payloads, lambda i: f"cdc/0@{i}"), "id") == expected
     good, errors = expected  # the cases cover both outcomes of every column
@@ -160,8 +163,10 @@ def test_ops_as_decode_json(spark: Any, op_mode: str) -> None:
         b'{"id": 32, "_op": "delete", "u": "abc"}',
     ]
     decoder = ArrowJsonDecoder(_OPS_ARROW, ["id"], op_mode=op_mode)  # type: ignore[arg-type]
-    for payloads in (block, block + deletes, block + others + deletes):
+    batches = {"valid ops": block, "and deletes": block + deletes, "and other ops": block + others + deletes}
+    for name, payloads in batches.items():
         expected = _spark_output(spark, payloads, _OPS_TABLE, ["id"], op_mode)
+        frozen(GOLDEN, f"{op_mode}: {name}", expected, decoder=SPARK_SQL_JSON)
         decoded = decoder.decode(payloads, lambda i: f"cdc/0@{i}")
         assert _python_output(decoded, "id") == expected, payloads
         assert decoded.changes == any(row["_op"] != "INSERT" for row in expected[0])
