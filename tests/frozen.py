@@ -24,6 +24,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("ICETIDE_UPDATE_GOLDEN") == "1"
 # The decoders the files were written by, as their header names them.
 SPARK_SQL_JSON = "icetide.decode.json (Spark SQL JSON decoder, tests/spark_sql_json.py decode_json)"
+PYTHON_JSON = "icetide.decode.arrow_json.ArrowJsonDecoder and icetide.decode.json_tasks.decode_json"
 SPARK_SQL_DEBEZIUM = "icetide.decode.debezium.decode_debezium (Spark SQL Debezium decoder)"
 
 
@@ -90,3 +91,8 @@ def _differences(mine: Any, golden: Any) -> str:
 
     walk(mine, golden, "")
     return "; ".join(found)
+
+
+def stored(name: str, case: str) -> Any:
+    """Case `case` of golden file tests/golden/`name`, as spelled there."""
+    return json.loads((GOLDEN / name).read_text())["cases"][case]
