@@ -26,6 +26,7 @@ UPDATE = os.environ.get("ICETIDE_UPDATE_GOLDEN") == "1"
 SPARK_SQL_JSON = "icetide.decode.json (Spark SQL JSON decoder, tests/spark_sql_json.py decode_json)"
 PYTHON_JSON = "icetide.decode.arrow_json.ArrowJsonDecoder and icetide.decode.json_tasks.decode_json"
 SPARK_SQL_DEBEZIUM = "icetide.decode.debezium.decode_debezium (Spark SQL Debezium decoder)"
+PYTHON_DEBEZIUM = "icetide.decode.debezium_tasks.decode_debezium (Python Debezium decoder in Spark's tasks)"
 
 
 def spelled(v: Any) -> Any:
@@ -96,3 +97,30 @@ def _differences(mine: Any, golden: Any) -> str:
 def stored(name: str, case: str) -> Any:
     """Case `case` of golden file tests/golden/`name`, as spelled there."""
     return json.loads((GOLDEN / name).read_text())["cases"][case]
+
+
+def unspelled(v: Any) -> Any:
+    """The value `spelled` spelled (a list stays a list; a $map's list keys become tuples)."""
+    if isinstance(v, list):
+        return [unspelled(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if len(v) == 1:
+        ((tag, x),) = v.items()
+        if tag == "$float":
+            return float(x)
+        if tag == "$decimal":
+            return Decimal(x)
+        if tag == "$bytes":
+            return base64.b64decode(x)
+        if tag == "$datetime":
+            return datetime.fromisoformat(x)
+        if tag == "$date":
+            return date.fromisoformat(x)
+        if tag == "$map":
+            return {_hashable(unspelled(k)): unspelled(y) for k, y in x}
+    return {k: unspelled(x) for k, x in v.items()}
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v

@@ -26,9 +26,11 @@ from icetide.decode.debezium_message import EnvelopeReader
 from icetide.decode.limits import PayloadLimits, spark_text
 from icetide.sink.changelog import DELETE
 from tests.debezium_messages import ProductsStream, lines, messages
+from tests.frozen import SPARK_SQL_DEBEZIUM, frozen
 
 KAFKA_POSITION = ["topic", "partition", "offset"]
 Rows = dict[tuple[str, str], tuple[Any, ...]]  # (_op, _source_order) -> the table's columns
+GOLDEN = "debezium_differential/debezium_arrow.json"
 
 
 def kafka_frame(spark: Any, values: Sequence[bytes | None]) -> Any:
@@ -161,6 +163,14 @@ def spark_rows(
     return good, bad
 
 
+def spelled_rows(good: Rows, bad: dict[int, Any]) -> dict[str, Any]:
+    """Changes and dead letters in one order, as a golden file holds them."""
+    return {
+        "good": [[op, order, *row] for (op, order), row in sorted(good.items())],
+        "dead_letters": [[offset, error] for offset, error in sorted(bad.items())],
+    }
+
+
 def _offset(change: tuple[str, str]) -> int:
     return int(change[1].rpartition("|")[2])
 
@@ -173,11 +183,14 @@ def compare_each(
     *,
     op_mode: str = "upsert",
     conversions: Conversions | None = None,
+    golden: str | None = None,
 ) -> tuple[dict[int, str], dict[int, str]]:
     """Decode every message alone on the Python side and all together on the Spark side (one
     decode): where Python takes a message, it has Spark's dead letter for it, or none, and the same rows.
     Returns (offset -> NotHere reason, offset -> Spark error)."""
     good, bad = spark_rows(spark, values, schema, key, op_mode=op_mode)
+    if golden is not None:
+        frozen(GOLDEN, golden, spelled_rows(good, bad), decoder=SPARK_SQL_DEBEZIUM)
     refused: dict[int, str] = {}
     for offset, value in enumerate(values):
         try:
@@ -286,6 +299,7 @@ def test_real_messages_decode_as_on_the_spark_path(
     assert len(schema.fields) > len(key)
     mine = python_rows(values, schema, key)
     theirs, bad = spark_rows(spark, values, schema, key)
+    frozen(GOLDEN, f"real messages: {name}-{table}", spelled_rows(theirs, bad), decoder=SPARK_SQL_DEBEZIUM)
     assert bad == {}
     assert mine == theirs
     assert len(mine) >= len(values)
@@ -510,7 +524,7 @@ CONVERSIONS: list[tuple[str, Any, str]] = [
 def test_conversions_decode_as_on_the_spark_path(spark: Any) -> None:
     """One message per case, all in one Spark decode; each decoded alone on the Python side."""
     values = [full_types(i, **{column: value}) for i, (column, value, _) in enumerate(CONVERSIONS)]
-    refused, bad = compare_each(spark, values, _FULL_TYPES_TABLE, ["int_c"])
+    refused, bad = compare_each(spark, values, _FULL_TYPES_TABLE, ["int_c"], golden="conversions")
     for i, (column, value, expected) in enumerate(CONVERSIONS):
         case = f"{column}={value!r}"
         if expected == REFUSED:
@@ -580,14 +594,16 @@ def test_change_events_decode_as_on_the_spark_path(spark: Any, op_mode: str) -> 
     events = _events()
     schema = table_schema(parse_envelope_schema(json.dumps(ProductsStream().schema)), ["id"])
     values = [value for _, value, _ in events]
-    good, _ = spark_rows(spark, values, schema, ["id"], op_mode=op_mode)
+    good, bad = spark_rows(spark, values, schema, ["id"], op_mode=op_mode)
+    frozen(GOLDEN, f"change events, {op_mode}", spelled_rows(good, bad), decoder=SPARK_SQL_DEBEZIUM)
     lost = [i for i, (_, _, expected) in enumerate(events) if expected == LOST]
     for i in lost:  # the Spark SQL decoder gave nothing for it; the Python decoder a dead letter
         assert not [c for c in good if _offset(c) == i]
         rows, dead = python_changes([values[i]], schema, ["id"], op_mode=op_mode, first_offset=i)
         assert not rows and dead == {i: ["malformed JSON: key 'id' repeated in an object"]}
     compared = [None if i in lost else value for i, value in enumerate(values)]
-    refused, bad = compare_each(spark, compared, schema, ["id"], op_mode=op_mode)
+    golden = f"change events without the lost one, {op_mode}"
+    refused, bad = compare_each(spark, compared, schema, ["id"], op_mode=op_mode, golden=golden)
     for i, (case, _, expected) in enumerate(events):
         assert (i in refused) == (expected == REFUSED), f"{case}: {refused.get(i, 'accepted')}"
         if expected not in (REFUSED, LOST):
@@ -612,7 +628,7 @@ CONTROL_CHARACTERS: list[tuple[str, Any, str]] = [
 
 def test_control_characters_at_the_ends_are_refused(spark: Any) -> None:
     values = [full_types(i, **{column: value}) for i, (column, value, _) in enumerate(CONTROL_CHARACTERS)]
-    refused, bad = compare_each(spark, values, _FULL_TYPES_TABLE, ["int_c"])
+    refused, bad = compare_each(spark, values, _FULL_TYPES_TABLE, ["int_c"], golden="control characters")
     for i, (column, value, expected) in enumerate(CONTROL_CHARACTERS):
         case = f"{column}={value!r}"
         assert (i in refused) == (expected == REFUSED), f"{case}: {refused.get(i, 'accepted')}"
@@ -629,7 +645,7 @@ def test_malformed_truncates_are_refused(spark: Any) -> None:
         _raw_change(stream, '{"op":" T ","before":"x","source":{"ts_ms":1}}'),
     ]
     schema = table_schema(parse_envelope_schema(json.dumps(ProductsStream().schema)), ["id"])
-    refused, bad = compare_each(spark, values, schema, ["id"])
+    refused, bad = compare_each(spark, values, schema, ["id"], golden="malformed truncates")
     assert sorted(refused) == [0, 1]
     assert bad == {}
 
@@ -654,7 +670,7 @@ def test_malformed_envelopes_count_and_add_fields_as_on_the_spark_path(spark: An
     reads the parts that are objects: the fields the table lacks are counted (or, with
     schema_evolution, become columns). The Python side counts the same, or refuses the event."""
     schema = T.StructType([T.StructField("id", T.IntegerType(), False), T.StructField("name", T.StringType())])
-    for value in MALFORMED:
+    for number, value in enumerate(MALFORMED):
         keep: list[Any] = []
         decoded = decode_debezium(
             kafka_frame(spark, [value]),
@@ -674,6 +690,8 @@ def test_malformed_envelopes_count_and_add_fields_as_on_the_spark_path(spark: An
         finally:
             for frame in keep:
                 frame.unpersist()
+        spark_sql = {"dead_letters": bad, "good": 0, "new_columns": added, "unknown_fields": unknown}
+        frozen(GOLDEN, f"malformed {number}, evolving {evolving}", spark_sql, decoder=SPARK_SQL_DEBEZIUM)
         rows = TableRows(arrow_schema(schema), ["id"], "upsert", Conversions())
         try:
             errors = rows.add(EnvelopeReader(PayloadLimits()).read(value), "", evolving=evolving)
@@ -699,7 +717,7 @@ LARGEST_FLOATS: list[tuple[str, Any, str]] = [
 
 def test_the_largest_float_as_the_json_converter_writes_it(spark: Any) -> None:
     values = [full_types(i, **{column: value}) for i, (column, value, _) in enumerate(LARGEST_FLOATS)]
-    refused, bad = compare_each(spark, values, _FULL_TYPES_TABLE, ["int_c"])
+    refused, bad = compare_each(spark, values, _FULL_TYPES_TABLE, ["int_c"], golden="largest floats")
     for i, (column, value, expected) in enumerate(LARGEST_FLOATS):
         case = f"{column}={value!r}"
         assert (i in refused) == (expected == REFUSED), f"{case}: {refused.get(i, 'accepted')}"
@@ -718,7 +736,7 @@ def test_surrogates_encoded_in_utf8_are_dead_letters(spark: Any) -> None:
         b'{"op":"c","after":{"id":4,"name":"\xc3\xa9t\xc3\xa9"},"source":{"ts_ms":1}}',
     ]
     schema = T.StructType([T.StructField("id", T.IntegerType(), False), T.StructField("name", T.StringType())])
-    refused, bad = compare_each(spark, values, schema, ["id"])
+    refused, bad = compare_each(spark, values, schema, ["id"], golden="surrogates")
     assert refused == {}
     assert bad == dict.fromkeys([0, 1, 2], "payload is not valid UTF-8")
 
@@ -744,6 +762,8 @@ def test_a_key_moving_update_with_two_bad_changes_is_one_dead_letter(spark: Any)
     finally:
         for frame in keep:
             frame.unpersist()
+    spark_sql = {"dead_letters": spark_bad, "good": spark_good}
+    frozen(GOLDEN, "a key-moving update with two bad changes", spark_sql, decoder=SPARK_SQL_DEBEZIUM)
     rows, dead = python_changes(values, schema, ["id"])
     assert [p.rpartition("@")[2] for p, _ in spark_bad] == ["0", "1"]
     assert spark_bad[0][1] == "column id: 'x' is not an INT"
@@ -842,6 +862,8 @@ def test_poison_messages_are_the_spark_paths_dead_letters(spark: Any) -> None:
     finally:
         for frame in keep:
             frame.unpersist()
+    spark_sql = {"dead_letters": sorted(spark_bad.items()), "good": spark_good, "unknown_fields": spark_unknown}
+    frozen(GOLDEN, "poison messages", spark_sql, decoder=SPARK_SQL_DEBEZIUM)
     reader = EnvelopeReader(_POISON_LIMITS)
     rows = TableRows(arrow_schema(schema), ["id"], "upsert", Conversions())
     dead: dict[int, tuple[str, str]] = {}
@@ -888,10 +910,12 @@ def test_poison_the_spark_path_reads_otherwise_is_refused(spark: Any) -> None:
     try:
         spark_bad = {int(r["source_position"].rpartition("@")[2]): r["error"] for r in decoded.bad.collect()}
         spark_good = sorted(_offset(("", r["_source_order"])) for r in decoded.good.collect())
+        spark_sql = {"dead_letters": sorted(spark_bad.items()), "good": spark_good, "truncates": decoded.truncates}
         assert decoded.truncates == 1
     finally:
         for frame in keep:
             frame.unpersist()
+    frozen(GOLDEN, "poison read otherwise", spark_sql, decoder=SPARK_SQL_DEBEZIUM)
     assert spark_bad == {1: "malformed JSON"}
     assert spark_good == [2, 3]
     for value in values:

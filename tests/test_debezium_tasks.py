@@ -17,6 +17,7 @@ from icetide.decode import debezium, debezium_tasks
 from icetide.decode.connect import parse_envelope_schema, table_schema
 from icetide.errors import SchemaEvolutionError
 from tests.debezium_messages import ProductsStream
+from tests.frozen import SPARK_SQL_DEBEZIUM, frozen
 from tests.test_debezium_arrow import _POISON_LIMITS, KAFKA_POSITION, _poison, kafka_frame
 from tests.test_head_split import _frame
 
@@ -65,10 +66,15 @@ def _output(decode: Decode, frame: Any, schema: T.StructType, key: list[str], **
     }
 
 
-def _both(frame: Any, schema: T.StructType, key: list[str], **options: Any) -> dict[str, Any]:
+GOLDEN = "debezium_differential/debezium_tasks.json"
+
+
+def _both(case: str, frame: Any, schema: T.StructType, key: list[str], **options: Any) -> dict[str, Any]:
     """The Python decoder's output, checked equal to the Spark SQL decoder's."""
     mine = _output(debezium_tasks.decode_debezium, frame, schema, key, **options)
-    assert mine == _output(debezium.decode_debezium, frame, schema, key, **options)
+    theirs = _output(debezium.decode_debezium, frame, schema, key, **options)
+    frozen(GOLDEN, case, theirs, decoder=SPARK_SQL_DEBEZIUM)
+    assert mine == theirs
     return mine
 
 
@@ -82,13 +88,14 @@ def test_a_batch_with_a_record_the_python_decoder_does_not_read_is_the_spark_dec
     unsure = stream.change("c", None, {**ROW, "id": 77}).replace(b'"name":"scooter"', b'"name":1e23')
     bad = b'{"op":"c","after":{"id":"x"}}'
     values[12:12] = [unsure, bad]
-    out = _both(kafka_frame(spark, values), _products(), ["id"])
+    out = _both("a record the Python decoder does not read", kafka_frame(spark, values), _products(), ["id"])
     assert len(fallbacks) == 1 and "column name" in fallbacks[0]  # once, for the whole batch, the first reason
     assert len(out["good"]) == 31 and len(out["bad"]) == 1
     assert ("name", "9.999999999999999E22") in next(r for r in out["good"] if ("id", "77") in r)
     fallbacks.clear()
     del values[12]
-    assert len(_both(kafka_frame(spark, values), _products(), ["id"], extra_cols=["partition"])["good"]) == 30
+    without = _both("the batch without it", kafka_frame(spark, values), _products(), ["id"], extra_cols=["partition"])
+    assert len(without["good"]) == 30
     assert fallbacks == []
 
 
@@ -97,7 +104,7 @@ def test_truncates_as_the_spark_decoder(spark: Any, fallbacks: list[str], on_tru
     stream = ProductsStream()
     values = [*_changes(stream, 1, 10), stream.truncate(), *_changes(stream, 11, 10), stream.truncate()]
     values += _changes(stream, 21, 10)
-    out = _both(kafka_frame(spark, values), _products(), ["id"], on_truncate=on_truncate)
+    out = _both(f"truncates, {on_truncate}", kafka_frame(spark, values), _products(), ["id"], on_truncate=on_truncate)
     assert fallbacks == []
     assert out["truncates"] == 2 and out["truncated"] == (on_truncate == "apply")
     if on_truncate == "apply":  # what the latest truncate left: the changes after it
@@ -120,9 +127,9 @@ def test_schema_evolution_as_the_spark_decoder(spark: Any, fallbacks: list[str])
         for i in range(3)
     ]
     values = [*_changes(stream, 1, 10), *schemaless]
-    off = _both(kafka_frame(spark, values), lacking, ["id"])
+    off = _both("evolution off", kafka_frame(spark, values), lacking, ["id"])
     assert off["unknown_fields"] == {"description": 10, "extra": 3, "label": 3, "ratio": 3} and not off["new_columns"]
-    on = _both(kafka_frame(spark, values), lacking, ["id"], schema_evolution=True)
+    on = _both("evolution on", kafka_frame(spark, values), lacking, ["id"], schema_evolution=True)
     # a sample of a number that is not an integer is typed from its text, as Spark SQL does
     assert on["new_columns"] == [
         ("description", "string"),
@@ -157,7 +164,7 @@ def test_widened_columns_hold_the_wider_values(spark: Any, fallbacks: list[str])
         for frame in keep:
             frame.unpersist()
     assert fallbacks == []
-    _both(kafka_frame(spark, values), narrow, ["id"], schema_evolution=True)
+    _both("widened columns", kafka_frame(spark, values), narrow, ["id"], schema_evolution=True)
 
 
 def test_split_heads_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> None:
@@ -166,7 +173,7 @@ def test_split_heads_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> N
     split = ("value_head_id", "value_head")
     # One partition, as a Kafka range's records are read: a head's text is on its first row of each
     # Arrow batch, in the task that reads it (a task that meets an id without its text falls back).
-    out = _both(_frame(spark, values, split=True).coalesce(1), _products(), ["id"], split=split)
+    out = _both("split heads", _frame(spark, values, split=True).coalesce(1), _products(), ["id"], split=split)
     assert fallbacks == [] and len(out["good"]) == 21
 
 
@@ -178,7 +185,7 @@ def test_records_the_source_could_not_read_as_the_spark_decoder(spark: Any, fall
     errors += ["the Avro value does not match its schema", "a tombstone"]
     rows = [("cdc", 0, i, v, e) for i, (v, e) in enumerate(zip(values, errors, strict=True))]
     frame = spark.createDataFrame(rows, "topic STRING, partition INT, offset BIGINT, value BINARY, value_error STRING")
-    out = _both(frame, _products(), ["id"], error_col="value_error")
+    out = _both("records the source could not read", frame, _products(), ["id"], error_col="value_error")
     assert fallbacks == [] and len(out["good"]) == 6
     assert [r[1] for r in out["bad"]] == ["the Avro value does not match its schema"]
 
@@ -188,6 +195,6 @@ def test_poison_messages_as_the_spark_decoder(spark: Any, fallbacks: list[str]) 
     stated ways, and hand-made ones: over a payload limit, not UTF-8, not a JSON object) are the
     Spark SQL decoder's dead letters on the Spark path too, payloads included, with no fallback."""
     values = [value for _, value, _ in _poison()]
-    out = _both(kafka_frame(spark, values), _products(), ["id"], limits=_POISON_LIMITS)
+    out = _both("poison messages", kafka_frame(spark, values), _products(), ["id"], limits=_POISON_LIMITS)
     assert fallbacks == []
     assert len(out["bad"]) >= 10 and out["unknown_fields"]["extra"] == 2
