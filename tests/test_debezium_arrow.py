@@ -28,7 +28,7 @@ from icetide.decode.debezium_tasks import decode_debezium
 from icetide.decode.limits import PayloadLimits, spark_text
 from icetide.sink.changelog import DELETE
 from tests.debezium_messages import ProductsStream, lines, messages
-from tests.frozen import PYTHON_DEBEZIUM, frozen, stored, unspelled
+from tests.frozen import PYTHON_DEBEZIUM, SPARK_SQL_DEBEZIUM, frozen, stored, unspelled
 
 KAFKA_POSITION = ["topic", "partition", "offset"]
 Rows = dict[tuple[str, str], tuple[Any, ...]]  # (_op, _source_order) -> the table's columns
@@ -173,10 +173,14 @@ def spelled_rows(good: Rows, bad: dict[int, Any]) -> dict[str, Any]:
     }
 
 
-def golden_rows(case: str) -> tuple[Rows, dict[int, str]]:
-    """The Spark SQL decoder's changes and dead letters of a batch, from the golden file (`spelled_rows`)."""
+def golden_rows(case: str, columns: Sequence[str] | None = None) -> tuple[Rows, dict[int, str]]:
+    """The Spark SQL decoder's changes and dead letters of a batch, from the golden file (`spelled_rows`);
+    with `columns`, the rows of a case frozen with its "columns" cut to those."""
     frozen_case = unspelled(stored(GOLDEN, case))
     good = {(op, order): tuple(row) for op, order, *row in frozen_case["good"]}
+    if columns is not None:
+        at = [frozen_case["columns"].index(c) for c in columns]
+        good = {change: tuple(row[i] for i in at) for change, row in good.items()}
     return good, {offset: error for offset, error in frozen_case["dead_letters"]}
 
 
@@ -299,9 +303,8 @@ FILES: list[tuple[str, str | None, tuple[str, ...], dict[str, tuple[str, ...]]]]
 
 
 @pytest.mark.parametrize(("name", "table", "key", "expected_refusals"), FILES, ids=[f"{f[0]}-{f[1]}" for f in FILES])
-@pytest.mark.usefixtures("spark")  # table schemas are Spark SQL types, parsed in its JVM
 def test_real_messages_decode_as_on_the_spark_path(
-    name: str, table: str | None, key: tuple[str, ...], expected_refusals: dict[str, tuple[str, ...]]
+    spark: Any, name: str, table: str | None, key: tuple[str, ...], expected_refusals: dict[str, tuple[str, ...]]
 ) -> None:
     """Every message of the file, one batch on each side: the Python side decodes all of them for
     the columns it supports, and gives the Spark side's rows."""
@@ -313,7 +316,16 @@ def test_real_messages_decode_as_on_the_spark_path(
     assert by_reason == {reason: set(columns) for reason, columns in expected_refusals.items()}
     assert len(schema.fields) > len(key)
     mine = python_rows(values, schema, key)
-    theirs, bad = golden_rows(f"real messages: {name}-{table}")
+    # Frozen for every column but those both decoders make dead letters of, so that a column the
+    # Python decoder comes to read is compared too.
+    dead = expected_refusals.get(_DEAD_LETTER, ())
+    frozen_schema = T.StructType([f for f in full.fields if f.name not in dead])
+    from icetide.decode import debezium
+
+    all_columns, bad = spark_rows(spark, values, frozen_schema, key, decode=debezium.decode_debezium)
+    case = {"columns": frozen_schema.names, **spelled_rows(all_columns, bad)}
+    frozen(GOLDEN, f"real messages: {name}-{table}", case, decoder=SPARK_SQL_DEBEZIUM)
+    theirs, bad = golden_rows(f"real messages: {name}-{table}", schema.names)
     assert bad == {}
     assert mine == theirs
     assert len(mine) >= len(values)
