@@ -48,7 +48,11 @@ def spelled(v: Any) -> Any:
     if isinstance(v, dict):
         if all(isinstance(k, str) and not k.startswith("$") for k in v):
             return {k: spelled(x) for k, x in v.items()}
-        return {"$map": [[spelled(k), spelled(x)] for k, x in v.items()]}
+        try:  # in key order, whatever order the decoder met them in
+            items = sorted(v.items(), key=lambda kv: kv[0])
+        except TypeError:
+            items = list(v.items())
+        return {"$map": [[spelled(k), spelled(x)] for k, x in items]}
     raise TypeError(f"no golden spelling for {type(v).__name__}: {v!r}")
 
 
