@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from icetide.decode.debezium_tasks import decode_debezium
 from icetide.decode.limits import PayloadLimits, spark_text
 from icetide.sink.changelog import DELETE
 from tests.debezium_messages import ProductsStream, lines, messages
-from tests.frozen import PYTHON_DEBEZIUM, frozen, stored, unspelled
+from tests.frozen import PYTHON_DEBEZIUM, SPARK_SQL_DEBEZIUM, frozen, stored, unspelled
 
 KAFKA_POSITION = ["topic", "partition", "offset"]
 Rows = dict[tuple[str, str], tuple[Any, ...]]  # (_op, _source_order) -> the table's columns
@@ -184,6 +185,13 @@ def golden_rows(case: str, columns: Sequence[str] | None = None) -> tuple[Rows, 
     return good, {offset: error for offset, error in frozen_case["dead_letters"]}
 
 
+def batch_name(values: Sequence[bytes | None], schema: T.StructType, key: Sequence[str], op_mode: str) -> str:
+    """A golden case's name for a batch its caller does not name (tests/test_connect_values.py): a
+    digest of the batch, its table, key and op mode, so that another batch has no golden output."""
+    batch = repr((list(values), schema.simpleString(), list(key), op_mode)).encode()
+    return f"batch {hashlib.sha256(batch).hexdigest()[:16]}"
+
+
 def _offset(change: tuple[str, str]) -> int:
     return int(change[1].rpartition("|")[2])
 
@@ -201,14 +209,14 @@ def compare_each(
     """Decode every message alone on the Python side, against the Spark SQL decoder's output of all
     of them together (one decode), case `golden` of the golden file: where Python takes a message, it
     has Spark's dead letter for it, or none, and the same rows. Returns (offset -> NotHere reason,
-    offset -> Spark error). Without `golden`, the Spark SQL decoder itself decodes the batch in
-    `spark` (for tests/test_connect_values.py, whose cases are not frozen yet)."""
-    if golden is not None:
-        good, bad = golden_rows(golden)
-    else:
+    offset -> Spark error). Without `golden`, the case is named by what was decoded (`batch_name`)."""
+    if golden is None:
+        golden = batch_name(values, schema, key, op_mode)
         from icetide.decode import debezium
 
-        good, bad = spark_rows(spark, values, schema, key, op_mode=op_mode, decode=debezium.decode_debezium)
+        theirs = spark_rows(spark, values, schema, key, op_mode=op_mode, decode=debezium.decode_debezium)
+        frozen(GOLDEN, golden, spelled_rows(*theirs), decoder=SPARK_SQL_DEBEZIUM)
+    good, bad = golden_rows(golden)
     refused: dict[int, str] = {}
     for offset, value in enumerate(values):
         try:
