@@ -100,7 +100,9 @@ def _differences(mine: Any, golden: Any) -> str:
 
 def stored(name: str, case: str) -> Any:
     """Case `case` of golden file tests/golden/`name`, as spelled there."""
-    return json.loads((GOLDEN / name).read_text())["cases"][case]
+    cases = json.loads((GOLDEN / name).read_text())["cases"]
+    assert case in cases, f"{name} has no case {case!r}: no golden output was frozen for it"
+    return cases[case]
 
 
 def unspelled(v: Any) -> Any:
