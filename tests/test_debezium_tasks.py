@@ -70,8 +70,8 @@ def _output(decode: Decode, frame: Any, schema: T.StructType, key: list[str], **
 GOLDEN = "debezium_differential/debezium_tasks.json"
 
 
-def _both(case: str, frame: Any, schema: T.StructType, key: list[str], **options: Any) -> dict[str, Any]:
-    """The Python decoder's output, checked equal to the Spark SQL decoder's (case `case` of its golden file)."""
+def _as_frozen(case: str, frame: Any, schema: T.StructType, key: list[str], **options: Any) -> dict[str, Any]:
+    """The Python decoder's output, checked equal to what the Spark SQL decoder gave: case `case` of the golden file."""
     mine = _output(debezium_tasks.decode_debezium, frame, schema, key, **options)
     frozen(GOLDEN, case, mine, decoder=PYTHON_DEBEZIUM)
     return mine
@@ -87,13 +87,15 @@ def test_a_batch_with_a_record_the_python_decoder_does_not_read_is_the_spark_dec
     unsure = stream.change("c", None, {**ROW, "id": 77}).replace(b'"name":"scooter"', b'"name":1e23')
     bad = b'{"op":"c","after":{"id":"x"}}'
     values[12:12] = [unsure, bad]
-    out = _both("a record the Python decoder does not read", kafka_frame(spark, values), _products(), ["id"])
+    out = _as_frozen("a record the Python decoder does not read", kafka_frame(spark, values), _products(), ["id"])
     assert len(fallbacks) == 1 and "column name" in fallbacks[0]  # once, for the whole batch, the first reason
     assert len(out["good"]) == 31 and len(out["bad"]) == 1
     assert ("name", "9.999999999999999E22") in next(r for r in out["good"] if ("id", "77") in r)
     fallbacks.clear()
     del values[12]
-    without = _both("the batch without it", kafka_frame(spark, values), _products(), ["id"], extra_cols=["partition"])
+    without = _as_frozen(
+        "the batch without it", kafka_frame(spark, values), _products(), ["id"], extra_cols=["partition"]
+    )
     assert len(without["good"]) == 30
     assert fallbacks == []
 
@@ -103,7 +105,9 @@ def test_truncates_as_the_spark_decoder(spark: Any, fallbacks: list[str], on_tru
     stream = ProductsStream()
     values = [*_changes(stream, 1, 10), stream.truncate(), *_changes(stream, 11, 10), stream.truncate()]
     values += _changes(stream, 21, 10)
-    out = _both(f"truncates, {on_truncate}", kafka_frame(spark, values), _products(), ["id"], on_truncate=on_truncate)
+    out = _as_frozen(
+        f"truncates, {on_truncate}", kafka_frame(spark, values), _products(), ["id"], on_truncate=on_truncate
+    )
     assert fallbacks == []
     assert out["truncates"] == 2 and out["truncated"] == (on_truncate == "apply")
     if on_truncate == "apply":  # what the latest truncate left: the changes after it
@@ -126,9 +130,9 @@ def test_schema_evolution_as_the_spark_decoder(spark: Any, fallbacks: list[str])
         for i in range(3)
     ]
     values = [*_changes(stream, 1, 10), *schemaless]
-    off = _both("evolution off", kafka_frame(spark, values), lacking, ["id"])
+    off = _as_frozen("evolution off", kafka_frame(spark, values), lacking, ["id"])
     assert off["unknown_fields"] == {"description": 10, "extra": 3, "label": 3, "ratio": 3} and not off["new_columns"]
-    on = _both("evolution on", kafka_frame(spark, values), lacking, ["id"], schema_evolution=True)
+    on = _as_frozen("evolution on", kafka_frame(spark, values), lacking, ["id"], schema_evolution=True)
     # a sample of a number that is not an integer is typed from its text, as Spark SQL does
     assert on["new_columns"] == [
         ("description", "string"),
@@ -163,7 +167,7 @@ def test_widened_columns_hold_the_wider_values(spark: Any, fallbacks: list[str])
         for frame in keep:
             frame.unpersist()
     assert fallbacks == []
-    _both("widened columns", kafka_frame(spark, values), narrow, ["id"], schema_evolution=True)
+    _as_frozen("widened columns", kafka_frame(spark, values), narrow, ["id"], schema_evolution=True)
 
 
 def test_split_heads_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> None:
@@ -172,7 +176,7 @@ def test_split_heads_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> N
     split = ("value_head_id", "value_head")
     # One partition, as a Kafka range's records are read: a head's text is on its first row of each
     # Arrow batch, in the task that reads it (a task that meets an id without its text falls back).
-    out = _both("split heads", _frame(spark, values, split=True).coalesce(1), _products(), ["id"], split=split)
+    out = _as_frozen("split heads", _frame(spark, values, split=True).coalesce(1), _products(), ["id"], split=split)
     assert fallbacks == [] and len(out["good"]) == 21
 
 
@@ -184,7 +188,7 @@ def test_records_the_source_could_not_read_as_the_spark_decoder(spark: Any, fall
     errors += ["the Avro value does not match its schema", "a tombstone"]
     rows = [("cdc", 0, i, v, e) for i, (v, e) in enumerate(zip(values, errors, strict=True))]
     frame = spark.createDataFrame(rows, "topic STRING, partition INT, offset BIGINT, value BINARY, value_error STRING")
-    out = _both("records the source could not read", frame, _products(), ["id"], error_col="value_error")
+    out = _as_frozen("records the source could not read", frame, _products(), ["id"], error_col="value_error")
     assert fallbacks == [] and len(out["good"]) == 6
     assert [r[1] for r in out["bad"]] == ["the Avro value does not match its schema"]
 
@@ -194,6 +198,6 @@ def test_poison_messages_as_the_spark_decoder(spark: Any, fallbacks: list[str]) 
     stated ways, and hand-made ones: over a payload limit, not UTF-8, not a JSON object) are the
     Spark SQL decoder's dead letters on the Spark path too, payloads included, with no fallback."""
     values = [value for _, value, _ in _poison()]
-    out = _both("poison messages", kafka_frame(spark, values), _products(), ["id"], limits=_POISON_LIMITS)
+    out = _as_frozen("poison messages", kafka_frame(spark, values), _products(), ["id"], limits=_POISON_LIMITS)
     assert fallbacks == []
     assert len(out["bad"]) >= 10 and out["unknown_fields"]["extra"] == 2
