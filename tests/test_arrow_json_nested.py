@@ -1,10 +1,14 @@
-"""The pyarrow JSON decoder's ARRAY, STRUCT, MAP and TIMESTAMP_NTZ values against decode_json on the
-same payloads (the rules of decode/arrow_json_nested.py were measured so, on Spark 3.5.7), and the
-values on which decode_json fails the whole batch, which the Python decoder makes dead letters."""
+"""The pyarrow JSON decoder's ARRAY, STRUCT, MAP and TIMESTAMP_NTZ values against what the Spark SQL
+JSON decoder gave on the same payloads (the rules of decode/arrow_json_nested.py were measured so,
+on Spark 3.5.7), frozen in tests/golden/json/arrow_json_nested.json: the pyarrow decoder alone and
+`decode_json` in Spark's tasks (decode/json_tasks.py) must both give it. And the values on which
+the Spark SQL decoder failed the whole batch (the golden file records it), which the Python decoder
+makes dead letters."""
 
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,9 +20,11 @@ from pyspark.sql import types as T
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
 from icetide.decode.arrow_json_scalars import undecodable_columns
-from tests.spark_sql_json import decode_json
+from icetide.decode.json_tasks import decode_json
+from tests.frozen import PYTHON_JSON, frozen, stored
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 
+GOLDEN = "json/arrow_json_nested.json"
 _TYPES = {
     "ad": "array<double>",
     "af": "array<float>",
@@ -133,7 +139,7 @@ def _payloads(values: dict[str, list[str]]) -> list[bytes]:
     return [f'{{"id": {i}, "{column}": {text}}}'.encode() for i, (column, text) in enumerate(pairs)]
 
 
-def _spark_output(spark: Any, payloads: list[bytes]) -> Any:
+def _tasks_output(spark: Any, payloads: list[bytes]) -> Any:
     schema = _spark_table()
     good, bad = decode_json(kafka_frame(spark, payloads), "value", schema, ["id"], "append", KAFKA_POSITION)
     rows = sorted((r["id"], {n: _plain(r[n]) for n in [*schema.names, "_op"]}) for r in good.collect())
@@ -165,15 +171,16 @@ def utc_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-def test_nested_and_timestamp_ntz_values_as_decode_json(spark: Any, utc_process: None) -> None:
+def test_nested_and_timestamp_ntz_values_as_the_golden_file(spark: Any, utc_process: None) -> None:
     payloads = _payloads(VALUES)
-    expected = _spark_output(spark, payloads)
-    assert _python_output(_decoder(spark).decode(payloads, lambda i: f"cdc/0@{i}")) == expected
-    good, errors = expected  # the cases cover both outcomes of most columns
+    got = _python_output(_decoder(spark).decode(payloads, lambda i: f"cdc/0@{i}"))
+    frozen(GOLDEN, "nested and timestamp_ntz values", got, decoder=PYTHON_JSON)
+    frozen(GOLDEN, "nested and timestamp_ntz values", _tasks_output(spark, payloads), decoder=PYTHON_JSON)
+    good, errors = got  # the cases cover both outcomes of most columns
     assert len(good) > 80 and len(errors) > 40
 
 
-def test_values_that_fail_decode_jsons_batch_are_dead_letters_here(spark: Any) -> None:
+def test_values_that_failed_the_spark_sql_decoders_batch_are_dead_letters_here(spark: Any) -> None:
     cases = [(c, text, outcome) for c, pairs in SPARK_FAILS.items() for text, outcome in pairs]
     payloads = [f'{{"id": {i}, "{c}": {text}}}'.encode() for i, (c, text, _) in enumerate(cases)]
     decoded = _decoder(spark).decode(payloads, lambda i: f"cdc/0@{i}")
@@ -184,9 +191,11 @@ def test_values_that_fail_decode_jsons_batch_are_dead_letters_here(spark: Any) -
             assert {k: rows[i][c][k] for k in outcome} == outcome, text
         else:
             assert errors[i] == outcome or (not outcome and errors[i].startswith(f"column {c}: ")), text
-    for c, text, _ in cases[:1]:  # decode_json itself fails the batch on them
-        with pytest.raises(Exception, match=r"LEGACY_ERROR_TEMP_2133|INTERNAL_ERROR|Cannot parse"):
-            _spark_output(spark, [f'{{"id": 0, "{c}": {text}}}'.encode()])
+    for c, text, _ in cases[:1]:  # the Spark SQL decoder failed the batch on them, as its golden file says
+        failed = stored(GOLDEN, f"fails the batch: {c}={text}")
+        assert re.fullmatch(r"LEGACY_ERROR_TEMP_2133|INTERNAL_ERROR|Cannot parse", failed["raises"])
+        one = [f'{{"id": 0, "{c}": {text}}}'.encode()]  # in Spark's tasks, a dead letter as here
+        assert _tasks_output(spark, one) == ([], {0: errors[0]})
 
 
 def test_every_type_a_spark_table_maps_to_decodes(spark: Any) -> None:

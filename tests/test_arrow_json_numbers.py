@@ -1,6 +1,7 @@
 """Numbers as Spark spells them: a JSON number read into a STRING column, or quoted in an error,
 is the text Spark's from_json keeps (Jackson's: a double as Java writes it, 1e7 as "1.0E7"), in the
-pyarrow JSON decoder as in decode_json (same payloads, same batch)."""
+pyarrow JSON decoder and in `decode_json` in Spark's tasks (decode/json_tasks.py) as in the Spark SQL
+JSON decoder (same payloads, same batch; its output frozen in tests/golden/json/arrow_json_numbers.json)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pyspark.sql import types as T
 
 from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
 from icetide.decode.arrow_json_scalars import raw_text
-from tests.spark_sql_json import decode_json
+from icetide.decode.json_tasks import decode_json
+from tests.frozen import PYTHON_JSON, frozen
 from tests.test_arrow_json_nested import _plain, utc_process  # noqa: F401 (a fixture)
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 
@@ -53,7 +55,7 @@ NUMBERS = [
 ]
 
 
-def _spark_output(spark: Any, payloads: list[bytes]) -> Any:
+def _tasks_output(spark: Any, payloads: list[bytes]) -> Any:
     good, bad = decode_json(kafka_frame(spark, payloads), "value", _TABLE, ["id"], "append", KAFKA_POSITION)
     rows = sorted((r["id"], {n: _plain(r[n]) for n in [*_TABLE.names, "_op"]}) for r in good.collect())
     errors = {int(r["source_position"].rpartition("@")[2]): r["error"] for r in bad.collect()}
@@ -67,16 +69,18 @@ def _python_output(decoded: Decoded) -> Any:
 
 
 @pytest.mark.usefixtures("utc_process")
-def test_numbers_are_spelled_as_decode_json_spells_them(spark: Any) -> None:
+def test_numbers_are_spelled_as_the_spark_sql_decoder_spelled_them(spark: Any) -> None:
     payloads = [
         f'{{"id": {i * 10 + j}, "{c}": {n}}}'.encode()
         for i, n in enumerate(NUMBERS)
         for j, c in enumerate(["s", "i", "l", "f", "r", "o", "t", "d"])
     ]
-    expected = _spark_output(spark, payloads)
     decoder = ArrowJsonDecoder(_ARROW, ["id"], time_zone=spark.conf.get("spark.sql.session.timeZone"))
-    assert _python_output(decoder.decode(payloads, lambda i: f"cdc/0@{i}")) == expected
-    good, errors = expected
+    got = _python_output(decoder.decode(payloads, lambda i: f"cdc/0@{i}"))
+    golden = "json/arrow_json_numbers.json"
+    frozen(golden, "numbers into every scalar type", got, decoder=PYTHON_JSON)
+    frozen(golden, "numbers into every scalar type", _tasks_output(spark, payloads), decoder=PYTHON_JSON)
+    good, errors = got
     assert {r["s"] for r in good if r["id"] % 10 == 0} >= {"1.0E7", "1.5E-5", "1.0E-4", '"Infinity"', "[1.0E7,2.5]"}
     assert errors[1] == "column i: '1.0E7' is not an INT"  # the payload at offset 1: 1e7 into INT
 

@@ -1,5 +1,7 @@
-"""The pyarrow JSON decoder's DECIMAL, BINARY and ARRAY values and its op modes, against
-decode_json on the same payloads (the rules of decode/arrow_json_values.py were measured so)."""
+"""The pyarrow JSON decoder's DECIMAL, BINARY and ARRAY values and its op modes, against what the
+Spark SQL JSON decoder gave on the same payloads (the rules of decode/arrow_json_values.py were
+measured so), frozen in tests/golden/json/arrow_json_values.json: the pyarrow decoder alone and
+`decode_json` in Spark's tasks (decode/json_tasks.py) must both give it."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from pyspark.sql import types as T
 from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
 from icetide.decode.arrow_json_scalars import undecodable_columns, unsupported_columns
 from icetide.decode.arrow_json_values import java_double_text
+from icetide.decode.json_tasks import decode_json
 from icetide.errors import ConfigError
-from tests.spark_sql_json import decode_json
+from tests.frozen import PYTHON_JSON, frozen
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 
+GOLDEN = "json/arrow_json_values.json"
 _TYPES = {
     "d": "decimal(10,2)",
     "b": "binary",
@@ -89,7 +93,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def _spark_output(spark: Any, payloads: list[bytes], schema: T.StructType, key: list[str], op_mode: str) -> Any:
+def _tasks_output(spark: Any, payloads: list[bytes], schema: T.StructType, key: list[str], op_mode: str) -> Any:
     good, bad = decode_json(kafka_frame(spark, payloads), "value", schema, key, op_mode, KAFKA_POSITION)  # type: ignore[arg-type]
     rows = sorted((r[key[0]], {n: _plain(r[n]) for n in [*schema.names, "_op"]}) for r in good.collect())
     errors = {int(r["source_position"].rpartition("@")[2]): r["error"] for r in bad.collect()}
@@ -102,15 +106,17 @@ def _python_output(decoded: Decoded, key: str) -> Any:
     return [row for _, row in rows], errors
 
 
-def test_decimal_binary_and_array_values_as_decode_json(spark: Any) -> None:
+def test_decimal_binary_and_array_values_as_the_golden_file(spark: Any) -> None:
     payloads = [
         f'{{"id": {i}, "{column}": {text}}}'.encode()
         for i, (column, text) in enumerate((c, t) for c, texts in VALUES.items() for t in texts)
     ]
-    expected = _spark_output(spark, payloads, _spark_table(), ["id"], "append")
     decoder = ArrowJsonDecoder(_ARROW_TABLE, ["id"])
-    assert _python_output(decoder.decode(payloads, lambda i: f"cdc/0@{i}"), "id") == expected
-    good, errors = expected  # the cases cover both outcomes of every column
+    got = _python_output(decoder.decode(payloads, lambda i: f"cdc/0@{i}"), "id")
+    frozen(GOLDEN, "decimal, binary and array values", got, decoder=PYTHON_JSON)
+    tasks = _tasks_output(spark, payloads, _spark_table(), ["id"], "append")
+    frozen(GOLDEN, "decimal, binary and array values", tasks, decoder=PYTHON_JSON)
+    good, errors = got  # the cases cover both outcomes of every column
     assert len(good) > 50 and len(errors) > 50
 
 
@@ -151,7 +157,7 @@ OTHER_OPS = [
 
 
 @pytest.mark.parametrize("op_mode", ["append", "upsert"])
-def test_ops_as_decode_json(spark: Any, op_mode: str) -> None:
+def test_ops_as_the_golden_file(spark: Any, op_mode: str) -> None:
     block = [json.dumps(r).encode() for r in GOOD_OPS]
     others = [f'{{"id": {10 + i}, "n": "x", "_op": {op}}}'.encode() for i, op in enumerate(OTHER_OPS)]
     deletes = [
@@ -160,11 +166,13 @@ def test_ops_as_decode_json(spark: Any, op_mode: str) -> None:
         b'{"id": 32, "_op": "delete", "u": "abc"}',
     ]
     decoder = ArrowJsonDecoder(_OPS_ARROW, ["id"], op_mode=op_mode)  # type: ignore[arg-type]
-    for payloads in (block, block + deletes, block + others + deletes):
-        expected = _spark_output(spark, payloads, _OPS_TABLE, ["id"], op_mode)
+    batches = {"valid ops": block, "and deletes": block + deletes, "and other ops": block + others + deletes}
+    for name, payloads in batches.items():
         decoded = decoder.decode(payloads, lambda i: f"cdc/0@{i}")
-        assert _python_output(decoded, "id") == expected, payloads
-        assert decoded.changes == any(row["_op"] != "INSERT" for row in expected[0])
+        rows, _ = frozen(GOLDEN, f"{op_mode}: {name}", _python_output(decoded, "id"), decoder=PYTHON_JSON)
+        tasks = _tasks_output(spark, payloads, _OPS_TABLE, ["id"], op_mode)
+        frozen(GOLDEN, f"{op_mode}: {name}", tasks, decoder=PYTHON_JSON)
+        assert decoded.changes == any(row["_op"] != "INSERT" for row in rows)
     # the first block is read in one pyarrow read, not record by record
     fast = decoder._read_block(b"\n".join(block), len(block))
     assert fast is not None and fast.with_ops() == decoder._per_record(block, str).with_ops()

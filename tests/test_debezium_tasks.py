@@ -1,6 +1,7 @@
 """decode/debezium_tasks.py: the Python Debezium decoder in Spark's tasks gives what the Spark SQL
-decoder (decode/debezium.py) gives, with every option of `decode_debezium`, and a batch with a
-record the Python decoder cannot read exactly is decoded by the Spark SQL decoder, whole."""
+decoder (decode/debezium.py) gave, with every option of `decode_debezium` (its outputs frozen in
+tests/golden/debezium_differential/debezium_tasks.json), and a batch with a record the Python
+decoder cannot read exactly is decoded by the Spark SQL decoder, whole."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icetide.decode import debezium, debezium_tasks
+from icetide.decode import debezium_tasks
 from icetide.decode.connect import parse_envelope_schema, table_schema
 from icetide.errors import SchemaEvolutionError
 from tests.debezium_messages import ProductsStream
+from tests.frozen import PYTHON_DEBEZIUM, frozen
 from tests.test_debezium_arrow import _POISON_LIMITS, KAFKA_POSITION, _poison, kafka_frame
 from tests.test_head_split import _frame
 
@@ -65,10 +67,13 @@ def _output(decode: Decode, frame: Any, schema: T.StructType, key: list[str], **
     }
 
 
-def _both(frame: Any, schema: T.StructType, key: list[str], **options: Any) -> dict[str, Any]:
-    """The Python decoder's output, checked equal to the Spark SQL decoder's."""
+GOLDEN = "debezium_differential/debezium_tasks.json"
+
+
+def _as_frozen(case: str, frame: Any, schema: T.StructType, key: list[str], **options: Any) -> dict[str, Any]:
+    """The Python decoder's output, checked equal to what the Spark SQL decoder gave: case `case` of the golden file."""
     mine = _output(debezium_tasks.decode_debezium, frame, schema, key, **options)
-    assert mine == _output(debezium.decode_debezium, frame, schema, key, **options)
+    frozen(GOLDEN, case, mine, decoder=PYTHON_DEBEZIUM)
     return mine
 
 
@@ -82,13 +87,16 @@ def test_a_batch_with_a_record_the_python_decoder_does_not_read_is_the_spark_dec
     unsure = stream.change("c", None, {**ROW, "id": 77}).replace(b'"name":"scooter"', b'"name":1e23')
     bad = b'{"op":"c","after":{"id":"x"}}'
     values[12:12] = [unsure, bad]
-    out = _both(kafka_frame(spark, values), _products(), ["id"])
+    out = _as_frozen("a record the Python decoder does not read", kafka_frame(spark, values), _products(), ["id"])
     assert len(fallbacks) == 1 and "column name" in fallbacks[0]  # once, for the whole batch, the first reason
     assert len(out["good"]) == 31 and len(out["bad"]) == 1
     assert ("name", "9.999999999999999E22") in next(r for r in out["good"] if ("id", "77") in r)
     fallbacks.clear()
     del values[12]
-    assert len(_both(kafka_frame(spark, values), _products(), ["id"], extra_cols=["partition"])["good"]) == 30
+    without = _as_frozen(
+        "the batch without it", kafka_frame(spark, values), _products(), ["id"], extra_cols=["partition"]
+    )
+    assert len(without["good"]) == 30
     assert fallbacks == []
 
 
@@ -97,7 +105,9 @@ def test_truncates_as_the_spark_decoder(spark: Any, fallbacks: list[str], on_tru
     stream = ProductsStream()
     values = [*_changes(stream, 1, 10), stream.truncate(), *_changes(stream, 11, 10), stream.truncate()]
     values += _changes(stream, 21, 10)
-    out = _both(kafka_frame(spark, values), _products(), ["id"], on_truncate=on_truncate)
+    out = _as_frozen(
+        f"truncates, {on_truncate}", kafka_frame(spark, values), _products(), ["id"], on_truncate=on_truncate
+    )
     assert fallbacks == []
     assert out["truncates"] == 2 and out["truncated"] == (on_truncate == "apply")
     if on_truncate == "apply":  # what the latest truncate left: the changes after it
@@ -120,9 +130,9 @@ def test_schema_evolution_as_the_spark_decoder(spark: Any, fallbacks: list[str])
         for i in range(3)
     ]
     values = [*_changes(stream, 1, 10), *schemaless]
-    off = _both(kafka_frame(spark, values), lacking, ["id"])
+    off = _as_frozen("evolution off", kafka_frame(spark, values), lacking, ["id"])
     assert off["unknown_fields"] == {"description": 10, "extra": 3, "label": 3, "ratio": 3} and not off["new_columns"]
-    on = _both(kafka_frame(spark, values), lacking, ["id"], schema_evolution=True)
+    on = _as_frozen("evolution on", kafka_frame(spark, values), lacking, ["id"], schema_evolution=True)
     # a sample of a number that is not an integer is typed from its text, as Spark SQL does
     assert on["new_columns"] == [
         ("description", "string"),
@@ -157,7 +167,7 @@ def test_widened_columns_hold_the_wider_values(spark: Any, fallbacks: list[str])
         for frame in keep:
             frame.unpersist()
     assert fallbacks == []
-    _both(kafka_frame(spark, values), narrow, ["id"], schema_evolution=True)
+    _as_frozen("widened columns", kafka_frame(spark, values), narrow, ["id"], schema_evolution=True)
 
 
 def test_split_heads_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> None:
@@ -166,7 +176,7 @@ def test_split_heads_as_the_spark_decoder(spark: Any, fallbacks: list[str]) -> N
     split = ("value_head_id", "value_head")
     # One partition, as a Kafka range's records are read: a head's text is on its first row of each
     # Arrow batch, in the task that reads it (a task that meets an id without its text falls back).
-    out = _both(_frame(spark, values, split=True).coalesce(1), _products(), ["id"], split=split)
+    out = _as_frozen("split heads", _frame(spark, values, split=True).coalesce(1), _products(), ["id"], split=split)
     assert fallbacks == [] and len(out["good"]) == 21
 
 
@@ -178,7 +188,7 @@ def test_records_the_source_could_not_read_as_the_spark_decoder(spark: Any, fall
     errors += ["the Avro value does not match its schema", "a tombstone"]
     rows = [("cdc", 0, i, v, e) for i, (v, e) in enumerate(zip(values, errors, strict=True))]
     frame = spark.createDataFrame(rows, "topic STRING, partition INT, offset BIGINT, value BINARY, value_error STRING")
-    out = _both(frame, _products(), ["id"], error_col="value_error")
+    out = _as_frozen("records the source could not read", frame, _products(), ["id"], error_col="value_error")
     assert fallbacks == [] and len(out["good"]) == 6
     assert [r[1] for r in out["bad"]] == ["the Avro value does not match its schema"]
 
@@ -188,6 +198,6 @@ def test_poison_messages_as_the_spark_decoder(spark: Any, fallbacks: list[str]) 
     stated ways, and hand-made ones: over a payload limit, not UTF-8, not a JSON object) are the
     Spark SQL decoder's dead letters on the Spark path too, payloads included, with no fallback."""
     values = [value for _, value, _ in _poison()]
-    out = _both(kafka_frame(spark, values), _products(), ["id"], limits=_POISON_LIMITS)
+    out = _as_frozen("poison messages", kafka_frame(spark, values), _products(), ["id"], limits=_POISON_LIMITS)
     assert fallbacks == []
     assert len(out["bad"]) >= 10 and out["unknown_fields"]["extra"] == 2
