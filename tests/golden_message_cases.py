@@ -82,6 +82,10 @@ def message_groups() -> dict[str, list[Case]]:
     not_json = [  # some of it Jackson (Spark's from_json) reads
         ("create, cut by its last byte", create[:-1]),
         ("create, cut in its row", create[: create.index('"jacket"')]),
+        (
+            "create with a field the table lacks, cut by its last byte",
+            _edit(create, row, row[:-1] + ',"extra":1}')[:-1],
+        ),
         ("create, text after it", create + " trailing"),
         ("create, twice in a row", create + create),
         ("create, in single quotes", create.replace('"', "'")),

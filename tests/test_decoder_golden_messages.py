@@ -77,6 +77,9 @@ DELIBERATE: dict[str, dict[str, dict[str, Any]]] = {
         # dead letters on both paths; the error now says what is wrong, and where, not "malformed JSON" alone
         "create, cut by its last byte": _malformed("cut short: the text ends at character 2416, inside the JSON"),
         "create, cut in its row": _malformed("cut short: the text ends at character 2025, inside the JSON"),
+        "create with a field the table lacks, cut by its last byte": _malformed(
+            "cut short: the text ends at character 2426, inside the JSON"
+        ),
         "create, a comment in its row": _malformed("expecting value at character 2008"),
         "create, a trailing comma in its row": _malformed(
             "expecting property name enclosed in double quotes at character 2114"
