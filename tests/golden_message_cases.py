@@ -63,6 +63,8 @@ def message_groups() -> dict[str, list[Case]]:
         ("create, pretty-printed", json.dumps(json.loads(create), indent=2)),
         ("create, payload first", '{"payload":' + payload + ',"schema":' + schema + "}"),
         ("create, a space after the opening brace", "{ " + create[1:]),
+        ("create after a newline", "\n" + create),
+        ("create with CR LF after it", create + "\r\n"),
         ("create, a space before the payload's colon", _edit(create, _PAYLOAD, ',"payload" :')),
         ("create, a key after the payload", create[:-1] + ',"extra":1}'),
         ("create, its schema alone", '{"schema":' + schema + "}"),
