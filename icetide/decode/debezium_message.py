@@ -73,7 +73,8 @@ class EnvelopeReader:
 
     def read(self, value: bytes, *, limited: bool = True) -> Envelope | None:
         """The message's event (one with an error: see `envelope_of` and `_poisoned`), None for a
-        tombstone; NotHere for anything else the Spark path reads. Not `limited`: the payload
+        tombstone; NotHere for anything else the Spark path reads (unless `final`: then such a
+        message is read whole, `_whole`). Not `limited`: the payload
         limits go unchecked (`_poisoned` reads a message that breaks one)."""
         if len(value) > self.limits.max_record_bytes and limited:
             return self._poisoned(value)
