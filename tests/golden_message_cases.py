@@ -62,6 +62,8 @@ def message_groups() -> dict[str, list[Case]]:
         # JSON, laid out otherwise than the JSON converter writes it
         ("create, pretty-printed", json.dumps(json.loads(create), indent=2)),
         ("create, payload first", '{"payload":' + payload + ',"schema":' + schema + "}"),
+        ("create, its payload alone in the wrapper", '{"payload":' + payload + "}"),
+        ("create, payload first, its schema null", '{"payload":' + payload + ',"schema":null}'),
         ("create, a space after the opening brace", "{ " + create[1:]),
         ("create after a newline", "\n" + create),
         ("create with CR LF after it", create + "\r\n"),
