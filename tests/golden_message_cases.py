@@ -2,7 +2,7 @@
 at all, for tests/test_decoder_golden_messages.py: each a real message of tests/data/debezium/
 flink_mysql_products_schema.jsonl (source in tests/data/debezium/SOURCES.md) changed in the way
 its case id says, or a change of `ProductsStream` (that file's schema and source block) where the
-id says so."""
+id says so; the orders group, the real orders snapshot row of debezium_server_iceberg_mysql_inventory.jsonl."""
 
 from __future__ import annotations
 
@@ -123,3 +123,26 @@ def truncate_cases() -> list[Case]:
     malformed = json.loads(stream.truncate())
     malformed["payload"]["source"] = "x"
     return [*cases, ("stream truncate, its source text", json.dumps(malformed, separators=(",", ":")).encode())]
+
+
+ORDERS_SOURCE = "debezium_server_iceberg_mysql_inventory"
+
+
+def orders_table() -> T.StructType:
+    """The orders table of ORDERS_SOURCE's first message (order_date: io.debezium.time.Date)."""
+    envelope = parse_envelope_schema(json.dumps(json.loads(lines(ORDERS_SOURCE)[0])["schema"]))
+    return table_schema(envelope, ["order_number"])
+
+
+def orders_cases() -> list[Case]:
+    """One batch of the real orders snapshot row of ORDERS_SOURCE (line 1), changed as each id says:
+    a schema whose Date the Spark SQL decoder read, or not, by where the schema sits."""
+    snapshot = lines(ORDERS_SOURCE)[0]
+    return [
+        ("orders snapshot row", snapshot.encode()),
+        ("orders snapshot row, pretty-printed", json.dumps(json.loads(snapshot), indent=2).encode()),
+        (
+            "orders snapshot row, its schema followed by another key",
+            _edit(snapshot, _PAYLOAD, ',"x":1' + _PAYLOAD).encode(),
+        ),
+    ]

@@ -1,6 +1,7 @@
 """The Spark SQL Debezium decoder's output on messages that are not laid out as the JSON converter
 writes them, or not JSON at all (tests/golden_message_cases.py: real messages of
-tests/data/debezium/flink_mysql_products_schema.jsonl changed as each case id says), frozen as
+tests/data/debezium/flink_mysql_products_schema.jsonl and, for one group, of
+debezium_server_iceberg_mysql_inventory.jsonl, changed as each case id says), frozen as
 golden files (tests/golden/debezium_conversions/messages-*.json) before decode/debezium.py goes
 (issue 23, item 3): each group once made the Python decoder on the Spark path raise NotHere and
 hand its batch to that decoder.
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,19 +37,41 @@ from icetide.decode.debezium_arrow import NotHere
 from icetide.decode.debezium_message import EnvelopeReader
 from icetide.decode.debezium_tasks import decode_debezium
 from icetide.decode.limits import PayloadLimits, spark_text
-from tests.golden_message_cases import LIMITS, Case, message_groups, products_table, truncate_cases
+from tests.golden_message_cases import (
+    LIMITS,
+    ORDERS_SOURCE,
+    SOURCE,
+    Case,
+    message_groups,
+    orders_cases,
+    orders_table,
+    products_table,
+    truncate_cases,
+)
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "debezium_conversions"
 UPDATE = os.environ.get("ICETIDE_UPDATE_GOLDEN") == "1"
-KEY = ["id"]
 Options = dict[str, Any]  # decode_debezium's keyword options of a group
 
 
-def _groups() -> dict[str, tuple[list[Case], Options]]:
-    groups: dict[str, tuple[list[Case], Options]] = {g: (cases, {}) for g, cases in message_groups().items()}
+@dataclass(frozen=True)
+class Group:
+    """A batch of cases, decoded into `table()` with `key` and `options`; `source`: its messages' file."""
+
+    cases: list[Case]
+    options: Options
+    table: Callable[[], T.StructType]  # a Spark type parses its DDL in the JVM: made once a session runs
+    key: list[str]
+    source: str = SOURCE
+
+
+def _groups() -> dict[str, Group]:
+    products = products_table
+    groups = {g: Group(cases, {}, products, ["id"]) for g, cases in message_groups().items()}
     for mode in ("apply", "dead_letter"):
-        groups[f"truncates-{mode}"] = (truncate_cases(), {"limits": LIMITS, "on_truncate": mode})
+        groups[f"truncates-{mode}"] = Group(truncate_cases(), {"limits": LIMITS, "on_truncate": mode}, products, ["id"])
+    groups["schemas-orders"] = Group(orders_cases(), {}, orders_table, ["order_number"], ORDERS_SOURCE)
     return groups
 
 
@@ -54,9 +79,11 @@ GROUPS = _groups()
 
 
 def _spelling(v: Any) -> Any:
-    """A value in the spelling of tests/test_decoder_golden.py: decimals and floats as text."""
+    """A value in the spelling of tests/test_decoder_golden.py: decimals and floats as text, dates ISO."""
     if isinstance(v, float):
         return repr(v)
+    if isinstance(v, date):
+        return v.isoformat()
     return str(v) if isinstance(v, Decimal) else v
 
 
@@ -95,14 +122,15 @@ DELIBERATE: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def batch_output(spark: Any, decode: Callable[..., Any], cases: Sequence[Case], options: Options) -> dict[str, Any]:
-    """`decode`'s output of the cases as one batch: per case, its good rows and its dead letters'
-    errors (each dead letter checked to hold its record's text); the batch's truncates and the
-    fields the table lacks."""
-    schema = products_table()
+def batch_output(spark: Any, decode: Callable[..., Any], group: Group) -> dict[str, Any]:
+    """`decode`'s output of the group's cases as one batch: per case, its good rows and its dead
+    letters' errors (each dead letter checked to hold its record's text); the batch's truncates
+    and the fields the table lacks."""
+    schema, cases = group.table(), group.cases
     values = [v for _, v in cases]
     keep: list[Any] = []
-    out = decode(kafka_frame(spark, values), "value", schema, KEY, "upsert", KAFKA_POSITION, keep=keep, **options)
+    frame = kafka_frame(spark, values)
+    out = decode(frame, "value", schema, group.key, "upsert", KAFKA_POSITION, keep=keep, **group.options)
     try:
         columns = [
             F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, T.TimestampType) else F.col(f.name)
@@ -129,48 +157,47 @@ def batch_output(spark: Any, decode: Callable[..., Any], cases: Sequence[Case], 
     return {"truncates": out.truncates, "unknown_fields": dict(out.unknown_fields), "cases": per_case}
 
 
-def spark_sql_output(spark: Any, cases: Sequence[Case], options: Options) -> dict[str, Any]:
+def spark_sql_output(spark: Any, group: Group) -> dict[str, Any]:
     """The output of the Spark SQL decoder (decode/debezium.py), which writes the golden files.
     Delete with that decoder; the files stay as the specification."""
     from icetide.decode import debezium
 
-    return batch_output(spark, debezium.decode_debezium, cases, options)
+    return batch_output(spark, debezium.decode_debezium, group)
 
 
-def _head(options: Options) -> dict[str, Any]:
-    limits = options.get("limits", PayloadLimits())
+def _head(group: Group) -> dict[str, Any]:
+    limits = group.options.get("limits", PayloadLimits())
     return {
         "decoder": "icetide.decode.debezium.decode_debezium",  # the Spark SQL decoder that wrote the file
-        "source": "tests/data/debezium/flink_mysql_products_schema.jsonl, changed as each case id says",
-        "table": [[f.name, f.dataType.simpleString(), f.nullable] for f in products_table().fields],
-        "key": KEY,
+        "source": f"tests/data/debezium/{group.source}.jsonl, changed as each case id says",
+        "table": [[f.name, f.dataType.simpleString(), f.nullable] for f in group.table().fields],
+        "key": group.key,
         "op_mode": "upsert",
-        "on_truncate": options.get("on_truncate", "apply"),
+        "on_truncate": group.options.get("on_truncate", "apply"),
         "limits": [limits.max_record_bytes, limits.max_nesting_depth],
     }
 
 
-def _golden(spark: Any, group: str) -> dict[str, Any]:
-    cases, options = GROUPS[group]
-    path = GOLDEN / f"messages-{group}.json"
+def _golden(spark: Any, name: str) -> dict[str, Any]:
+    group = GROUPS[name]
+    path = GOLDEN / f"messages-{name}.json"
     if UPDATE or not path.exists():
         assert UPDATE, f"{path.name} is missing: run with ICETIDE_UPDATE_GOLDEN=1 to write it"
-        got = spark_sql_output(spark, cases, options)
-        head = {**_head(options), "truncates": got["truncates"], "unknown_fields": got["unknown_fields"]}
+        got = spark_sql_output(spark, group)
+        head = {**_head(group), "truncates": got["truncates"], "unknown_fields": got["unknown_fields"]}
         opening = json.dumps(head, sort_keys=True)[:-1] + ', "cases": [\n'
         lines = ",\n".join(json.dumps(c, sort_keys=True, ensure_ascii=False) for c in got["cases"])
         path.write_text(opening + lines + "\n]}\n")
     golden: dict[str, Any] = json.loads(path.read_text())
-    assert {k: golden[k] for k in _head(options)} == _head(options)
-    assert [c["id"] for c in golden["cases"]] == [c for c, _ in cases]
+    assert {k: golden[k] for k in _head(group)} == _head(group)
+    assert [c["id"] for c in golden["cases"]] == [c for c, _ in group.cases]
     return golden
 
 
 @pytest.mark.parametrize("group", list(GROUPS))
 def test_the_spark_path_decodes_as_the_golden_file(spark: Any, fallbacks: list[str], group: str) -> None:
     golden = _golden(spark, group)
-    cases, options = GROUPS[group]
-    mine = batch_output(spark, decode_debezium, cases, options)
+    mine = batch_output(spark, decode_debezium, GROUPS[group])
     assert fallbacks == []
     assert (mine["truncates"], mine["unknown_fields"]) == (golden["truncates"], golden["unknown_fields"])
     deliberate = DELIBERATE.get(group, {})
@@ -188,8 +215,8 @@ def test_the_spark_path_decodes_as_the_golden_file(spark: Any, fallbacks: list[s
 def test_the_fast_path_reads_each_message_as_the_spark_path_or_hands_it_over(group: str) -> None:
     """The sync fast path's reader (not final) gives each message the Spark path's tasks' event, or
     NotHere (its batch then goes to the Spark path); it refuses the ones the tasks read whole."""
-    cases, options = GROUPS[group]
-    limits = options.get("limits", PayloadLimits())
+    cases = GROUPS[group].cases
+    limits = GROUPS[group].options.get("limits", PayloadLimits())
     handed_over = []
     for case, value in cases:
         assert value is not None
@@ -204,4 +231,5 @@ def test_the_fast_path_reads_each_message_as_the_spark_path_or_hands_it_over(gro
     read_alike = {"delete, before cut to its key", "delete, its name null", "create, its schema a string"}
     read_alike |= {"create, the row's schema alone (as full_types line 2)", "stream truncate, its source text"}
     read_alike |= {"real create before the truncate", "stream create after the truncate", "create with CR LF after it"}
+    read_alike |= {"orders snapshot row"}
     assert set(handed_over) == {c for c, _ in cases} - read_alike
