@@ -208,6 +208,8 @@ class TableRows:
         if plan is None:  # first: the Spark path widens columns for a dead letter's schema too
             plan = self._plan(envelope.schema, envelope.schema_id, evolving)
         if envelope.error is not None:
+            if op.strip(" ").lower() == "t":  # a truncate over a limit, or malformed: applied all the same
+                raise NotHere(f"op {envelope.op!r}: a truncate (the Spark path applies it)")
             return [envelope.error]
         if op not in _OPS:
             op = op.strip(" ").lower()  # Spark's trim(): spaces only
@@ -294,7 +296,8 @@ class TableRows:
     def _checked(self, plan: list[_Step], row: Mapping[str, Any], *, delete: bool) -> list[Any] | str:
         """The row's values, or the error of its dead letter: the first the Spark path finds
         (decode/json.py `finish`: key columns first, then the others, each in table order; a
-        delete's other values go unread, null where they do not convert)."""
+        delete's other values go unread, null where they do not convert or are missing, NOT NULL
+        columns too: a delete writes its key alone)."""
         values: list[Any] = [None] * len(plan)
         keys = [i for i, (name, *_) in enumerate(plan) if name in self.key]
         for i in [*keys, *(i for i in range(len(plan)) if i not in keys)]:
@@ -304,9 +307,7 @@ class TableRows:
             if v is None:
                 if key:
                     return f"key column {name} is missing or null"
-                if required:
-                    if delete:
-                        raise NotHere(f"a delete without column {name} (NOT NULL)")
+                if required and not delete:
                     return f"column {name} is missing or null (NOT NULL)"
                 continue
             try:

@@ -5,7 +5,10 @@ parsed as the Spark decoder (decode/debezium.py) reads it.
 A message the Spark decoder makes a dead letter before reading its row (a payload over a limit of
 decode/limits.py, text that is not a JSON object, a before, after or source that is not an
 object, no op) is an `Envelope` with that dead letter's `error`; `NotHere` where the Spark decoder
-does something else with it, or this module cannot tell what.
+does something else with it, or this module cannot tell what. A `final` reader (the Spark path's
+tasks) reads as the Spark decoder did the messages laid out otherwise than the JSON converter
+writes them, and makes text that is not JSON a dead letter that says what is wrong (docs/design.md,
+"One Debezium decoder on the Spark path").
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from typing import Any
 
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
-from icetide.decode.arrow_json_values import checked_decimal
+from icetide.decode.arrow_json_values import MAX_NUMBER_LENGTH, checked_decimal, checked_int
 from icetide.decode.connect_conversions import NotHere
+from icetide.decode.connect_values import field_text
 from icetide.decode.json import EMPTY_PAYLOAD, MALFORMED, NOT_AN_OBJECT
 from icetide.decode.limits import PayloadLimits
 
@@ -34,6 +38,7 @@ _JSON_SPACE = " \t\n\r"  # the whitespace JSON allows between tokens
 _JSON_SPACE_BYTES = _JSON_SPACE.encode()
 OP_MISSING = "not a Debezium change event: op is missing"
 _SPACE_AFTER_QUOTE = re.compile(rb'"[ \t\n\r]')
+_LONG_DIGITS = re.compile(rb"[0-9]{%d}" % (MAX_NUMBER_LENGTH + 1))
 
 # -- messages -----------------------------------------------------------------------------------
 
@@ -56,14 +61,20 @@ class Envelope:
 class EnvelopeReader:
     """Splits JSON-converter messages into schema and payload, parsing each distinct schema once."""
 
-    def __init__(self, limits: PayloadLimits) -> None:
+    def __init__(self, limits: PayloadLimits, *, final: bool = False) -> None:
+        """`final`: no other decoder reads what this one refuses (the Spark path's tasks). A
+        message the quick split below does not take is then read whole (`_whole`), as the Spark
+        SQL decoder read it, or is a dead letter that says why (text that is not JSON); without
+        `final` (the sync fast path) it is NotHere, and the Spark path reads the batch."""
         self.limits = limits
+        self.final = final
         self.heads: dict[bytes, tuple[int, C.EnvelopeSchema | None]] = {}
         self._last: bytes | None = None
 
     def read(self, value: bytes, *, limited: bool = True) -> Envelope | None:
         """The message's event (one with an error: see `envelope_of` and `_poisoned`), None for a
-        tombstone; NotHere for anything else the Spark path reads. Not `limited`: the payload
+        tombstone; NotHere for anything else the Spark path reads (unless `final`: then such a
+        message is read whole, `_whole`). Not `limited`: the payload
         limits go unchecked (`_poisoned` reads a message that breaks one)."""
         if len(value) > self.limits.max_record_bytes and limited:
             return self._poisoned(value)
@@ -77,20 +88,12 @@ class EnvelopeReader:
         schema: C.EnvelopeSchema | None = None
         schema_id = 0
         if value.startswith(_HEAD_START):
-            head = self._last
-            if head is None or not value.startswith(head):
-                cut = value.find(_PAYLOAD_KEY)
-                if cut < 0:
-                    raise NotHere("a message with a schema but no payload key")
-                head = value[: cut + len(_PAYLOAD_KEY)]
-                if head not in self.heads:
-                    self.heads[head] = (len(self.heads) + 1, _parse_head(head, self.limits))
-                self._last = head
-            schema_id, schema = self.heads[head]
-            body = value[len(head) :].rstrip()
-            if not body.endswith(b"}"):
-                raise NotHere("a message whose payload is not its last part")
-            body = body[:-1]
+            try:
+                schema_id, schema, body = self._split(value)
+            except NotHere:
+                if not self.final:
+                    raise
+                return self._whole(value, limited)
         else:
             body = value
             if value[:1] != b"{" and value.lstrip(_JSON_SPACE_BYTES)[:1] != b"{":
@@ -103,30 +106,99 @@ class EnvelopeReader:
             return self._poisoned(value)
         try:
             payload = _payload(body, braces)
+        except NotJson as exc:
+            if not self.final:
+                raise NotHere("a message that is not JSON") from exc
+            return self._whole(value, limited)  # its error's position in the whole message
         except RepeatedKey as exc:
             # Which value is meant is the producer's to say: a dead letter. (The Spark SQL decoder
             # loses such a record: neither a row nor a dead letter.)
-            return Envelope("", None, None, {}, None, None, 0, error=str(exc))
+            return _dead(str(exc))
         if payload is None:
             return None  # {"schema": ..., "payload": null}
         if not isinstance(payload, dict):  # {"schema": ..., "payload": [...]}: from_json reads no payload
-            return Envelope("", None, None, {}, None, None, 0, error=MALFORMED)
+            return _dead(MALFORMED)
         if schema_id == 0 and ("schema" in payload or "payload" in payload):
-            raise NotHere("a message with a schema in another layout than the JSON converter's")
+            if not self.final:
+                raise NotHere("a message with a schema in another layout than the JSON converter's")
+            return self._wrapped(payload)
+        if self.final and not isinstance(payload.get("op"), str | None):
+            payload["op"] = field_text(payload["op"])  # as from_json reads a JSON value into text
+        return envelope_of(payload, schema, schema_id)
+
+    def _split(self, value: bytes) -> tuple[int, C.EnvelopeSchema | None, bytes]:
+        """(schema id, schema, payload text) of a message as the JSON converter writes it
+        (`{"schema":<schema>,"payload":<payload>}`); NotHere for any other."""
+        head = self._last
+        if head is None or not value.startswith(head):
+            cut = value.find(_PAYLOAD_KEY)
+            if cut < 0:
+                raise NotHere("a message with a schema but no payload key")
+            head = value[: cut + len(_PAYLOAD_KEY)]
+            if head not in self.heads:
+                depth = lim.nesting_depth(head[: -len(_PAYLOAD_KEY)].decode("utf-8", "replace") + "}")
+                if depth > self.limits.max_nesting_depth:
+                    raise NotHere("a message schema nested beyond the limit")
+                self.heads[head] = (len(self.heads) + 1, _parse_head(head, self.limits))
+            self._last = head
+        schema_id, schema = self.heads[head]
+        body = value[len(head) :].rstrip()
+        if not body.endswith(b"}"):
+            raise NotHere("a message whose payload is not its last part")
+        return schema_id, schema, body[:-1]
+
+    def _whole(self, value: bytes, limited: bool) -> Envelope | None:
+        """A message (a JSON object, spaces before it) the quick split does not take, read whole:
+        a dead letter naming why for text that is not JSON, else as `_wrapped` reads it."""
+        if limited and lim.nesting_depth(value.decode("utf-8", "replace")) > self.limits.max_nesting_depth:
+            return self._poisoned(value)  # checked on the payload alone so far
+        try:
+            message = _payload(value, value.count(b"{"))
+        except NotJson as exc:
+            return _dead(f"{MALFORMED}: {exc}")
+        except RepeatedKey as exc:
+            return _dead(str(exc))
+        if not isinstance(message, dict):
+            return _dead(NOT_AN_OBJECT)
+        return self._wrapped(message)
+
+    def _wrapped(self, message: dict[str, Any]) -> Envelope | None:
+        """A JSON object as the Spark SQL decoder read it: its `payload` with its `schema`
+        (wherever the two are, and whatever is beside them); without a payload, the object itself as a
+        schemaless event, but a tombstone when it has a null `payload` and no op."""
+        payload = message.get("payload")
+        if payload is None:
+            if "payload" in message and message.get("op") is None:
+                return None
+            if not isinstance(message.get("op"), str | None):
+                message["op"] = field_text(message["op"])
+            return envelope_of(message, None, 0)
+        if not isinstance(payload, dict):
+            return _dead(MALFORMED)
+        schema_id, schema = 0, None
+        if message.get("schema") is not None:
+            text = json.dumps(message["schema"], separators=(",", ":"), ensure_ascii=False, default=str)
+            head = b'{"schema":' + text.encode() + b"," + _PAYLOAD_KEY
+            if head not in self.heads:
+                self.heads[head] = (len(self.heads) + 1, _parse_head(head, self.limits))
+            schema_id, schema = self.heads[head]
+        if not isinstance(payload.get("op"), str | None):
+            payload["op"] = field_text(payload["op"])
         return envelope_of(payload, schema, schema_id)
 
     def _poisoned(self, value: bytes) -> Envelope | None:
         """A message over a payload limit: on the Spark path a dead letter with the first limit's
         error (decode/limits.py `payload_error`, the order of decode/json.py `limit_error`), read
         all the same (its text as `spark_text` gives it): a tombstone is skipped, the fields the
-        table lacks count, and a truncate is applied (NotHere)."""
+        table lacks count, and a truncate is applied (NotHere unless `final`: the Spark path's tasks
+        take a truncate whatever its error, decode/debezium_task.py)."""
         error = lim.payload_error(value, self.limits)[1]
         if error is None:
             raise NotHere("a message the payload limits were thought to refuse")
         envelope = self.read(lim.spark_text(value).encode(), limited=False)
         if envelope is None:
             return None
-        if envelope.op.strip(" ").lower() == "t":
+        if envelope.op.strip(" ").lower() == "t" and not self.final:
             raise NotHere("a truncate over a payload limit (the Spark path applies it)")
         envelope.error = error
         return envelope
@@ -150,8 +222,8 @@ def _not_an_object(value: bytes) -> Envelope | None:
 
 def _payload(body: bytes, braces: int) -> Any:
     """`json.loads(body)`, but numbers that are not integers, and the NaN and Infinity literals,
-    as `Decimal` (connect_values.py); NotHere for text that is not JSON (or a number longer than
-    Spark reads), or a key repeated in an object (`braces`: how many "{" bytes `body` has).
+    as `Decimal` (connect_values.py); NotJson for text that is not JSON, NotHere for a number longer
+    than Spark reads, RepeatedKey for a key repeated in an object (`braces`: how many "{" bytes `body` has).
 
     Checking each object's keys as the parser makes it costs a Python call per object, so a UTF-8
     JSON object is first parsed without that check, and counting then proves that no object lost
@@ -163,6 +235,11 @@ def _payload(body: bytes, braces: int) -> Any:
     counts cannot tell, or the quick parse fails, the checking parse decides: the result and the
     first error are always its own.
     """
+    if _long_digits(body):  # an integer longer than Spark's reader takes, maybe: checked one by one
+        try:
+            json.loads(body, parse_int=checked_int, parse_float=checked_decimal, parse_constant=Decimal)
+        except (ValueError, RecursionError) as exc:
+            raise NotJson.of(exc) from exc
     if body[:1] == b"{" and body[1:2] != b"\x00":  # json.detect_encoding: UTF-8 (so counting bytes counts characters)
         try:
             text = body.decode("utf-8")
@@ -180,13 +257,44 @@ def _payload(body: bytes, braces: int) -> Any:
     try:
         return json.loads(body, parse_float=checked_decimal, parse_constant=Decimal, object_pairs_hook=_object)
     except (ValueError, RecursionError) as exc:  # Spark reads some such text (single quotes, text after it)
-        raise NotHere("a message that is not JSON") from exc
+        raise NotJson.of(exc) from exc
     except RepeatedKey:
         try:
             json.loads(body, parse_float=checked_decimal, parse_constant=Decimal)
         except (ValueError, RecursionError) as exc:  # not JSON after the repeated key either
-            raise NotHere("a message that is not JSON") from exc
+            raise NotJson.of(exc) from exc
         raise
+
+
+def _long_digits(body: bytes) -> bool:
+    """Whether `body` has a run of digits longer than Spark's reader takes as a number. Such a run
+    covers a byte at a multiple of MAX_NUMBER_LENGTH: those few bytes are looked at first."""
+    step = MAX_NUMBER_LENGTH
+    return any(48 <= body[i] <= 57 for i in range(step, len(body), step)) and bool(_LONG_DIGITS.search(body))
+
+
+class NotJson(Exception):
+    """Text that is not JSON: what Python's parser says of it, and where."""
+
+    @classmethod
+    def of(cls, exc: ValueError | RecursionError) -> NotJson:
+        if isinstance(exc, json.JSONDecodeError):
+            if exc.pos >= len(exc.doc.rstrip(_JSON_SPACE)):
+                return cls(f"cut short: the text ends at character {exc.pos}, inside the JSON")
+            if exc.msg == "Extra data":
+                return cls(f"text after the JSON object, at character {exc.pos}")
+            what = exc.msg.removesuffix(" at")
+            return cls(f"{what[:1].lower()}{what[1:]} at character {exc.pos}")
+        if isinstance(exc, RecursionError):
+            return cls("nested too deep to read")
+        if str(exc) == "number too long":
+            return cls(f"a number longer than {MAX_NUMBER_LENGTH} characters")
+        return cls(str(exc))
+
+
+def _dead(error: str) -> Envelope:
+    """A message the Spark path makes a dead letter before reading its row."""
+    return Envelope("", None, None, {}, None, None, 0, error=error)
 
 
 def _objects(payload: Any) -> list[dict[str, Any]]:
@@ -230,14 +338,12 @@ def _parse_head(head: bytes, limits: PayloadLimits) -> C.EnvelopeSchema | None:
         raise NotHere("a message head that is not JSON") from exc
     if text[end:].strip() != ",":
         raise NotHere("a message whose schema is not followed by its payload")
-    if lim.nesting_depth(text + "}") > limits.max_nesting_depth:
-        raise NotHere("a message schema nested beyond the limit")
     if value is None:
         return None
     try:
         return C.parse_envelope_schema(json.dumps(value))
-    except ValueError as exc:
-        raise NotHere(f"a schema that describes no row ({exc})") from exc
+    except ValueError:
+        return None  # its messages are read as schemaless, as the Spark SQL decoder read them
 
 
 def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelope:
@@ -245,21 +351,20 @@ def envelope_of(payload: dict[str, Any], schema: Any, schema_id: int) -> Envelop
     shaped as one) with its envelope schema. One with the Spark path's `error` (a dead letter)
     when its before, after or source is not an object (Spark cannot parse it: malformed, no row,
     no source; the parts that are objects are kept, as Spark's from_json keeps them, for the
-    fields the table lacks) or it has no op; NotHere for an op that is not text, and for a
-    malformed truncate (the Spark path applies it)."""
+    fields the table lacks, and its op and time, for a truncate's place) or it has no op; NotHere
+    for an op that is not text. Such a truncate is applied all the same on the Spark path
+    (decode/debezium_task.py), and NotHere on the sync fast path (`TableRows.add`)."""
     before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
     op = payload.get("op")
     for part in (before, after, source):
         if part is not None and not isinstance(part, dict):
-            if type(op) is str and op.strip(" ").lower() == "t":  # the Spark path applies it all the same
-                raise NotHere("a truncate whose before, after or source is not an object")
             # Spark's from_json keeps the parts that are objects: their fields the table lacks count
             return Envelope(
                 op if type(op) is str else "",
                 before if isinstance(before, dict) else None,
                 after if isinstance(after, dict) else None,
                 {},
-                None,
+                payload.get("ts_ms"),
                 schema,
                 schema_id,
                 error=MALFORMED,

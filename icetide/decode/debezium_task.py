@@ -72,7 +72,7 @@ class DebeziumTask:
     output: pa.Schema
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        reader = EnvelopeReader(self.limits)
+        reader = EnvelopeReader(self.limits, final=True)
         sent: set[int] = set()  # schema ids whose head this task reported
         split_heads: dict[int, bytes] = {}
         it = iter(batches)
@@ -136,19 +136,19 @@ class DebeziumTask:
             self._count_unknown(envelope, known, summary)
             arrival = arrivals[i].rjust(20, "0")[:20] if self.position_cols else ""  # Spark's lpad
             order = source_order(envelope.source, envelope.ts_ms, 0).rpartition("|")[0] + "|" + arrival
-            is_truncate = envelope.error is None and envelope.op.strip(" ").lower() == "t"
+            # A truncate is one whatever else is wrong with it (a payload limit, a malformed part), as
+            # on the Spark SQL path; its dead letter's error is the first of those, else its own.
+            is_truncate = envelope.op.strip(" ").lower() == "t"
             if is_truncate:
                 summary.truncates += 1
                 if summary.truncate_at is None or order > summary.truncate_at:
                     summary.truncate_at = order
-            if read_error is not None:
-                if is_truncate and self.on_truncate == "apply":
-                    continue
-                found = [read_error] * len(rows.add(_as_dead(envelope), order, evolving=False))
-            elif is_truncate:
+            if is_truncate:
                 if self.on_truncate == "apply":
                     continue
-                found = [TRUNCATE_DEAD_LETTER]
+                found = [read_error or envelope.error or TRUNCATE_DEAD_LETTER]
+            elif read_error is not None:
+                found = [read_error] * len(rows.add(_as_dead(envelope), order, evolving=False))
             else:
                 held = len(rows)
                 found = rows.add(envelope, order, evolving=False)
