@@ -22,17 +22,7 @@ from tests.debezium_messages import ProductsStream, apply_changes, lines, messag
 KAFKA_POSITION = ["topic", "partition", "offset"]
 # The batches the Python decoder in Spark's tasks (decode/debezium_tasks.py) does not read yet, by
 # test: it hands them to the Spark SQL decoder, with these reasons (closing a gap is a visible change here).
-SPARK_SQL_READS: dict[str, list[str]] = {
-    "test_paimon_mysql_all_types_by_their_schema": ["column _bit: type binary"],
-    "test_flink_cdc_mysql_precise_decimals_and_micro_timestamps": ["column file_uuid: type binary"],
-    "test_hand_made_types_and_values_that_do_not_fit": [
-        "column amount: io.debezium.data.VariableScaleDecimal into decimal128(38, 10)"
-    ],
-    "test_schemaless_messages_read_as_the_connector_settings_say": [
-        "column price: a DECIMAL from a message without a schema"
-    ]
-    * 2,
-}
+SPARK_SQL_READS: dict[str, list[str]] = {}
 
 
 @pytest.fixture(autouse=True)

@@ -9,14 +9,12 @@ reads it exactly. Converters are made once per (envelope schema, table column), 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -24,12 +22,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from icetide.decode import arrow_json_nested as nested
 from icetide.decode import arrow_json_values as json_values
 from icetide.decode import connect as C
+from icetide.decode import connect_decimals, spark_datetime
 from icetide.decode import limits as lim
 from icetide.decode.arrow_json_scalars import scalar_value, unsupported_columns
 from icetide.decode.connect_values import (
-    JAVA_LINE_ENDS,
     WIDE,
     DeadLetter,
     NotHere,
@@ -39,33 +38,42 @@ from icetide.decode.connect_values import (
     field_text,
     float32_of,
     java_decimal_text,
+    java_double,
+    java_fullmatch,
     time_of_day_text,
     wrapped_long,
 )
 
 __all__ = ["Conversions", "Converter", "DeadLetter", "NotHere", "storage_type", "supported_column"]
 
-_DIGIT = re.compile("[0-9]")
-_FLOAT_WORDS = {"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan", "+nan", "-nan"}
 _INTEGRAL_19 = re.compile("-?[0-9]{1,19}")
 _INTEGRAL_18 = re.compile("-?[0-9]{1,18}")
-_PAST_MICROS = re.compile(r"(:[0-9]{2}\.[0-9]{6})[0-9]+")  # a second's fraction past microseconds
+_INTEGRAL_15 = re.compile("-?[0-9]{1,15}")
+_INTEGRAL_7 = re.compile("-?[0-9]{1,7}")
+_INTEGRAL_15_18 = re.compile("-?[0-9]{15,18}")
 _NOT_TIMES = (float, Decimal)  # numbers whose Java text ("1.5", "1.0E7") no time or date cast reads
-_NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=\s]")
 _MICROS_FROM = 100_000_000_000_000  # as decode/debezium.py: a larger schemaless epoch is microseconds
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_WALL = datetime(1970, 1, 1)
 _EPOCH_DAY = date(1970, 1, 1)
-_DECIMAL_38 = 10**38
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT32_OUT = 2.0**128 - 2.0**103  # halfway from the largest FLOAT to 2**128: from here on, infinity
-_SPARK_TRIMS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "  # the whitespace Spark trims off text it casts (ASCII only)
-# Spark's casts trim control characters as well (UTF8String.trimAll); the arrow_json rules do not
-_CONTROLS = "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))
+# What Spark's casts but to FLOAT and DOUBLE trim off text (UTF8String.trimAll: bytes that are
+# Java whitespace or ISO controls, so ASCII only), as measured (tests/test_decoder_golden_values.py)
+_TRIM_ALL = "".join(map(chr, [*range(0x21), 0x7F]))
 
 
 def supported_column(t: pa.DataType) -> bool:
-    """Can this decoder produce a column of Arrow type `t`?"""
-    return pa.types.is_decimal128(t) or not unsupported_columns(pa.schema([pa.field("c", t)]))
+    """Can this decoder produce a column of Arrow type `t`? Those of the arrow_json decoder's scalar
+    rules, DECIMAL, BINARY, TIMESTAMP_NTZ, and ARRAY, STRUCT and MAP of what
+    decode/arrow_json_nested.py reads."""
+    return (
+        pa.types.is_decimal128(t)
+        or (pa.types.is_timestamp(t) and t.unit == "us")
+        or pa.types.is_binary(t)
+        or nested.supported(t)
+        or not unsupported_columns(pa.schema([pa.field("c", t)]))
+    )
 
 
 def storage_type(t: pa.DataType) -> pa.DataType:
@@ -94,40 +102,66 @@ class Conversions:
         NotHere when the combination is one only the Spark path reads."""
         logical = f.logical if f is not None else None
         if f is None:
-            if pa.types.is_decimal128(t):
-                raise NotHere(f"column {name}: a DECIMAL from a message without a schema")
+            if pa.types.is_decimal128(t) and self.decimal_handling_mode == "precise":
+                return self._schemaless_decimal(t, name)
             if pa.types.is_timestamp(t) and self.time_precision_mode != "connect":
-                return self._adaptive_timestamp
+                return self._adaptive_timestamp(t)
             return self._generic(t, name)
         if logical == C.DECIMAL:
             return self._decimal(f, t, name)
-        if logical == C.VARIABLE_SCALE_DECIMAL or pa.types.is_decimal128(t):
-            raise NotHere(f"column {name}: {logical or f.type} into {t}")
+        if logical == C.VARIABLE_SCALE_DECIMAL:
+            return self._variable_scale(t, name)
         if logical in C.TIMESTAMP_UNITS and pa.types.is_timestamp(t):
             unit = C.TIMESTAMP_UNITS[logical]
             return self._generic(t, name) if unit == "ms" else _epoch_micros(unit, name, self._generic(t, name))
-        if logical in C.TIME_MICROS:
+        if logical in C.TIME_MICROS and (pa.types.is_string(t) or pa.types.is_integer(t)):
             return _time_of_day(C.TIME_MICROS[logical], t, name)
         return self._generic(t, name)
+
+    def _of_text(self, t: pa.DataType, name: str) -> Callable[[str], Any]:
+        """Decimal text into a column of `t` (decode/debezium.py `_to_type`): a DECIMAL without
+        rounding, any other type as text is converted."""
+        if pa.types.is_decimal128(t):
+            return lambda text: connect_decimals.text_decimal(text, t, name)
+        return self._generic(t, name)
+
+    def _schemaless_decimal(self, t: pa.Decimal128Type, name: str) -> Converter:
+        into = self._of_text(t, name)
+        return lambda v: into(connect_decimals.schemaless_decimal_text(v, t.scale, name))
+
+    def _variable_scale(self, t: pa.DataType, name: str) -> Converter:
+        into, zone = self._of_text(t, name), self.time_zone
+        return lambda v: into(connect_decimals.variable_scale_text(v, name, zone))
 
     # -- conversions --------------------------------------------------------------------------
 
     def _generic(self, t: pa.DataType, name: str) -> Converter:
-        """`convert(raw, t, "ms")` of the Spark path: the arrow_json decoder's rules."""
+        """`convert(raw, t, "ms")` of the Spark path: the arrow_json decoder's rules, Java's for
+        FLOAT and DOUBLE text, Spark's parsers for time and date text (decode/spark_datetime.py)."""
         json_value = functools.partial(scalar_value, time_zone=self.time_zone)
 
         def value_of(raw: str, t: pa.DataType) -> Any:
-            if raw.strip(_SPARK_TRIMS + _CONTROLS) != raw.strip(_SPARK_TRIMS):
-                raise NotHere(f"column {name}: text with a control character at an end")
-            if raw.strip() != raw.strip(_SPARK_TRIMS):
-                if pa.types.is_integer(t) or pa.types.is_boolean(t):  # Spark's cast takes no such text
-                    raise DeadLetter()
-                raise NotHere(f"column {name}: text with a space Spark does not trim")
+            if pa.types.is_timestamp(t) or pa.types.is_date32(t):
+                return time_of(raw, t)
+            raw = raw.strip(_TRIM_ALL)  # Spark's casts trim ASCII spaces and controls (UTF8String.trimAll)
+            if raw.strip() != raw:
+                raise DeadLetter()  # another space at an end: no cast takes it
             value = json_value(raw, t)
-            if value is None and pa.types.is_timestamp(t) and _PAST_MICROS.search(raw):
-                value = json_value(_PAST_MICROS.sub(r"\1", raw, count=1), t)  # Spark ignores those digits
             if value is None:
-                _not_converted(raw, t, name)
+                raise DeadLetter()
+            return value
+
+        def time_of(raw: str, t: pa.DataType) -> Any:
+            """decode/json.py `convert`: an epoch integer (its RLIKE test as Java matches it, its
+            cast trimming a final line feed), else Spark's cast of the text."""
+            epoch = _INTEGRAL_15 if pa.types.is_timestamp(t) else _INTEGRAL_7
+            if java_fullmatch(epoch, raw):
+                number = _long_text(raw, epoch)
+                value = None if number is None else json_value(str(number), t)
+            else:
+                value = self._spark_datetime(raw, t, name)
+            if value is None:
+                raise DeadLetter()
             return value
 
         if pa.types.is_string(t):
@@ -158,16 +192,20 @@ class Conversions:
                     if x != x and kind is Decimal:  # the NaN literal: Spark's text of it, '"NaN"', does not cast
                         raise DeadLetter()
                 else:
-                    x = value_of(field_text(v, name), t)
+                    parsed = java_double(field_text(v, name))
+                    if parsed is None:
+                        raise DeadLetter()
+                    x = parsed
                 # an integer that is its double: no doubt
                 if single and not (type(v) is int and math.isfinite(x) and int(x) == v):
-                    return _single(x, name, v if type(v) is not str else v.strip(_SPARK_TRIMS))
+                    return _single(x, name, v)
                 return x
 
             return floating
         if pa.types.is_boolean(t):
             return lambda v: v if type(v) is bool else value_of(field_text(v, name), t)
         if pa.types.is_timestamp(t):
+            epoch = _EPOCH if t.tz is not None else _EPOCH_WALL  # TIMESTAMP_NTZ: the wall time, as in UTC
 
             def timestamp(v: Any) -> Any:
                 if type(v) is int and lim.MIN_EPOCH_MS <= v <= lim.MAX_EPOCH_MS:
@@ -175,7 +213,7 @@ class Conversions:
                 if type(v) in _NOT_TIMES:
                     raise DeadLetter()
                 moment = value_of(field_text(v, name), t)
-                return (moment - _EPOCH) // _MICRO
+                return (moment - epoch) // _MICRO
 
             return timestamp
         if pa.types.is_date32(t):
@@ -186,39 +224,60 @@ class Conversions:
                 return (value_of(field_text(v, name), t) - _EPOCH_DAY).days  # type: ignore[no-any-return]
 
             return day
-        raise NotHere(f"column {name}: type {t}")
+        if pa.types.is_decimal128(t):
+            return _converted(name, lambda raw: json_values.decimal_value(raw, t))
+        if pa.types.is_binary(t):
+            return _converted(name, json_values.binary_value)
+        zone = self.time_zone  # an ARRAY, STRUCT or MAP (`supported_column`): from_json of the text
+        return _converted(name, lambda raw: nested.value(raw, t, zone))
 
-    def _adaptive_timestamp(self, v: Any) -> Any:
+    def _spark_datetime(self, raw: str, t: pa.DataType, name: str) -> date | datetime | None:
+        """Text the arrow_json rules do not read as a time or date, as Spark's cast reads it
+        (decode/spark_datetime.py); None where it gives null."""
+        try:
+            if pa.types.is_date32(t):
+                days = spark_datetime.date_days(raw)
+                return None if days is None else _EPOCH_DAY + timedelta(days=days)
+            micros = spark_datetime.timestamp_micros(raw, self.time_zone, with_zone=t.tz is not None)
+        except spark_datetime.Unsure as exc:
+            raise NotHere(f"column {name}: a time Spark's cast may read ({exc})") from None
+        if micros is None or not lim.MIN_EPOCH_MICROS <= micros <= lim.MAX_EPOCH_MICROS:
+            return None
+        return (_EPOCH if t.tz is not None else _EPOCH_WALL) + timedelta(microseconds=micros)
+
+    def _adaptive_timestamp(self, t: pa.DataType) -> Converter:
         """A schemaless timestamp: epoch microseconds when the integer is that large, else as "ms"."""
-        raw = field_text(v)
-        if re.fullmatch(r"-?[0-9]{15,18}", raw) and abs(int(raw)) >= _MICROS_FROM:
-            return _in_range(int(raw), "")
-        return self._generic(pa.timestamp("us", tz="UTC"), "")(v)
+        otherwise = self._generic(t, "")
+
+        def adaptive(v: Any) -> Any:
+            raw = field_text(v)
+            if java_fullmatch(_INTEGRAL_15_18, raw):
+                micros = _long_text(raw, _INTEGRAL_15_18)
+                if micros is None:  # a line end the cast to BIGINT does not trim: null, so not micros
+                    return otherwise(v)
+                if abs(micros) >= _MICROS_FROM:
+                    return _in_range(micros, "")
+            return otherwise(v)
+
+        return adaptive
 
     def _decimal(self, f: C.ConnectField, t: pa.DataType, name: str) -> Converter:
         scale = f.scale or 0
-        if not 0 <= scale <= 38:
-            raise NotHere(f"column {name}: decimal scale {scale}")
-        if pa.types.is_string(t):
-
-            def text(v: Any) -> str:
-                number = decimal_number(v, name)
-                if number is None:
-                    return _decimal_text(_base64_unscaled(v, name), scale)
-                return java_decimal_text(_number_unscaled(number, scale, name), scale)
-
-            return text
-        if not pa.types.is_decimal128(t):
-            raise NotHere(f"column {name}: a Connect Decimal into {t}")
+        if not (0 <= scale <= 38 and pa.types.is_decimal128(t)):
+            into = self._of_text(t, name)
+            return lambda v: into(connect_decimals.connect_decimal_text(v, scale, name))
         precision, target = t.precision, t.scale
         limit = 10**precision
 
         def decimal(v: Any) -> Any:
             number = decimal_number(v, name)
             if number is None:
-                unscaled = _base64_unscaled(v, name)
+                unscaled = connect_decimals.base64_unscaled(v, name)
             else:
-                unscaled = _number_unscaled(number, scale, name)
+                read = decimal_unscaled(number, scale)
+                if read is None:
+                    raise DeadLetter(why=f"column {name}: a decimal number beyond DECIMAL(38,{scale})")
+                unscaled = read
                 shown = java_decimal_text(unscaled, scale)
                 if "E" in shown:  # Spark casts this text with rounding (decode/debezium.py `_to_type`)
                     value = json_values.decimal_value(shown, t)
@@ -237,6 +296,18 @@ class Conversions:
             return Decimal(unscaled).scaleb(-target, context=WIDE)  # the default context keeps 28 digits
 
         return decimal
+
+
+def _converted(name: str, convert: Callable[[str], Any]) -> Converter:
+    """A converter of the value's text by `convert` (None: it does not convert, a dead letter)."""
+
+    def converted(v: Any) -> Any:
+        value = convert(field_text(v, name))
+        if value is None:
+            raise DeadLetter()
+        return value
+
+    return converted
 
 
 _MICRO = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC) - _EPOCH
@@ -259,25 +330,9 @@ def _single(x: float, name: str, v: Any) -> float:
     elif abs(x) != _FLOAT32_OUT:  # the text lies on x's side of that double: below it, the largest FLOAT
         return math.copysign(_FLOAT32_MAX, x) if abs(x) < _FLOAT32_OUT else math.copysign(math.inf, x)
     exact = exact_number(v, name)
-    if exact is None:
-        raise NotHere(f"column {name}: a number near a FLOAT's halfway whose text is not plain decimal")
+    if exact is None:  # no number Java's Float.parseFloat reads: Spark's cast gives null
+        raise DeadLetter()
     return float32_of(exact)
-
-
-def _not_converted(raw: str, t: pa.DataType, name: str) -> None:
-    """Raise for text that the arrow_json decoder's rules do not convert to `t`: DeadLetter where
-    the Spark path surely does not convert it either. Its casts to a time or a date take more
-    forms than those rules (and a number, Java's), so there only an epoch integer out of range or
-    text without a digit is surely a dead letter; for a FLOAT or DOUBLE, text without a digit that
-    is none of the words Spark reads as infinity or NaN."""
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        raise DeadLetter()
-    if pa.types.is_floating(t) and not _DIGIT.search(raw) and raw.strip().lower() not in _FLOAT_WORDS:
-        raise DeadLetter()
-    epoch_digits = 15 if pa.types.is_timestamp(t) else 7 if pa.types.is_date32(t) else 0
-    if epoch_digits and (re.fullmatch(f"-?[0-9]{{1,{epoch_digits}}}", raw) or not _DIGIT.search(raw)):
-        raise DeadLetter()
-    raise NotHere(f"column {name}: a value that does not convert (the Spark path may read it)")
 
 
 def _in_range(micros: int, name: str) -> int:
@@ -290,17 +345,18 @@ def _epoch_micros(unit: str, name: str, otherwise: Converter) -> Converter:
     """MicroTimestamp ("us", up to 18 digits) and NanoTimestamp ("ns", divided toward zero), from
     an integer or its text. Other text: for "us", a time as `otherwise` reads it; for "ns", null."""
 
+    integral = _INTEGRAL_19 if unit == "ns" else _INTEGRAL_18
+
     def micros(v: Any) -> Any:
         if type(v) is not int:
-            if type(v) is not str or v.endswith(JAVA_LINE_ENDS):
-                if type(v) in _NOT_TIMES or type(v) is bool:
-                    raise DeadLetter()
-                raise NotHere(f"column {name}: an epoch timestamp that is not an integer")
-            if not (_INTEGRAL_19 if unit == "ns" else _INTEGRAL_18).fullmatch(v):
+            text = field_text(v, name)
+            if not java_fullmatch(integral, text):
                 if unit == "ns":
                     raise DeadLetter()
                 return otherwise(v)
-            v = int(v)
+            v = _long_text(text, integral)
+            if v is None:  # a line end the cast to BIGINT does not trim: null
+                raise DeadLetter()
         if unit == "ns":
             if not lim.INT_RANGES[64][0] <= v <= lim.INT_RANGES[64][1]:
                 raise DeadLetter(why=f"column {name}: a nanosecond timestamp beyond a BIGINT")
@@ -323,13 +379,12 @@ def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
             n = v
         else:
             text = v if type(v) is str else field_text(v, name)
-            if not _INTEGRAL_19.fullmatch(text):
-                if text.endswith(JAVA_LINE_ENDS):
-                    raise NotHere(f"column {name}: a time of day whose text ends a line")
+            if not java_fullmatch(_INTEGRAL_19, text):
                 raise DeadLetter(why=f"column {name}: a time of day that is not an integer")
-            n = int(text)
-            if not low64 <= n <= high64:
+            number = _long_text(text, _INTEGRAL_19)
+            if number is None or not low64 <= number <= high64:
                 return None  # Spark's try_cast to BIGINT: null
+            n = number
         if per_unit_micros == 0:
             return -(-n // 1000) if n < 0 else n // 1000
         return wrapped_long(n * per_unit_micros)
@@ -346,42 +401,11 @@ def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
             return micros
 
         return integral
-    raise NotHere(f"column {name}: a Connect time of day into {t}")
+    raise ValueError(f"column {name}: a time of day is read into STRING and integers only, not {t}")
 
 
-def _number_unscaled(number: Decimal, scale: int, name: str) -> int:
-    """The unscaled integer of a Connect Decimal sent as a number, read as DECIMAL(38, scale)."""
-    unscaled = decimal_unscaled(number, scale)
-    if unscaled is None:
-        raise DeadLetter(why=f"column {name}: a decimal number beyond DECIMAL(38,{scale})")
-    return unscaled
-
-
-def _base64_unscaled(v: Any, name: str) -> int:
-    """The unscaled integer of a precise decimal: base64 big-endian two's complement, at most 16 bytes."""
-    if type(v) is Decimal:  # NaN, Infinity, or beyond a double: quoted text, not base64
-        raise DeadLetter(why=f"column {name}: a decimal that is not base64")
-    v = field_text(v, name)
-    try:
-        data = base64.b64decode(v, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        if _NOT_BASE64.search(v):  # Spark's decoder is laxer on padding and spaces, not on these
-            raise DeadLetter(why=f"column {name}: a decimal that is not base64") from exc
-        raise NotHere(f"column {name}: a decimal that is not base64") from exc
-    if len(data) > 16:
-        raise DeadLetter(why=f"column {name}: a decimal of {len(data)} bytes")
-    if not data:
-        raise NotHere(f"column {name}: a decimal of no bytes")
-    unscaled = int.from_bytes(data, "big", signed=True)
-    # Spark adds the high 8 bytes times 2**64 to the low 8 in DECIMAL(38,0): past 38 digits, on
-    # the way (a negative value within 2**64 of -10**38) or at the end, its text is null.
-    if abs(unscaled) >= _DECIMAL_38 or abs(unscaled >> 64 << 64) >= _DECIMAL_38:
-        raise DeadLetter(why=f"column {name}: a decimal beyond 38 digits")
-    return unscaled
-
-
-def _decimal_text(unscaled: int, scale: int) -> str:
-    """The decimal text of `_decimal_text` in decode/debezium.py."""
-    digits = str(abs(unscaled)).rjust(scale + 1, "0")
-    sign = "-" if unscaled < 0 else ""
-    return sign + (digits[: len(digits) - scale] + "." + digits[len(digits) - scale :] if scale else digits)
+def _long_text(text: str, integral: re.Pattern[str]) -> int | None:
+    """The integer of `text`, which matches `integral` as Java's `$` does, as Spark's cast to a
+    BIGINT reads it: a final line feed or carriage return trimmed, any other line end not (None)."""
+    stripped = text.removesuffix("\n").removesuffix("\r")
+    return int(stripped) if integral.fullmatch(stripped) else None

@@ -24,15 +24,22 @@ import numpy as np
 import pyarrow as pa
 
 from icetide.decode import arrow_json_values as json_values
-from icetide.decode.arrow_json_scalars import RAW_MESSAGE_CHARS
+from icetide.decode.arrow_json_scalars import RAW_MESSAGE_CHARS, type_name
 
 _LOW64 = -(2**63)
 WIDE = Context(prec=80, Emax=MAX_EMAX, Emin=MIN_EMIN)  # decimal arithmetic that never rounds a DECIMAL(38)
 _FLOAT32_LARGEST = Fraction(2**24 - 1, 2**24) * 2**128
 _FLOAT32_OUT = 2**128 - 2**103  # halfway from the largest FLOAT to 2**128: from here on, infinity
-_DECIMAL_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,9})?")
 # decode/debezium.py `_number_or_base64`: text Spark reads as a number rather than base64 bytes
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_HUGE_EXPONENT = re.compile(r"[eEpP][+-]?[0-9]{10,}")
+_SPECIAL_DOUBLES = {w: math.inf for w in ("inf", "+inf", "infinity", "+infinity")}
+_SPECIAL_DOUBLES |= {"-inf": -math.inf, "-infinity": -math.inf, "nan": math.nan}
+_JAVA_TRIM = "".join(map(chr, range(0x21)))  # String.trim
+_JAVA_DOUBLE = re.compile(
+    r"[+-]?(?:(?P<word>NaN|Infinity)|(?P<dec>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[fFdD]?"
+    r"|0[xX](?P<hex>[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP](?P<binexp>[+-]?[0-9]+)[fFdD]?)"
+)
 JAVA_LINE_ENDS = ("\n", "\r", "\x85", "\u2028", "\u2029")  # where Java's `$` also matches before the last one
 
 
@@ -81,13 +88,54 @@ def _javas(v: Any) -> bool:
     return True
 
 
+def java_fullmatch(pattern: re.Pattern[str], text: str) -> bool:
+    """`text RLIKE '^pattern$'` as Java's regular expressions match it: `$` also matches before a
+    line terminator that ends the text."""
+    if pattern.fullmatch(text):
+        return True
+    for end in ("\r\n", *JAVA_LINE_ENDS):
+        if text.endswith(end):
+            return pattern.fullmatch(text[: -len(end)]) is not None
+    return False
+
+
+def java_double(text: str) -> float | None:
+    """Spark's cast of text to a DOUBLE (`Cast.castToDouble`): Java's `Double.parseDouble` (after
+    its trim of characters up to U+0020: decimal or hexadecimal text, an `f`, `F`, `d` or `D`
+    suffix, NaN, Infinity), else the words Spark reads as infinity or NaN; None where it gives null."""
+    match = _JAVA_DOUBLE.fullmatch(text.strip(_JAVA_TRIM))
+    if match is None:
+        return _SPECIAL_DOUBLES.get(text.strip(_JAVA_TRIM).lower())
+    sign = -1.0 if text.strip(_JAVA_TRIM).startswith("-") else 1.0
+    if match["word"]:
+        return math.nan if match["word"] == "NaN" else sign * math.inf
+    if match["hex"] is not None:
+        try:
+            return sign * float.fromhex(f"0x{match['hex']}p{match['binexp']}")
+        except OverflowError:
+            return sign * math.inf
+    return sign * float(match["dec"])
+
+
+def _java_exact(text: str) -> Fraction | None:
+    """The exact value of text Java's `Double.parseDouble` reads as a finite number, else None."""
+    match = _JAVA_DOUBLE.fullmatch(text.strip(_JAVA_TRIM))
+    if match is None or match["word"] or _HUGE_EXPONENT.search(text):
+        return None
+    sign = -1 if text.strip(_JAVA_TRIM).startswith("-") else 1
+    if match["hex"] is not None:
+        whole, _, fraction = match["hex"].partition(".")
+        mantissa = Fraction(int(whole + fraction or "0", 16))
+        return sign * mantissa * Fraction(2) ** (int(match["binexp"]) - 4 * len(fraction))
+    return sign * Fraction(match["dec"])
+
+
 def exact_number(v: Any, name: str = "") -> Fraction | None:
     """The exact value of the text Spark casts for `v` (an int, a number, or text already trimmed
-    as its cast trims), or None when that is not plain decimal text (Infinity, hex, nested)."""
+    as its cast trims) as Java parses it, or None when that is no finite number Java reads."""
     if type(v) is int:
         return Fraction(v)
-    text = field_text(v, name)
-    return Fraction(text) if _DECIMAL_TEXT.fullmatch(text) else None
+    return _java_exact(field_text(v, name))
 
 
 def float32_of(q: Fraction) -> float:
@@ -106,20 +154,24 @@ def float32_of(q: Fraction) -> float:
 # -- DECIMAL columns from a Connect Decimal -------------------------------------------------------
 
 
-def decimal_number(v: Any, name: str = "") -> Decimal | None:
+def decimal_number(v: Any, name: str = "", *, read_again: bool = True) -> Decimal | None:
     """The number the Spark path reads a Connect Decimal value as (decode/debezium.py
     `_number_or_base64` with `_exact_number`: text that looks like a number, a JSON number or
-    numeric text, is read again from the payload, exactly), or None for base64 bytes."""
+    numeric text, is read again from the payload, exactly), or None for base64 bytes. Text that
+    looks like a number only by Java's `$` (it ends a line) does not read again: DeadLetter, or
+    without `read_again` (no schema: the text itself is cast), the number before the line end."""
     if type(v) is Decimal:
         return v if v.is_finite() and math.isfinite(float(v)) else None  # else quoted: not base64 either
-    if type(v) is float:
-        raise NotHere(f"column {name}: a decimal sent as a float")
+    if type(v) is float:  # an Avro value: the JSON text of it is Python's
+        return Decimal(repr(v)) if math.isfinite(v) else None
     text = field_text(v, name)
-    if text.endswith(JAVA_LINE_ENDS):
-        raise NotHere(f"column {name}: a decimal whose text ends a line")
-    if _NUMBER.fullmatch(text) and (any(c in text for c in ".eE-") or len(text) % 4):
+    if not (java_fullmatch(_NUMBER, text) and (any(c in text for c in ".eE-") or len(text) % 4)):
+        return None
+    if _NUMBER.fullmatch(text):
         return Decimal(text)
-    return None
+    if read_again:
+        raise DeadLetter(why=f"column {name}: a decimal number whose text ends a line does not read again")
+    return Decimal(text.rstrip("".join(JAVA_LINE_ENDS)))
 
 
 def decimal_unscaled(number: Decimal, scale: int) -> int | None:
@@ -139,21 +191,6 @@ def java_decimal_text(unscaled: int, scale: int) -> str:
         whole = digits.rjust(scale + 1, "0")
         return sign + (whole[: len(whole) - scale] + "." + whole[len(whole) - scale :] if scale else whole)
     return f"{sign}{digits[0]}{'.' + digits[1:] if len(digits) > 1 else ''}E{adjusted:+d}"
-
-
-def rereadable(v: Any, scale: int) -> bool:
-    """Whether from_json reads field value `v` as DECIMAL(38, scale) (the Spark path reads a
-    Connect Decimal number again from the payload, the row part that is not converted too: one
-    that fails makes the whole read null). False where it fails or may."""
-    if v is None:
-        return True
-    if type(v) is int or type(v) is Decimal:
-        number: Decimal | None = Decimal(v)
-    elif type(v) is str:
-        number = json_values.big_decimal(v.replace(",", ""))  # Spark's parser drops commas
-    else:
-        return False
-    return number is not None and json_values.fit_decimal(number, pa.decimal128(38, scale)) is not None
 
 
 # -- times of day -----------------------------------------------------------------------------
@@ -188,7 +225,7 @@ def type_error(name: str, value: Any, t: pa.DataType) -> str:
     (decode/json.py `_type_error`): the value's text as its map of the row holds it."""
     raw = field_text(value, name)
     shown = spark_type_name(t)
-    article = "an" if shown[:1] in "AEIOU" else "a"
+    article = "an" if shown[:1].upper() in "AEIOU" else "a"
     quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."
     return f"column {name}: '{quoted}' is not {article} {shown}"
 
@@ -202,4 +239,4 @@ def spark_type_name(t: pa.DataType) -> str:
     if pa.types.is_timestamp(t):
         return "TIMESTAMP" if t.tz is not None else "TIMESTAMP_NTZ"
     names = {pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.string(): "STRING"}
-    return names.get(t) or {pa.date32(): "DATE", pa.binary(): "BINARY"}.get(t, str(t).upper())
+    return names.get(t) or {pa.date32(): "DATE", pa.binary(): "BINARY"}.get(t) or type_name(t)

@@ -12,8 +12,9 @@ Supported: the JSON converter's messages with their Connect schema (`{"schema":.
 read by decode/debezium_message.py;
 ops c, r, u and d (an update that changes the key is a DELETE of the old key and an UPSERT of
 the new row); tombstones are skipped. Column types: those of the pyarrow JSON decoder
-(decode/arrow_json.py) and DECIMAL. Connect conversions: precise decimals (base64 two's
-complement with the schema's scale), Date, Timestamp, MicroTimestamp, NanoTimestamp,
+(decode/arrow_json.py), DECIMAL, BINARY, TIMESTAMP_NTZ, ARRAY, STRUCT and MAP. Connect
+conversions: decimals (base64 two's complement with the schema's scale, or numbers; also
+VariableScaleDecimal and without a schema), Date, Timestamp, MicroTimestamp, NanoTimestamp,
 ZonedTimestamp, Time, MicroTime, NanoTime, Year, and plain types, as `field_conversion` does
 (decode/connect_conversions.py).
 """
@@ -35,7 +36,7 @@ from icetide.decode.connect_conversions import (
     storage_type,
     supported_column,
 )
-from icetide.decode.connect_values import decimal_number, field_text, rereadable, type_error
+from icetide.decode.connect_values import field_text, type_error
 from icetide.decode.debezium_message import Envelope
 from icetide.sink.changelog import DELETE, INSERT, UPSERT
 
@@ -58,6 +59,10 @@ def _holds(t: pa.DataType, f: C.ConnectField) -> bool:
     widening (decode/debezium_changes.py `evolved_types`, with schema_evolution on)."""
     from icetide.decode.debezium_changes import fits_column
 
+    if pa.types.is_list(t) or pa.types.is_struct(t) or pa.types.is_map(t):
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        return fits_column(_spark_type(C.column_ddl(f)), from_arrow_type(t))
     if pa.types.is_integer(t):
         ddl = {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}[t.bit_width]
     elif pa.types.is_decimal128(t):
@@ -67,7 +72,8 @@ def _holds(t: pa.DataType, f: C.ConnectField) -> bool:
     elif pa.types.is_timestamp(t):
         ddl = "TIMESTAMP"
     else:
-        ddl = {pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.string(): "STRING"}[t]
+        simple = {pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.string(): "STRING"}
+        ddl = simple.get(t, "BINARY")
     return fits_column(_spark_type(C.column_ddl(f)), _spark_type(ddl))
 
 
@@ -165,7 +171,6 @@ class TableRows:
         self.orders: list[str] = []
         self.unknown: dict[str, int] = {}
         self._plans: dict[int, list[_Step]] = {}  # per envelope schema
-        self._rereads: dict[int, list[tuple[str, int]]] = {}  # per envelope schema: Decimal columns, scales
         self._sealed: list[pa.Table] = []  # earlier changes, already in Arrow
 
     def converters(self, schema: C.EnvelopeSchema | None, schema_id: int, *, evolving: bool) -> list[Converter]:
@@ -179,11 +184,8 @@ class TableRows:
     def _plan(self, schema: C.EnvelopeSchema | None, schema_id: int, evolving: bool) -> list[_Step]:
         """Each column's step for rows of this envelope's schema, made once per schema."""
         plan = []
-        self._rereads[schema_id] = []
         for f, column in zip(self.schema, self.columns, strict=True):
             field = schema.field(f.name) if schema is not None else None
-            if field is not None and field.logical == C.DECIMAL and 0 <= (field.scale or 0) <= 38:
-                self._rereads[schema_id].append((f.name, field.scale or 0))
             if evolving and field is not None and not _holds(f.type, field):
                 raise NotHere(f"column {f.name}: the schema sends {C.column_ddl(field)}; the Spark path widens it")
             required = f.name in self.key or not f.nullable
@@ -231,8 +233,6 @@ class TableRows:
             return ["unsupported op 'm' (message)"]
         else:
             return [f"unknown op '{envelope.op}'"]
-        if isinstance(before, dict) and isinstance(after, dict) and self._rereads[envelope.schema_id]:
-            self._check_rereads(envelope.schema_id, [row for _, row in changes], before, after)
         errors: list[str] = []
         for change_op, row in changes:
             if not isinstance(row, dict):
@@ -248,20 +248,6 @@ class TableRows:
         if len(self.ops) >= SEALED_ROWS:
             self._seal()
         return errors[:1]
-
-    def _check_rereads(
-        self, schema_id: int, rows: Sequence[Any], before: Mapping[str, Any], after: Mapping[str, Any]
-    ) -> None:
-        """NotHere where the Spark path's second, exact read of a Decimal sent as a number (decode/
-        debezium.py `_exact_number`), for one of `rows` (the row parts converted), reads both row
-        parts and the other one may fail it."""
-        for name, scale in self._rereads[schema_id]:
-            read_again = any(
-                isinstance(row, dict) and row.get(name) is not None and decimal_number(row[name], name) is not None
-                for row in rows
-            )
-            if read_again and not (rereadable(before.get(name), scale) and rereadable(after.get(name), scale)):
-                raise NotHere(f"column {name}: a decimal number read again beside a value that may not read")
 
     def _append(self, plan: list[_Step], row: Mapping[str, Any], *, delete: bool) -> str | None:
         """The row's value in each column; or its dead letter's error (NotHere, or any error) in none."""
