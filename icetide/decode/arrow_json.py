@@ -53,7 +53,7 @@ from icetide.decode.arrow_json_scalars import (
     unsupported_columns,
 )
 from icetide.decode.arrow_json_values import MAX_NUMBER_LENGTH
-from icetide.decode.json import OpMode
+from icetide.decode.frames import OpMode
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT

@@ -286,6 +286,18 @@ class TableRows:
             append(v)
         return None
 
+    def mark(self) -> int:
+        """Where the changes not yet sealed end: `undo(mark)` drops every change added after it
+        (within one event's `add`, which seals only once it returns)."""
+        return len(self.ops)
+
+    def undo(self, mark: int) -> None:
+        """Drop the changes added since `mark`: an event that raised part way (a key-moving
+        update whose delete was added before its upsert failed)."""
+        del self.ops[mark:], self.orders[mark:]
+        for column in self.columns:
+            del column[mark:]
+
     def _drop_partial(self) -> None:
         rows = len(self.ops)
         for column in self.columns:

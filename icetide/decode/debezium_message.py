@@ -21,7 +21,7 @@ from icetide.decode import connect as C
 from icetide.decode import limits as lim
 from icetide.decode.arrow_json_values import checked_decimal
 from icetide.decode.connect_conversions import NotHere
-from icetide.decode.json import EMPTY_PAYLOAD, MALFORMED, NOT_AN_OBJECT
+from icetide.decode.frames import EMPTY_PAYLOAD, MALFORMED, NOT_AN_OBJECT
 from icetide.decode.limits import PayloadLimits
 
 __all__ = ["Envelope", "EnvelopeReader", "envelope_of", "head_schema"]

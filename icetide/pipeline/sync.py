@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
 from icetide.decode.arrow_json_block import BadRecord
-from icetide.decode.json import BAD_DDL
+from icetide.decode.frames import BAD_DDL
 from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point
 from icetide.pipeline.batches import (
