@@ -110,8 +110,6 @@ class DebeziumTask:
                 if head is None:  # the plan reads and decodes in one task: a head comes before its values
                     raise RuntimeError(f"a value whose split head (id {split_ids[i]}) is not in its task")
                 value = head + value[1:]
-            if arrivals[i] is None:
-                raise RuntimeError("a record without its source position")
             held, mark = len(rows), rows.mark()
             try:
                 record = self._record(value, read_errors[i], arrivals[i], rows, reader, sent, summary)
@@ -136,7 +134,7 @@ class DebeziumTask:
         self,
         value: bytes,
         read_error: str | None,
-        arrival: str,
+        arrival: str | None,
         rows: TableRows,
         reader: EnvelopeReader,
         sent: set[int],
@@ -152,7 +150,8 @@ class DebeziumTask:
             assert summary.heads is not None
             summary.heads += [h.decode() for h, (sid, _) in reader.heads.items() if sid == envelope.schema_id]
         self._count_unknown(envelope, rows.known, summary)
-        arrival = arrival.rjust(20, "0")[:20] if self.position_cols else ""  # Spark's lpad
+        # Spark's lpad; a record without a position (a caller's own frame) orders by its source alone
+        arrival = (arrival or "").rjust(20, "0")[:20] if self.position_cols else ""
         order = source_order(envelope.source, envelope.ts_ms, 0).rpartition("|")[0] + "|" + arrival
         is_truncate = envelope.error is None and envelope.op.strip(" ").lower() == "t"
         if is_truncate:
