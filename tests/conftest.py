@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -46,19 +45,3 @@ def table_name() -> str:
 
 from tests.kafka_broker import kafka_broker  # noqa: E402, F401
 from tests.postgres_server import postgres  # noqa: E402, F401
-
-
-@pytest.fixture
-def fallbacks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The reasons of the batches decode/debezium_tasks.py sent to the Spark SQL decoder, in order."""
-    from icetide.decode import debezium_tasks
-
-    reasons: list[str] = []
-    spark_sql = debezium_tasks.decode_by_spark_sql
-
-    def recorded(reason: str, *args: Any) -> Any:
-        reasons.append(reason)
-        return spark_sql(reason, *args)
-
-    monkeypatch.setattr(debezium_tasks, "decode_by_spark_sql", recorded)
-    return reasons

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -20,15 +19,6 @@ from icetide.decode.debezium_tasks import decode_debezium
 from tests.debezium_messages import ProductsStream, apply_changes, lines, messages
 
 KAFKA_POSITION = ["topic", "partition", "offset"]
-# The batches the Python decoder in Spark's tasks (decode/debezium_tasks.py) does not read yet, by
-# test: it hands them to the Spark SQL decoder, with these reasons (closing a gap is a visible change here).
-SPARK_SQL_READS: dict[str, list[str]] = {}
-
-
-@pytest.fixture(autouse=True)
-def _spark_sql_reads_as_listed(request: pytest.FixtureRequest, fallbacks: list[str]) -> Iterator[None]:
-    yield
-    assert fallbacks == SPARK_SQL_READS.get(request.node.originalname, [])
 
 
 def kafka_frame(spark: Any, values: list[str | bytes | None], partition: int = 0) -> Any:

@@ -148,7 +148,7 @@ def _frame(spark: Any, values: list[bytes | None], *, split: bool) -> Any:
     return spark.createDataFrame(table.to_pandas(), ddl)
 
 
-def test_decoding_split_values_equals_decoding_whole_values(spark: Any, fallbacks: list[str]) -> None:
+def test_decoding_split_values_equals_decoding_whole_values(spark: Any) -> None:
     """Good rows, dead letters (with the whole record, byte for byte) and unknown fields agree,
     for real messages and bad ones of every kind: a value that does not fit, a malformed payload,
     a record over max_record_bytes only with its head, a head nested too deep, tombstones."""
@@ -191,10 +191,6 @@ def test_decoding_split_values_equals_decoding_whole_values(spark: Any, fallback
             good = sorted(tuple(r) for r in decoded.good.collect())
             results.append((good, sorted(tuple(r) for r in decoded.bad.collect()), decoded.unknown_fields))
         assert results[0] == results[1]
-        # The Python decoder in Spark's tasks does not read the payload cut short, the head nested too
-        # deep nor the payload-first message yet (NotHere): it hands both batches to the Spark SQL decoder.
-        assert fallbacks == ["a message that is not JSON"] * 2
-        fallbacks.clear()
         return results[1]
 
     # Every message is about 1,900 bytes, its payload part about 400: only the whole is over.
@@ -211,7 +207,7 @@ def test_decoding_split_values_equals_decoding_whole_values(spark: Any, fallback
     assert len(good) == len(stream) + 1  # each change once, the payload-first one again
     assert any(e.startswith("column weight") for e in errors)
     assert "JSON nested deeper than max_nesting_depth (16)" in errors
-    assert errors.count("malformed JSON") + errors.count("malformed JSON: not an object") == 2
+    assert sum(e.startswith("malformed JSON") for e in errors) == 2  # the cut one says where it is cut
     assert "payload is not valid UTF-8" in errors
     cut_short, not_utf8 = values[len(stream) + 1], values[-2].decode("utf-8", "replace").encode()
     assert {r[0].encode() for r in bad} == {compact(bad_value), cut_short, compact(deep_schema), not_utf8, b"not json"}

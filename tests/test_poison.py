@@ -289,23 +289,6 @@ def test_one_deep_record_in_a_block_of_flat_ones_is_caught() -> None:
             assert decoded.rows.num_rows == 19
 
 
-def test_sql_nesting_depth_is_pythons(spark: Any) -> None:
-    """decode/json.py computes the same depth as decode/limits.py for any text, malformed too."""
-    import random
-
-    from pyspark.sql import functions as F
-
-    from icetide.decode.json import _nesting_depth
-
-    rnd = random.Random(7)
-    texts = ["", "[[[", '"[', '\\"[{', '{"a":"\\\\"}'] + [
-        "".join(rnd.choice('[]{}"\\ab\n') for _ in range(rnd.randint(0, 24))) for _ in range(3000)
-    ]
-    df = spark.createDataFrame([(t,) for t in texts], "t STRING")
-    got = [r[0] for r in df.select(_nesting_depth(F.col("t"))).collect()]
-    assert got == [nesting_depth(t) for t in texts]
-
-
 # -- the pyarrow decoder, many examples (no Spark) -------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from icetide.decode.debezium_changes import SOURCE_TS_COLUMN
 from icetide.decode.debezium_tasks import decode_debezium
-from icetide.decode.json import BAD_COLUMNS, BAD_DDL, EpochUnit, OpMode, source_position
+from icetide.decode.frames import BAD_COLUMNS, BAD_DDL, EpochUnit, OpMode, source_position
 from icetide.decode.json_tasks import decode_json
 
 __all__ = [

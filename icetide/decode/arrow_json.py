@@ -8,7 +8,7 @@ in pieces (`ArrowJsonDecoder._isolated`: the records that do not look like a JSO
 the runs between read by pyarrow or halved) and decoded record by record, with the dead-letter
 texts the golden files hold.
 
-Conversions (as in decode/json.py): integers from JSON numbers or integral text, in range;
+Conversions (as in the former Spark SQL JSON decoder): integers from JSON numbers or integral text, in range;
 FLOAT/DOUBLE from numbers or numeric text; BOOLEAN from true/false or Spark's boolean words;
 STRING from the raw text of any JSON value, as Spark keeps it (`json_values.spark_text`: a double
 as Java writes it, 1e7 as "1.0E7", and so in error messages); TIMESTAMP from integral epoch
@@ -20,7 +20,7 @@ from decode_json listed there); a table with such a column, or TIMESTAMP_NTZ, is
 by record (see `unsupported_columns`). TIME alone is `undecodable_columns` (Spark has no such
 type, so neither has a table icetide creates through Spark, nor decode_json a rule for it).
 
-Ops (as decode/json.py): a record's `_op` (spaces trimmed, any case) is INSERT, UPSERT or DELETE,
+Ops (as the former Spark SQL JSON decoder): a record's `_op` (spaces trimmed, any case) is INSERT, UPSERT or DELETE,
 else the record is bad; without one it is INSERT in "append" mode and UPSERT in "upsert" mode. A
 DELETE needs only its key: its other values go unread (a value that does not fit is null).
 Keys of a good record that are no column (nor `_op`) are counted, null-valued ones too, as
@@ -53,7 +53,7 @@ from icetide.decode.arrow_json_scalars import (
     unsupported_columns,
 )
 from icetide.decode.arrow_json_values import MAX_NUMBER_LENGTH
-from icetide.decode.json import OpMode
+from icetide.decode.frames import OpMode
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
@@ -313,7 +313,7 @@ class ArrowJsonDecoder:
                 typed.append(None)
                 if f.name in self.key:
                     errors[f.name] = f"key column {f.name} is missing or null"
-                elif not f.nullable and op != DELETE:  # a delete needs only its key (as decode/json.py)
+                elif not f.nullable and op != DELETE:  # a delete needs only its key, as before
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
             raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
@@ -324,7 +324,7 @@ class ArrowJsonDecoder:
             elif pa.types.is_floating(f.type) and raw in _QUOTED_INFINITY:
                 converted = scalar_value(
                     raw[1:-1], f.type, self.time_zone
-                )  # Jackson's text of 1e400, read back (decode/json.py)
+                )  # Jackson's text of 1e400, read back (the former Spark SQL JSON decoder)
             else:
                 converted = scalar_value(raw, f.type, self.time_zone)
             typed.append(converted)
@@ -333,7 +333,7 @@ class ArrowJsonDecoder:
                 article = "an" if shown[:1].upper() in "AEIOU" else "a"
                 quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."
                 errors[f.name] = f"column {f.name}: '{quoted}' is not {article} {shown}"
-        if errors:  # key columns first, then the others, each in schema order (as decode/json.py)
+        if errors:  # key columns first, then the others, each in schema order (as the former Spark SQL JSON decoder)
             ordered = [n for n in self.schema.names if n in self.key] + [n for n in self.schema.names]
             return None, next(errors[n] for n in ordered if n in errors), op
         if unknown is not None:

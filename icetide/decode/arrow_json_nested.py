@@ -1,6 +1,6 @@
 """ARRAY, STRUCT and MAP values of the pyarrow JSON decoder (decode/arrow_json.py), one at a time.
 
-decode/json.py reads such a column with `from_json(raw, T)` (PERMISSIVE) of the field's raw
+the former Spark SQL JSON decoder reads such a column with `from_json(raw, T)` (PERMISSIVE) of the field's raw
 text; this module is that, in Python, as Spark 3.5.7 does it (measured against decode_json in
 tests/test_arrow_json_nested.py). The first JSON value of the text counts (leading JSON
 whitespace skipped, the rest ignored). Then, by Spark's JSON reader (JacksonParser) with partial

@@ -22,7 +22,7 @@ from icetide.decode import arrow_json_nested as nested
 from icetide.decode import arrow_json_values as json_values
 from icetide.decode import limits as lim
 
-RAW_MESSAGE_CHARS = 60  # as decode/json.py: how much of a bad value an error message quotes
+RAW_MESSAGE_CHARS = 60  # as the former Spark SQL JSON decoder: how much of a bad value an error message quotes
 TIMESTAMP_TEXT = nested.TIMESTAMP_TEXT.pattern  # for pyarrow's regular expression kernels
 MIN_EPOCH_MS, MAX_EPOCH_MS = lim.MIN_EPOCH_MICROS // 1000, lim.MAX_EPOCH_MICROS // 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -132,7 +132,7 @@ def _timestamp(raw: str, time_zone: str) -> datetime | None:
 
 
 def _wall_time(raw: str) -> datetime | None:
-    """TIMESTAMP_NTZ (decode/json.py): integral epoch milliseconds as UTC wall time, else
+    """TIMESTAMP_NTZ (the former Spark SQL JSON decoder): integral epoch milliseconds as UTC wall time, else
     timestamp text, a zone in it ignored; years 0001-9999."""
     if _INTEGRAL_MS.match(raw):
         return nested.epoch_wall_time(int(raw))

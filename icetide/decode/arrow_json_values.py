@@ -1,6 +1,6 @@
 """DECIMAL and BINARY values of the pyarrow JSON decoder (decode/arrow_json.py), one at a time.
 
-Each function is what decode/json.py does to a field's raw text, in Python, as Spark 3.5 does it:
+Each function is what the former Spark SQL JSON decoder does to a field's raw text, in Python, as Spark 3.5 does it:
 - DECIMAL: `try_cast(raw AS DECIMAL(p,s))`: the text trimmed of characters up to U+0020 (Java's
   `String.trim`), then Java's BigDecimal grammar (Unicode digits count, no `NaN`, `Infinity` or
   `_`), rounded half up to the scale; more integral digits than `p - s` after rounding does not fit.

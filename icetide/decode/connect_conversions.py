@@ -1,6 +1,6 @@
 """How the sync fast path's Python decoder reads one Connect field's JSON value into a column.
 
-The rules of the Spark decoder (decode/debezium.py `field_conversion` and `convert`), per column:
+The rules of the former Spark SQL decoder (its `field_conversion` and `convert`), per column:
 a `Converter` turns the field's JSON value (not None) into the column's storage value (epoch
 microseconds for timestamps, epoch days for dates); it raises `DeadLetter` where the Spark path's
 conversion gives null (the record is a dead letter there), and `NotHere` when only the Spark path
@@ -52,7 +52,7 @@ _INTEGRAL_15 = re.compile("-?[0-9]{1,15}")
 _INTEGRAL_7 = re.compile("-?[0-9]{1,7}")
 _INTEGRAL_15_18 = re.compile("-?[0-9]{15,18}")
 _NOT_TIMES = (float, Decimal)  # numbers whose Java text ("1.5", "1.0E7") no time or date cast reads
-_MICROS_FROM = 100_000_000_000_000  # as decode/debezium.py: a larger schemaless epoch is microseconds
+_MICROS_FROM = 100_000_000_000_000  # as the former Spark SQL decoder: a larger schemaless epoch is microseconds
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_WALL = datetime(1970, 1, 1)
 _EPOCH_DAY = date(1970, 1, 1)
@@ -119,7 +119,7 @@ class Conversions:
         return self._generic(t, name)
 
     def _of_text(self, t: pa.DataType, name: str) -> Callable[[str], Any]:
-        """Decimal text into a column of `t` (decode/debezium.py `_to_type`): a DECIMAL without
+        """Decimal text into a column of `t` (the former Spark SQL decoder `_to_type`): a DECIMAL without
         rounding, any other type as text is converted."""
         if pa.types.is_decimal128(t):
             return lambda text: connect_decimals.text_decimal(text, t, name)
@@ -152,7 +152,7 @@ class Conversions:
             return value
 
         def time_of(raw: str, t: pa.DataType) -> Any:
-            """decode/json.py `convert`: an epoch integer (its RLIKE test as Java matches it, its
+            """the former Spark SQL JSON decoder `convert`: an epoch integer (its RLIKE test as Java matches it, its
             cast trimming a final line feed), else Spark's cast of the text."""
             epoch = _INTEGRAL_15 if pa.types.is_timestamp(t) else _INTEGRAL_7
             if java_fullmatch(epoch, raw):
@@ -279,7 +279,7 @@ class Conversions:
                     raise DeadLetter(why=f"column {name}: a decimal number beyond DECIMAL(38,{scale})")
                 unscaled = read
                 shown = java_decimal_text(unscaled, scale)
-                if "E" in shown:  # Spark casts this text with rounding (decode/debezium.py `_to_type`)
+                if "E" in shown:  # Spark casts this text with rounding (the former Spark SQL decoder `_to_type`)
                     value = json_values.decimal_value(shown, t)
                     if value is None:
                         raise DeadLetter(why=f"column {name}: a decimal beyond DECIMAL({precision},{target})")
@@ -369,7 +369,7 @@ def _epoch_micros(unit: str, name: str, otherwise: Converter) -> Converter:
 
 
 def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
-    """Time/MicroTime/NanoTime as `_time_of_day` of decode/debezium.py: text of up to 19 digits
+    """Time/MicroTime/NanoTime as `_time_of_day` of the former Spark SQL decoder: text of up to 19 digits
     (else null), read as a BIGINT (null beyond one), times the unit in Java's long arithmetic."""
 
     low64, high64 = lim.INT_RANGES[64]

@@ -1,4 +1,4 @@
-"""Decimal text of Connect values, as the Spark SQL decoder (decode/debezium.py) built it, for the
+"""Decimal text of Connect values, as the former Spark SQL decoder built it, for the
 Python decoder's conversions (decode/connect_conversions.py).
 
 A Connect Decimal is read as text first: a number (decimal.format=NUMERIC, or the string and
@@ -31,7 +31,7 @@ _VARIABLE_SCALE = pa.struct([("scale", pa.int32()), ("value", pa.string())])
 
 
 def connect_decimal_text(v: Any, scale: int, name: str) -> str:
-    """The text of a Connect Decimal of `scale` (decode/debezium.py `_number_or_base64` with
+    """The text of a Connect Decimal of `scale` (the former Spark SQL decoder `_number_or_base64` with
     `_exact_number`): a number read again from the payload as DECIMAL(38, scale) when the scale
     is 0 to 38 (else its own text), or base64 bytes. DeadLetter where Spark's text is null."""
     number = decimal_number(v, name)
@@ -64,7 +64,7 @@ def variable_scale_text(v: Any, name: str, time_zone: str) -> str:
 
 
 def text_decimal(text: str, t: pa.Decimal128Type, name: str) -> Any:
-    """Decimal text into a DECIMAL column (decode/debezium.py `_to_type`): E notation is cast
+    """Decimal text into a DECIMAL column (the former Spark SQL decoder `_to_type`): E notation is cast
     (rounded half up), plain text only when it has no digit to round; DeadLetter otherwise."""
     plain = re.compile(rf"-?[0-9]*(\.[0-9]{{0,{t.scale}}}0*)?")
     value = None
@@ -92,7 +92,7 @@ def base64_unscaled(v: Any, name: str) -> int:
 
 
 def unscaled_text(unscaled: int, scale: int) -> str:
-    """The decimal text of `_decimal_text` in decode/debezium.py (a negative scale: the digits alone)."""
+    """The decimal text of `_decimal_text` in the former Spark SQL decoder (a negative scale: the digits alone)."""
     digits = str(abs(unscaled)).rjust(scale + 1, "0") if scale > 0 else str(abs(unscaled))
     sign = "-" if unscaled < 0 else ""
     return sign + (digits[: len(digits) - scale] + "." + digits[len(digits) - scale :] if scale > 0 else digits)

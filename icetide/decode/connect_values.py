@@ -1,4 +1,4 @@
-"""A Debezium field's JSON value as the Spark path reads it (decode/debezium.py), for the Python
+"""A Debezium field's JSON value as the former Spark SQL decoder read it, for the Python
 decoder (decode/connect_conversions.py, decode/debezium_arrow.py): its text, the numbers taken from
 that text, and a dead letter's error.
 
@@ -30,7 +30,7 @@ _LOW64 = -(2**63)
 WIDE = Context(prec=80, Emax=MAX_EMAX, Emin=MIN_EMIN)  # decimal arithmetic that never rounds a DECIMAL(38)
 _FLOAT32_LARGEST = Fraction(2**24 - 1, 2**24) * 2**128
 _FLOAT32_OUT = 2**128 - 2**103  # halfway from the largest FLOAT to 2**128: from here on, infinity
-# decode/debezium.py `_number_or_base64`: text Spark reads as a number rather than base64 bytes
+# the former Spark SQL decoder `_number_or_base64`: text Spark reads as a number rather than base64 bytes
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _HUGE_EXPONENT = re.compile(r"[eEpP][+-]?[0-9]{10,}")
 _SPECIAL_DOUBLES = {w: math.inf for w in ("inf", "+inf", "infinity", "+infinity")}
@@ -155,7 +155,7 @@ def float32_of(q: Fraction) -> float:
 
 
 def decimal_number(v: Any, name: str = "", *, read_again: bool = True) -> Decimal | None:
-    """The number the Spark path reads a Connect Decimal value as (decode/debezium.py
+    """The number the Spark path reads a Connect Decimal value as (the former Spark SQL decoder
     `_number_or_base64` with `_exact_number`: text that looks like a number, a JSON number or
     numeric text, is read again from the payload, exactly), or None for base64 bytes. Text that
     looks like a number only by Java's `$` (it ends a line) does not read again: DeadLetter, or
@@ -202,7 +202,7 @@ def wrapped_long(n: int) -> int:
 
 
 def time_of_day_text(micros: int | None) -> str:
-    """decode/debezium.py `_time_of_day` text of `micros` (a long; None: Spark's null): Java's
+    """the former Spark SQL decoder `_time_of_day` text of `micros` (a long; None: Spark's null): Java's
     division toward zero, pmod, and abs(), which leaves -2**63 negative."""
     if micros is None:
         return "null:null:null.  null"
@@ -222,7 +222,7 @@ def _java_div(a: int, b: int) -> int:
 
 def type_error(name: str, value: Any, t: pa.DataType) -> str:
     """The Spark path's error for a value of column `name` that does not convert to `t`
-    (decode/json.py `_type_error`): the value's text as its map of the row holds it."""
+    (the former Spark SQL JSON decoder `_type_error`): the value's text as its map of the row holds it."""
     raw = field_text(value, name)
     shown = spark_type_name(t)
     article = "an" if shown[:1].upper() in "AEIOU" else "a"
@@ -231,7 +231,7 @@ def type_error(name: str, value: Any, t: pa.DataType) -> str:
 
 
 def spark_type_name(t: pa.DataType) -> str:
-    """How the Spark path's errors name the column type of Arrow type `t` (decode/json.py `type_name`)."""
+    """How the Spark path's errors name the column type of Arrow type `t` (as the former JSON decoder did)."""
     if pa.types.is_decimal(t):
         return f"DECIMAL({t.precision},{t.scale})"
     if pa.types.is_integer(t):

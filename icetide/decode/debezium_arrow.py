@@ -1,11 +1,11 @@
-"""Decode Debezium change events in Python, on the executor: the decoder of the sync fast path.
+"""Decode Debezium change events in Python, on the executor: the one Debezium decoder, run by the
+sync fast path's tasks and by the Spark path's (decode/debezium_tasks.py).
 
-It follows the Spark decoder (decode/debezium.py) for what it supports and gives up otherwise:
-a record it cannot decode exactly as the Spark decoder would raises `NotHere` with the reason,
-and the whole batch then runs on the Spark path, which owns every truncate and every schema
-change. A record the Spark decoder makes a dead letter is one here too, with the same error
-(`TableRows.add` returns it), when this decoder can tell that error exactly; else it is
-NotHere as well. It must never accept a record differently.
+Its rules are those of the Spark SQL decoder icetide ran until issue 23, whose outputs are frozen
+in tests/golden/debezium*/ (the deliberate differences are listed in docs/design.md). A record it
+cannot decode exactly raises `NotHere` with the reason: the fast path then hands the batch to the
+Spark path, which owns every truncate and every schema change, and where such a record is a dead
+letter saying why. A record that is a dead letter has its error returned by `TableRows.add`.
 
 Supported: the JSON converter's messages with their Connect schema (`{"schema":...,
 "payload":...}`, the schema part named by its text and parsed once) and schemaless envelopes,
@@ -120,7 +120,8 @@ def _lpad(text: str, width: int, pad: str = "0") -> str:
 
 
 def source_order(source: Mapping[str, Any], ts_ms: Any, offset: int) -> str:
-    """The `_source_order` text of decode/debezium.py `_order`: binlog file/pos/row, LSN or time, then offset."""
+    """The `_source_order` text (the former Spark SQL decoder's `_order`): binlog file/pos/row, LSN
+    or time, then offset."""
     file, pos = _text(source.get("file")), _text(source.get("pos"))
     if file is not None and pos is not None:
         row = _text(source.get("row")) or "0"
@@ -138,7 +139,7 @@ def source_order(source: Mapping[str, Any], ts_ms: Any, offset: int) -> str:
 
 
 def source_millis(source: Mapping[str, Any], ts_ms: Any) -> int | None:
-    """The `_source_ts` of decode/debezium.py in epoch milliseconds: the source block's ts_ms, else
+    """The `_source_ts` of the former Spark SQL decoder in epoch milliseconds: the source block's ts_ms, else
     the event's, when its text is an integer of up to 15 digits; else None."""
     ts = _text(source.get("ts_ms"))
     if ts is None:
@@ -274,6 +275,18 @@ class TableRows:
             append(v)
         return None
 
+    def mark(self) -> int:
+        """Where the changes not yet sealed end: `undo(mark)` drops every change added after it
+        (within one event's `add`, which seals only once it returns)."""
+        return len(self.ops)
+
+    def undo(self, mark: int) -> None:
+        """Drop the changes added since `mark`: an event that raised part way (a key-moving
+        update whose delete was added before its upsert failed)."""
+        del self.ops[mark:], self.orders[mark:]
+        for column in self.columns:
+            del column[mark:]
+
     def _drop_partial(self) -> None:
         rows = len(self.ops)
         for column in self.columns:
@@ -281,7 +294,7 @@ class TableRows:
 
     def _checked(self, plan: list[_Step], row: Mapping[str, Any], *, delete: bool) -> list[Any] | str:
         """The row's values, or the error of its dead letter: the first the Spark path finds
-        (decode/json.py `finish`: key columns first, then the others, each in table order; a
+        (the former Spark SQL JSON decoder `finish`: key columns first, then the others, each in table order; a
         delete's other values go unread, null where they do not convert or are missing, NOT NULL
         columns too: a delete writes its key alone)."""
         values: list[Any] = [None] * len(plan)

@@ -1,10 +1,9 @@
 """What a decoded batch of Debezium change events is, and how the batch's schemas change the table.
 
-Both Debezium decoders of the Spark path return `DecodedChanges`: decode/debezium_tasks.py (the
-Python decoder in Spark's tasks) and decode/debezium.py (Spark SQL, kept for the records the Python
-decoder does not read yet). The schema evolution rules are theirs alike: a field the table lacks
-becomes a nullable column typed by its Connect schema (or by a sample value without one), and a
-column a schema sends wider is widened; a type no column change can hold is a SchemaEvolutionError.
+The Spark path's Debezium decoder (decode/debezium_tasks.py) returns `DecodedChanges`. The schema
+evolution rules: a field the table lacks becomes a nullable column typed by its Connect schema (or
+by a sample value without one), and a column a schema sends wider is widened; a type no column
+change can hold is a SchemaEvolutionError.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from icetide.config import OnTruncate
 from icetide.decode import connect as C
-from icetide.decode.json import check_arguments
+from icetide.decode.frames import check_arguments
 from icetide.decode.json_evolution import infer_ddl
 from icetide.errors import ConfigError
 
@@ -47,8 +46,8 @@ class DecodedChanges:
     new_columns: list[StructField] = field(default_factory=list)
     schemas: list[C.EnvelopeSchema] = field(default_factory=list)
     # The source records the batch read, tombstones and bad ones included (as the sync paths count
-    # them, for max_bad_fraction); None from the Spark SQL fallback, which does not count them.
-    records: int | None = None
+    # them, for max_bad_fraction).
+    records: int = 0
 
 
 def check_options(

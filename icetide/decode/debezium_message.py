@@ -1,6 +1,6 @@
 """Read Debezium messages of Kafka Connect's JSON converter into change events, for the Python
 decoder (decode/debezium_arrow.py): the schema part parsed once per distinct text, the payload
-parsed as the Spark decoder (decode/debezium.py) reads it.
+parsed as the former Spark SQL decoder read it.
 
 A message the Spark decoder makes a dead letter before reading its row (a payload over a limit of
 decode/limits.py, text that is not a JSON object, a before, after or source that is not an
@@ -25,7 +25,7 @@ from icetide.decode import limits as lim
 from icetide.decode.arrow_json_values import MAX_NUMBER_LENGTH, checked_decimal, checked_int
 from icetide.decode.connect_conversions import NotHere
 from icetide.decode.connect_values import field_text
-from icetide.decode.json import EMPTY_PAYLOAD, MALFORMED, NOT_AN_OBJECT
+from icetide.decode.frames import EMPTY_PAYLOAD, MALFORMED, NOT_AN_OBJECT
 from icetide.decode.limits import PayloadLimits
 
 __all__ = ["Envelope", "EnvelopeReader", "envelope_of", "head_schema"]
@@ -188,7 +188,7 @@ class EnvelopeReader:
 
     def _poisoned(self, value: bytes) -> Envelope | None:
         """A message over a payload limit: on the Spark path a dead letter with the first limit's
-        error (decode/limits.py `payload_error`, the order of decode/json.py `limit_error`), read
+        error (decode/limits.py `payload_error`, the order of the former Spark SQL JSON decoder `limit_error`), read
         all the same (its text as `spark_text` gives it): a tombstone is skipped, the fields the
         table lacks count, and a truncate is applied (NotHere unless `final`: the Spark path's tasks
         take a truncate whatever its error, decode/debezium_task.py)."""
@@ -207,7 +207,7 @@ class EnvelopeReader:
 def _not_an_object(value: bytes) -> Envelope | None:
     """A value that does not start with an object (after JSON's whitespace), as the Spark path
     reads it: a tombstone (`null`, with spaces around it at most: Spark's trim), or a dead letter
-    (decode/json.py `malformed_error`; from_json reads JSON whitespace alone as no field at all)."""
+    (the former Spark SQL JSON decoder `malformed_error`; from_json reads JSON whitespace alone as no field at all)."""
     text = value.strip(b" ")
     if text == b"null":
         return None
@@ -326,7 +326,7 @@ _QUICK = json.JSONDecoder(parse_float=checked_decimal, parse_constant=Decimal)
 
 
 def _parse_head(head: bytes, limits: PayloadLimits) -> C.EnvelopeSchema | None:
-    """The schema of a message head (`{"schema":<schema>,"payload":`), as decode/debezium.py
+    """The schema of a message head (`{"schema":<schema>,"payload":`), as the former Spark SQL decoder
     `_schema_of` reads it; NotHere for a head that one reads otherwise or that breaks a limit."""
     try:
         text = head[: -len(_PAYLOAD_KEY)].decode("utf-8")

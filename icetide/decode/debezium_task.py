@@ -3,8 +3,9 @@
 `DebeziumTask` is the `mapInArrow` body: each Arrow batch of Kafka records (or file lines) goes
 through the sync fast path's decoder (`EnvelopeReader`, `TableRows`) record by record, and comes
 out as one frame of good changes (KIND GOOD), dead letters (BAD) and one SUMMARY row: the
-truncates, the fields the table lacks, the heads of the schemas met, or why a record could not be
-read exactly (NotHere: the task stops there).
+truncates, the fields the table lacks and the heads of the schemas met. A record the decoder
+cannot read exactly (NotHere) or that makes it fail is a dead letter saying why, with its
+payload; the batch goes on (`UNDECODED`).
 """
 
 from __future__ import annotations
@@ -32,12 +33,10 @@ TRUNCATE_AT = "_icetide_truncate_at"  # the latest truncate's _source_order
 UNKNOWN_COUNTS = "_icetide_unknown_counts"  # field the table lacks -> records that carry it
 SAMPLES = "_icetide_samples"  # field the table lacks -> a value's text (with schema_evolution)
 HEADS = "_icetide_heads"  # message heads of the schemas met, each once per task
-# Errors a record itself causes, the same each time it is read: such a batch goes to the Spark SQL
-# decoder. Any other (memory, I/O) fails the task: a task computed again (a lost cache block, or
-# good and bad read without `keep`) must not turn into an empty frame that the driver, which read
-# the summaries once, would take for decoded rows.
+# Errors a record itself causes, the same each time it is read: such a record is a dead letter
+# (UNDECODED). Any other (memory, I/O) fails the task, to be computed again.
 _UNFORESEEN = (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError, RecursionError)
-NOT_HERE = "_icetide_not_here"  # why the task stopped: a record the Python decoder cannot read exactly
+UNDECODED = "not decoded"  # the dead letter of a record the decoder cannot read exactly: "not decoded: <why>"
 
 
 @dataclass
@@ -50,7 +49,6 @@ class _Summary:
     unknown: dict[str, int] | None = None
     samples: dict[str, str] | None = None
     heads: list[str] | None = None
-    not_here: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,18 +75,8 @@ class DebeziumTask:
         split_heads: dict[int, bytes] = {}
         it = iter(batches)
         for batch in it:
-            if not batch.num_rows:
-                continue
-            try:
+            if batch.num_rows:
                 yield self.decode(batch, reader, sent, split_heads)
-            except NotHere as exc:
-                yield self._rows([], [], [], [], [], _Summary(not_here=str(exc)), batch)
-                break
-            except _UNFORESEEN as exc:  # a record the decoder did not foresee: the Spark SQL decoder reads the batch
-                yield self._rows([], [], [], [], [], _Summary(not_here=f"the decoder failed: {one_line(exc)}"), batch)
-                break
-        for _ in it:  # the rest of the input is read, not decoded
-            pass
 
     def decode(
         self, batch: pa.RecordBatch, reader: EnvelopeReader, sent: set[int], split_heads: dict[int, bytes]
@@ -108,7 +96,6 @@ class DebeziumTask:
                 if sid is not None and head is not None:
                     split_heads[sid] = head.encode() if isinstance(head, str) else head
         rows = TableRows(self.schema, self.key, self.op_mode, self.conversions)
-        known = rows.known
         good_at: list[int] = []
         millis: list[int | None] = []
         bad_at: list[int] = []
@@ -120,41 +107,21 @@ class DebeziumTask:
                 continue
             if self.split and split_ids[i] is not None:
                 head = split_heads.get(split_ids[i])
-                if head is None:
-                    raise NotHere("a value whose split head is not in its task")
+                if head is None:  # the plan reads and decodes in one task: a head comes before its values
+                    raise RuntimeError(f"a value whose split head (id {split_ids[i]}) is not in its task")
                 value = head + value[1:]
-            if arrivals[i] is None:
-                raise NotHere("a record without its position")
-            read_error = read_errors[i]
-            envelope = reader.read(value) if read_error is None else self._read_failed(reader, value)
-            if envelope is None:
-                continue  # a tombstone
-            if envelope.schema_id and envelope.schema_id not in sent:
-                sent.add(envelope.schema_id)
-                assert summary.heads is not None
-                summary.heads += [h.decode() for h, (sid, _) in reader.heads.items() if sid == envelope.schema_id]
-            self._count_unknown(envelope, known, summary)
-            arrival = arrivals[i].rjust(20, "0")[:20] if self.position_cols else ""  # Spark's lpad
-            order = source_order(envelope.source, envelope.ts_ms, 0).rpartition("|")[0] + "|" + arrival
-            # A truncate is one whatever else is wrong with it (a payload limit, a malformed part), as
-            # on the Spark SQL path; its dead letter's error is the first of those, else its own.
-            is_truncate = envelope.op.strip(" ").lower() == "t"
-            if is_truncate:
-                summary.truncates += 1
-                if summary.truncate_at is None or order > summary.truncate_at:
-                    summary.truncate_at = order
-            if is_truncate:
-                if self.on_truncate == "apply":
-                    continue
-                found = [read_error or envelope.error or TRUNCATE_DEAD_LETTER]
-            elif read_error is not None:
-                found = [read_error] * len(rows.add(_as_dead(envelope), order, evolving=False))
-            else:
-                held = len(rows)
-                found = rows.add(envelope, order, evolving=False)
-                added = len(rows) - held
-                good_at += [i] * added
-                millis += [source_millis(envelope.source, envelope.ts_ms)] * added
+            held, mark = len(rows), rows.mark()
+            try:
+                record = self._record(value, read_errors[i], arrivals[i], rows, reader, sent, summary)
+            except (NotHere, *_UNFORESEEN) as exc:
+                rows.undo(mark)
+                record = [f"{UNDECODED}: {one_line(exc)}"], None
+            if record is None:
+                continue  # a tombstone, or a truncate applied
+            found, source_ms = record
+            added = len(rows) - held
+            good_at += [i] * added
+            millis += [source_ms] * added
             if found:
                 text = spark_text(value)  # U+FFFD as the Spark path puts them
                 for error in found:
@@ -162,6 +129,42 @@ class DebeziumTask:
                     errors.append(error)
                     bad_payloads.append(text)
         return self._rows(good_at, millis, bad_at, errors, bad_payloads, summary, batch, rows.table())
+
+    def _record(
+        self,
+        value: bytes,
+        read_error: str | None,
+        arrival: str | None,
+        rows: TableRows,
+        reader: EnvelopeReader,
+        sent: set[int],
+        summary: _Summary,
+    ) -> tuple[list[str], int | None] | None:
+        """One record's changes added to `rows`: the errors of its dead letters and its source
+        time (epoch ms); None for a tombstone or a truncate the batch applies."""
+        envelope = reader.read(value) if read_error is None else self._read_failed(reader, value)
+        if envelope is None:
+            return None
+        if envelope.schema_id and envelope.schema_id not in sent:
+            sent.add(envelope.schema_id)
+            assert summary.heads is not None
+            summary.heads += [h.decode() for h, (sid, _) in reader.heads.items() if sid == envelope.schema_id]
+        self._count_unknown(envelope, rows.known, summary)
+        # Spark's lpad; a record without a position (a caller's own frame) orders by its source alone
+        arrival = (arrival or "").rjust(20, "0")[:20] if self.position_cols else ""
+        order = source_order(envelope.source, envelope.ts_ms, 0).rpartition("|")[0] + "|" + arrival
+        # A truncate is one whatever else is wrong with it (a payload limit, a malformed part), as
+        # on the Spark SQL path; its dead letter's error is the first of those, else its own.
+        if envelope.op.strip(" ").lower() == "t":
+            summary.truncates += 1
+            if summary.truncate_at is None or order > summary.truncate_at:
+                summary.truncate_at = order
+            if self.on_truncate == "apply":
+                return None
+            return [read_error or envelope.error or TRUNCATE_DEAD_LETTER], None
+        if read_error is not None:
+            return [read_error] * len(rows.add(_as_dead(envelope), order, evolving=False)), None
+        return rows.add(envelope, order, evolving=False), source_millis(envelope.source, envelope.ts_ms)
 
     def _read_failed(self, reader: EnvelopeReader, value: bytes) -> Envelope | None:
         """The event of a record the source could not read (its value is then the raw bytes in
@@ -234,11 +237,9 @@ class DebeziumTask:
                 columns.append(summary_column(list((summary.unknown or {}).items()), f.type))
             elif f.name == SAMPLES:
                 columns.append(summary_column(list((summary.samples or {}).items()), f.type))
-            elif f.name == HEADS:
-                columns.append(summary_column(summary.heads or [], f.type))
             else:
-                assert f.name == NOT_HERE, f.name
-                columns.append(summary_column(summary.not_here, f.type))
+                assert f.name == HEADS, f.name
+                columns.append(summary_column(summary.heads or [], f.type))
         return pa.RecordBatch.from_arrays(columns, schema=self.output)
 
 

@@ -9,14 +9,15 @@ split: the source is read and parsed once.
 
 The summary row carries what the driver decides for the whole batch: the truncates (their count and
 the latest's `_source_order`: `on_truncate: apply` keeps only the changes after it), the fields the
-table lacks (records per field, and a sample value of each for typing it without a schema), the
-message heads of the schemas the task met, and why the task could not decode a record exactly
-(`NotHere`). With `schema_evolution`, the driver plans the new and widened columns from those
-(decode/debezium_changes.py) and decodes the batch again with the evolved schema.
+table lacks (records per field, and a sample value of each for typing it without a schema) and the
+message heads of the schemas the task met. With `schema_evolution`, the driver plans the new and
+widened columns from those (decode/debezium_changes.py) and decodes the batch again with the
+evolved schema.
 
-A record the Python decoder does not read exactly as the Spark SQL decoder did (tests/
-test_decoder_golden_conversions.py NOT_YET_DEBEZIUM) sends the whole batch to that decoder
-(decode/debezium.py): see `decode_by_spark_sql`, the one place that goes when the list is empty.
+The rules are those of the Spark SQL decoder icetide ran until issue 23 (its outputs are frozen in
+tests/golden/debezium*/), but for the deliberate differences docs/design.md lists. A record the
+decoder cannot read exactly is a dead letter saying why ("not decoded: ..."), never a lost record
+nor a failed batch.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from icetide.decode.debezium_task import (
     GOOD,
     HEADS,
     KIND,
-    NOT_HERE,
     RECORDS,
     SAMPLES,
     SUMMARY,
@@ -52,13 +52,14 @@ from icetide.decode.debezium_task import (
 )
 from icetide.decode.json_tasks import ERROR, PAYLOAD, POSITION
 from icetide.decode.limits import PayloadLimits
+from icetide.errors import SchemaError, one_line
 from icetide.sink.changelog import OP_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-    from icetide.decode.json import EpochUnit, OpMode
+    from icetide.decode.frames import EpochUnit, OpMode
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +99,15 @@ def decode_debezium(
     With `keep` (a list), the decoded frame is persisted and appended to it, for the caller to
     unpersist (without it, good and bad each decode the batch again). Runs one Spark job to read
     the tasks' summaries, and decodes the batch again when `schema_evolution` changes its columns.
-    A batch with a record the Python decoder does not read exactly is decoded by the Spark SQL
-    decoder (`decode_by_spark_sql`), with the same result.
+    A record the decoder cannot read exactly is a dead letter "not decoded: <why>".
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from icetide.decode.json import payload_text
+    from icetide.decode.frames import check_value_column
 
     check_options(df, table_schema, key, op_mode, position_cols, extra_cols, epoch_unit, on_truncate)
-    payload_text(df, value_col)  # ConfigError for a value column that is not text or binary
+    check_value_column(df, value_col)
     settings = settings or DebeziumSettings()
     limits = limits or PayloadLimits()
     options: dict[str, Any] = {
@@ -130,12 +130,9 @@ def decode_debezium(
     cached_from = len(keep) if keep is not None else 0
     error_cols = [error_col] if error_col else []
 
-    def once(schema: StructType) -> tuple[DataFrame, list[Any]] | str:
-        """The batch decoded against `schema` and its summaries; or why the Python decoder cannot."""
-        try:
-            task = _task(df, value_col, schema, key, op_mode, position_cols, conversions, options)
-        except NotHere as exc:
-            return str(exc)
+    def once(schema: StructType) -> tuple[DataFrame, list[Any]]:
+        """The batch decoded against `schema` and its summaries."""
+        task = _task(df, value_col, schema, key, op_mode, position_cols, conversions, options)
         inputs = df.select(*dict.fromkeys([value_col, *position_cols, *extra_cols, *(split or ()), *error_cols]))
         decoded = inputs.mapInArrow(task, _spark_schema(df, schema, extra_cols))
         if keep is not None:
@@ -143,21 +140,9 @@ def decode_debezium(
 
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
             keep.append(decoded)
-        summaries = decoded.where(F.col(KIND) == SUMMARY).select(*_SUMMARY_COLUMNS).collect()
-        not_here = next((r[NOT_HERE] for r in summaries if r[NOT_HERE] is not None), None)
-        return not_here if not_here is not None else (decoded, summaries)
+        return decoded, decoded.where(F.col(KIND) == SUMMARY).select(*_SUMMARY_COLUMNS).collect()
 
-    def give_up(reason: str) -> DecodedChanges:
-        if keep is not None:
-            for frame in keep[cached_from:]:
-                frame.unpersist()
-            del keep[cached_from:]
-        return decode_by_spark_sql(reason, df, value_col, table_schema, key, op_mode, position_cols, options)
-
-    first = once(table_schema)
-    if isinstance(first, str):
-        return give_up(first)
-    decoded, summaries = first
+    decoded, summaries = once(table_schema)
     schemas = _schemas(summaries, limits)
     unknown: dict[str, int] = {}
     for r in summaries:
@@ -174,10 +159,7 @@ def decode_debezium(
                 for frame in keep[cached_from:]:  # the first decode lacks the new or wider columns
                     frame.unpersist()
                 del keep[cached_from:]
-            again = once(full_schema)
-            if isinstance(again, str):
-                return give_up(again)
-            decoded, summaries = again
+            decoded, summaries = once(full_schema)
     truncates = sum(r[TRUNCATES] for r in summaries)
     cut = max((r[TRUNCATE_AT] for r in summaries if r[TRUNCATE_AT] is not None), default=None)
     kind = F.col(KIND)
@@ -212,7 +194,7 @@ def decode_debezium(
     )
 
 
-_SUMMARY_COLUMNS = (RECORDS, TRUNCATES, TRUNCATE_AT, UNKNOWN_COUNTS, SAMPLES, HEADS, NOT_HERE)
+_SUMMARY_COLUMNS = (RECORDS, TRUNCATES, TRUNCATE_AT, UNKNOWN_COUNTS, SAMPLES, HEADS)
 
 
 def _task(
@@ -225,14 +207,15 @@ def _task(
     conversions: Conversions,
     options: dict[str, Any],
 ) -> DebeziumTask:
-    """The task of one decode against `table_schema`; NotHere for a column the Python decoder does not produce."""
+    """The task of one decode against `table_schema`; SchemaError for a column type the decoder
+    does not produce."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     try:
         schema = to_arrow_schema(table_schema)
-    except TypeError as exc:
-        raise NotHere(f"a column type pyarrow does not hold ({exc})") from None
-    TableRows(schema, key, op_mode, conversions)  # NotHere for a column type it does not produce
+        TableRows(schema, key, op_mode, conversions)  # NotHere for a column type it does not produce
+    except (TypeError, NotHere) as exc:
+        raise SchemaError(f"a table column that Debezium messages are not decoded into: {one_line(exc)}") from None
     extra = tuple(options["extra_cols"])
     output = to_arrow_schema(_spark_schema(df, table_schema, extra))
     return DebeziumTask(
@@ -273,7 +256,6 @@ def _spark_schema(df: DataFrame, table_schema: StructType, extra_cols: Sequence[
         T.StructField(UNKNOWN_COUNTS, T.MapType(string, T.LongType())),
         T.StructField(SAMPLES, T.MapType(string, string)),
         T.StructField(HEADS, T.ArrayType(string)),
-        T.StructField(NOT_HERE, string),
     ]
     return T.StructType([T.StructField(f.name, f.dataType, True) for f in fields])
 
@@ -292,25 +274,3 @@ def _samples(summaries: list[Any], names: list[str]) -> dict[str, str | None]:
             if name in names and out.get(name) is None:
                 out[name] = text
     return out
-
-
-# -- The Spark SQL decoder, for the batches the Python decoder does not read exactly yet -----------
-# Delete this function, its call in `decode_debezium` (`give_up`) and decode/debezium.py once
-# tests/test_decoder_golden_conversions.py NOT_YET_DEBEZIUM is empty.
-
-
-def decode_by_spark_sql(
-    reason: str,
-    df: DataFrame,
-    value_col: str,
-    table_schema: StructType,
-    key: Sequence[str],
-    op_mode: OpMode,
-    position_cols: Sequence[str],
-    options: dict[str, Any],
-) -> DecodedChanges:
-    """The batch decoded by decode/debezium.py, because a record of it raised NotHere (`reason`)."""
-    from icetide.decode import debezium
-
-    log.info("a Debezium batch is decoded by the Spark SQL decoder: %s", reason)
-    return debezium.decode_debezium(df, value_col, table_schema, key, op_mode, position_cols, **options)

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.decode.arrow_json_scalars import undecodable_columns
-from icetide.decode.json import check_arguments
+from icetide.decode.frames import check_arguments
 from icetide.decode.json_evolution import UNKNOWN, UNKNOWN_PAYLOAD, addable, count_unknown, sample_types
 from icetide.decode.limits import PayloadLimits
 from icetide.errors import ConfigError
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructField, StructType
 
-    from icetide.decode.json import OpMode
+    from icetide.decode.frames import OpMode
 
 log = logging.getLogger(__name__)
 

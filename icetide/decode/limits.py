@@ -1,7 +1,7 @@
 """What a record must be to be written: payload limits and the value ranges every writer can hold.
 
-Both decoders (the Spark one in decode/json.py, the pyarrow one in decode/arrow_json.py) check
-the same things, so a record is bad on one path exactly when it is bad on the other:
+The decoders (JSON: decode/arrow_json.py; Debezium: decode/debezium_message.py) check the same
+things as the Spark SQL decoders they replaced did, so a record is bad where it was bad there:
 
 - the payload: at most `max_record_bytes` bytes, valid UTF-8, no JSON string escape of a lone
   UTF-16 surrogate (such as the six characters backslash-u-d-8-0-0 alone, which no UTF-8 text can
@@ -48,7 +48,7 @@ _LONE_SURROGATE = re.compile(LONE_SURROGATE)
 # and quotes. One pattern for Python's re and Java's regex (Spark's regexp_replace).
 NOT_NESTING = r'(?s)\\.|[^\[\]{}"]'
 _NOT_NESTING = re.compile(NOT_NESTING)
-# The same removal in runs (decode/json.py, where a regex match costs per match), and what is
+# The same removal in runs (the former Spark SQL JSON decoder, where a regex match costs per match), and what is
 # left of strings after it: a quote, anything but a quote, the closing quote or the end.
 NOT_NESTING_RUNS = r'(?s)\\.|[^\[\]{}"\\]+|\\'
 QUOTED = r'"[^"]*("|$)'
@@ -88,7 +88,7 @@ def surrogate_error() -> str:
 def nesting_depth(text: str) -> int:
     """How deep arrays and objects nest in JSON `text`, brackets inside strings not counted.
 
-    Any text gives a number (malformed JSON too), the same number decode/json.py computes in SQL.
+    Any text gives a number (malformed JSON too), the same number the former Spark SQL JSON decoder computes in SQL.
     """
     depth = deepest = 0
     in_string = False

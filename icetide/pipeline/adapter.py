@@ -217,7 +217,7 @@ class SourceAdapter:
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructType
 
-        from icetide.decode.json import source_position
+        from icetide.decode.frames import source_position
 
         event_schema = StructType([f for f in schema.fields if f.name not in CAPTURE_COLUMNS])
         event_key = [k for k in key if k not in CAPTURE_COLUMNS]
@@ -266,7 +266,7 @@ class SourceAdapter:
 
             value_col, position_cols = "value", list(POSITION_COLUMNS)
         else:  # csv / parquet: Spark's reader already typed the columns
-            from icetide.decode.json import BAD_DDL
+            from icetide.decode.frames import BAD_DDL
 
             op = F.lit(INSERT if op_mode == "append" else UPSERT)
             good = raw.select(*[F.col(f"`{f.name}`") for f in schema.fields], op.alias(OP_COLUMN))
@@ -307,9 +307,7 @@ class SourceAdapter:
                 truncated=changes.truncated,
                 unknown_fields=changes.unknown_fields,
                 new_columns=[f.name for f in changes.new_columns],
-                # max_bad_fraction counts every record; the Spark SQL fallback does not count them,
-                # so such a batch reads its source once more (sync pipelines count records by route)
-                records=changes.records if changes.records is not None else raw.count(),
+                records=changes.records,  # max_bad_fraction counts every record
             )
         from icetide.decode.json_tasks import decode_json
 

@@ -305,7 +305,7 @@ class Runner:
         rows = _lost_rows(plan)
         if not rows:
             return bad
-        from icetide.decode.json import BAD_DDL
+        from icetide.decode.frames import BAD_DDL
 
         return bad.unionByName(self.spark.createDataFrame(rows, BAD_DDL))
 
@@ -352,7 +352,7 @@ class Runner:
         warn_unknown_fields(batch_id, out.unknown_fields)
 
         def frame() -> Any:
-            from icetide.decode.json import BAD_DDL
+            from icetide.decode.frames import BAD_DDL
 
             rows = [(b.payload, b.error, b.source_position) for b in out.bad] + _lost_rows(plan)
             return self.spark.createDataFrame(rows, BAD_DDL)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
 from icetide.decode.arrow_json_block import BadRecord
-from icetide.decode.json import BAD_DDL
+from icetide.decode.frames import BAD_DDL
 from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point
 from icetide.pipeline.batches import (
@@ -308,7 +308,7 @@ class SyncRunner:
         )
 
     def _bad_frame(self, bad: list[BadRecord]) -> DataFrame:
-        """The fast path's dead letters as the Spark path's bad records (decode/json.py BAD_DDL)."""
+        """The fast path's dead letters as the Spark path's bad records (decode/frames.py BAD_DDL)."""
         return self.spark.createDataFrame([(b.payload, b.error, b.source_position) for b in bad], BAD_DDL)
 
     def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[SyncFastBatch | Fallback, list[str]]:

@@ -228,7 +228,7 @@ def bad_records(
     """The batch's bad records not yet in the dead-letter table: unroutable ones and each table's."""
     from pyspark.sql import functions as F
 
-    from icetide.decode.json import BAD_DDL, source_position
+    from icetide.decode.frames import BAD_DDL, source_position
 
     frames = [d.bad.select("payload", "error", "source_position") for d in decoded.values() if d.bad_count]
     if unroutable:

@@ -169,7 +169,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         if errors:
             payload = avro.message(message.key(), value) if avro is not None else value
             text = spark_text(payload) if payload is not None else None  # U+FFFD as the Spark path puts them
-            where = f"{feed[0]}/{feed[1]}@{offset}"  # as decode/json.py `source_position`
+            where = f"{feed[0]}/{feed[1]}@{offset}"  # as decode/frames.py `source_position`
             result.bad.extend(BadRecord(text, error, where) for error in errors)
             to.share.bad += len(errors)
 
