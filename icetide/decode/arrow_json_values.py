@@ -13,8 +13,9 @@ ARRAY, STRUCT and MAP values: decode/arrow_json_nested.py.
 
 The raw text is Spark's (Jackson's) text of a JSON value (`spark_text`): a number that is not
 integral is written as Java's `Double.toString` writes it (`1.234567890125E11`), and one beyond a
-double as the quoted text `"Infinity"`. Known difference: Java 17 sometimes writes a double with
-more digits than the shortest that reads back; this module writes the shortest.
+double as the quoted text `"Infinity"`. A double is written with its shortest digits, as Java 19 on
+writes it; Java 17 wrote a few with other digits (1e23 as "9.999999999999999E22"): a deliberate
+difference.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import math
 import re
 import unicodedata
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
-from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
@@ -37,7 +37,6 @@ _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 _JAVA_SPACE = frozenset("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
 _NO_BREAK = frozenset("\u00a0\u2007\u202f")
 _MAX_EXPONENT = 2**31 - 1  # BigDecimal's scale is an int
-_SMALLEST_NORMAL = 2.0**-1022
 _CONTROL = re.compile("[\x00-\x1f]")
 _HEX_ESCAPE = re.compile(r"((?<!\\)(?:\\\\)*\\u00)([0-9a-f]{2})")
 
@@ -76,32 +75,6 @@ def java_double_text(x: float) -> str:
             return f"{minus}{shown}{'0' * (point - len(shown))}.0"
         return f"{minus}{shown[:point]}.{shown[point:]}"
     return f"{minus}{shown[0]}.{shown[1:] or '0'}E{point - 1}"
-
-
-def javas_double_text(x: float) -> str | None:
-    """Java 17's `Double.toString(x)` where it is `java_double_text(x)` (the shortest digits), else
-    None. Java 17 (not 19 on) writes more or other digits for: subnormals; integers from 2**53 to
-    2**63, which it writes nearly exactly; a power of two whose shortest digits are not its exact
-    value; where the shortest digits lie exactly half a unit in the last place from `x` (1e23:
-    "9.999999999999999E22"); and integers from 2**63 on whose shortest text has 17 digits (seen
-    near 2**85: Java's last digit differs). Checked against the JVM in tests/test_connect_values.py."""
-    text = java_double_text(x)
-    if not math.isfinite(x) or x == 0:
-        return text
-    a = abs(x)
-    if a < _SMALLEST_NORMAL or (a.is_integer() and 2.0**53 <= a < 2.0**63):
-        return None
-    shortest = repr(a)
-    digits = Fraction(shortest)
-    if digits == a:
-        return text
-    if a >= 2.0**63 and len(shortest.partition("e")[0].replace(".", "").strip("0")) >= 17:
-        return None  # Java may end these 17 digits otherwise
-    mantissa, _ = math.frexp(a)
-    if mantissa == 0.5:  # a power of two: the gap below is half the one above
-        return None
-    neighbour = math.nextafter(a, math.inf if digits > a else 0.0)
-    return None if 2 * abs(digits - Fraction(a)) == abs(Fraction(neighbour) - Fraction(a)) else text
 
 
 def spark_text(value: Any) -> str:

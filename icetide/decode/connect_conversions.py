@@ -167,7 +167,7 @@ class Conversions:
         if pa.types.is_string(t):
 
             def text(v: Any) -> str:
-                return v if type(v) is str else field_text(v, name)
+                return v if type(v) is str else field_text(v)
 
             return text
         if pa.types.is_integer(t):
@@ -176,7 +176,7 @@ class Conversions:
             def integer(v: Any) -> Any:
                 if type(v) is int and low <= v <= high:
                     return v
-                return value_of(field_text(v, name), t)
+                return value_of(field_text(v), t)
 
             return integer
         if pa.types.is_floating(t):
@@ -192,18 +192,18 @@ class Conversions:
                     if x != x and kind is Decimal:  # the NaN literal: Spark's text of it, '"NaN"', does not cast
                         raise DeadLetter()
                 else:
-                    parsed = java_double(field_text(v, name))
+                    parsed = java_double(field_text(v))
                     if parsed is None:
                         raise DeadLetter()
                     x = parsed
                 # an integer that is its double: no doubt
                 if single and not (type(v) is int and math.isfinite(x) and int(x) == v):
-                    return _single(x, name, v)
+                    return _single(x, v)
                 return x
 
             return floating
         if pa.types.is_boolean(t):
-            return lambda v: v if type(v) is bool else value_of(field_text(v, name), t)
+            return lambda v: v if type(v) is bool else value_of(field_text(v), t)
         if pa.types.is_timestamp(t):
             epoch = _EPOCH if t.tz is not None else _EPOCH_WALL  # TIMESTAMP_NTZ: the wall time, as in UTC
 
@@ -212,7 +212,7 @@ class Conversions:
                     return v * 1000
                 if type(v) in _NOT_TIMES:
                     raise DeadLetter()
-                moment = value_of(field_text(v, name), t)
+                moment = value_of(field_text(v), t)
                 return (moment - epoch) // _MICRO
 
             return timestamp
@@ -221,15 +221,15 @@ class Conversions:
             def day(v: Any) -> int:
                 if type(v) in _NOT_TIMES:
                     raise DeadLetter()
-                return (value_of(field_text(v, name), t) - _EPOCH_DAY).days  # type: ignore[no-any-return]
+                return (value_of(field_text(v), t) - _EPOCH_DAY).days  # type: ignore[no-any-return]
 
             return day
         if pa.types.is_decimal128(t):
-            return _converted(name, lambda raw: json_values.decimal_value(raw, t))
+            return _converted(lambda raw: json_values.decimal_value(raw, t))
         if pa.types.is_binary(t):
-            return _converted(name, json_values.binary_value)
+            return _converted(json_values.binary_value)
         zone = self.time_zone  # an ARRAY, STRUCT or MAP (`supported_column`): from_json of the text
-        return _converted(name, lambda raw: nested.value(raw, t, zone))
+        return _converted(lambda raw: nested.value(raw, t, zone))
 
     def _spark_datetime(self, raw: str, t: pa.DataType, name: str) -> date | datetime | None:
         """Text the arrow_json rules do not read as a time or date, as Spark's cast reads it
@@ -298,11 +298,11 @@ class Conversions:
         return decimal
 
 
-def _converted(name: str, convert: Callable[[str], Any]) -> Converter:
+def _converted(convert: Callable[[str], Any]) -> Converter:
     """A converter of the value's text by `convert` (None: it does not convert, a dead letter)."""
 
     def converted(v: Any) -> Any:
-        value = convert(field_text(v, name))
+        value = convert(field_text(v))
         if value is None:
             raise DeadLetter()
         return value
@@ -313,7 +313,7 @@ def _converted(name: str, convert: Callable[[str], Any]) -> Converter:
 _MICRO = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC) - _EPOCH
 
 
-def _single(x: float, name: str, v: Any) -> float:
+def _single(x: float, v: Any) -> float:
     """`x`, the double of value `v`, for a FLOAT column. Spark parses the value's text (Java's for
     a JSON number) straight to a FLOAT; Arrow rounds the double `x` to one. The two can differ
     only where `x` is halfway between two FLOATs (the text may lie on either side of it), or
@@ -329,7 +329,7 @@ def _single(x: float, name: str, v: Any) -> float:
             return x
     elif abs(x) != _FLOAT32_OUT:  # the text lies on x's side of that double: below it, the largest FLOAT
         return math.copysign(_FLOAT32_MAX, x) if abs(x) < _FLOAT32_OUT else math.copysign(math.inf, x)
-    exact = exact_number(v, name)
+    exact = exact_number(v)
     if exact is None:  # no number Java's Float.parseFloat reads: Spark's cast gives null
         raise DeadLetter()
     return float32_of(exact)
@@ -349,7 +349,7 @@ def _epoch_micros(unit: str, name: str, otherwise: Converter) -> Converter:
 
     def micros(v: Any) -> Any:
         if type(v) is not int:
-            text = field_text(v, name)
+            text = field_text(v)
             if not java_fullmatch(integral, text):
                 if unit == "ns":
                     raise DeadLetter()
@@ -378,7 +378,7 @@ def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
         if type(v) is int and low64 <= v <= high64:  # 19 digits at most
             n = v
         else:
-            text = v if type(v) is str else field_text(v, name)
+            text = v if type(v) is str else field_text(v)
             if not java_fullmatch(_INTEGRAL_19, text):
                 raise DeadLetter(why=f"column {name}: a time of day that is not an integer")
             number = _long_text(text, _INTEGRAL_19)

@@ -38,7 +38,7 @@ def connect_decimal_text(v: Any, scale: int, name: str) -> str:
     if number is None:
         return unscaled_text(base64_unscaled(v, name), scale)
     if not 0 <= scale <= 38:
-        return field_text(v, name)
+        return field_text(v)
     unscaled = decimal_unscaled(number, scale)
     if unscaled is None:
         raise DeadLetter(why=f"column {name}: a decimal number beyond DECIMAL(38,{scale})")
@@ -50,13 +50,13 @@ def schemaless_decimal_text(v: Any, scale: int, name: str) -> str:
     text (not read again), or base64 bytes with the column's scale."""
     if decimal_number(v, name, read_again=False) is None:
         return unscaled_text(base64_unscaled(v, name), scale)
-    return field_text(v, name)
+    return field_text(v)
 
 
 def variable_scale_text(v: Any, name: str, time_zone: str) -> str:
     """The text of an io.debezium.data.VariableScaleDecimal (`{"scale": s, "value": base64}`):
     read as `from_json(text, 'scale INT, value STRING')`; DeadLetter without a scale of 0 to 38."""
-    parts = nested.value(field_text(v, name), _VARIABLE_SCALE, time_zone)
+    parts = nested.value(field_text(v), _VARIABLE_SCALE, time_zone)
     scale = parts["scale"] if parts is not None else None
     if scale is None or not 0 <= scale <= 38 or parts["value"] is None:
         raise DeadLetter(why=f"column {name}: a variable scale decimal without a scale of 0 to 38")
@@ -78,7 +78,7 @@ def text_decimal(text: str, t: pa.Decimal128Type, name: str) -> Any:
 def base64_unscaled(v: Any, name: str) -> int:
     """The unscaled integer of a precise decimal: base64 big-endian two's complement, at most 16
     bytes, read as `try_to_binary(v, 'base64')` reads it (no bytes: 0)."""
-    data = json_values.binary_value(field_text(v, name))
+    data = json_values.binary_value(field_text(v))
     if data is None:
         raise DeadLetter(why=f"column {name}: a decimal that is not base64")
     if len(data) > 16:

@@ -4,12 +4,15 @@ that text, and a dead letter's error.
 
 The Spark decoder reads a row part into a map<string,string> with from_json, so each value reaches
 its conversion as Jackson's text of it: text as it is, an integer's digits, any other number as
-Java 17's `Double.toString` of its double ("1.0E7"), a number beyond a double and the literals NaN,
+Java's `Double.toString` of its double ("1.0E7"), a number beyond a double and the literals NaN,
 Infinity and -Infinity quoted ('"Infinity"', '"NaN"'), a nested value compact. The Python decoder
 parses a JSON number that is not an integer, and those literals, as a `Decimal`: its exact value,
 which a DECIMAL column's conversion reads (the Spark path reads the payload again for it). A
 Python float comes from an Avro record (decode/avro.py): NaN and infinities as the JSON converter
 sends them, as text.
+
+A double is written with its shortest digits, as Java 19 on writes it, deliberately unlike Java 17
+(which ran that decoder) for the few it wrote otherwise: 1e23 is "1.0E23", not "9.999999999999999E22".
 """
 
 from __future__ import annotations
@@ -58,10 +61,9 @@ class DeadLetter(NotHere):
         self.error = error
 
 
-def field_text(v: Any, name: str = "") -> str:
-    """The text of JSON value `v` (not None; of column `name`) as the Spark path's map of the row
-    holds it; NotHere for a number whose text Java 17 may write with other digits than this
-    decoder knows."""
+def field_text(v: Any) -> str:
+    """The text of JSON value `v` (not None) as the Spark path's map of the row holds it, a double
+    with its shortest digits as Java 19 on writes it (deliberately unlike Java 17: see above)."""
     kind = type(v)
     if kind is str:
         return v  # type: ignore[no-any-return]
@@ -71,21 +73,7 @@ def field_text(v: Any, name: str = "") -> str:
         return "true" if v else "false"
     if kind is float and not math.isfinite(v):  # an Avro value: the JSON converter sends it as text
         return "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"
-    if not _javas(v):
-        raise NotHere(f"column {name}: a number Java 17 may write with other digits")
     return json_values.spark_text(v)
-
-
-def _javas(v: Any) -> bool:
-    """Whether every number in `v` is one whose Java 17 text `javas_double_text` knows."""
-    if isinstance(v, float | Decimal):
-        x = float(v)
-        return not math.isfinite(x) or json_values.javas_double_text(x) is not None
-    if isinstance(v, list):
-        return all(map(_javas, v))
-    if isinstance(v, dict):
-        return all(map(_javas, v.values()))
-    return True
 
 
 def java_fullmatch(pattern: re.Pattern[str], text: str) -> bool:
@@ -130,12 +118,12 @@ def _java_exact(text: str) -> Fraction | None:
     return sign * Fraction(match["dec"])
 
 
-def exact_number(v: Any, name: str = "") -> Fraction | None:
+def exact_number(v: Any) -> Fraction | None:
     """The exact value of the text Spark casts for `v` (an int, a number, or text already trimmed
     as its cast trims) as Java parses it, or None when that is no finite number Java reads."""
     if type(v) is int:
         return Fraction(v)
-    return _java_exact(field_text(v, name))
+    return _java_exact(field_text(v))
 
 
 def float32_of(q: Fraction) -> float:
@@ -164,7 +152,7 @@ def decimal_number(v: Any, name: str = "", *, read_again: bool = True) -> Decima
         return v if v.is_finite() and math.isfinite(float(v)) else None  # else quoted: not base64 either
     if type(v) is float:  # an Avro value: the JSON text of it is Python's
         return Decimal(repr(v)) if math.isfinite(v) else None
-    text = field_text(v, name)
+    text = field_text(v)
     if not (java_fullmatch(_NUMBER, text) and (any(c in text for c in ".eE-") or len(text) % 4)):
         return None
     if _NUMBER.fullmatch(text):
@@ -223,7 +211,7 @@ def _java_div(a: int, b: int) -> int:
 def type_error(name: str, value: Any, t: pa.DataType) -> str:
     """The Spark path's error for a value of column `name` that does not convert to `t`
     (the former Spark SQL JSON decoder `_type_error`): the value's text as its map of the row holds it."""
-    raw = field_text(value, name)
+    raw = field_text(value)
     shown = spark_type_name(t)
     article = "an" if shown[:1].upper() in "AEIOU" else "a"
     quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."

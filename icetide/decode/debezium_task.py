@@ -184,7 +184,7 @@ class DebeziumTask:
             if name not in known:
                 summary.unknown[name] = summary.unknown.get(name, 0) + 1
                 if summary.samples is not None and v is not None and name not in summary.samples:
-                    summary.samples[name] = field_text(v, name)  # the text Spark's map of the row holds
+                    summary.samples[name] = field_text(v)  # the text Spark's map of the row holds
 
     def _rows(
         self,

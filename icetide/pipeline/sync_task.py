@@ -109,7 +109,7 @@ def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping
             value = source.get(name)
             if value is None:
                 raise NotHere(f"an event whose source block has no {name} (a dead letter on the Spark path)")
-            values[name] = field_text(value, name)  # as the Spark path's source struct holds it
+            values[name] = field_text(value)  # as the Spark path's source struct holds it
     return template.format(**{k: identifier_part(v) for k, v in values.items()})
 
 
