@@ -102,6 +102,31 @@ def test_a_double_java_17_wrote_otherwise_lands_with_its_shortest_digits(spark: 
     _as_frozen("the batch without it", kafka_frame(spark, values), _products(), ["id"], extra_cols=["partition"])
 
 
+def test_a_change_the_decoder_cannot_read_exactly_is_a_dead_letter_saying_why(spark: Any) -> None:
+    """A value the decoder cannot convert exactly as the former Spark SQL decoder did (a time in
+    year 10000 whose zone may bring it into range: decode/spark_datetime.py `Unsure`) makes its
+    record a dead letter with its payload and the reason ("not decoded: ..."). A key-moving update
+    whose upsert half is such a value leaves no change at all: its delete half, added first, is
+    undone (TableRows.undo). The records beside it land. Hand-made schemaless events: no connector
+    sends a year-10000 time."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("ts", T.TimestampType(), True)])
+    unsure = "10000-01-01T00:30:00+01:00"
+    events = [
+        {"op": "c", "after": {"id": 1, "ts": "2024-05-01T10:00:00Z"}},
+        {"op": "c", "after": {"id": 2, "ts": unsure}},
+        {"op": "u", "before": {"id": 1, "ts": None}, "after": {"id": 3, "ts": unsure}},
+        {"op": "c", "after": {"id": 4, "ts": None}},
+    ]
+    values = [json.dumps(e).encode() for e in events]
+    out = _output(debezium_tasks.decode_debezium, kafka_frame(spark, values), schema, ["id"])
+    assert [dict(r)["id"] for r in out["good"]] == ["1", "4"]
+    reason = f"not decoded: column ts: a time in year 0 or 10000 that its zone may bring into range ({unsure})"
+    assert [(p, e, where.rpartition("@")[2]) for p, e, where in out["bad"]] == [
+        (values[1].decode(), reason, "1"),
+        (values[2].decode(), reason, "2"),
+    ]
+
+
 @pytest.mark.parametrize("on_truncate", ["apply", "dead_letter"])
 def test_truncates_as_the_spark_decoder(spark: Any, on_truncate: str) -> None:
     stream = ProductsStream()

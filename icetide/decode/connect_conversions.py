@@ -1,10 +1,12 @@
-"""How the sync fast path's Python decoder reads one Connect field's JSON value into a column.
+"""How the Debezium decoder reads one Connect field's JSON value into a column.
 
 The rules of the former Spark SQL decoder (its `field_conversion` and `convert`), per column:
 a `Converter` turns the field's JSON value (not None) into the column's storage value (epoch
-microseconds for timestamps, epoch days for dates); it raises `DeadLetter` where the Spark path's
-conversion gives null (the record is a dead letter there), and `NotHere` when only the Spark path
-reads it exactly. Converters are made once per (envelope schema, table column), not per message.
+microseconds for timestamps, epoch days for dates); it raises `DeadLetter` where that decoder's
+conversion gave null (the record is a dead letter), and `NotHere` where it cannot tell exactly
+what that decoder gave (the sync fast path then hands the batch to the Spark path, where the
+record is a "not decoded" dead letter). Converters are made once per (envelope schema, table
+column), not per message.
 """
 
 from __future__ import annotations
@@ -99,13 +101,13 @@ class Conversions:
 
     def converter(self, f: C.ConnectField | None, t: pa.DataType, name: str) -> Converter:
         """The converter of column `name` of type `t` for Connect field `f` (None: no schema).
-        NotHere when the combination is one only the Spark path reads."""
+        NotHere for a combination it does not read exactly."""
         logical = f.logical if f is not None else None
         if f is None:
             if pa.types.is_decimal128(t) and self.decimal_handling_mode == "precise":
                 return self._schemaless_decimal(t, name)
             if pa.types.is_timestamp(t) and self.time_precision_mode != "connect":
-                return self._adaptive_timestamp(t)
+                return self._adaptive_timestamp(t, name)
             return self._generic(t, name)
         if logical == C.DECIMAL:
             return self._decimal(f, t, name)
@@ -240,14 +242,15 @@ class Conversions:
                 return None if days is None else _EPOCH_DAY + timedelta(days=days)
             micros = spark_datetime.timestamp_micros(raw, self.time_zone, with_zone=t.tz is not None)
         except spark_datetime.Unsure as exc:
-            raise NotHere(f"column {name}: a time Spark's cast may read ({exc})") from None
+            why = f"column {name}: a time in year 0 or 10000 that its zone may bring into range ({exc})"
+            raise NotHere(why) from None
         if micros is None or not lim.MIN_EPOCH_MICROS <= micros <= lim.MAX_EPOCH_MICROS:
             return None
         return (_EPOCH if t.tz is not None else _EPOCH_WALL) + timedelta(microseconds=micros)
 
-    def _adaptive_timestamp(self, t: pa.DataType) -> Converter:
+    def _adaptive_timestamp(self, t: pa.DataType, name: str) -> Converter:
         """A schemaless timestamp: epoch microseconds when the integer is that large, else as "ms"."""
-        otherwise = self._generic(t, "")
+        otherwise = self._generic(t, name)
 
         def adaptive(v: Any) -> Any:
             raw = field_text(v)
@@ -256,7 +259,7 @@ class Conversions:
                 if micros is None:  # a line end the cast to BIGINT does not trim: null, so not micros
                     return otherwise(v)
                 if abs(micros) >= _MICROS_FROM:
-                    return _in_range(micros, "")
+                    return _in_range(micros, name)
             return otherwise(v)
 
         return adaptive

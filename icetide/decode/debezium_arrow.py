@@ -197,7 +197,8 @@ class TableRows:
     def add(self, envelope: Envelope, order: str, *, evolving: bool) -> list[str]:
         """One event's change(s). Returns the error of its dead letter, if a change is bad: one per
         event, the first bad change's (a key-moving update is a delete, then an upsert; a good one
-        of the two is still added, as on the Spark path); NotHere when the Spark path must read the event."""
+        of the two is still added, as on the Spark path); NotHere for an event the fast path hands
+        to the Spark path (a truncate, fields to evolve the table with) or that it cannot read exactly."""
         op = envelope.op
         before, after = envelope.before, envelope.after
         row_part = after if isinstance(after, dict) else before
@@ -275,17 +276,20 @@ class TableRows:
             append(v)
         return None
 
-    def mark(self) -> int:
-        """Where the changes not yet sealed end: `undo(mark)` drops every change added after it
-        (within one event's `add`, which seals only once it returns)."""
-        return len(self.ops)
+    def mark(self) -> tuple[int, int]:
+        """Where the changes end: `undo(mark)` drops every change added after it, within one
+        event's `add` (which seals only once it returns, so an `add` that raised sealed nothing)."""
+        return len(self._sealed), len(self.ops)
 
-    def undo(self, mark: int) -> None:
+    def undo(self, mark: tuple[int, int]) -> None:
         """Drop the changes added since `mark`: an event that raised part way (a key-moving
         update whose delete was added before its upsert failed)."""
-        del self.ops[mark:], self.orders[mark:]
+        sealed, held = mark
+        if len(self._sealed) != sealed:  # changes moved into Arrow since: an `add` that returned
+            raise RuntimeError("TableRows.undo after a seal: the changes to drop are no longer held")
+        del self.ops[held:], self.orders[held:]
         for column in self.columns:
-            del column[mark:]
+            del column[held:]
 
     def _drop_partial(self) -> None:
         rows = len(self.ops)

@@ -73,8 +73,7 @@ class DebeziumTask:
         reader = EnvelopeReader(self.limits, final=True)
         sent: set[int] = set()  # schema ids whose head this task reported
         split_heads: dict[int, bytes] = {}
-        it = iter(batches)
-        for batch in it:
+        for batch in batches:
             if batch.num_rows:
                 yield self.decode(batch, reader, sent, split_heads)
 
@@ -164,12 +163,13 @@ class DebeziumTask:
             return [read_error or envelope.error or TRUNCATE_DEAD_LETTER], None
         if read_error is not None:
             return [read_error] * len(rows.add(_as_dead(envelope), order, evolving=False)), None
-        return rows.add(envelope, order, evolving=False), source_millis(envelope.source, envelope.ts_ms)
+        millis = source_millis(envelope.source, envelope.ts_ms)  # before `add`: nothing may raise after it
+        return rows.add(envelope, order, evolving=False), millis
 
     def _read_failed(self, reader: EnvelopeReader, value: bytes) -> Envelope | None:
         """The event of a record the source could not read (its value is then the raw bytes in
-        base64, which the Spark SQL decoder reads as one malformed record); NotHere for a value
-        that may be JSON, whose changes that decoder counts."""
+        base64, which the former Spark SQL decoder read as one malformed record); a value that may
+        be JSON is read, so that its changes count as that decoder counted them."""
         if value[:1] != b"{" and len(value) <= self.limits.max_record_bytes and value.strip() != b"null":
             return Envelope("", None, None, {}, None, None, 0, error="malformed JSON")
         return reader.read(value)

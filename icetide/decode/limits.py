@@ -45,13 +45,8 @@ LONE_SURROGATE = (
 )
 _LONE_SURROGATE = re.compile(LONE_SURROGATE)
 # What nesting_depth ignores: escape pairs (so an escaped quote is no quote) and all but brackets
-# and quotes. One pattern for Python's re and Java's regex (Spark's regexp_replace).
-NOT_NESTING = r'(?s)\\.|[^\[\]{}"]'
-_NOT_NESTING = re.compile(NOT_NESTING)
-# The same removal in runs (the former Spark SQL JSON decoder, where a regex match costs per match), and what is
-# left of strings after it: a quote, anything but a quote, the closing quote or the end.
-NOT_NESTING_RUNS = r'(?s)\\.|[^\[\]{}"\\]+|\\'
-QUOTED = r'"[^"]*("|$)'
+# and quotes.
+_NOT_NESTING = re.compile(r'(?s)\\.|[^\[\]{}"]')
 
 
 @dataclass(frozen=True)

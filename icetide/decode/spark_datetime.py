@@ -22,6 +22,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 _TRIM_ALL = "".join(map(chr, [*range(0x21), 0x7F]))  # UTF8String.trimAll: ASCII spaces and controls
+_JAVA_TRIM = "".join(map(chr, range(0x21)))  # String.trim: every character up to U+0020
 _EPOCH = datetime(1970, 1, 1)
 _MICRO = timedelta(microseconds=1)
 _OFFSET = re.compile(r"([+-])(\d{1,2}|\d\d:\d\d|\d\d:\d\d:\d\d|\d{4}|\d{6})")
@@ -140,13 +141,13 @@ def _segments(text: str) -> tuple[list[int], str | None, bool] | None:
     segments[i] = value
     segments[6] *= 10 ** max(0, 6 - micro_digits)
     segments[0] *= sign or 1
-    return segments[:7], None if zone is None else zone.strip(), just_time
+    return segments[:7], None if zone is None else zone.strip(_JAVA_TRIM), just_time
 
 
 def _zone(name: str) -> timezone | ZoneInfo:
     """Spark's `getZoneId` (Java's ZoneId.of with SHORT_IDS); ValueError where Java throws."""
-    name = re.sub(r"^([+-])(\d):", r"\g<1>0\2:", name, count=1)
-    name = re.sub(r"^([+-]\d\d):(\d)$", r"\1:0\2", name, count=1)
+    name = re.sub(r"([+-])(\d):", r"\g<1>0\2:", name, count=1)  # replaceFirst: anywhere ("UTC+1:00")
+    name = re.sub(r"([+-]\d\d):(\d)$", r"\1:0\2", name, count=1)
     if name == "Z":
         return UTC
     if name[:1] in "+-":
@@ -155,7 +156,7 @@ def _zone(name: str) -> timezone | ZoneInfo:
     if name[:1] in "+-":
         return _offset(name)
     prefixed = _PREFIXED.fullmatch(name)
-    if prefixed:
+    if prefixed and (not prefixed[2] or prefixed[2][0] in "+-"):  # else a region ("GMT0")
         return UTC if not prefixed[2] else _offset(prefixed[2])
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9~/._+-]+", name):
         raise ValueError(name)
@@ -200,7 +201,7 @@ def timestamp_micros(text: str, time_zone: str, *, with_zone: bool) -> int | Non
         return (local - _EPOCH) // _MICRO
     offset = (zone or ZoneInfo(time_zone)).utcoffset(local)
     assert offset is not None
-    return (local - offset - _EPOCH) // _MICRO
+    return (local - _EPOCH) // _MICRO - offset // _MICRO  # in integers: 0001-01-01 less an offset is no datetime
 
 
 def date_days(text: str) -> int | None:
