@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from icetide.config import PipelineConfig
@@ -161,22 +162,26 @@ def test_kill_9_after_write_then_restart(spark: Any, kafka_broker: str, tmp_path
     assert present <= referenced  # the crashed batch's files were deleted on restart
 
 
+@pytest.mark.parametrize("fast_path", ["auto", "off"])
 def test_a_batch_read_again_after_its_dead_letters_committed_writes_each_once(
-    spark: Any, kafka_broker: str, tmp_path: Path
+    spark: Any, kafka_broker: str, tmp_path: Path, fast_path: str
 ) -> None:
-    """The Spark path's side of test_fast_append's test of the same name: killed after batch 2's
-    dead letters committed, before its data; more records arrive before the restart, so the
-    batch read again reads more. The table equals the model of the whole stream and every bad
-    record is in the dead-letter table once."""
+    """Upserts' side of test_fast_append's test of the same name, on the fast path and on the
+    Spark path: killed after batch 2's dead letters committed, before its data; more records
+    arrive before the restart, so the batch read again reads more. The table equals the model of
+    the whole stream and every bad record is in the dead-letter table once."""
     topic = create_topic(kafka_broker, partitions=3)
     first, more = events(0, 120, bad_every=17), events(120, 90, bad_every=17)
     produce(kafka_broker, topic, first)  # max_records 70: batch 2 reads the last 50
     warehouse = tmp_path / "warehouse"
     config_path = tmp_path / "pipeline.yaml"
-    config_path.write_text(yaml.safe_dump(doc("kheld", kafka_broker, topic, warehouse=str(warehouse))))
+    config_path.write_text(
+        yaml.safe_dump(doc("kheld", kafka_broker, topic, warehouse=str(warehouse), fast_path=fast_path))
+    )
     done = crash_and_restart(config_path, "after_dead_letter", between=lambda: produce(kafka_broker, topic, more))
     batches = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert batches[0]["batch_id"] == 3 and all(b["path"].startswith("spark") for b in batches)
+    path = "fast" if fast_path == "auto" else "spark: fast_path: off"
+    assert batches[0]["batch_id"] == 3 and all(b["path"] == path for b in batches)
     other = warehouse_reader(spark, "kheldcheck", warehouse)
     assert table_rows(other, "kheldcheck.kafka.kheld", COLUMNS, KEY) == model_of(first + more)
     dead = [r["source_position"] for r in other.table("kheldcheck.kafka.kheld_dead_letter").collect()]

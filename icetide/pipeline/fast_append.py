@@ -1,20 +1,27 @@
-"""The append fast path: Kafka JSON records to Iceberg data files in one pass per Spark task.
+"""The JSON fast path: Kafka JSON records to Iceberg files in one pass per Spark task.
 
-For `mode: append`, a Kafka source and `format: json`, each Spark task reads its share of the
-batch's offset ranges with librdkafka, decodes the payloads (decode/arrow_json.py: a block in one
-pyarrow read where its column types allow, else record by record, every column type included),
-computes the partition values in pyarrow (sink/transforms.py) and writes the data files right
-there with the sink's rolling writer. Rows never cross into the JVM; a task returns only its
-files' Iceberg metadata and its bad records. The driver then commits exactly as the runner's
-Spark path does: dead letters first (with the plan), then the data with the batch id and the
-position. Files are named like the sink's (`icetide-<pipeline>-b<batch>-...`), so an abandoned
-batch's files are found and deleted on restart.
+For a Kafka source and `format: json`, each Spark task reads its share of the batch's offset
+ranges with librdkafka, decodes the payloads (decode/arrow_json.py: a block in one pyarrow read
+where its column types allow, else record by record, every column type included), computes the
+partition values in pyarrow (sink/transforms.py) and writes the files right there with the
+sink's rolling writer. Rows never cross into the JVM; a task returns only its files' Iceberg
+metadata and its bad records. The driver then commits exactly as the runner's Spark path does:
+dead letters first (with the plan), then the files with the batch id and the position. Files
+are named like the sink's (`icetide-<pipeline>-b<batch>-...`), so an abandoned batch's files are
+found and deleted on restart.
+
+`mode: append` writes data files only, in as many tasks as the batch fills. `mode: upsert`
+collapses each key's changes to its last (by `order_by`, then arrival) and writes data and
+equality-delete files under every live spec, as the sink's writer tasks do (sink/writer.py
+`write_changes`), in one task: an equality delete does not apply to the data files of its own
+commit, so every change of a key in a batch must meet in one collapse.
 
 The runner keeps the Spark path (the same decoder in Spark's tasks, then UpsertSink) when
-`fast_path: off`, for column types the decoder does not produce (TIME, which no Spark table
-has), for partition transforms pyarrow does not compute (bucket and truncate of decimals and
-binaries), and for a batch whose records carry an `_op` other than INSERT (the tasks then write
-nothing of it and the batch is run again on the Spark path).
+`fast_path: off`, with `schema_evolution`, for column types the decoder does not produce (TIME,
+which no Spark table has), for partition transforms pyarrow does not compute (bucket and
+truncate of decimals and binaries), for a spec an upsert's deletes cannot serve, and, in append
+mode, for a batch whose records carry an `_op` other than INSERT (the tasks then write nothing
+of it and the batch is run again on the Spark path).
 """
 
 from __future__ import annotations
@@ -43,8 +50,8 @@ from icetide.pipeline.staging import Fallback
 from icetide.secrets import redacted_repr
 from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import UpsertSink
-from icetide.sink.transforms import arrow_partition_values, computable
-from icetide.sink.writer import WriterConfig, write_appends
+from icetide.sink.transforms import computable
+from icetide.sink.writer import WriterConfig, with_partition_values, write_appends, write_changes
 from icetide.sources.base import ExecutorSourceError, raise_source_error_in
 from icetide.sources.kafka_reader import OffsetRange, RangeReader, confluent_kafka_module, range_settings
 from icetide.spark.worker_imports import keep_zip_directories
@@ -73,6 +80,7 @@ class AppendTaskConfig:
     decoder: ArrowJsonDecoder
     writer: WriterConfig
     partitions: tuple[tuple[str, PartitionTransform | None], ...]  # (batch column, transform), spec order
+    upsert: bool = False  # mode upsert: changes collapsed by key, data and equality-delete files
 
     __repr__ = redacted_repr  # the consumer's sasl.password and the like show as ***
 
@@ -264,20 +272,20 @@ def append_task(config: AppendTaskConfig, ranges: list[OffsetRange], tag: str) -
             for name, count in decoded.unknown_fields.items():
                 result.unknown_fields[name] = result.unknown_fields.get(name, 0) + count
             result.decode_seconds += time.thread_time() - decoding
-            if decoded.changes:
+            if decoded.changes and not config.upsert:
                 result.changes = True
                 result.read_seconds = reader.cpu_seconds
                 return result
             if decoded.rows.num_rows:
-                tables.append(decoded.rows)
+                tables.append(decoded.with_ops() if config.upsert else decoded.rows)
     result.read_seconds = reader.cpu_seconds
     writing = time.perf_counter()
     if tables:
         table = pa.concat_tables(tables)
-        for name, transform in config.partitions:
-            source = table[transform.column] if transform is not None else table.column(0)
-            table = table.append_column(name, arrow_partition_values(source, transform))
-        result.files = write_appends(table, config.writer, tag)
+        if config.upsert:
+            result.files = write_changes(table, config.writer, config.partitions, tag)
+        else:
+            result.files = write_appends(with_partition_values(table, config.partitions), config.writer, tag)
     result.write_seconds = time.perf_counter() - writing
     result.cpu_seconds = time.process_time() - cpu_started
     result.finished_at = time.time()
@@ -344,8 +352,6 @@ class FastAppend:
             return Fallback("fast_path: off")
         if config.capture_source:
             return Fallback("stage 1 of a two-stage pipeline (records keep their source position and op)")
-        if config.mode != "append":
-            return Fallback(f"mode: {config.mode}")
         if config.source_kind != "kafka":
             return Fallback(f"source: {config.source_kind}")
         if config.format != "json":
@@ -384,6 +390,14 @@ class FastAppend:
             source = schema.field(pf.transform.column).type if pf.transform else pa.null()
             if not computable(pf.transform, source):
                 return f"partition field {pf.name} ({pf.transform}) is computed in the JVM"
+        if self.config.mode == "upsert":  # its deletes go under every spec with live files too
+            try:
+                plan = self.sink.plan_writers(0)
+            except IcetideError as exc:  # a spec the key does not serve: the Spark path says so
+                return one_line(exc)
+            for _, transform in plan.partitions:
+                if transform is not None and not computable(transform, schema.field(transform.column).type):
+                    return f"partition transform {transform} of an earlier spec is computed in the JVM"
         return None
 
     def task_config(self, batch_id: int) -> AppendTaskConfig:
@@ -399,21 +413,32 @@ class FastAppend:
         return dataclasses.replace(config, writer=dataclasses.replace(config.writer, batch_id=batch_id))
 
     def _build_task_config(self, batch_id: int) -> AppendTaskConfig:
-        plan = self.sink.plan_writers(batch_id, deletes=False)
+        upsert = self.config.mode == "upsert"
+        # Upserts: equality deletes under every live spec (SchemaError for a spec the key does not serve).
+        plan = self.sink.plan_writers(batch_id, deletes=upsert)
         writer = plan.writer
         source = self.kafka.config
         return AppendTaskConfig(
             consumer_settings=source.reader_settings(),
             read_timeout=source.read_timeout_seconds,
             decoder=ArrowJsonDecoder(
-                writer.table_schema, writer.key, time_zone=self.time_zone, limits=payload_limits(self.config)
+                writer.table_schema,
+                writer.key,
+                op_mode=self.config.mode,
+                time_zone=self.time_zone,
+                limits=payload_limits(self.config),
             ),
             writer=writer,
             partitions=plan.partitions,
+            upsert=upsert,
         )
 
     def tasks_for(self, records: int) -> int:
-        """How many tasks a batch of `records` runs in: Spark's parallelism, if there is enough to share."""
+        """How many tasks a batch of `records` runs in: Spark's parallelism, if there is enough to
+        share; one for upserts, whose every change of a key must meet in one collapse (an equality
+        delete does not apply to the data files of its own commit)."""
+        if self.config.mode == "upsert":
+            return 1
         parallelism = self.config.write_parallelism or self.spark.sparkContext.defaultParallelism
         return max(1, min(parallelism, records // MIN_TASK_RECORDS))
 

@@ -31,9 +31,7 @@ from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
 from icetide.errors import SourceError, one_line
 from icetide.pipeline.fast_append import BlockReader, no_cycle_collection
 from icetide.secrets import redacted_repr
-from icetide.sink.changelog import ARRIVAL_COLUMN
-from icetide.sink.transforms import arrow_partition_values
-from icetide.sink.writer import WriteError, WriterConfig, write_task
+from icetide.sink.writer import WriteError, WriterConfig, write_changes
 from icetide.sources.base import SourceAccessError
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
@@ -243,7 +241,8 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         for name, collected in rows.items():
             share = result.tables[name]
             share.unknown_fields = collected.unknown
-            share.files = _write_table(collected.table(), config.tables[name], tag)
+            table = config.tables[name]
+            share.files = write_changes(collected.table(), table.writer, table.partitions, tag)
     except (NotHere, WriteError, ValueError, TypeError, pa.ArrowException) as exc:
         # Files already written are found again by their batch prefix and deleted by the driver.
         return SyncTaskResult(not_here=f"writing failed: {one_line(exc)}", records=records, wrote=True)
@@ -302,19 +301,6 @@ def _destination(
 def _orders_by_source(table: SyncTable) -> bool:
     """Does the table's collapse order by the events' source order?"""
     return table.writer.order_by == SOURCE_ORDER
-
-
-def _write_table(changes: pa.Table, table: SyncTable, tag: str) -> list[dict[str, Any]]:
-    """Collapse one table's changes and write its data and equality-delete files."""
-    if changes.num_rows == 0:
-        return []
-    changes = changes.append_column(ARRIVAL_COLUMN, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-    for column, transform in table.partitions:
-        source = changes[transform.column] if transform is not None else changes.column(0)
-        changes = changes.append_column(column, arrow_partition_values(source, transform))
-    out = write_task(iter(changes.to_batches()), table.writer, tag)
-    names = out.schema.names
-    return [dict(zip(names, row, strict=True)) for row in zip(*out.to_pydict().values(), strict=True)]
 
 
 def run_tasks(config: SyncTaskConfig, items: Any) -> Iterator[SyncTaskResult]:

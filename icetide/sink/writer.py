@@ -23,9 +23,11 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from icetide.sink.changelog import BadOperationError, collapse
+from icetide.sink.changelog import ARRIVAL_COLUMN, BadOperationError, collapse
 from icetide.sink.metrics import FileStats, content_file_json, partition_json_value
+from icetide.sink.transforms import arrow_partition_values
 from icetide.spark.worker_imports import keep_zip_directories
+from icetide.table.spec import PartitionTransform
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +319,34 @@ def write_appends(table: pa.Table, config: WriterConfig, task_tag: str) -> list[
         _write_groups(out, config, DATA, table.select(keep), config.table_schema, f"{prefix}-data-")
     names = list(out)
     return [dict(zip(names, row, strict=True)) for row in zip(*out.values(), strict=True)]
+
+
+def with_partition_values(
+    rows: pa.Table, partitions: tuple[tuple[str, PartitionTransform | None], ...]
+) -> pa.Table:
+    """`rows` with a column of partition values per (batch column, transform), computed in pyarrow."""
+    for column, transform in partitions:
+        source = rows[transform.column] if transform is not None else rows.column(0)
+        rows = rows.append_column(column, arrow_partition_values(source, transform))
+    return rows
+
+
+def write_changes(
+    changes: pa.Table,
+    config: WriterConfig,
+    partitions: tuple[tuple[str, PartitionTransform | None], ...],
+    task_tag: str,
+) -> list[dict[str, object]]:
+    """Collapse one task's changes (table columns and `_op`, in arrival order) by key and write
+    their data and equality-delete files, as the sink's writer tasks do; one dict per file, with
+    the fields of WRITTEN_FILE_SCHEMA. Every change of a key in the batch must be in `changes`:
+    an equality delete does not apply to the data files of its own commit."""
+    if changes.num_rows == 0:
+        return []
+    changes = changes.append_column(ARRIVAL_COLUMN, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    out = write_task(iter(with_partition_values(changes, partitions).to_batches()), config, task_tag)
+    names = out.schema.names
+    return [dict(zip(names, row, strict=True)) for row in zip(*out.to_pydict().values(), strict=True)]
 
 
 def writer_function(config: WriterConfig) -> object:
