@@ -127,7 +127,7 @@ def test_keys_across_partitions_follow_order_by_on_the_fast_path(spark: Any, kaf
     topic = create_topic(kafka_broker, partitions=3)
     recs = changes(500, partition_of=lambda i: i % 3)
     produce(kafka_broker, topic, recs)
-    fast, fast_run = run(spark, doc("ordered_fast", kafka_broker, topic, order_by="clicks"))
+    _, fast_run = run(spark, doc("ordered_fast", kafka_broker, topic, order_by="clicks"))
     run(spark, doc("ordered_slow", kafka_broker, topic, order_by="clicks", fast_path="off"))
     assert {b.path for b in fast_run.batches} == {"fast"}
     assert clicks_by_id(spark, "lake.upfast.ordered_fast") == model(recs, "clicks")
