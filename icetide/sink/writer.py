@@ -321,9 +321,7 @@ def write_appends(table: pa.Table, config: WriterConfig, task_tag: str) -> list[
     return [dict(zip(names, row, strict=True)) for row in zip(*out.values(), strict=True)]
 
 
-def with_partition_values(
-    rows: pa.Table, partitions: tuple[tuple[str, PartitionTransform | None], ...]
-) -> pa.Table:
+def with_partition_values(rows: pa.Table, partitions: tuple[tuple[str, PartitionTransform | None], ...]) -> pa.Table:
     """`rows` with a column of partition values per (batch column, transform), computed in pyarrow."""
     for column, transform in partitions:
         source = rows[transform.column] if transform is not None else rows.column(0)
