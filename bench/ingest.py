@@ -6,7 +6,7 @@
 
 Starts a Tansu broker on 127.0.0.1, produces `events` JSON events of about 200 bytes into 4
 partitions, and measures in one run:
-- icetide: the runner (append mode, so the one-pass fast path of pipeline/fast_append.py) draining
+- icetide: the runner (append mode, the one-pass fast path of pipeline/json_fast.py) draining
   the topic into an Iceberg table: Kafka read, JSON decode, dead-letter check, write and commit,
   after a warm-up pipeline of 60,000 events on its own topic (JVM JIT, Spark's Python workers),
   reported apart;

@@ -1,4 +1,4 @@
-"""The append fast path (pipeline/fast_append.py) against a real broker (Tansu) and real Iceberg tables.
+"""The append fast path (pipeline/json_fast.py) against a real broker (Tansu) and real Iceberg tables.
 
 It must give the same typed table and the same dead letters as the Spark path, exactly once across
 kill -9, and step aside when it cannot (fast_path: off, _op changes).
@@ -19,7 +19,7 @@ from icetide.config import PipelineConfig
 from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.errors import ConfigError
 from icetide.pipeline.batches import TooManyBadRecordsError
-from icetide.pipeline.fast_append import split_ranges
+from icetide.pipeline.json_fast import split_ranges
 from icetide.pipeline.runner import Runner, RunSummary
 from icetide.sink.transforms import arrow_partition_values
 from icetide.sources.kafka_reader import OffsetRange

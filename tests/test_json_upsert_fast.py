@@ -1,4 +1,4 @@
-"""JSON upserts on the fast path (pipeline/fast_append.py, `mode: upsert`): one task reads, decodes,
+"""JSON upserts on the fast path (pipeline/json_fast.py, `mode: upsert`): one task reads, decodes,
 collapses by key and writes data and equality-delete files; the driver commits them.
 
 Every table is checked against the reference model (tests/model.py) and against the same stream

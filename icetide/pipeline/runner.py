@@ -32,7 +32,7 @@ from icetide.pipeline.batches import (
     warn_unknown_fields,
 )
 from icetide.pipeline.dead_letter import DeadLetterTable
-from icetide.pipeline.fast_append import FastAppend, FastBatch
+from icetide.pipeline.json_fast import FastBatch, JsonFastPath
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
@@ -95,9 +95,9 @@ class Runner:
         process_key_indexes().set_limit(t.key_index_memory)  # deletes: vectors (one table: its index stays)
         self.schema = spark_schema(spark, self.sink.committer.table)
         self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None
-        # The fast path: appends of JSON (fast_append.py), or Debezium changes through the sync
+        # The fast path: JSON appends and upserts (json_fast.py), or Debezium changes through the sync
         # fast path with one fixed route (sync_fast.py); else why every batch runs on the Spark path.
-        self.fast: FastAppend | None = None
+        self.fast: JsonFastPath | None = None
         self.changes: SyncFastPath | None = None
         self.no_fast: Fallback | None = None
         if config.reads_debezium:
@@ -106,9 +106,9 @@ class Runner:
                 kafka = self.source.kafka.config
                 self.changes = SyncFastPath(spark, config, kafka.reader_settings(), kafka.read_timeout_seconds)
         else:
-            self.no_fast = FastAppend.applies(config)
+            self.no_fast = JsonFastPath.applies(config)
             if self.no_fast is None:
-                self.fast = FastAppend(spark, config, self.sink, self.source.kafka)
+                self.fast = JsonFastPath(spark, config, self.sink, self.source.kafka)
         if self.no_fast is not None:
             log.debug("fast path not used: %s", self.no_fast.reason)
         self._stop = threading.Event()

@@ -29,7 +29,7 @@ from icetide.decode.limits import spark_text
 from icetide.decode.route import identifier_part
 from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
 from icetide.errors import SourceError, one_line
-from icetide.pipeline.fast_append import BlockReader, no_cycle_collection
+from icetide.pipeline.json_fast import BlockReader, no_cycle_collection
 from icetide.secrets import redacted_repr
 from icetide.sink.writer import WriteError, WriterConfig, write_changes
 from icetide.sources.base import SourceAccessError

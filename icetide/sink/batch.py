@@ -1,5 +1,5 @@
 """What a sink batch is staged with and what writing it did: plain values shared by the sink and
-the pipelines that stage batches outside it (pipeline/fast_append.py, pipeline/sync_fast.py)."""
+the pipelines that stage batches outside it (pipeline/json_fast.py, pipeline/sync_fast.py)."""
 
 from __future__ import annotations
 

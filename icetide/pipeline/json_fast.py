@@ -72,7 +72,7 @@ QUEUED_BLOCKS = 2  # blocks read ahead of decoding, per task
 
 
 @dataclass(frozen=True)
-class AppendTaskConfig:
+class JsonTaskConfig:
     """Everything an append task needs; plain picklable values computed on the driver."""
 
     consumer_settings: dict[str, str]
@@ -86,7 +86,7 @@ class AppendTaskConfig:
 
 
 @dataclass
-class AppendTaskResult:
+class JsonTaskResult:
     """What one task did: its files (WRITTEN_FILE_SCHEMA dicts), bad records and timings.
 
     Timings: `read_seconds` is the reader thread's CPU time (librdkafka consume, Message objects,
@@ -154,7 +154,7 @@ class BlockReader:
     overlaps the decode of the current one. At most QUEUED_BLOCKS blocks wait in the queue.
     """
 
-    def __init__(self, config: AppendTaskConfig, ranges: list[OffsetRange], *, join: bool = True) -> None:
+    def __init__(self, config: JsonTaskConfig, ranges: list[OffsetRange], *, join: bool = True) -> None:
         self.config = config
         self.ranges = ranges
         self.join = join  # False: blocks without joined payloads, for a reader that takes messages one by one
@@ -240,9 +240,9 @@ def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     return out
 
 
-def append_task(config: AppendTaskConfig, ranges: list[OffsetRange], tag: str) -> AppendTaskResult:
+def fast_json_task(config: JsonTaskConfig, ranges: list[OffsetRange], tag: str) -> JsonTaskResult:
     """Read, decode and write one task's ranges (on an executor)."""
-    result = AppendTaskResult(started_at=time.time())
+    result = JsonTaskResult(started_at=time.time())
     cpu_started = time.process_time()
     tables: list[pa.Table] = []
     decoder = config.decoder
@@ -292,7 +292,7 @@ def append_task(config: AppendTaskConfig, ranges: list[OffsetRange], tag: str) -
     return result
 
 
-def _run_partition(config: AppendTaskConfig, items: Any) -> Any:
+def _run_partition(config: JsonTaskConfig, items: Any) -> Any:
     from pyspark import TaskContext
 
     keep_zip_directories()
@@ -300,7 +300,7 @@ def _run_partition(config: AppendTaskConfig, items: Any) -> Any:
     for index, ranges in items:
         attempt = ctx.attemptNumber() if ctx else 0
         with no_cycle_collection():
-            result = append_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
+            result = fast_json_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
         yield result
 
 
@@ -328,12 +328,12 @@ class FastBatch:
     records_in: int
     read_decode_seconds: float
     write_seconds: float
-    task_timings: list[tuple[float, ...]] = field(default_factory=list)  # AppendTaskResult.timings()
+    task_timings: list[tuple[float, ...]] = field(default_factory=list)  # JsonTaskResult.timings()
     unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
     records_as_columns: int = 0  # records read a run at a time (decode/avro_runs.py)
 
 
-class FastAppend:
+class JsonFastPath:
     """Drives the fast path for one pipeline: decides if a batch can take it, runs its tasks."""
 
     def __init__(self, spark: SparkSession, config: PipelineConfig, sink: UpsertSink, kafka: KafkaSource) -> None:
@@ -343,7 +343,7 @@ class FastAppend:
         self.kafka = kafka
         self.time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
         self._checked: tuple[Any, Fallback | None] | None = None
-        self._task_config: tuple[Any, AppendTaskConfig] | None = None
+        self._task_config: tuple[Any, JsonTaskConfig] | None = None
 
     @staticmethod
     def applies(config: PipelineConfig) -> Fallback | None:
@@ -368,7 +368,7 @@ class FastAppend:
             return self._checked[1]
         reason = self._check(jtable)
         if reason:
-            log.info("append fast path off for %s: %s", self.sink.table_name, reason)
+            log.info("JSON fast path off for %s: %s", self.sink.table_name, reason)
         self._checked = (version, Fallback(reason) if reason else None)
         return self._checked[1]
 
@@ -400,7 +400,7 @@ class FastAppend:
                     return f"partition transform {transform} of an earlier spec is computed in the JVM"
         return None
 
-    def task_config(self, batch_id: int) -> AppendTaskConfig:
+    def task_config(self, batch_id: int) -> JsonTaskConfig:
         """The tasks' configuration for `batch_id`, from the table's current metadata.
 
         Built once per table schema, spec and properties (about 0.1 s of py4j calls), then
@@ -412,13 +412,13 @@ class FastAppend:
         config = self._task_config[1]
         return dataclasses.replace(config, writer=dataclasses.replace(config.writer, batch_id=batch_id))
 
-    def _build_task_config(self, batch_id: int) -> AppendTaskConfig:
+    def _build_task_config(self, batch_id: int) -> JsonTaskConfig:
         upsert = self.config.mode == "upsert"
         # Upserts: equality deletes under every live spec (SchemaError for a spec the key does not serve).
         plan = self.sink.plan_writers(batch_id, deletes=upsert)
         writer = plan.writer
         source = self.kafka.config
-        return AppendTaskConfig(
+        return JsonTaskConfig(
             consumer_settings=source.reader_settings(),
             read_timeout=source.read_timeout_seconds,
             decoder=ArrowJsonDecoder(
@@ -451,7 +451,7 @@ class FastAppend:
         started, started_at = time.monotonic(), time.time()
         try:
             rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
-            results: list[AppendTaskResult] = rdd.mapPartitions(lambda items: _run_partition(config, items)).collect()
+            results: list[JsonTaskResult] = rdd.mapPartitions(lambda items: _run_partition(config, items)).collect()
         except Exception as exc:
             self.discard(batch_id)
             raise_source_error_in(exc)
