@@ -16,8 +16,12 @@ equality-delete files under every live spec, as the sink's writer tasks do (sink
 `write_changes`), in one task: an equality delete does not apply to the data files of its own
 commit, so every change of a key in a batch must meet in one collapse.
 
+With `schema_evolution`, a batch whose records carry fields the Spark path would add as columns
+is discarded by the driver and written there, in one commit with the new columns; every other
+batch stays on the fast path, which counts the fields it does not add.
+
 The runner keeps the Spark path (the same decoder in Spark's tasks, then UpsertSink) when
-`fast_path: off`, with `schema_evolution`, for column types the decoder does not produce (TIME,
+`fast_path: off`, for column types the decoder does not produce (TIME,
 which no Spark table has), for partition transforms pyarrow does not compute (bucket and
 truncate of decimals and binaries), for a spec an upsert's deletes cannot serve, and, in append
 mode, for a batch whose records carry an `_op` other than INSERT (the tasks then write nothing
@@ -44,6 +48,7 @@ import pyarrow as pa
 from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.decode.arrow_json_block import BadRecord
 from icetide.decode.arrow_json_scalars import undecodable_columns
+from icetide.decode.json_evolution import addable
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import payload_limits
 from icetide.pipeline.staging import Fallback
@@ -55,7 +60,7 @@ from icetide.sink.writer import WriterConfig, with_partition_values, write_appen
 from icetide.sources.base import ExecutorSourceError, raise_source_error_in
 from icetide.sources.kafka_reader import OffsetRange, RangeReader, confluent_kafka_module, range_settings
 from icetide.spark.worker_imports import keep_zip_directories
-from icetide.table.iceberg import partition_fields
+from icetide.table.iceberg import partition_fields, spark_schema
 from icetide.table.spec import PartitionTransform
 
 if TYPE_CHECKING:
@@ -356,8 +361,6 @@ class JsonFastPath:
             return Fallback(f"source: {config.source_kind}")
         if config.format != "json":
             return Fallback(f"format: {config.format}")
-        if config.schema_evolution:  # the Spark path adds new keys as columns; the pyarrow decoder only counts them
-            return Fallback("schema_evolution: true")
         return None
 
     def unavailable(self) -> Fallback | None:
@@ -472,6 +475,11 @@ class JsonFastPath:
         if any(r.changes for r in results):
             self.discard(batch_id)
             return Fallback("records carry _op changes")
+        unknown = _summed(r.unknown_fields for r in results)
+        added = self._to_add(unknown)
+        if added:
+            self.discard(batch_id)
+            return Fallback(f"schema_evolution: fields to add as columns: {', '.join(added)}")
         files = [WrittenFile.from_row(f) for r in results for f in r.files]
         write_seconds = max((r.write_seconds for r in results), default=0.0)
         return FastBatch(
@@ -481,8 +489,16 @@ class JsonFastPath:
             read_decode_seconds=max(0.0, elapsed - write_seconds),
             write_seconds=write_seconds,
             task_timings=[r.timings() for r in results],
-            unknown_fields=_summed(r.unknown_fields for r in results),
+            unknown_fields=unknown,
         )
+
+    def _to_add(self, unknown: dict[str, int]) -> list[str]:
+        """With `schema_evolution`, the batch's unknown fields the Spark path would add as columns
+        (decode/json_evolution.py `addable`); a batch with any is written there, in the same
+        commit as the new columns. Fields it would not add stay counted, as on the Spark path."""
+        if not self.config.schema_evolution or not unknown:
+            return []
+        return addable(unknown, spark_schema(self.spark, self.sink.committer.table), ())
 
     def discard(self, batch_id: int) -> None:
         """Delete what the batch's tasks wrote (it will not be committed from these files)."""
