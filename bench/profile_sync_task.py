@@ -94,7 +94,7 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
         ranges = [OffsetRange(topic, p, 0, n) for p, n in enumerate(counts)]
 
         write_cpu = [0.0]
-        write_table = task_module._write_table
+        write_table = task_module.write_changes
 
         def timed_write(*args: Any) -> Any:
             started = time.thread_time()
@@ -111,7 +111,7 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
                 super().__exit__(*exc)
                 reader_cpu[0] += self.cpu_seconds
 
-        task_module._write_table = timed_write  # type: ignore[assignment]
+        task_module.write_changes = timed_write  # type: ignore[assignment]
         task_module.BlockReader = TimedReader  # type: ignore[misc]
         rows: list[list[str]] = []
         totals: list[float] = []

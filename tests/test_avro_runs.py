@@ -29,6 +29,7 @@ from icetide.decode.avro_container import NotColumnar, container, encoded_sizes,
 from icetide.decode.debezium_arrow import NotHere, TableRows, source_order
 from tests.schema_registry_server import SchemaRegistryServer
 from tests.test_avro import FLINK_SCHEMA, flink_events, messages, serializer, source, table_rows
+from tests.test_json_runs import BENCH_COLUMNS
 
 PAIMON = Path(__file__).parent / "data" / "avro"
 TS = pa.timestamp("us", tz="UTC")
@@ -107,19 +108,7 @@ def test_bench_debezium_mysql_events_read_as_columns(registry: SchemaRegistrySer
     encoder = AvroEncoder(registry.url)
     now = int(time.time() * 1000)
     values = [encoder.encode(debezium_event(json.loads(event(i, now)), i), "dbserver1.ads.events") for i in range(500)]
-    columns = pa.schema(
-        [
-            pa.field("event_id", pa.string(), nullable=False),
-            pa.field("event_time", TS, nullable=False),
-            ("ad_id", pa.int64()),
-            ("campaign_id", pa.int32()),
-            ("country", pa.string()),
-            ("device", pa.string()),
-            ("price", pa.float64()),
-            ("clicks", pa.int32()),
-            ("produced_at", TS),
-        ]
-    )
+    columns = BENCH_COLUMNS
     reader = messages(registry.url)
     assert agree(reader, columns, ["event_id", "event_time"], values)  # type: ignore[arg-type]
     assert agree(reader, columns, ["event_id", "event_time"], values, held=1250)  # type: ignore[arg-type]

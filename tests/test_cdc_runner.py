@@ -303,3 +303,68 @@ def test_a_double_java_17_wrote_otherwise_lands_with_its_shortest_digits(spark: 
     assert sum(b.records_in for b in summary.batches) == len(mixed)
     assert sum(b.bad_records for b in summary.batches) == 0
     assert rows_of(spark, config.table.name) == {**model_of(records), 9001: ("1.0E23", None, 0.5)}
+
+
+def long_stream(seed: int, count: int) -> list[tuple[int, bytes | None, bytes | None, None]]:
+    """Products changes as the JSON converter writes them, long enough for runs of one schema head
+    (decode/json_runs.py): inserts, updates, deletes and their tombstones, no key moves or truncates
+    (those the runs hand to the one-by-one reader, which cdc_stream's tests cover)."""
+    rng = random.Random(seed)
+    stream = ProductsStream()
+    live: dict[int, dict[str, Any]] = {}
+    records: list[tuple[int, bytes | None, bytes | None, None]] = []
+    next_id = 100
+    while len(records) < count:
+        roll = rng.random()
+        if not live or roll < 0.5:
+            next_id += 1
+            row = {"id": next_id, "name": f"p{next_id}", "description": None, "weight": round(rng.random(), 3)}
+            live[next_id] = row
+            records.append((0, stream.key(next_id), stream.change("c", None, row), None))
+        elif roll < 0.85:
+            old = live[rng.choice(sorted(live))]
+            new = {**old, "weight": round(rng.random(), 3), "description": f"v{len(records)}"}
+            live[old["id"]] = new
+            records.append((0, stream.key(old["id"]), stream.change("u", old, new), None))
+        else:
+            old = live.pop(rng.choice(sorted(live)))
+            records.append((0, stream.key(old["id"]), stream.change("d", old, None), None))
+            records.append((0, stream.key(old["id"]), None, None))
+    return records
+
+
+@pytest.mark.parametrize("routing", [False, True])
+def test_long_runs_of_json_messages_are_read_as_columns_and_equal_the_model(
+    spark: Any, kafka_broker: str, routing: bool
+) -> None:
+    """Runs of messages with one schema head are read as columns (records_as_columns) by the one-
+    table runner and by a database sync whose table is created from a run's samples; the tables
+    equal the model, and the Spark path's table of the same stream. The sync reads one `topic`
+    into a table-name template (it once read nothing: only `topics` and `topic_pattern` were
+    listed)."""
+    from icetide.decode.avro_runs import MIN_RUN
+    from icetide.pipeline.sync import SyncRunner
+
+    records = long_stream(71, 4 * MIN_RUN)
+    topic = create_topic(kafka_broker, partitions=1)
+    produce(kafka_broker, topic, records)
+    name = f"jsonruns_{'sync' if routing else 'one'}"
+    trigger = {"interval": "1s", "max_records": 3 * MIN_RUN}
+    if routing:
+        config = doc(name, kafka_broker, topic, trigger=trigger)
+        config["table"] = {"name": f"lake.cdc.{name}_{{table}}"}
+        runner: Any = SyncRunner(PipelineConfig.from_dict(config), spark)
+        table = f"lake.cdc.{name}_products"
+    else:
+        runner = Runner(PipelineConfig.from_dict(doc(name, kafka_broker, topic, trigger=trigger)), spark)
+        table = f"lake.cdc.{name}"
+    summary = runner.run(once=True, handle_signals=False)
+    events = sum(1 for _, _, v, _ in records if v is not None)
+    assert sum(b.records_as_columns for b in summary.batches) > events // 2, [b.path for b in summary.batches]
+    assert {b.path for b in summary.batches} == {"fast"}
+    assert rows_of(spark, table) == model_of(records)
+    slow = f"{name}_spark"
+    Runner(PipelineConfig.from_dict(doc(slow, kafka_broker, topic, fast_path="off")), spark).run(
+        once=True, handle_signals=False
+    )
+    assert rows_of(spark, f"lake.cdc.{slow}") == rows_of(spark, table)

@@ -28,7 +28,7 @@ from icetide.decode.connect_values import field_text
 from icetide.decode.frames import EMPTY_PAYLOAD, MALFORMED, NOT_AN_OBJECT
 from icetide.decode.limits import PayloadLimits
 
-__all__ = ["Envelope", "EnvelopeReader", "envelope_of", "head_schema"]
+__all__ = ["Envelope", "EnvelopeReader", "envelope_of", "has_long_number", "head_schema"]
 
 _PAYLOAD_KEY = b'"payload":'
 _HEAD_START = b'{"schema"'
@@ -126,12 +126,12 @@ class EnvelopeReader:
             payload["op"] = field_text(payload["op"])  # as from_json reads a JSON value into text
         return envelope_of(payload, schema, schema_id)
 
-    def _split(self, value: bytes) -> tuple[int, C.EnvelopeSchema | None, bytes]:
-        """(schema id, schema, payload text) of a message as the JSON converter writes it
-        (`{"schema":<schema>,"payload":<payload>}`); NotHere for any other."""
+    def head(self, value: bytes) -> bytes:
+        """The head of a message as the JSON converter writes it (`{"schema":<schema>,"payload":`),
+        its schema parsed once (`heads`); NotHere for a message laid out otherwise."""
         head = self._last
         if head is None or not value.startswith(head):
-            cut = value.find(_PAYLOAD_KEY)
+            cut = value.find(_PAYLOAD_KEY) if value.startswith(_HEAD_START) else -1
             if cut < 0:
                 raise NotHere("a message with a schema but no payload key")
             head = value[: cut + len(_PAYLOAD_KEY)]
@@ -141,6 +141,12 @@ class EnvelopeReader:
                     raise NotHere("a message schema nested beyond the limit")
                 self.heads[head] = (len(self.heads) + 1, _parse_head(head, self.limits))
             self._last = head
+        return head
+
+    def _split(self, value: bytes) -> tuple[int, C.EnvelopeSchema | None, bytes]:
+        """(schema id, schema, payload text) of a message as the JSON converter writes it
+        (`{"schema":<schema>,"payload":<payload>}`); NotHere for any other."""
+        head = self.head(value)
         schema_id, schema = self.heads[head]
         body = value[len(head) :].rstrip()
         if not body.endswith(b"}"):
@@ -235,7 +241,7 @@ def _payload(body: bytes, braces: int) -> Any:
     counts cannot tell, or the quick parse fails, the checking parse decides: the result and the
     first error are always its own.
     """
-    if _long_digits(body):  # an integer longer than Spark's reader takes, maybe: checked one by one
+    if has_long_number(body):  # an integer longer than Spark's reader takes, maybe: checked one by one
         try:
             json.loads(body, parse_int=checked_int, parse_float=checked_decimal, parse_constant=Decimal)
         except (ValueError, RecursionError) as exc:
@@ -266,7 +272,7 @@ def _payload(body: bytes, braces: int) -> Any:
         raise
 
 
-def _long_digits(body: bytes) -> bool:
+def has_long_number(body: bytes) -> bool:
     """Whether `body` has a run of digits longer than Spark's reader takes as a number. Such a run
     covers a byte at a multiple of MAX_NUMBER_LENGTH: those few bytes are looked at first."""
     step = MAX_NUMBER_LENGTH

@@ -57,8 +57,8 @@ from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import UpsertSink
 from icetide.sink.transforms import computable
 from icetide.sink.writer import WriterConfig, with_partition_values, write_appends, write_changes
-from icetide.sources.base import ExecutorSourceError, raise_source_error_in
-from icetide.sources.kafka_reader import OffsetRange, RangeReader, confluent_kafka_module, range_settings
+from icetide.sources.base import raise_source_error_in
+from icetide.sources.kafka_reader import OffsetRange, RangeReader, confluent_kafka_module, range_consumer
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields, spark_schema
 from icetide.table.spec import PartitionTransform
@@ -212,11 +212,7 @@ class BlockReader:
         kafka = confluent_kafka_module()
         value = kafka.Message.value
         for r in self.ranges:
-            try:  # a consumer per range: it never sees another partition's prefetched records
-                consumer = kafka.Consumer(range_settings(self.config.consumer_settings, r))
-            except Exception as exc:
-                where = f"{r.topic}/{r.partition}@{r.start}"
-                raise ExecutorSourceError(f"{where}: cannot create a consumer: {exc}") from exc
+            consumer = range_consumer(kafka, self.config.consumer_settings, r)
             try:
                 reader = RangeReader(
                     consumer,

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,10 +22,11 @@ import pyarrow as pa
 from icetide.config import table_name_placeholders
 from icetide.decode.arrow_json_block import BadRecord
 from icetide.decode.avro import messages_for
-from icetide.decode.avro_runs import MIN_RUN, NotColumnar
+from icetide.decode.avro_runs import MIN_RUN, AvroRun, NotColumnar
 from icetide.decode.connect_values import field_text
 from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows, source_order
 from icetide.decode.debezium_message import EnvelopeReader
+from icetide.decode.json_runs import JsonRuns
 from icetide.decode.limits import spark_text
 from icetide.decode.route import identifier_part
 from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
@@ -124,7 +126,9 @@ class _Destination:
 def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> SyncTaskResult:
     """Read, decode, route and write one task's ranges (on an executor)."""
     result = SyncTaskResult()
-    read = EnvelopeReader(config.limits).read
+    envelopes = EnvelopeReader(config.limits)
+    read = envelopes.read
+    runs = JsonRuns(envelopes, config.limits)
     avro = messages_for(config.avro) if config.avro is not None else None
     template, evolving = config.template, config.evolving
     needed = table_name_placeholders(template)
@@ -171,34 +175,43 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
             result.bad.extend(BadRecord(text, error, where) for error in errors)
             to.share.bad += len(errors)
 
+    def sample(message: Any) -> tuple[bytes, bytes] | None:
+        """A keyed message of a table to create, as the JSON converter's (key, value), or None."""
+        key, value = message.key(), message.value()
+        if key is not None and avro is not None:  # what the table is made from
+            key, value = avro.key_message(key), avro.message(key, value)
+        return (key, value) if key is not None and value is not None else None
+
     def run(
-        messages: list[Any], values: list[bytes], destinations: dict[str, _Destination], feed: tuple[str, int]
+        messages: list[Any],
+        parse: Callable[[], AvroRun],
+        check: Callable[[pa.Schema], None],
+        destinations: dict[str, _Destination],
+        feed: tuple[str, int],
     ) -> bool:
-        """A run of Avro records of one schema id, read as columns, routed to the one table all of
-        them go to; False: read it record by record."""
-        assert avro is not None
+        """A run of events of one schema, read as columns by `parse`, routed to the one table all
+        of them go to, whose columns `check` takes; False: read its messages one by one."""
         try:
-            decoded = avro.read_run(values)
+            decoded = parse()
             name = route_of(template, needed, feed[0], decoded.source_fields(needed))
             to = destinations.get(name)
             if to is None:
                 to = destinations[name] = _destination(config, result, rows, name, feed)
-            if to.rows is None:  # a table to create: the run's first keyed records are its samples
+            if to.rows is None:  # a table to create: the run's first keyed messages are its samples
                 samples = result.new_tables[name]
-                for message, value in zip(messages, values, strict=True):
-                    key = message.key()
+                for message in messages:
                     if len(samples) >= SAMPLE_MESSAGES:
                         break
-                    if key is not None:
-                        key_message, message_text = avro.key_message(key), avro.message(key, value)
-                        if key_message is not None and message_text is not None:
-                            samples.append((key_message, message_text))
+                    pair = sample(message)
+                    if pair is not None:
+                        samples.append(pair)
                 to.share.records += len(messages)
                 return True
+            check(to.rows.schema)
             offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
             decoded.add_to(to.rows, offsets, held=to.held, by_source=to.by_source, evolving=evolving)
         except (NotColumnar, NotHere) as exc:
-            log.debug("%d Avro records read one by one: %s", len(messages), exc)
+            log.debug("%d messages read one by one: %s", len(messages), exc)
             return False
         to.share.records += len(messages)
         result.records_as_columns += len(messages)
@@ -215,12 +228,17 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                 records += len(messages)
                 start = 0
                 while start < len(messages):
-                    end, events, values = (
-                        _avro_run(messages, start, skip_tombstones=avro.settings.envelope)
-                        if avro is not None
-                        else (start, [], [])
-                    )
-                    if len(values) >= MIN_RUN and run(events, values, destinations, feed):
+                    if avro is not None:
+                        end, events, values = _avro_run(messages, start, skip_tombstones=avro.settings.envelope)
+                        taken = len(values) >= MIN_RUN and run(
+                            events, partial(avro.read_run, values), _any_columns, destinations, feed
+                        )
+                    else:
+                        end, events, bodies, head = runs.run(messages, start)
+                        taken = len(bodies) >= MIN_RUN and run(
+                            events, partial(runs.read, head, bodies), partial(runs.check, head), destinations, feed
+                        )
+                    if taken:
                         start = end
                         continue
                     for message in messages[start : max(end, start + 1)]:
@@ -248,6 +266,10 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         return SyncTaskResult(not_here=f"writing failed: {one_line(exc)}", records=records, wrote=True)
     result.write_seconds = time.perf_counter() - writing
     return result
+
+
+def _any_columns(columns: pa.Schema) -> None:
+    """An Avro run's events convert into any table's columns (decode/avro_runs.py says which not)."""
 
 
 def _avro_run(messages: Any, start: int, *, skip_tombstones: bool) -> tuple[int, list[Any], list[bytes]]:

@@ -275,6 +275,16 @@ def range_settings(settings: Mapping[str, str], offset_range: OffsetRange) -> di
     return out
 
 
+def range_consumer(kafka: Any, settings: Mapping[str, str], offset_range: OffsetRange) -> Any:
+    """A consumer of its own for one range (so it never sees another partition's prefetched
+    records); ExecutorSourceError naming the range when it cannot be made."""
+    try:
+        return kafka.Consumer(range_settings(settings, offset_range))
+    except Exception as exc:
+        where = f"{offset_range.topic}/{offset_range.partition}@{offset_range.start}"
+        raise ExecutorSourceError(f"{where}: cannot create a consumer: {exc}") from exc
+
+
 def read_ranges_task(
     settings: Mapping[str, str],
     read_timeout: float,
@@ -289,11 +299,7 @@ def read_ranges_task(
     for ranges in batches:
         for row in ranges.to_pylist():
             offset_range = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
-            try:
-                consumer = kafka.Consumer(range_settings(settings, offset_range))
-            except Exception as exc:
-                where = f"{offset_range.topic}/{offset_range.partition}@{offset_range.start}"
-                raise ExecutorSourceError(f"{where}: cannot create a consumer: {exc}") from exc
+            consumer = range_consumer(kafka, settings, offset_range)
             try:
                 reader = RangeReader(
                     consumer,

@@ -82,7 +82,8 @@ class KafkaTopics:
             return self._sources[topic]
 
     def topics(self) -> list[str]:
-        """The topics to read now: the listed ones that exist, or every topic the pattern matches."""
+        """The topics to read now: the listed ones (`topics`, or the one `topic`) that exist, or every
+        topic the pattern matches."""
         if self._lister is None:
             try:
                 self._lister = confluent_kafka_module().Consumer(self.config.consumer_settings())
@@ -96,10 +97,11 @@ class KafkaTopics:
         present = {name for name, info in metadata.topics.items() if info.error is None and info.partitions}
         if self._pattern is not None:
             return sorted(t for t in present if self._pattern.fullmatch(t))
-        missing = [t for t in self.config.topics if t not in present]
+        listed = self.config.topics or ((self.config.topic,) if self.config.topic else ())  # `topic`: a list of one
+        missing = [t for t in listed if t not in present]
         if missing:
             log.debug("topics not on the broker yet: %s", ", ".join(missing))
-        return [t for t in self.config.topics if t in present]
+        return [t for t in listed if t in present]
 
     def plan(
         self,
