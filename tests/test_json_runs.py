@@ -207,6 +207,9 @@ REFUSED = {
     "a payload on two lines": lambda v: v.replace(b'"op":"c"', b'"op":\n"c"'),
     "a lone surrogate": lambda v: v.replace(b'"country":"', b'"country":"\\ud800'),
     "a colon-quote in a value": lambda v: v.replace(b'"country":"', b'"country":"a\\":'),
+    # Found in review (helper-29): each read as columns differently from one by one, before refused.
+    "a negative zero as an integer": lambda v: re.sub(rb'"price":[-0-9.eE]+', b'"price":-0', v, count=1),
+    "a double of 1001 characters": lambda v: re.sub(rb'"price":[-0-9.eE]+', b'"price":1.' + b"0" * 999, v, count=1),
 }
 
 
@@ -227,3 +230,14 @@ def test_messages_a_run_must_refuse_are_read_one_by_one(change: str) -> None:
     else:
         assert end == 20
     assert agree(values[:20], BENCH_COLUMNS, BENCH_KEY)
+
+
+def test_a_head_with_a_lone_surrogate_is_never_read_as_a_run() -> None:
+    """Every message's head escapes a lone surrogate (found in review, helper-29): one by one each is
+    a dead letter; the run reader must not make rows of them."""
+    values: list[bytes | None] = [
+        v.replace(b'{"schema":{', b'{"schema":{"doc":"\\ud800",', 1) for v in bench_messages(300) if v is not None
+    ]
+    assert values[0] is not None and b"ud800" in values[0]
+    assert isinstance(one_by_one(values, BENCH_COLUMNS, BENCH_KEY, -1, True), str)
+    assert as_run(values, BENCH_COLUMNS, BENCH_KEY, -1, True) is None

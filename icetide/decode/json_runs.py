@@ -15,9 +15,13 @@ messages one by one gives; otherwise `NotColumnar`, and they are read one by one
   double, or a struct of those (Debezium's before, after, source and transaction blocks);
 - payloads pyarrow reads against that type: it refuses a key repeated in an object, a key the
   schema lacks and a value of another JSON type, and every key the schema names must be in the
-  text (the colons after keys are counted, as `EnvelopeReader` counts them);
-- doubles that are finite, and only into DOUBLE columns: `json.loads` reads a double's text as a
-  `Decimal`, which other columns keep digit for digit.
+  text (the colons after keys are counted, as `EnvelopeReader` counts them; a run with '\\":'
+  in a string is refused);
+- doubles that are finite and not a negative zero (`json.loads` reads `-0` as the integer 0), and
+  only into DOUBLE columns: `json.loads` reads a double's text as a `Decimal`, which other
+  columns keep digit for digit; no number longer than Spark reads, sign, point and exponent
+  counted;
+- a head that is UTF-8 without a lone surrogate escaped in it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from icetide.decode import limits as lim
@@ -39,7 +42,7 @@ from icetide.decode.arrow_json_values import MAX_NUMBER_LENGTH
 from icetide.decode.avro_container import NotColumnar, present
 from icetide.decode.avro_runs import AvroRun
 from icetide.decode.connect_conversions import NotHere
-from icetide.decode.debezium_message import EnvelopeReader, has_long_number
+from icetide.decode.debezium_message import EnvelopeReader
 from icetide.decode.limits import PayloadLimits
 
 _TYPES = {
@@ -54,6 +57,8 @@ _TYPES = {
 }
 _LONE_SURROGATE = re.compile(lim.LONE_SURROGATE.encode())
 _KEY_END = b'":'
+# A run of number characters longer than Spark reads a number: digits, sign, point, exponent.
+_LONG_NUMBER = re.compile(rb"[-+0-9.eE]{%d}" % (MAX_NUMBER_LENGTH + 1))
 _DEPTH = 3  # the message, its payload, a block of it: a run's schema nests no deeper, and pyarrow holds it to that
 _PAYLOAD_KEY = b'"payload":'
 
@@ -93,6 +98,8 @@ def _shape(schema_text: Any) -> _Shape | None:
                 types.append(pa.field(child["field"], t))
                 if f["field"] in ("before", "after") and child.get("type") == "double":
                     doubles.add(child["field"])
+            if len({t.name for t in types}) != len(types):
+                return None
             fields.append(pa.field(f["field"], pa.struct(types)))
             structs.append((i, len(types)))
         else:
@@ -106,8 +113,21 @@ def _shape(schema_text: Any) -> _Shape | None:
     return _Shape(pa.schema(fields), tuple(structs), frozenset(doubles))
 
 
+def _plain_text(text: bytes) -> bool:
+    """UTF-8 without a lone surrogate escaped in it (what `EnvelopeReader.read` checks of a message)."""
+    if b"\\" in text and _LONE_SURROGATE.search(text):
+        return False
+    if not text.isascii():
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
 def _colons(bodies: Sequence[bytes]) -> np.ndarray:
-    """Each payload's colons right after a quote: one per key, and one per '\\":' in a string."""
+    """Each payload's colons right after a quote: one per key (`read` refuses a run with '\\":',
+    the only other place they can be)."""
     return np.fromiter((b.count(_KEY_END) for b in bodies), np.int64, len(bodies))
 
 
@@ -159,8 +179,8 @@ class JsonRuns:
             if not value.startswith(head) or len(value) > most or not value.endswith(b"}}") or value[at] != 123:
                 break  # 123: "{", the payload object
             body = value[at:-1]
-            if len(body) > MAX_NUMBER_LENGTH and has_long_number(body):
-                break
+            if len(body) > MAX_NUMBER_LENGTH and _LONG_NUMBER.search(body):
+                break  # a number (or text like one) longer than Spark reads: json.loads's checks decide
             events.append(message)
             bodies.append(body)
             end += 1
@@ -179,6 +199,8 @@ class JsonRuns:
         return head if self._shape_of(head) is not None else None
 
     def _shape_of(self, head: bytes) -> _Shape | None:
+        if head not in self._shapes and not _plain_text(head):  # `read` checks what every message holds
+            self._shapes[head] = None
         if head not in self._shapes:
             text = head[: -len(_PAYLOAD_KEY)].decode("utf-8", "replace").rstrip()
             try:  # `{"schema":<schema>,` as an object
@@ -206,13 +228,10 @@ class JsonRuns:
         joined = b"\n".join(bodies)
         if joined.count(b"\n") != len(bodies) - 1 or b"\r" in joined:
             raise NotColumnar("a payload over several lines")
-        if b"\\" in joined and _LONE_SURROGATE.search(joined):
-            raise NotColumnar("a lone surrogate")  # a dead letter, once its message is found
-        if not joined.isascii():
-            try:
-                joined.decode("utf-8")
-            except UnicodeDecodeError:
-                raise NotColumnar("text that is not UTF-8") from None
+        if not _plain_text(joined):
+            raise NotColumnar("a lone surrogate, or text that is not UTF-8")  # a dead letter, read alone
+        if b'\\":' in joined:
+            raise NotColumnar('\\": in a string, which the colon count would take for a key')
         if self.limits.max_nesting_depth < _DEPTH:
             raise NotColumnar("a nesting limit below the envelope's depth")
         try:
@@ -227,12 +246,14 @@ class JsonRuns:
             raise NotColumnar("pyarrow read another number of events")
         parts = [c.combine_chunks() for c in table.columns]
         if not np.array_equal(_colons(bodies), _keys(parts, shape, bodies)):
-            raise NotColumnar("a key missing from a block, or '\":' inside a value")
+            raise NotColumnar("a key missing from a block")
         for i, _ in shape.structs:
             for child in parts[i].type:
                 if child.type == pa.float64():
-                    values = parts[i].field(child.name)
-                    if values.null_count < len(values) and not pc.all(pc.is_finite(values)).as_py():
+                    numbers = parts[i].field(child.name).fill_null(1.0).to_numpy(zero_copy_only=False)
+                    if not np.isfinite(numbers).all():
                         raise NotColumnar(f"{child.name}: a double that is not finite")
+                    if (np.signbit(numbers) & (numbers == 0)).any():  # "-0" is the integer 0 to json.loads
+                        raise NotColumnar(f"{child.name}: a negative zero")
         records = pa.StructArray.from_arrays(parts, fields=list(shape.schema))
         return AvroRun(records, schema_id, schema, True)

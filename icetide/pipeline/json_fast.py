@@ -360,9 +360,10 @@ class JsonFastPath:
         return None
 
     def unavailable(self) -> Fallback | None:
-        """Why the table (as last refreshed) rules the fast path out, or None; checked per schema/spec."""
+        """Why the table (as last refreshed) rules the fast path out, or None; checked again when
+        its schema, spec, writer properties or live earlier specs change."""
         jtable = self.sink.committer.table
-        version = (int(jtable.schema().schemaId()), int(jtable.spec().specId()))
+        version = self.sink.writer_config_version()
         if self._checked is not None and self._checked[0] == version:
             return self._checked[1]
         reason = self._check(jtable)

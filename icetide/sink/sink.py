@@ -315,8 +315,10 @@ class UpsertSink:
         return WriterPlan(writer, tuple(partitions))
 
     def writer_config_version(self) -> tuple[Any, ...]:
-        """What `writer_config` depends on besides the batch id: schema, spec and the writer's
-        table properties (not all properties: pipeline state changes them every commit)."""
+        """What `writer_config` and `plan_writers` depend on besides the batch id: schema, spec,
+        the writer's table properties (not all properties: pipeline state changes them every
+        commit) and the earlier specs with live data files, whose layouts an upsert's deletes
+        are also written under (another writer, or a rollback, can bring one back)."""
         jtable = self.committer.table
         properties = jtable.properties()
         return (
@@ -324,6 +326,7 @@ class UpsertSink:
             int(jtable.spec().specId()),
             str(jtable.location()),
             tuple(str(properties.get(key)) for key in WRITER_PROPERTIES),
+            self._earlier_specs.earlier_ids(jtable, has_fields=bool(partition_fields(jtable))),
         )
 
     def writer_config(

@@ -39,6 +39,17 @@ class EarlierSpecs:
         self.table_name = table_name
         self._live: tuple[int, frozenset[int]] | None = None  # (snapshot id, spec ids)
 
+    def earlier_ids(self, jtable: Any, *, has_fields: bool) -> tuple[int, ...]:
+        """The ids of the earlier specs with live data files, sorted (none when the current spec is
+        unpartitioned: its deletes are global)."""
+        if not has_fields or jtable.specs().size() == 1:
+            return ()  # one spec ever: every data file is under it (no manifest list to read)
+        snapshot = jtable.currentSnapshot()
+        snapshot_id = int(snapshot.snapshotId()) if snapshot is not None else -1
+        if self._live is None or self._live[0] != snapshot_id:
+            self._live = (snapshot_id, frozenset(live_spec_ids(jtable)))
+        return tuple(sorted(self._live[1] - {int(jtable.spec().specId())}))
+
     def layouts(
         self, jtable: Any, key: Sequence[str], *, has_fields: bool
     ) -> list[tuple[SpecLayout, list[PartitionField]]]:
@@ -48,15 +59,8 @@ class EarlierSpecs:
         current spec is unpartitioned its deletes are global and reach every spec already.
         """
         specs = jtable.specs()
-        if not has_fields or specs.size() == 1:
-            return []  # one spec ever: every data file is under it (no manifest list to read)
-        snapshot = jtable.currentSnapshot()
-        snapshot_id = int(snapshot.snapshotId()) if snapshot is not None else -1
-        if self._live is None or self._live[0] != snapshot_id:
-            self._live = (snapshot_id, frozenset(live_spec_ids(jtable)))
-        current = int(jtable.spec().specId())
         result = []
-        for spec_id in sorted(self._live[1] - {current}):
+        for spec_id in self.earlier_ids(jtable, has_fields=has_fields):
             fields = spec_fields(specs.get(spec_id), jtable.schema())
             check_spec_serves_upserts(self.table_name, key, spec_id, fields)
             layout = SpecLayout(
