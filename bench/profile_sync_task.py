@@ -77,7 +77,7 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
     from bench.ingest import SCHEMA
     from bench.ingest_debezium import config as pipeline_config
     from icetide.pipeline import sync_task as task_module
-    from icetide.pipeline.json_fast import no_cycle_collection
+    from icetide.pipeline.block_reader import no_cycle_collection
     from icetide.pipeline.runner import Runner
     from icetide.sources.kafka_reader import OffsetRange
     from tests.kafka_broker import create_topic, tansu_broker

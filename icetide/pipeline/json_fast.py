@@ -30,16 +30,12 @@ of it and the batch is run again on the Spark path).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import logging
 import math
-import queue
-import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +47,7 @@ from icetide.decode.arrow_json_scalars import undecodable_columns
 from icetide.decode.json_evolution import addable
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import payload_limits
+from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
 from icetide.pipeline.staging import Fallback
 from icetide.secrets import redacted_repr
 from icetide.sink.committer import WrittenFile
@@ -58,7 +55,7 @@ from icetide.sink.sink import UpsertSink
 from icetide.sink.transforms import computable
 from icetide.sink.writer import WriterConfig, with_partition_values, write_appends, write_changes
 from icetide.sources.base import raise_source_error_in
-from icetide.sources.kafka_reader import OffsetRange, RangeReader, confluent_kafka_module, range_consumer
+from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields, spark_schema
 from icetide.table.spec import PartitionTransform
@@ -72,8 +69,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIN_TASK_RECORDS = 25_000  # below this a second task costs more (consumer, worker) than it saves
-BLOCK_RECORDS = 50_000  # records decoded per pyarrow call
-QUEUED_BLOCKS = 2  # blocks read ahead of decoding, per task
 
 
 @dataclass(frozen=True)
@@ -138,101 +133,6 @@ def split_ranges(ranges: list[OffsetRange], tasks: int) -> list[list[OffsetRange
     return [g for g in groups if g]
 
 
-@dataclass(frozen=True)
-class _Block:
-    """Consecutive messages of one range, and their payloads joined by newlines (None: a tombstone,
-    or a reader that does not join)."""
-
-    where: str  # "topic/partition@", for dead-letter positions
-    messages: list[Any]
-    joined: bytes | None
-
-
-_DONE = object()  # the reader thread's last item when it read everything
-
-
-class BlockReader:
-    """Reads a task's ranges on its own thread, a bounded queue of blocks ahead of decoding.
-
-    librdkafka's consume and the Message objects it returns hold the GIL, `pyarrow.json.read_json`
-    and the compute kernels release it: on a thread of its own the read of the next block
-    overlaps the decode of the current one. At most QUEUED_BLOCKS blocks wait in the queue.
-    """
-
-    def __init__(self, config: JsonTaskConfig, ranges: list[OffsetRange], *, join: bool = True) -> None:
-        self.config = config
-        self.ranges = ranges
-        self.join = join  # False: blocks without joined payloads, for a reader that takes messages one by one
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUED_BLOCKS)
-        self.stopping = threading.Event()
-        self.cpu_seconds = 0.0
-        self.thread = threading.Thread(target=self._run, name="icetide-kafka-reader", daemon=True)
-
-    def __enter__(self) -> BlockReader:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        while self.thread.is_alive():  # unblock a reader waiting for room in the queue
-            with contextlib.suppress(queue.Empty):
-                self.queue.get(timeout=0.05)
-        self.thread.join()
-
-    def blocks(self) -> Iterator[_Block]:
-        """The blocks in range order; re-raises the reader thread's error."""
-        while True:
-            item = self.queue.get()
-            if item is _DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def _put(self, item: Any) -> bool:
-        while not self.stopping.is_set():
-            try:
-                self.queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self) -> None:
-        started = time.thread_time()
-        try:
-            self._read()
-            self._put(_DONE)
-        except BaseException as exc:  # handed to the decoding thread, which raises it
-            self._put(exc)
-        finally:
-            self.cpu_seconds = time.thread_time() - started
-
-    def _read(self) -> None:
-        kafka = confluent_kafka_module()
-        value = kafka.Message.value
-        for r in self.ranges:
-            consumer = range_consumer(kafka, self.config.consumer_settings, r)
-            try:
-                reader = RangeReader(
-                    consumer,
-                    r,
-                    read_timeout=self.config.read_timeout,
-                    batch_rows=BLOCK_RECORDS,
-                    topic_partition=kafka.TopicPartition,
-                )
-                where = f"{r.topic}/{r.partition}@"
-                for messages in reader.message_blocks():
-                    joined: bytes | None = None
-                    if self.join:
-                        with contextlib.suppress(TypeError):  # TypeError: a tombstone (null value)
-                            joined = b"\n".join(map(value, messages))  # in C: no Python list of the payloads
-                    if not self._put(_Block(where, messages, joined)):
-                        return
-            finally:
-                consumer.close()
-
-
 def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for c in counts:
@@ -247,7 +147,7 @@ def fast_json_task(config: JsonTaskConfig, ranges: list[OffsetRange], tag: str) 
     cpu_started = time.process_time()
     tables: list[pa.Table] = []
     decoder = config.decoder
-    with BlockReader(config, ranges) as reader:
+    with BlockReader(config.consumer_settings, config.read_timeout, ranges) as reader:
         blocks = reader.blocks()
         while True:
             waiting = time.perf_counter()
@@ -303,21 +203,6 @@ def _run_partition(config: JsonTaskConfig, items: Any) -> Any:
         with no_cycle_collection():
             result = fast_json_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
         yield result
-
-
-@contextlib.contextmanager
-def no_cycle_collection() -> Iterator[None]:
-    """The cycle collector off for one task. librdkafka's Message objects are GC-tracked and a
-    task holds up to two blocks of them, so every collection walked 100,000 of them: about 8% of
-    the task's CPU in the profile (docs/design.md, "Python task start"). The task makes no
-    cycles of its own; reference counting frees the blocks as they are decoded."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @dataclass(frozen=True)

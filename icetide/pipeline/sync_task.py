@@ -31,7 +31,7 @@ from icetide.decode.limits import spark_text
 from icetide.decode.route import identifier_part
 from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
 from icetide.errors import SourceError, one_line
-from icetide.pipeline.json_fast import BlockReader, no_cycle_collection
+from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
 from icetide.secrets import redacted_repr
 from icetide.sink.writer import WriteError, WriterConfig, write_changes
 from icetide.sources.base import SourceAccessError
@@ -218,7 +218,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         return True
 
     try:
-        with BlockReader(config, ranges, join=False) as reader:  # type: ignore[arg-type]
+        with BlockReader(config.consumer_settings, config.read_timeout, ranges, join=False) as reader:
             for block in reader.blocks():
                 topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
                 feed = (topic, int(partition_text))
