@@ -326,7 +326,10 @@ class UpsertSink:
             int(jtable.spec().specId()),
             str(jtable.location()),
             tuple(str(properties.get(key)) for key in WRITER_PROPERTIES),
-            self._earlier_specs.earlier_ids(jtable, has_fields=bool(partition_fields(jtable))),
+            # One py4j call for a table that never changed its spec (most): no fields, no manifest list.
+            ()
+            if jtable.specs().size() == 1
+            else self._earlier_specs.earlier_ids(jtable, has_fields=bool(partition_fields(jtable))),
         )
 
     def writer_config(
