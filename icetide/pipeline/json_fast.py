@@ -1,14 +1,17 @@
-"""The JSON fast path: Kafka JSON records to Iceberg files in one pass per Spark task.
+"""The JSON fast path: Kafka JSON records and landing JSON-lines files to Iceberg files in one
+pass per Spark task.
 
-For a Kafka source and `format: json`, each Spark task reads its share of the batch's offset
-ranges with librdkafka, decodes the payloads (decode/arrow_json.py: a block in one pyarrow read
-where its column types allow, else record by record, every column type included), computes the
-partition values in pyarrow (sink/transforms.py) and writes the files right there with the
-sink's rolling writer. Rows never cross into the JVM; a task returns only its files' Iceberg
-metadata and its bad records. The driver then commits exactly as the runner's Spark path does:
-dead letters first (with the plan), then the files with the batch id and the position. Files
-are named like the sink's (`icetide-<pipeline>-b<batch>-...`), so an abandoned batch's files are
-found and deleted on restart.
+For `format: json`, each Spark task reads its share of the batch: Kafka offset ranges with
+librdkafka (pipeline/block_reader.py), or whole landing files, in plan order, line by line as
+the Spark path reads them (sources/files.py `json_lines`, positions "file:line"). It decodes the
+payloads (decode/arrow_json.py: a block in one pyarrow read where its column types allow, else
+record by record, every column type included), computes the partition values in pyarrow
+(sink/transforms.py) and writes the files right there with the sink's rolling writer. Rows never
+cross into the JVM; a task returns only its files' Iceberg metadata and its bad records. The
+driver then commits exactly as the runner's Spark path does: dead letters first (with the plan),
+then the files with the batch id and the position. Files are named like the sink's
+(`icetide-<pipeline>-b<batch>-...`), so an abandoned batch's files are found and deleted on
+restart.
 
 `mode: append` writes data files only, in as many tasks as the batch fills. `mode: upsert`
 collapses each key's changes to its last (by `order_by`, then arrival) and writes data and
@@ -21,11 +24,11 @@ is discarded by the driver and written there, in one commit with the new columns
 batch stays on the fast path, which counts the fields it does not add.
 
 The runner keeps the Spark path (the same decoder in Spark's tasks, then UpsertSink) when
-`fast_path: off`, for column types the decoder does not produce (TIME,
-which no Spark table has), for partition transforms pyarrow does not compute (bucket and
-truncate of decimals and binaries), for a spec an upsert's deletes cannot serve, and, in append
-mode, for a batch whose records carry an `_op` other than INSERT (the tasks then write nothing
-of it and the batch is run again on the Spark path).
+`fast_path: off`, for CSV and Parquet files (Spark's readers type their columns), for column
+types the decoder does not produce (TIME, which no Spark table has), for partition transforms
+pyarrow does not compute (bucket and truncate of decimals and binaries), for a spec an upsert's
+deletes cannot serve, and, in append mode, for a batch whose records carry an `_op` other than
+INSERT (the tasks then write nothing of it and the batch is run again on the Spark path).
 """
 
 from __future__ import annotations
@@ -35,14 +38,14 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from icetide.decode.arrow_json import ArrowJsonDecoder
-from icetide.decode.arrow_json_block import BadRecord
+from icetide.decode.arrow_json_block import BadRecord, Decoded
 from icetide.decode.arrow_json_scalars import undecodable_columns
 from icetide.decode.json_evolution import addable
 from icetide.errors import IcetideError, one_line
@@ -54,7 +57,8 @@ from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import UpsertSink
 from icetide.sink.transforms import computable
 from icetide.sink.writer import WriterConfig, with_partition_values, write_appends, write_changes
-from icetide.sources.base import raise_source_error_in
+from icetide.sources.base import ExecutorSourceError, raise_source_error_in
+from icetide.sources.files import filesystem_for, json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields, spark_schema
@@ -64,11 +68,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from icetide.config import PipelineConfig
-    from icetide.sources.kafka import KafkaSource
+    from icetide.sources.kafka import KafkaSourceConfig
 
 log = logging.getLogger(__name__)
 
 MIN_TASK_RECORDS = 25_000  # below this a second task costs more (consumer, worker) than it saves
+RECORD_BYTES = 200  # landing files: a task's share counted in records of about this size
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class JsonTaskConfig:
     writer: WriterConfig
     partitions: tuple[tuple[str, PartitionTransform | None], ...]  # (batch column, transform), spec order
     upsert: bool = False  # mode upsert: changes collapsed by key, data and equality-delete files
+    reads_files: bool = False  # a task's work is landing files (paths), not Kafka offset ranges
 
     __repr__ = redacted_repr  # the consumer's sasl.password and the like show as ***
 
@@ -133,6 +139,30 @@ def split_ranges(ranges: list[OffsetRange], tasks: int) -> list[list[OffsetRange
     return [g for g in groups if g]
 
 
+def split_files(files: list[str], sizes: list[int], tasks: int) -> list[list[str]]:
+    """Cut the files, in order, into at most `tasks` groups of about equal bytes (a file is never cut)."""
+    share = max(1, math.ceil(sum(sizes) / max(1, tasks)))
+    groups: list[list[str]] = [[]]
+    filled = 0
+    for path, size in zip(files, sizes, strict=True):
+        if groups[-1] and filled + size > share and len(groups) < tasks:
+            groups.append([])
+            filled = 0
+        groups[-1].append(path)
+        filled += size
+    return [g for g in groups if g]
+
+
+def file_sizes(files: list[str]) -> list[int]:
+    """Each landing file's size in bytes (0 for one gone since it was planned: its task says so)."""
+    sizes = []
+    for path in files:
+        fs, inner = filesystem_for(path)
+        info = fs.get_file_info(inner)
+        sizes.append(info.size if info.size is not None else 0)
+    return sizes
+
+
 def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for c in counts:
@@ -141,45 +171,25 @@ def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     return out
 
 
-def fast_json_task(config: JsonTaskConfig, ranges: list[OffsetRange], tag: str) -> JsonTaskResult:
-    """Read, decode and write one task's ranges (on an executor)."""
+def fast_json_task(config: JsonTaskConfig, work: list[OffsetRange] | list[str], tag: str) -> JsonTaskResult:
+    """Read, decode and write one task's Kafka ranges or landing files (on an executor)."""
     result = JsonTaskResult(started_at=time.time())
     cpu_started = time.process_time()
     tables: list[pa.Table] = []
-    decoder = config.decoder
-    with BlockReader(config.consumer_settings, config.read_timeout, ranges) as reader:
-        blocks = reader.blocks()
-        while True:
-            waiting = time.perf_counter()
-            block = next(blocks, None)
-            result.wait_seconds += time.perf_counter() - waiting
-            if block is None:
-                break
-            decoding = time.thread_time()
-            messages, where = block.messages, block.where
-
-            def position(i: int, messages: list[Any] = messages, where: str = where) -> str:
-                return f"{where}{messages[i].offset()}"
-
-            def values(messages: list[Any] = messages) -> list[Any]:
-                return [m.value() for m in messages]
-
-            if block.joined is None:
-                decoded = decoder.decode(values(), position)
-            else:
-                decoded = decoder.decode_joined(block.joined, len(messages), values, position)
+    blocks = _file_blocks(config, work, result) if config.reads_files else _kafka_blocks(config, work, result)
+    try:
+        for decoded in blocks:
             result.records += decoded.rows.num_rows + len(decoded.bad)
             result.bad.extend(decoded.bad)
             for name, count in decoded.unknown_fields.items():
                 result.unknown_fields[name] = result.unknown_fields.get(name, 0) + count
-            result.decode_seconds += time.thread_time() - decoding
             if decoded.changes and not config.upsert:
                 result.changes = True
-                result.read_seconds = reader.cpu_seconds
                 return result
             if decoded.rows.num_rows:
                 tables.append(decoded.with_ops() if config.upsert else decoded.rows)
-    result.read_seconds = reader.cpu_seconds
+    finally:
+        blocks.close()
     writing = time.perf_counter()
     if tables:
         table = pa.concat_tables(tables)
@@ -191,6 +201,63 @@ def fast_json_task(config: JsonTaskConfig, ranges: list[OffsetRange], tag: str) 
     result.cpu_seconds = time.process_time() - cpu_started
     result.finished_at = time.time()
     return result
+
+
+def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskResult) -> Generator[Decoded]:
+    """The task's Kafka ranges, decoded a block at a time (pipeline/block_reader.py)."""
+    decoder = config.decoder
+    with BlockReader(config.consumer_settings, config.read_timeout, ranges) as reader:
+        try:
+            blocks = reader.blocks()
+            while True:
+                waiting = time.perf_counter()
+                block = next(blocks, None)
+                result.wait_seconds += time.perf_counter() - waiting
+                if block is None:
+                    return
+                decoding = time.thread_time()
+                messages, where = block.messages, block.where
+
+                def position(i: int, messages: list[Any] = messages, where: str = where) -> str:
+                    return f"{where}{messages[i].offset()}"
+
+                def values(messages: list[Any] = messages) -> list[Any]:
+                    return [m.value() for m in messages]
+
+                if block.joined is None:
+                    decoded = decoder.decode(values(), position)
+                else:
+                    decoded = decoder.decode_joined(block.joined, len(messages), values, position)
+                result.decode_seconds += time.thread_time() - decoding
+                yield decoded
+        finally:
+            result.read_seconds = reader.cpu_seconds
+
+
+def _file_blocks(config: JsonTaskConfig, paths: list[Any], result: JsonTaskResult) -> Generator[Decoded]:
+    """The task's landing files, in order, decoded a chunk of lines at a time; the lines and their
+    positions ("file:line") are the Spark path's (sources/files.py `json_lines`)."""
+    for path in paths:
+        lines = json_lines(path)
+        while True:
+            reading = time.thread_time()
+            try:
+                batch = next(lines, None)
+            except OSError as exc:
+                raise ExecutorSourceError(f"{path}: cannot read: {exc}") from exc
+            result.read_seconds += time.thread_time() - reading
+            if batch is None:
+                break
+            decoding = time.thread_time()
+            numbers = batch.column("line").to_pylist()
+            values = batch.column("value").cast(pa.binary()).to_pylist()
+
+            def position(i: int, path: str = path, numbers: list[int] = numbers) -> str:
+                return f"{path}:{numbers[i]}"
+
+            decoded = config.decoder.decode(values, position)
+            result.decode_seconds += time.thread_time() - decoding
+            yield decoded
 
 
 def _run_partition(config: JsonTaskConfig, items: Any) -> Any:
@@ -222,7 +289,10 @@ class FastBatch:
 class JsonFastPath:
     """Drives the fast path for one pipeline: decides if a batch can take it, runs its tasks."""
 
-    def __init__(self, spark: SparkSession, config: PipelineConfig, sink: UpsertSink, kafka: KafkaSource) -> None:
+    def __init__(
+        self, spark: SparkSession, config: PipelineConfig, sink: UpsertSink, kafka: KafkaSourceConfig | None
+    ) -> None:
+        """`kafka`: the topic's settings; None for landing files."""
         self.spark = spark
         self.config = config
         self.sink = sink
@@ -238,10 +308,11 @@ class JsonFastPath:
             return Fallback("fast_path: off")
         if config.capture_source:
             return Fallback("stage 1 of a two-stage pipeline (records keep their source position and op)")
-        if config.source_kind != "kafka":
-            return Fallback(f"source: {config.source_kind}")
         if config.format != "json":
             return Fallback(f"format: {config.format}")
+        if config.source_kind == "files" and config.source["files"].get("format", "json") != "json":
+            # Spark's CSV and Parquet readers type the columns: there is no decoder to run in a task.
+            return Fallback(f"source.files.format: {config.source['files']['format']}")
         return None
 
     def unavailable(self) -> Fallback | None:
@@ -302,10 +373,10 @@ class JsonFastPath:
         # Upserts: equality deletes under every live spec (SchemaError for a spec the key does not serve).
         plan = self.sink.plan_writers(batch_id, deletes=upsert)
         writer = plan.writer
-        source = self.kafka.config
+        kafka = self.kafka
         return JsonTaskConfig(
-            consumer_settings=source.reader_settings(),
-            read_timeout=source.read_timeout_seconds,
+            consumer_settings=kafka.reader_settings() if kafka is not None else {},
+            read_timeout=kafka.read_timeout_seconds if kafka is not None else 0.0,
             decoder=ArrowJsonDecoder(
                 writer.table_schema,
                 writer.key,
@@ -316,6 +387,7 @@ class JsonFastPath:
             writer=writer,
             partitions=plan.partitions,
             upsert=upsert,
+            reads_files=kafka is None,
         )
 
     def tasks_for(self, records: int) -> int:
@@ -327,12 +399,21 @@ class JsonFastPath:
         parallelism = self.config.write_parallelism or self.spark.sparkContext.defaultParallelism
         return max(1, min(parallelism, records // MIN_TASK_RECORDS))
 
-    def write(self, batch_id: int, ranges: list[OffsetRange]) -> FastBatch | Fallback:
-        """Run the batch's tasks; files written, nothing committed. Failed tasks' files are deleted,
-        and so is the whole batch when a record carries a change (`_op` other than INSERT): the
-        Spark path runs it."""
+    def groups(self, items: list[OffsetRange] | list[str]) -> list[list[OffsetRange]] | list[list[str]]:
+        """The batch's Kafka ranges or landing files, cut into one group per task."""
+        if self.kafka is not None:
+            ranges = [r for r in items if isinstance(r, OffsetRange) and r.count > 0]
+            return split_ranges(ranges, self.tasks_for(sum(r.count for r in ranges)))
+        files = [str(f) for f in items]
+        sizes = file_sizes(files)
+        return split_files(files, sizes, self.tasks_for(sum(sizes) // RECORD_BYTES))
+
+    def write(self, batch_id: int, items: list[OffsetRange] | list[str]) -> FastBatch | Fallback:
+        """Run the batch's tasks over its Kafka ranges or landing files; files written, nothing
+        committed. Failed tasks' files are deleted, and so is the whole batch when a record carries
+        a change (`_op` other than INSERT): the Spark path runs it."""
         config = self.task_config(batch_id)
-        groups = split_ranges([r for r in ranges if r.count > 0], self.tasks_for(sum(r.count for r in ranges)))
+        groups = self.groups(items)
         started, started_at = time.monotonic(), time.time()
         try:
             rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))

@@ -108,7 +108,8 @@ class Runner:
         else:
             self.no_fast = JsonFastPath.applies(config)
             if self.no_fast is None:
-                self.fast = JsonFastPath(spark, config, self.sink, self.source.kafka)
+                topic = self.source.kafka.config if self.source.kind == "kafka" else None
+                self.fast = JsonFastPath(spark, config, self.sink, topic)
         if self.no_fast is not None:
             log.debug("fast path not used: %s", self.no_fast.reason)
         self._stop = threading.Event()
@@ -318,9 +319,10 @@ class Runner:
         if self.fast is None and self.changes is None:
             assert self.no_fast is not None
             return self.no_fast
-        ranges = [OffsetRange(**r) for r in plan.items]  # the fast paths read Kafka only
         if self.fast is not None:
-            return self.fast.unavailable() or self.fast.write(batch_id, ranges)
+            items = [OffsetRange(**r) for r in plan.items] if self.source.kind == "kafka" else list(plan.items)
+            return self.fast.unavailable() or self.fast.write(batch_id, items)
+        ranges = [OffsetRange(**r) for r in plan.items]  # the Debezium fast path reads Kafka only
         assert self.changes is not None
         if plan.losses:
             return Fallback("the batch has data losses (dead letters)")

@@ -1,0 +1,172 @@
+"""Landing JSON-lines files on the fast path (pipeline/json_fast.py): each task reads whole files
+line by line, as the Spark path does (sources/files.py `json_lines`), decodes, and writes.
+
+Every table is checked against the reference model and against the same folder written by the
+Spark path (`fast_path: off`): rows, dead letters (payload, error, "file:line" position) and
+record counts must be equal. The files are JSON lines as tests/test_runner_files.py lands them,
+plus the shapes real writers leave: a UTF-8 byte-order mark and CRLF line ends (Windows tools,
+e.g. PowerShell's `Out-File -Encoding utf8` before 6.0), a last line without a newline, blank
+lines, and bytes that are not UTF-8 (a Latin-1 export).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icetide.config import PipelineConfig
+from icetide.pipeline.json_fast import split_files
+from icetide.pipeline.runner import Runner, RunSummary
+from tests.model import table_rows
+from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
+
+ODD_FILES = {
+    # name -> bytes: what writers other than Python's json.dumps leave in a landing folder
+    "odd-bom-crlf.json": (
+        "\ufeff"
+        + '{"ad_id": "bom", "event_time": "2026-01-01T01:00:00", "clicks": 1, "seq": 9001}\r\n'
+        + "\r\n"
+        + '{"ad_id": "crlf", "event_time": "2026-01-01T02:00:00", "clicks": 2, "seq": 9002}\r\n'
+    ).encode(),
+    "odd-no-final-newline.json": b'\n\n{"ad_id": "last", "event_time": "2026-01-01T03:00:00", "clicks": 3, "seq": 9003}',
+    "odd-latin1.json": (
+        b'{"ad_id": "caf\xe9", "event_time": "2026-01-01T01:00:00", "clicks": 4, "seq": 9004}\n'
+        b'{"ad_id": "ok", "event_time": "2026-01-01T01:00:00", "clicks": 5, "seq": 9005}\n'
+    ),
+}
+
+
+def land_odd_files(landing: Path) -> list[str]:
+    """The ODD_FILES, renamed into place with the newest modification times; their lines as the
+    model reads them (invalid UTF-8 replaced, as both paths read it)."""
+    lines = []
+    for n, (name, data) in enumerate(sorted(ODD_FILES.items())):
+        tmp = landing / f".{name}"
+        tmp.write_bytes(data)
+        os.utime(tmp, (1_767_300_000 + n, 1_767_300_000 + n))
+        os.replace(tmp, landing / name)
+        text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+        lines += [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+    return lines
+
+
+def run(spark: Any, doc: dict[str, Any]) -> tuple[Runner, RunSummary]:
+    runner = Runner(PipelineConfig.from_dict(doc), spark)
+    return runner, runner.run(once=True, handle_signals=False)
+
+
+def every_row(spark: Any, table: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in spark.table(table).select(*COLUMNS).collect())
+
+
+def dead_letters(spark: Any, table: str) -> list[Any]:
+    return spark.sql(f"SELECT source_position, payload, error FROM {table} ORDER BY source_position").collect()
+
+
+@pytest.mark.parametrize("mode", ["upsert", "append"])
+def test_landing_files_on_the_fast_path_equal_the_model_and_the_spark_path(
+    spark: Any, tmp_path: Path, mode: str
+) -> None:
+    landing = tmp_path / "landing"
+    files, _ = land_files(landing, 7, seed=23)
+    if mode == "append":  # appends take INSERTs: a delete sends its batch to the Spark path (below)
+        for n, path in enumerate(sorted(landing.glob("part-*.json"))[:-1]):
+            files[n] = [line for line in files[n] if '"_op"' not in line]
+            path.write_text("".join(line + "\n" for line in files[n]))
+    files.append(land_odd_files(landing))
+
+    def doc(name: str, **extra: Any) -> dict[str, Any]:
+        d = pipeline_doc(f"{name}_{mode}", landing)
+        d["table"]["name"] = f"lake.filesfast.{name}_{mode}"
+        d["dead_letter"] = f"lake.filesfast.{name}_{mode}_dead_letter"
+        d["mode"] = mode
+        return {**d, **extra}
+
+    fast, fast_run = run(spark, doc("fast"))
+    slow, slow_run = run(spark, doc("slow", fast_path="off"))
+    assert len(fast_run.batches) >= 4
+    fast_paths = [b.path for b in fast_run.batches]
+    if mode == "upsert":
+        assert set(fast_paths) == {"fast"}
+        assert fast.sink.last_plan is None  # no batch went through the sink
+    else:  # the last part- file still carries deletes
+        assert fast_paths.count("spark: records carry _op changes") == 1
+        assert set(fast_paths) == {"fast", "spark: records carry _op changes"}
+    assert {b.path for b in slow_run.batches} == {"spark: fast_path: off"}
+    records = sum(len(lines) for lines in files)
+    assert sum(b.records_in for b in fast_run.batches) == sum(b.records_in for b in slow_run.batches) == records
+
+    if mode == "upsert":
+        fast_rows = table_rows(spark, f"lake.filesfast.fast_{mode}", COLUMNS, KEY)
+        assert fast_rows == table_rows(spark, f"lake.filesfast.slow_{mode}", COLUMNS, KEY) == expected(files)
+    else:  # every good record is a row
+        fast_rows = {r: r for r in every_row(spark, f"lake.filesfast.fast_{mode}")}
+        assert every_row(spark, f"lake.filesfast.fast_{mode}") == every_row(spark, f"lake.filesfast.slow_{mode}")
+        # The odd files' good records are rows (a DELETE in the last part- file removes its key).
+        assert sorted(r[3] for r in fast_rows.values() if r[3] > 9000) == [9001, 9002, 9003, 9004, 9005]
+    fast_dead = dead_letters(spark, f"lake.filesfast.fast_{mode}_dead_letter")
+    assert fast_dead == dead_letters(spark, f"lake.filesfast.slow_{mode}_dead_letter")
+    assert any(key[0] == "caf\ufffd" for key in fast_rows)  # both paths read bad UTF-8 as U+FFFD
+    assert {row.source_position.split(":")[0] for row in fast_dead} <= {str(p) for p in landing.iterdir()}
+
+
+def test_a_landing_folder_resumes_on_the_fast_path_after_the_spark_path(spark: Any, tmp_path: Path) -> None:
+    """A pipeline that ran with `fast_path: off` and is started again with it on reads only the
+    files landed since, and the table equals the model of every file."""
+    landing = tmp_path / "landing"
+    first, _ = land_files(landing, 3, seed=5)
+    doc = pipeline_doc("files_resume", landing)
+    doc["table"]["name"] = "lake.filesfast.resume"
+    doc["dead_letter"] = "lake.filesfast.resume_dead_letter"
+    _, before = run(spark, {**doc, "fast_path": "off"})
+    more, _ = land_files(landing, 3, seed=6, first=3)
+    _, after = run(spark, doc)
+    assert {b.path for b in before.batches} == {"spark: fast_path: off"}
+    assert {b.path for b in after.batches} == {"fast"}
+    assert sum(b.records_in for b in after.batches) == sum(len(lines) for lines in more)
+    assert table_rows(spark, "lake.filesfast.resume", COLUMNS, KEY) == expected(first + more)
+
+
+def test_files_are_cut_into_tasks_by_size_in_order() -> None:
+    files = [f"f{i}" for i in range(6)]
+    assert split_files(files, [10, 10, 10, 10, 10, 10], 3) == [["f0", "f1"], ["f2", "f3"], ["f4", "f5"]]
+    assert split_files(files, [50, 1, 1, 1, 1, 1], 2) == [["f0"], ["f1", "f2", "f3", "f4", "f5"]]
+    assert split_files(files, [1] * 6, 1) == [files]
+    assert split_files(files[:2], [0, 0], 4) == [["f0", "f1"]]  # no size known: one task
+    groups = split_files(files, [3, 9, 2, 7, 1, 8], 4)
+    assert [f for g in groups for f in g] == files and len(groups) <= 4
+
+
+def test_csv_files_stay_on_the_spark_path(spark: Any, tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "a.csv").write_text("ad_id,event_time,clicks,seq\nad1,2026-01-01T01:00:00,3,1\n")
+    doc = pipeline_doc("files_csv", landing)
+    doc["source"]["files"]["format"] = "csv"
+    doc["table"]["name"] = "lake.filesfast.csv"
+    doc["dead_letter"] = "lake.filesfast.csv_dead_letter"
+    _, summary = run(spark, doc)
+    assert [b.path for b in summary.batches] == ["spark: source.files.format: csv"]
+    assert len(table_rows(spark, "lake.filesfast.csv", COLUMNS, KEY)) == 1
+
+
+def test_a_file_gone_before_its_task_reads_it_fails_the_batch_naming_it(spark: Any, tmp_path: Path) -> None:
+    """Nothing is committed and the error names the file: the run restarts and plans again."""
+    landing = tmp_path / "landing"
+    land_files(landing, 2, seed=8)
+    doc = pipeline_doc("files_gone", landing)
+    doc["table"]["name"] = "lake.filesfast.gone"
+    doc["dead_letter"] = "lake.filesfast.gone_dead_letter"
+    runner = Runner(PipelineConfig.from_dict(doc), spark)
+    plan = runner.source.plan(None)
+    gone = str(plan.items[0])
+    os.remove(gone)
+    assert runner.fast is not None
+    with pytest.raises(Exception, match=gone.replace(".", r"\.")):
+        runner.fast.write(1, list(plan.items))
+    assert runner.sink.last_committed() is None
+    assert json.dumps(plan.items)  # a plan stays JSON (it is what the position records)
