@@ -145,7 +145,7 @@ def decode_micros(registry_url: str, count: int) -> dict[str, float]:
         "Avro record -> event (AvroMessages.envelope)": timed(lambda v: messages.envelope(None, v), avro),
         "fastavro schemaless_reader alone": timed(lambda v: schemaless_reader(io.BytesIO(v[5:]), parsed, None), avro),
         "Avro records -> changes, one by one (envelope, TableRows.add)": timed_all(one_by_one, avro),
-        f"Avro records -> changes, runs of {RUN:,} as columns (AvroRun)": timed_all(as_runs, avro),
+        f"Avro records -> changes, runs of {RUN:,} as columns (EventRun)": timed_all(as_runs, avro),
     }
 
 

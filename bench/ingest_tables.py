@@ -4,8 +4,8 @@
 N topics of E Debezium JSON-converter messages each (`schemas.enable=true`, a MySQL source block
 naming table t<i>), drained by one `table.name: lake.bench_sync.{table}` pipeline (SyncRunner)
 into N tables; and the same N x E messages in one topic (4 partitions) drained into one table,
-by the single-table runner (the Spark path: decode in the JVM) and by a SyncRunner (`topics:
-[that topic]`, one table name: the sync fast path, as the N tables). All in upsert mode with the
+by the single-table runner (the sync fast path with one fixed route, since 76a9bf9) and by a
+SyncRunner (`topics: [that topic]`, one table name: the sync fast path, as the N tables). All in upsert mode with the
 same table schema, key and batch size, in rotating order. rows/s per core is rows over the CPU seconds this benchmark's
 processes (driver, Spark JVM, Python workers, broker) spent during the run.
 """
@@ -141,7 +141,7 @@ def run_tables(
                     " ".join(map(str, batches[kind])),
                 ]
                 for kind, label in (
-                    ("one", "1 topic (4 partitions) -> 1 table (Runner, Spark path)"),
+                    ("one", "1 topic (4 partitions) -> 1 table (Runner, fast path)"),
                     ("one_sync", "1 topic (4 partitions) -> 1 table (SyncRunner, fast path)"),
                 )
             ],

@@ -25,7 +25,7 @@ def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy:
 
     from icetide.maintenance.maintain import maintain_tables
     from icetide.pipeline.provision import pipeline_session
-    from icetide.pipeline.sync import read_sync_state
+    from icetide.pipeline.sync_status import read_sync_state
 
     console = Console(stderr=True)
     spark = pipeline_session(config)

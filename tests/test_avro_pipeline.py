@@ -229,11 +229,11 @@ def test_format_avro_reads_flat_records_and_deletes_on_tombstones(
 def test_long_runs_are_read_as_columns_and_equal_the_model(
     spark: Any, kafka_broker: str, registry: SchemaRegistryServer, routing: bool
 ) -> None:
-    """Streams long enough for runs of one schema id (decode/avro_runs.py MIN_RUN), with updates,
+    """Streams long enough for runs of one schema id (decode/event_runs.py MIN_RUN), with updates,
     deletes and their tombstones, and a DATE column: the one-table runner and a database sync
     (routing by the source block's table) read most records as columns, and every table equals its
     model."""
-    from icetide.decode.avro_runs import MIN_RUN
+    from icetide.decode.event_runs import MIN_RUN
     from icetide.pipeline.sync import SyncRunner
 
     tables = ("orders", "customers") if routing else ("orders",)

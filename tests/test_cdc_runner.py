@@ -342,7 +342,7 @@ def test_long_runs_of_json_messages_are_read_as_columns_and_equal_the_model(
     equal the model, and the Spark path's table of the same stream. The sync reads one `topic`
     into a table-name template (it once read nothing: only `topics` and `topic_pattern` were
     listed)."""
-    from icetide.decode.avro_runs import MIN_RUN
+    from icetide.decode.event_runs import MIN_RUN
     from icetide.pipeline.sync import SyncRunner
 
     records = long_stream(71, 4 * MIN_RUN)

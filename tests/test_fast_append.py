@@ -19,8 +19,8 @@ from icetide.config import PipelineConfig
 from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.errors import ConfigError
 from icetide.pipeline.batches import TooManyBadRecordsError
-from icetide.pipeline.json_fast import split_ranges
 from icetide.pipeline.runner import Runner, RunSummary
+from icetide.pipeline.task_shares import split_partitions, split_ranges
 from icetide.sink.transforms import arrow_partition_values
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.table.spec import PartitionTransform
@@ -119,6 +119,25 @@ def test_split_ranges_covers_every_offset_once() -> None:
     covered = sorted((r.partition, o) for g in groups for r in g for o in range(r.start, r.end))
     assert covered == sorted((r.partition, o) for r in ranges for o in range(r.start, r.end))
     assert split_ranges(ranges, 1) == [ranges]
+
+
+def test_split_partitions_keeps_each_partition_whole_and_in_order() -> None:
+    """Upserts: a key's changes stay in its partition's task, in offset order."""
+    ranges = [
+        OffsetRange("t", 0, 0, 100),
+        OffsetRange("u", 0, 0, 30),
+        OffsetRange("t", 1, 0, 60),
+        OffsetRange("t", 2, 0, 50),
+        OffsetRange("t", 0, 100, 120),  # a second range of partition 0 (as after a held range)
+    ]
+    groups = split_partitions(ranges, 2)
+    assert len(groups) == 2
+    where = {(r.topic, r.partition): i for i, g in enumerate(groups) for r in g}
+    assert sorted(where) == [("t", 0), ("t", 1), ("t", 2), ("u", 0)]
+    assert [r for r in groups[where[("t", 0)]] if r.partition == 0 and r.topic == "t"] == [ranges[0], ranges[4]]
+    assert sorted(sum(r.count for r in g) for g in groups) == [120, 140]
+    assert split_partitions(ranges, 9) and len(split_partitions(ranges, 9)) == 4
+    assert split_partitions(ranges, 1) == [ranges]
 
 
 # Records with keys that are no column of a table (id STRING NOT NULL, n BIGINT).

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from icetide.config import PipelineConfig
-from icetide.pipeline.json_fast import split_files
 from icetide.pipeline.runner import Runner, RunSummary
+from icetide.pipeline.task_shares import split_files
 from tests.model import table_rows
 from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
 
@@ -32,7 +32,9 @@ ODD_FILES = {
         + "\r\n"
         + '{"ad_id": "crlf", "event_time": "2026-01-01T02:00:00", "clicks": 2, "seq": 9002}\r\n'
     ).encode(),
-    "odd-no-final-newline.json": b'\n\n{"ad_id": "last", "event_time": "2026-01-01T03:00:00", "clicks": 3, "seq": 9003}',
+    "odd-no-final-newline.json": (
+        b'\n\n{"ad_id": "last", "event_time": "2026-01-01T03:00:00", "clicks": 3, "seq": 9003}'
+    ),
     "odd-latin1.json": (
         b'{"ad_id": "caf\xe9", "event_time": "2026-01-01T01:00:00", "clicks": 4, "seq": 9004}\n'
         b'{"ad_id": "ok", "event_time": "2026-01-01T01:00:00", "clicks": 5, "seq": 9005}\n'
@@ -87,7 +89,7 @@ def test_landing_files_on_the_fast_path_equal_the_model_and_the_spark_path(
         return {**d, **extra}
 
     fast, fast_run = run(spark, doc("fast"))
-    slow, slow_run = run(spark, doc("slow", fast_path="off"))
+    _, slow_run = run(spark, doc("slow", fast_path="off"))
     assert len(fast_run.batches) >= 4
     fast_paths = [b.path for b in fast_run.batches]
     if mode == "upsert":

@@ -10,6 +10,7 @@ tests/test_fast_append.py's producers write them (`good_event`'s coercions, `BAD
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,3 +169,55 @@ def test_a_spec_the_key_does_not_serve_is_refused_as_on_the_spark_path(spark: An
         runner.run(once=True, handle_signals=False)
     assert "not in the key" in (runner.fast.unavailable() or Fallback("")).reason
     assert spark.table("lake.upfast.by_ad").count() == 0
+
+
+def data_files(spark: Any, table: str) -> list[str]:
+    return [r[0] for r in spark.sql(f"SELECT file_path FROM {table}.files WHERE content = 0").collect()]
+
+
+def test_upserts_stage_in_several_tasks_while_keys_stay_in_their_partitions(
+    spark: Any, kafka_broker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer keyed by the table's key sends each key's changes to one partition: a batch's
+    partitions are shared among tasks, whole, and the tasks' keys never meet. (The threshold for
+    a second task is lowered so that a small topic gets one.)"""
+    from icetide.pipeline import json_fast
+
+    monkeypatch.setattr(json_fast, "MIN_TASK_RECORDS", 10)
+    topic = create_topic(kafka_broker, partitions=3)
+    recs = changes(700, partition_of=lambda i: (i % KEYS) % 3)
+    produce(kafka_broker, topic, recs)
+    fast, fast_run = run(spark, doc("tasks_fast", kafka_broker, topic))
+    run(spark, doc("tasks_slow", kafka_broker, topic, fast_path="off"))
+    assert {b.path for b in fast_run.batches} == {"fast"}
+    assert fast.fast is not None and not fast.fast.one_task_upserts
+    assert any("-t00001-" in f for f in data_files(spark, "lake.upfast.tasks_fast")), "one task wrote every file"
+    assert clicks_by_id(spark, "lake.upfast.tasks_fast") == model(recs, None)
+    assert table_rows(spark, "lake.upfast.tasks_fast", COLUMNS, KEY) == table_rows(
+        spark, "lake.upfast.tasks_slow", COLUMNS, KEY
+    )
+
+
+def test_a_key_in_two_tasks_sends_the_batch_and_the_next_to_one_task(
+    spark: Any, kafka_broker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys spread over every partition (a producer not keyed by the table's key): the first
+    batch's tasks find a key they share, its files are deleted and it is written again in one
+    task, as is every batch after it; no key gets two rows."""
+    from icetide.pipeline import json_fast
+
+    monkeypatch.setattr(json_fast, "MIN_TASK_RECORDS", 10)
+    topic = create_topic(kafka_broker, partitions=3)
+    recs = changes(500, partition_of=lambda i: i % 3)
+    produce(kafka_broker, topic, recs)
+    fast, fast_run = run(spark, doc("met_fast", kafka_broker, topic, order_by="clicks"))
+    assert {b.path for b in fast_run.batches} == {"fast"}
+    assert fast.fast is not None and fast.fast.one_task_upserts
+    files = data_files(spark, "lake.upfast.met_fast")
+    assert files and not any("-t00001-" in f for f in files)
+    assert clicks_by_id(spark, "lake.upfast.met_fast") == model(recs, "clicks")
+    location = str(load_table(spark, "lake.upfast.met_fast").location()).removeprefix("file:")
+    written = {str(p) for p in Path(location, "data").rglob("*.parquet")}
+    referenced = {f.removeprefix("file:") for f in data_files(spark, "lake.upfast.met_fast")}
+    deletes = spark.sql("SELECT file_path FROM lake.upfast.met_fast.files WHERE content > 0").collect()
+    assert written == referenced | {r[0].removeprefix("file:") for r in deletes}, "the first writing is deleted"

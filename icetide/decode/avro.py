@@ -38,10 +38,10 @@ from icetide.config import AVRO_FORMATS, RegistrySettings
 from icetide.decode import connect as C
 from icetide.decode import limits as lim
 from icetide.decode.avro_container import NotColumnar, run_reader
-from icetide.decode.avro_runs import AvroRun
 from icetide.decode.avro_schema import CompiledSchema, compile_schema
 from icetide.decode.debezium_arrow import NotHere
 from icetide.decode.debezium_message import Envelope, envelope_of
+from icetide.decode.event_runs import EventRun
 from icetide.decode.limits import PayloadLimits
 from icetide.decode.schema_registry import HEADER_BYTES, BadAvroRecord, registry_schemas, split_wire
 from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
@@ -197,9 +197,9 @@ class AvroMessages:
         if lim.nesting_depth(body.decode("utf-8")) > room:
             raise NotHere("a message nested beyond the limit")
 
-    def read_run(self, values: Sequence[bytes]) -> AvroRun:
+    def read_run(self, values: Sequence[bytes]) -> EventRun:
         """A run of records with one schema id (none a tombstone) read as columns
-        (decode/avro_runs.py); NotColumnar when it must be read record by record."""
+        (decode/event_runs.py); NotColumnar when it must be read record by record."""
         try:
             schema = self.compiled(int.from_bytes(values[0][1:5], "big"))
             shape = self._value_shape(schema)
@@ -208,7 +208,7 @@ class AvroMessages:
         if not self._within_bounds(shape, max(map(len, values))):
             raise NotColumnar("a record the payload limits may refuse")
         records = run_reader().decode(schema.writer, [memoryview(v)[HEADER_BYTES:] for v in values])
-        return AvroRun(records, schema.schema_id, shape.envelope, self.settings.envelope)
+        return EventRun(records, schema.schema_id, shape.envelope, self.settings.envelope)
 
     # -- the Spark path's read ------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Runs of Avro bodies of one schema id read together: one block of an Avro object container
-file, read by DuckDB's Avro extension into Arrow (decode/avro_runs.py applies Debezium's rules).
+file, read by DuckDB's Avro extension into Arrow (decode/event_runs.py applies Debezium's rules).
 
 The bodies of Confluent's wire format are exactly the records of such a block, so the block is
 the bodies joined, behind a header carrying the writer schema. DuckDB reads a block as one

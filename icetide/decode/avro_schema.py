@@ -242,7 +242,7 @@ class CompiledSchema:
 
     schema_id: int
     parsed: Any  # fastavro's parsed schema, logical types removed
-    writer: Any  # the schema's JSON, logical types removed (decode/avro_runs.py reads runs with it)
+    writer: Any  # the schema's JSON, logical types removed (decode/event_runs.py reads runs with it)
     connect: dict[str, Any]  # the value's Connect schema
     convert: Convert | None
     is_record: bool

@@ -4,7 +4,7 @@ Per message, `EnvelopeReader.read` (the payload's `json.loads`, with its checks)
 are most of a one-table Debezium pipeline's CPU (docs/benchmarks.md, bench/profile_sync_task.py).
 Consecutive messages with one schema head are read instead by one `pyarrow.json.read_json` call
 against an Arrow type made from the head's Connect schema, and Debezium's rules then apply to
-whole columns, as for Avro runs (decode/avro_runs.py `AvroRun`, shared). The per-message decoder
+whole columns, as for Avro runs (decode/event_runs.py `EventRun`, shared). The per-message decoder
 stays the specification: a run is read as columns only where that gives exactly what reading its
 messages one by one gives; otherwise `NotColumnar`, and they are read one by one. So a run takes:
 
@@ -40,9 +40,9 @@ import pyarrow.json as pj
 from icetide.decode import limits as lim
 from icetide.decode.arrow_json_values import MAX_NUMBER_LENGTH
 from icetide.decode.avro_container import NotColumnar, present
-from icetide.decode.avro_runs import AvroRun
 from icetide.decode.connect_conversions import NotHere
 from icetide.decode.debezium_message import EnvelopeReader
+from icetide.decode.event_runs import EventRun
 from icetide.decode.limits import PayloadLimits
 
 _TYPES = {
@@ -218,7 +218,7 @@ class JsonRuns:
             if name in columns.names and columns.field(name).type != pa.float64():
                 raise NotColumnar(f"column {name}: a double into another type")
 
-    def read(self, head: bytes, bodies: Sequence[bytes]) -> AvroRun:
+    def read(self, head: bytes, bodies: Sequence[bytes]) -> EventRun:
         """The run's events as columns; NotColumnar when its messages must be read one by one.
         Before adding them to a table, `check` its columns."""
         shape = self._shapes.get(head)
@@ -256,4 +256,4 @@ class JsonRuns:
                     if (np.signbit(numbers) & (numbers == 0)).any():  # "-0" is the integer 0 to json.loads
                         raise NotColumnar(f"{child.name}: a negative zero")
         records = pa.StructArray.from_arrays(parts, fields=list(shape.schema))
-        return AvroRun(records, schema_id, schema, True)
+        return EventRun(records, schema_id, schema, True)

@@ -51,7 +51,7 @@ class BatchMetrics:
     refresh_seconds: float = 0.0  # reading the table's committed state (before writing, before committing)
     source_plan_seconds: float = 0.0  # planning the batch: the table's committed position, then the source's plan
     path: str = "spark"  # "fast": staged by one Spark job of Python tasks; else "spark: <why>" (pipeline/staging.py)
-    records_as_columns: int = 0  # records the fast path read a run at a time, as columns (Avro: decode/avro_runs.py)
+    records_as_columns: int = 0  # records the fast path read a run at a time, as columns (Avro: decode/event_runs.py)
 
     def to_json(self) -> str:
         """One line of JSON."""

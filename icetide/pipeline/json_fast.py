@@ -16,8 +16,11 @@ restart.
 `mode: append` writes data files only, in as many tasks as the batch fills. `mode: upsert`
 collapses each key's changes to its last (by `order_by`, then arrival) and writes data and
 equality-delete files under every live spec, as the sink's writer tasks do (sink/writer.py
-`write_changes`), in one task: an equality delete does not apply to the data files of its own
-commit, so every change of a key in a batch must meet in one collapse.
+`write_changes`). An equality delete does not apply to the data files of its own commit, so every
+change of a key in a batch must meet in one task's collapse: upsert tasks take whole Kafka
+partitions (or whole files), each returns its distinct keys, and a batch in which two tasks
+share a key is deleted and written again in one task, as every later batch of the process is
+(`one_task_upserts`). A producer keyed by the table's key never meets that case.
 
 With `schema_evolution`, a batch whose records carry fields the Spark path would add as columns
 is discarded by the driver and written there, in one commit with the new columns; every other
@@ -35,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 import uuid
 from collections.abc import Generator, Iterable
@@ -52,13 +54,15 @@ from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import payload_limits
 from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
 from icetide.pipeline.staging import Fallback
+from icetide.pipeline.task_shares import file_sizes, split_files, split_partitions, split_ranges
 from icetide.secrets import redacted_repr
 from icetide.sink.committer import WrittenFile
+from icetide.sink.keys import distinct_keys, keys_meet
 from icetide.sink.sink import UpsertSink
 from icetide.sink.transforms import computable
 from icetide.sink.writer import WriterConfig, with_partition_values, write_appends, write_changes
 from icetide.sources.base import ExecutorSourceError, raise_source_error_in
-from icetide.sources.files import filesystem_for, json_lines
+from icetide.sources.files import json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields, spark_schema
@@ -87,6 +91,7 @@ class JsonTaskConfig:
     partitions: tuple[tuple[str, PartitionTransform | None], ...]  # (batch column, transform), spec order
     upsert: bool = False  # mode upsert: changes collapsed by key, data and equality-delete files
     reads_files: bool = False  # a task's work is landing files (paths), not Kafka offset ranges
+    key_check: bool = False  # upserts in more than one task: each returns its distinct keys
 
     __repr__ = redacted_repr  # the consumer's sasl.password and the like show as ***
 
@@ -105,6 +110,7 @@ class JsonTaskResult:
     bad: list[BadRecord] = field(default_factory=list)
     records: int = 0
     changes: bool = False  # a record carries an `_op` other than INSERT: nothing was written
+    keys: pa.Table | None = None  # with `key_check`: the distinct keys of the task's changes
     unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
     read_seconds: float = 0.0
     wait_seconds: float = 0.0
@@ -118,49 +124,6 @@ class JsonTaskResult:
         """(read cpu, wait, decode cpu, write, task cpu) seconds, rounded for a log line."""
         times = (self.read_seconds, self.wait_seconds, self.decode_seconds, self.write_seconds, self.cpu_seconds)
         return tuple(round(t, 2) for t in times)
-
-
-def split_ranges(ranges: list[OffsetRange], tasks: int) -> list[list[OffsetRange]]:
-    """Cut the ranges into at most `tasks` groups of about equal offset counts, in order."""
-    total = sum(r.count for r in ranges)
-    share = max(1, math.ceil(total / max(1, tasks)))
-    groups: list[list[OffsetRange]] = [[]]
-    room = share
-    for r in ranges:
-        start = r.start
-        while start < r.end:
-            if room == 0:
-                groups.append([])
-                room = share
-            take = min(room, r.end - start)
-            groups[-1].append(OffsetRange(r.topic, r.partition, start, start + take))
-            start += take
-            room -= take
-    return [g for g in groups if g]
-
-
-def split_files(files: list[str], sizes: list[int], tasks: int) -> list[list[str]]:
-    """Cut the files, in order, into at most `tasks` groups of about equal bytes (a file is never cut)."""
-    share = max(1, math.ceil(sum(sizes) / max(1, tasks)))
-    groups: list[list[str]] = [[]]
-    filled = 0
-    for path, size in zip(files, sizes, strict=True):
-        if groups[-1] and filled + size > share and len(groups) < tasks:
-            groups.append([])
-            filled = 0
-        groups[-1].append(path)
-        filled += size
-    return [g for g in groups if g]
-
-
-def file_sizes(files: list[str]) -> list[int]:
-    """Each landing file's size in bytes (0 for one gone since it was planned: its task says so)."""
-    sizes = []
-    for path in files:
-        fs, inner = filesystem_for(path)
-        info = fs.get_file_info(inner)
-        sizes.append(info.size if info.size is not None else 0)
-    return sizes
 
 
 def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
@@ -194,6 +157,8 @@ def fast_json_task(config: JsonTaskConfig, work: list[OffsetRange] | list[str], 
     if tables:
         table = pa.concat_tables(tables)
         if config.upsert:
+            if config.key_check:
+                result.keys = distinct_keys(table, config.writer.key)
             result.files = write_changes(table, config.writer, config.partitions, tag)
         else:
             result.files = write_appends(with_partition_values(table, config.partitions), config.writer, tag)
@@ -283,7 +248,7 @@ class FastBatch:
     write_seconds: float
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # JsonTaskResult.timings()
     unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
-    records_as_columns: int = 0  # records read a run at a time (decode/avro_runs.py)
+    records_as_columns: int = 0  # records read a run at a time (decode/event_runs.py)
 
 
 class JsonFastPath:
@@ -300,6 +265,8 @@ class JsonFastPath:
         self.time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
         self._checked: tuple[Any, Fallback | None] | None = None
         self._task_config: tuple[Any, JsonTaskConfig] | None = None
+        # Upserts stage in several tasks while no key has met in two; once one has, in one task.
+        self.one_task_upserts = False
 
     @staticmethod
     def applies(config: PipelineConfig) -> Fallback | None:
@@ -392,9 +359,8 @@ class JsonFastPath:
 
     def tasks_for(self, records: int) -> int:
         """How many tasks a batch of `records` runs in: Spark's parallelism, if there is enough to
-        share; one for upserts, whose every change of a key must meet in one collapse (an equality
-        delete does not apply to the data files of its own commit)."""
-        if self.config.mode == "upsert":
+        share; one for upserts once a key met in two tasks (see `write`)."""
+        if self.config.mode == "upsert" and self.one_task_upserts:
             return 1
         parallelism = self.config.write_parallelism or self.spark.sparkContext.defaultParallelism
         return max(1, min(parallelism, records // MIN_TASK_RECORDS))
@@ -403,7 +369,10 @@ class JsonFastPath:
         """The batch's Kafka ranges or landing files, cut into one group per task."""
         if self.kafka is not None:
             ranges = [r for r in items if isinstance(r, OffsetRange) and r.count > 0]
-            return split_ranges(ranges, self.tasks_for(sum(r.count for r in ranges)))
+            tasks = self.tasks_for(sum(r.count for r in ranges))
+            # Upserts keep each Kafka partition whole: a producer keyed by the table's key sends
+            # every change of a key to one partition, so the tasks' keys do not meet.
+            return split_partitions(ranges, tasks) if self.config.mode == "upsert" else split_ranges(ranges, tasks)
         files = [str(f) for f in items]
         sizes = file_sizes(files)
         return split_files(files, sizes, self.tasks_for(sum(sizes) // RECORD_BYTES))
@@ -412,8 +381,8 @@ class JsonFastPath:
         """Run the batch's tasks over its Kafka ranges or landing files; files written, nothing
         committed. Failed tasks' files are deleted, and so is the whole batch when a record carries
         a change (`_op` other than INSERT): the Spark path runs it."""
-        config = self.task_config(batch_id)
         groups = self.groups(items)
+        config = dataclasses.replace(self.task_config(batch_id), key_check=len(groups) > 1)
         started, started_at = time.monotonic(), time.time()
         try:
             rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
@@ -438,6 +407,18 @@ class JsonFastPath:
         if any(r.changes for r in results):
             self.discard(batch_id)
             return Fallback("records carry _op changes")
+        if config.key_check and keys_meet([r.keys for r in results if r.keys is not None]):
+            # Two tasks each wrote a change of one key: an equality delete does not apply to the
+            # data files of its own commit, so both rows would stay. Written again in one task.
+            self.discard(batch_id)
+            self.one_task_upserts = True
+            log.info(
+                "batch %s of %s: a key came in two tasks' shares (in two Kafka partitions or files); "
+                "upserts stage in one task from now on",
+                batch_id,
+                self.sink.table_name,
+            )
+            return self.write(batch_id, items)
         unknown = _summed(r.unknown_fields for r in results)
         added = self._to_add(unknown)
         if added:

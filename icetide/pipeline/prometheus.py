@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -53,6 +54,17 @@ class CommittedBatch(Protocol):
     def bad_records(self) -> int: ...
     @property
     def commit_seconds(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class TableCounts:
+    """One table's share of a batch, as the Prometheus series count it (prometheus.CommittedBatch)."""
+
+    committed: bool
+    records_in: int
+    rows_written: int
+    bad_records: int
+    commit_seconds: float
 
 
 def _client() -> Any:

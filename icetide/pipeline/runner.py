@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
@@ -27,11 +26,9 @@ from icetide.pipeline.batches import (
     BatchMetrics,
     RunSummary,
     batch_metrics,
-    commit_dead_letters,
     commit_tables,
     warn_unknown_fields,
 )
-from icetide.pipeline.dead_letter import DeadLetterTable
 from icetide.pipeline.json_fast import FastBatch, JsonFastPath
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import pipeline_metrics
@@ -39,10 +36,10 @@ from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.staging import FAST_PATH, Fallback, batch_place, failures_named
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastPath
+from icetide.pipeline.table_dead_letters import TableDeadLetters, lost_rows
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
 from icetide.sink.batch import BatchResult
 from icetide.sink.key_index_memory import process_key_indexes
-from icetide.sink.pipeline_state import PipelineState
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
 from icetide.table.iceberg import spark_schema
@@ -94,7 +91,7 @@ class Runner:
         )
         process_key_indexes().set_limit(t.key_index_memory)  # deletes: vectors (one table: its index stays)
         self.schema = spark_schema(spark, self.sink.committer.table)
-        self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline) if config.dead_letter else None
+        self.dead_letters = TableDeadLetters(spark, config, self.source)
         # The fast path: JSON appends and upserts (json_fast.py), or Debezium changes through the sync
         # fast path with one fixed route (sync_fast.py); else why every batch runs on the Spark path.
         self.fast: JsonFastPath | None = None
@@ -118,7 +115,6 @@ class Runner:
         self.maintenance_runs: list[Any] = []
         self._partition_lag: dict[str, int] | None = None
         self._in_flight: _InFlight | None = None  # a batch committing while the next one is written
-        self._dead: PipelineState | None = None  # the dead-letter table's last commit, as last read
         self._finished: list[BatchMetrics] = []  # committed batches not yet reported
         self._committer_pool: ThreadPoolExecutor | None = None
         self.prometheus = pipeline_metrics(
@@ -139,30 +135,13 @@ class Runner:
             batch_id, plan = self._in_flight.batch_id + 1, self.source.plan(self._in_flight.position)
         else:
             state = self.sink.last_committed()
-            self._dead = self.dead_letter.last_committed() if self.dead_letter is not None else None
-            dead_batch = self._dead.batch_id if self._dead is not None else 0
+            dead_batch = self.dead_letters.read_last()
             batch_id = 1 + max(state.batch_id if state is not None else 0, dead_batch)
             # Before the first commit, an empty plan's position is kept in memory: a `latest` or
             # timestamp start resolved again later would skip what arrived in between.
             position = state.source_position if state is not None else self._first_position
             plan = self.source.plan(position)
-        if self.dead_letter is None:
-            return batch_id, plan
-        held = self.source.held(self._dead, plan, self.dead_letter.recorded)
-        if held:
-            log.info("batch %s reads again what a crash left behind; its dead letters are committed", batch_id)
-            plan = dataclasses.replace(plan, held=held)
-        return batch_id, plan
-
-    def _write_dead_letters(self, bad: Any, batch_id: int, plan: PlannedBatch) -> None:
-        """Commit the batch's bad records, with the position they are committed up to."""
-        assert self.dead_letter is not None
-        position = self.source.dead_letter_position(self._dead, plan)
-        result = self.dead_letter.write(bad, batch_id=batch_id, position=position)
-        if result.committed:  # what it committed, without reading the table again
-            self._dead = PipelineState(self.config.pipeline, batch_id, position, datetime.now(UTC).isoformat())
-        else:  # another writer's commit holds that batch id: the table says what is held
-            self._dead = self.dead_letter.last_committed()
+        return batch_id, self.dead_letters.held(batch_id, plan)
 
     def run_batch(self) -> BatchMetrics | None:
         """Run one batch and commit it; None when the source had nothing new."""
@@ -258,14 +237,7 @@ class Runner:
             # Every source record, as the fast path and the sync runner count them (max_bad_fraction)
             records_in = decoded.records if decoded.records is not None else good.count() + bad_count
             read_seconds = time.monotonic() - started
-            self._commit_dead_letters(
-                batch_id,
-                plan,
-                bad_count,
-                records_in,
-                lambda: bad.first()["error"],  # type: ignore[index]
-                lambda: self._with_losses(bad, plan),
-            )
+            self.dead_letters.commit_frame(batch_id, plan, bad, bad_count, records_in)
             result = commit_tables(
                 batch_id,
                 lambda: self.sink.write(
@@ -296,19 +268,10 @@ class Runner:
             source_lag=self._lag(plan.position),
             truncated=decoded.truncated and result.committed,
             unknown_fields=decoded.unknown_fields,
-            lost_ranges=len(_lost_rows(plan)),
+            lost_ranges=len(lost_rows(plan)),
             source_plan_seconds=plan_seconds,
             path=fallback.path,
         )
-
-    def _with_losses(self, bad: Any, plan: PlannedBatch) -> Any:
-        """The batch's bad records plus one row per source range lost before it was read."""
-        rows = _lost_rows(plan)
-        if not rows:
-            return bad
-        from icetide.decode.frames import BAD_DDL
-
-        return bad.unionByName(self.spark.createDataFrame(rows, BAD_DDL))
 
     def _stage_fast(self, batch_id: int, plan: PlannedBatch) -> FastBatch | Fallback:
         """The batch's files written by the fast path; or why it runs on the Spark path."""
@@ -349,59 +312,11 @@ class Runner:
     def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> FastBatch:
         """Check the fast path's bad records and commit those not held yet before the data;
         `out` with only those."""
-        if plan.held:
-            out = dataclasses.replace(out, bad=[b for b in out.bad if not plan.held.holds(b.source_position)])
         warn_unknown_fields(batch_id, out.unknown_fields)
-
-        def frame() -> Any:
-            from icetide.decode.frames import BAD_DDL
-
-            rows = [(b.payload, b.error, b.source_position) for b in out.bad] + _lost_rows(plan)
-            return self.spark.createDataFrame(rows, BAD_DDL)
-
-        self._commit_dead_letters(
-            batch_id,
-            plan,
-            len(out.bad),
-            out.records_in,
-            lambda: out.bad[0].error,
-            frame,
-            discard=lambda: self.sink.remove_batch_files(batch_id),
+        bad = self.dead_letters.commit_records(
+            batch_id, plan, out.bad, out.records_in, lambda: self.sink.remove_batch_files(batch_id)
         )
-        return out
-
-    def _commit_dead_letters(
-        self,
-        batch_id: int,
-        plan: PlannedBatch,
-        bad_count: int,
-        records_in: int,
-        first_error: Callable[[], str],
-        frame: Callable[[], Any],
-        discard: Callable[[], object] | None = None,
-    ) -> None:
-        """The batch's share of bad records checked, then its bad records and lost ranges (`frame()`,
-        BAD_DDL rows) committed to the dead-letter table, if it has one (batches.commit_dead_letters)."""
-
-        def write() -> bool:
-            if self.dead_letter is None:
-                if bad_count:
-                    log.warning("batch %s: %d bad record(s) and no dead_letter table configured", batch_id, bad_count)
-                return False
-            if not bad_count and not _lost_rows(plan):
-                return False
-            self._write_dead_letters(frame(), batch_id, plan)
-            return True
-
-        commit_dead_letters(
-            batch_id,
-            bad_records=bad_count,
-            records_in=records_in,
-            limit=self.config.max_bad_fraction,
-            first_error=first_error,
-            write=write,
-            discard=discard,
-        )
+        return dataclasses.replace(out, bad=bad)
 
     def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch, plan_seconds: float) -> BatchMetrics:
         """Commit the fast path's files with the batch id and position; the batch's metrics."""
@@ -426,7 +341,7 @@ class Runner:
             bad_records=len(out.bad),
             read_decode_seconds=out.read_decode_seconds,
             source_lag=self._lag(plan.position),
-            lost_ranges=len(_lost_rows(plan)),
+            lost_ranges=len(lost_rows(plan)),
             source_plan_seconds=plan_seconds,
             unknown_fields=out.unknown_fields,
             path=FAST_PATH,
@@ -488,10 +403,7 @@ class Runner:
 
     def remove_abandoned_files(self) -> int:
         """Delete the files of batches (and dead letters) that never committed; how many."""
-        removed = self.sink.remove_abandoned_files()
-        if self.dead_letter is not None:
-            removed += self.dead_letter.remove_abandoned_files()
-        return removed
+        return self.sink.remove_abandoned_files() + self.dead_letters.remove_abandoned_files()
 
     def reload(self) -> None:
         """Nothing to read again: every batch starts from the table's last commit."""
@@ -522,13 +434,3 @@ class Runner:
         """The batch and the source's lag per partition in the Prometheus series."""
         if self.prometheus is not None:
             self.prometheus.record_batch(metrics, self._partition_lag)
-
-
-def _lost_rows(plan: PlannedBatch) -> list[tuple[None, str, str]]:
-    """The dead-letter rows of the source ranges lost before the batch read them, less those
-    the dead-letter table holds already."""
-    return [
-        (None, loss["error"], loss["source_position"])
-        for loss in plan.losses
-        if not plan.held.holds(loss["source_position"])
-    ]

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -40,16 +39,16 @@ from icetide.pipeline.batches import (
 )
 from icetide.pipeline.dead_letter import DeadLetterTable, Held
 from icetide.pipeline.loop import PipelineLoop
-from icetide.pipeline.prometheus import PipelineMetrics, pipeline_metrics
+from icetide.pipeline.prometheus import PipelineMetrics, TableCounts, pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.staging import FAST_PATH, Fallback, batch_place, failures_named
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastBatch, SyncFastPath
 from icetide.pipeline.sync_spark import TABLE_THREADS, TableBatch, run_spark_batch
-from icetide.pipeline.sync_state import Position, SyncState, TableState, advance, parse_position, skipped_below
+from icetide.pipeline.sync_state import Position, SyncState, advance, skipped_below
+from icetide.pipeline.sync_status import read_sync_state
 from icetide.pipeline.table_from_stream import create_from_definition, definition_from_messages
 from icetide.sink.batch import BatchResult
-from icetide.sink.committer import Committer
 from icetide.sink.key_index_memory import process_key_indexes
 from icetide.sink.sink import UpsertSink
 from icetide.sources.kafka import KafkaSourceConfig
@@ -60,17 +59,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TableCounts:
-    """One table's share of a batch, as the Prometheus series count it (prometheus.CommittedBatch)."""
-
-    committed: bool
-    records_in: int
-    rows_written: int
-    bad_records: int
-    commit_seconds: float
 
 
 class SyncRunner:
@@ -493,34 +481,4 @@ class SyncRunner:
         """Each table's series were recorded with its commit (`record_metrics`)."""
 
 
-def read_sync_state(
-    spark: SparkSession, config: PipelineConfig, committer_for: Callable[[str], Committer] | None = None
-) -> SyncState:
-    """Where a routing pipeline stands, read from its dead-letter table (the registry and its
-    position) and from each registered table's last commit."""
-    assert config.dead_letter is not None
-    state = SyncState()
-    if not table_exists(spark, config.dead_letter):
-        return state
-    last = Committer(spark, config.dead_letter, config.pipeline).last_committed()
-    if last is not None:
-        state.load_dead_letter(last.batch_id, last.source_position, last.registry)
-    for name in sorted(state.tables):
-        if not table_exists(spark, name):
-            continue
-        committer = committer_for(name) if committer_for is not None else Committer(spark, name, config.pipeline)
-        committed = committer.last_committed()
-        if committed is not None:
-            table = state.tables[name]
-            table.batch_id = committed.batch_id
-            table.position = parse_position(committed.source_position)
-            table.committed_at = committed.committed_at
-    return state
-
-
-def table_states(config: PipelineConfig, spark: SparkSession) -> list[TableState]:
-    """Every table of a routing pipeline with what it last committed (for `icetide status`)."""
-    return list(read_sync_state(spark, config).tables.values())
-
-
-__all__ = ["Position", "SyncBatchMetrics", "SyncRunner", "table_states"]
+__all__ = ["Position", "SyncBatchMetrics", "SyncRunner"]

@@ -93,7 +93,7 @@ class SyncFastBatch:
     unknown_fields: dict[str, int]  # "table.field" -> records
     read_decode_seconds: float
     write_seconds: float
-    records_as_columns: int = 0  # records read a run at a time (decode/avro_runs.py)
+    records_as_columns: int = 0  # records read a run at a time (decode/event_runs.py)
 
 
 class SyncFastPath:

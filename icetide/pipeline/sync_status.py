@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
 from icetide.errors import SourceError
-from icetide.pipeline.sync_state import Position
+from icetide.pipeline.sync_state import Position, SyncState, TableState, parse_position
+from icetide.sink.committer import Committer
 from icetide.table.catalog import table_exists
 from icetide.table.iceberg import load_table
 
@@ -40,7 +42,6 @@ class TableStatus:
 
 def pipeline_status(spark: SparkSession, config: PipelineConfig, *, with_lag: bool = True) -> list[TableStatus]:
     """Every table the pipeline feeds, then its dead-letter table; rows are counted with a scan of each."""
-    from icetide.pipeline.sync import table_states
     from icetide.sources.kafka import KafkaSourceConfig
     from icetide.sources.kafka_topics import KafkaTopics
 
@@ -52,8 +53,6 @@ def pipeline_status(spark: SparkSession, config: PipelineConfig, *, with_lag: bo
         for s in sorted(states, key=lambda s: s.name):
             lag = _lag(topics, s.effective()) if topics is not None else None
             out.append(_status(spark, s.name, s.batch_id or None, s.position, lag, s.committed_at))
-        from icetide.sink.committer import Committer
-
         dl = (
             Committer(spark, config.dead_letter, config.pipeline).last_committed()
             if table_exists(spark, config.dead_letter)
@@ -119,3 +118,33 @@ def _status(
 def status_json(statuses: list[TableStatus]) -> str:
     """The statuses as one JSON document."""
     return json.dumps([s.to_json() for s in statuses], sort_keys=True)
+
+
+def read_sync_state(
+    spark: SparkSession, config: PipelineConfig, committer_for: Callable[[str], Committer] | None = None
+) -> SyncState:
+    """Where a routing pipeline stands, read from its dead-letter table (the registry and its
+    position) and from each registered table's last commit."""
+    assert config.dead_letter is not None
+    state = SyncState()
+    if not table_exists(spark, config.dead_letter):
+        return state
+    last = Committer(spark, config.dead_letter, config.pipeline).last_committed()
+    if last is not None:
+        state.load_dead_letter(last.batch_id, last.source_position, last.registry)
+    for name in sorted(state.tables):
+        if not table_exists(spark, name):
+            continue
+        committer = committer_for(name) if committer_for is not None else Committer(spark, name, config.pipeline)
+        committed = committer.last_committed()
+        if committed is not None:
+            table = state.tables[name]
+            table.batch_id = committed.batch_id
+            table.position = parse_position(committed.source_position)
+            table.committed_at = committed.committed_at
+    return state
+
+
+def table_states(config: PipelineConfig, spark: SparkSession) -> list[TableState]:
+    """Every table of a routing pipeline with what it last committed (for `icetide status`)."""
+    return list(read_sync_state(spark, config).tables.values())

@@ -22,10 +22,10 @@ import pyarrow as pa
 from icetide.config import table_name_placeholders
 from icetide.decode.arrow_json_block import BadRecord
 from icetide.decode.avro import messages_for
-from icetide.decode.avro_runs import MIN_RUN, AvroRun, NotColumnar
 from icetide.decode.connect_values import field_text
 from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows, source_order
 from icetide.decode.debezium_message import EnvelopeReader
+from icetide.decode.event_runs import MIN_RUN, EventRun, NotColumnar
 from icetide.decode.json_runs import JsonRuns
 from icetide.decode.limits import spark_text
 from icetide.decode.route import identifier_part
@@ -98,7 +98,7 @@ class SyncTaskResult:
     decode_seconds: float = 0.0
     write_seconds: float = 0.0
     wrote: bool = False  # it failed after writing files it cannot name: delete the batch's by prefix
-    records_as_columns: int = 0  # records read a run at a time (decode/avro_runs.py)
+    records_as_columns: int = 0  # records read a run at a time (decode/event_runs.py)
 
 
 def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping[str, Any]) -> str:
@@ -184,7 +184,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
 
     def run(
         messages: list[Any],
-        parse: Callable[[], AvroRun],
+        parse: Callable[[], EventRun],
         check: Callable[[pa.Schema], None],
         destinations: dict[str, _Destination],
         feed: tuple[str, int],
@@ -269,7 +269,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
 
 
 def _any_columns(columns: pa.Schema) -> None:
-    """An Avro run's events convert into any table's columns (decode/avro_runs.py says which not)."""
+    """An Avro run's events convert into any table's columns (decode/event_runs.py says which not)."""
 
 
 def _avro_run(messages: Any, start: int, *, skip_tombstones: bool) -> tuple[int, list[Any], list[bytes]]:

@@ -51,3 +51,19 @@ def read_by_field_id(location: str, field_ids: Sequence[int]) -> pa.Table:
         wanted = {str(i).encode() for i in field_ids}
         names = [f.name for f in schema if f.metadata and f.metadata.get(FIELD_ID_KEY) in wanted]
         return columns_by_field_id(parquet.read(columns=names), field_ids)
+
+
+def distinct_keys(table: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The distinct values of the `key` columns of `table`, each column in its canonical form."""
+    keys = pa.table({name: canonical(table.column(name)) for name in key})
+    return keys.group_by(list(key)).aggregate([])
+
+
+def keys_meet(tables: Sequence[pa.Table]) -> bool:
+    """Whether any key is in more than one of these tables of distinct keys (`distinct_keys`)."""
+    tables = [t for t in tables if t.num_rows]
+    if len(tables) < 2:
+        return False
+    names = tables[0].column_names
+    together = distinct_keys(pa.concat_tables(tables), names)
+    return together.num_rows < sum(t.num_rows for t in tables)

@@ -1,4 +1,4 @@
-"""Avro records read a run at a time into columns (decode/avro_runs.py) against the per-record
+"""Avro records read a run at a time into columns (decode/event_runs.py) against the per-record
 decoder it must equal (decode/avro.py `AvroMessages.envelope` + decode/debezium_arrow.py
 `TableRows.add`): a run gives exactly the per-record changes, or is refused and read that way.
 

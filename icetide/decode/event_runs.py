@@ -1,4 +1,10 @@
-"""Avro records decoded a run at a time into Arrow columns: the fast path's Avro decoder.
+"""Change events decoded a run at a time into Arrow columns (`EventRun`), for both encodings.
+
+A run is a sequence of records with one schema: Avro records of one schema id (decode/avro.py
+`read_run`, below) or JSON-converter messages with one schema head (decode/json_runs.py, which
+parses them with pyarrow into the same columns). Both then go through this module's column rules
+(`EventRun.add_to`), which are format-agnostic; what is said below of Avro holds for JSON runs
+with decode/json_runs.py's own checks in place of the container reader's.
 
 Per record, fastavro plus the JSON converter's value forms and `TableRows.add` cost about 13 µs
 (docs/benchmarks.md). A run of records of one schema id is read in one go instead
@@ -39,7 +45,7 @@ from icetide.sink.changelog import DELETE
 
 __all__ = [
     "MIN_RUN",
-    "AvroRun",
+    "EventRun",
     "NotColumnar",
     "changes_of",
     "column_of",
@@ -296,7 +302,7 @@ def _key_moves(before: pa.StructArray, after: pa.StructArray, key: Sequence[str]
 
 
 @dataclass(frozen=True)
-class AvroRun:
+class EventRun:
     """A run of records of one schema id, as columns."""
 
     records: pa.StructArray
