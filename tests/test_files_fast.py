@@ -172,3 +172,28 @@ def test_a_file_gone_before_its_task_reads_it_fails_the_batch_naming_it(spark: A
         runner.fast.write(1, list(plan.items))
     assert runner.sink.last_committed() is None
     assert json.dumps(plan.items)  # a plan stays JSON (it is what the position records)
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_batch_of_files_is_shared_by_size_and_upserts_keep_one_task(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Appends: the plan's files, whole and in order, shared among tasks by the sizes the plan's
+    listing found. Upserts: one task (files seldom keep a key's changes in one file). The
+    threshold for a second task is lowered so that small files get one."""
+    from icetide.pipeline import json_fast
+
+    monkeypatch.setattr(json_fast, "MIN_TASK_RECORDS", 1)
+    landing = tmp_path / "landing"
+    land_files(landing, 4, seed=3)
+    doc = pipeline_doc(f"files_tasks_{mode}", landing)
+    doc["table"]["name"] = f"lake.filesfast.tasks_{mode}"
+    doc["dead_letter"] = f"lake.filesfast.tasks_{mode}_dead_letter"
+    doc["mode"] = mode
+    doc["trigger"]["max_files"] = 4
+    runner = Runner(PipelineConfig.from_dict(doc), spark)
+    assert runner.fast is not None
+    plan = runner.source.plan(None)
+    groups = runner.fast.groups(list(plan.items))
+    assert [f for g in groups for f in g] == plan.items
+    assert len(groups) == (1 if mode == "upsert" else spark.sparkContext.defaultParallelism)

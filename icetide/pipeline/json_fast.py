@@ -18,7 +18,7 @@ collapses each key's changes to its last (by `order_by`, then arrival) and write
 equality-delete files under every live spec, as the sink's writer tasks do (sink/writer.py
 `write_changes`). An equality delete does not apply to the data files of its own commit, so every
 change of a key in a batch must meet in one task's collapse: upsert tasks take whole Kafka
-partitions (or whole files), each returns its distinct keys, and a batch in which two tasks
+partitions (landing files' upserts run in one task), each returns its distinct keys, and a batch in which two tasks
 share a key is deleted and written again in one task, as every later batch of the process is
 (`one_task_upserts`). A producer keyed by the table's key never meets that case.
 
@@ -51,10 +51,10 @@ from icetide.decode.arrow_json_block import BadRecord, Decoded
 from icetide.decode.arrow_json_scalars import undecodable_columns
 from icetide.decode.json_evolution import addable
 from icetide.errors import IcetideError, one_line
-from icetide.pipeline.adapter import payload_limits
+from icetide.pipeline.adapter import SourceAdapter, payload_limits
 from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
 from icetide.pipeline.staging import Fallback
-from icetide.pipeline.task_shares import file_sizes, split_files, split_partitions, split_ranges
+from icetide.pipeline.task_shares import split_files, split_partitions, split_ranges
 from icetide.secrets import redacted_repr
 from icetide.sink.committer import WrittenFile
 from icetide.sink.keys import distinct_keys, keys_meet
@@ -72,7 +72,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from icetide.config import PipelineConfig
-    from icetide.sources.kafka import KafkaSourceConfig
 
 log = logging.getLogger(__name__)
 
@@ -254,14 +253,12 @@ class FastBatch:
 class JsonFastPath:
     """Drives the fast path for one pipeline: decides if a batch can take it, runs its tasks."""
 
-    def __init__(
-        self, spark: SparkSession, config: PipelineConfig, sink: UpsertSink, kafka: KafkaSourceConfig | None
-    ) -> None:
-        """`kafka`: the topic's settings; None for landing files."""
+    def __init__(self, spark: SparkSession, config: PipelineConfig, sink: UpsertSink, source: SourceAdapter) -> None:
         self.spark = spark
         self.config = config
         self.sink = sink
-        self.kafka = kafka
+        self.source = source
+        self.kafka = source.kafka.config if source.kind == "kafka" else None  # None: landing files
         self.time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
         self._checked: tuple[Any, Fallback | None] | None = None
         self._task_config: tuple[Any, JsonTaskConfig] | None = None
@@ -374,7 +371,11 @@ class JsonFastPath:
             # every change of a key to one partition, so the tasks' keys do not meet.
             return split_partitions(ranges, tasks) if self.config.mode == "upsert" else split_ranges(ranges, tasks)
         files = [str(f) for f in items]
-        sizes = file_sizes(files)
+        if self.config.mode == "upsert":
+            # Landing files seldom keep a key's changes in one file: upserts run in one task, not
+            # in several that would find a key they share and write the batch again.
+            return [files]
+        sizes = self.source.files.planned_sizes(files)
         return split_files(files, sizes, self.tasks_for(sum(sizes) // RECORD_BYTES))
 
     def write(self, batch_id: int, items: list[OffsetRange] | list[str]) -> FastBatch | Fallback:

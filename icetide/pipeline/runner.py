@@ -105,8 +105,7 @@ class Runner:
         else:
             self.no_fast = JsonFastPath.applies(config)
             if self.no_fast is None:
-                topic = self.source.kafka.config if self.source.kind == "kafka" else None
-                self.fast = JsonFastPath(spark, config, self.sink, topic)
+                self.fast = JsonFastPath(spark, config, self.sink, self.source)
         if self.no_fast is not None:
             log.debug("fast path not used: %s", self.no_fast.reason)
         self._stop = threading.Event()

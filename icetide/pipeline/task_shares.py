@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from icetide.sources.files import filesystem_for
 from icetide.sources.kafka_reader import OffsetRange
 
 
@@ -58,13 +57,3 @@ def split_files(files: list[str], sizes: list[int], tasks: int) -> list[list[str
         groups[-1].append(path)
         filled += size
     return [g for g in groups if g]
-
-
-def file_sizes(files: list[str]) -> list[int]:
-    """Each landing file's size in bytes (0 for one gone since it was planned: its task says so)."""
-    sizes = []
-    for path in files:
-        fs, inner = filesystem_for(path)
-        info = fs.get_file_info(inner)
-        sizes.append(info.size if info.size is not None else 0)
-    return sizes

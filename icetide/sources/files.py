@@ -184,6 +184,7 @@ class FileSource:
         self._clock = clock
         self._fs, self._root = filesystem_for(config.path)
         self._scheme = config.path.split("://", 1)[0] if "://" in config.path else ""
+        self._planned_sizes: dict[str, int] = {}  # the last plan's files, as listed: path -> bytes
 
     # -- driver side -------------------------------------------------------------------------
 
@@ -286,7 +287,12 @@ class FileSource:
             for landed in found_late:
                 log.warning("%s: landed after the late window; recorded, not read", landed.path)
             late.extend(found_late)
+        self._planned_sizes = {f.path: f.size for f in chosen}
         return [f.path for f in chosen], {"max_mtime_ms": newest, "files": kept, LISTED_AT: listed_at_ms}
+
+    def planned_sizes(self, paths: list[str]) -> list[int]:
+        """The sizes in bytes of the last plan's files, as its listing found them (0 if unknown)."""
+        return [self._planned_sizes.get(path, 0) for path in paths]
 
     def held(self, position: Mapping[str, Any], paths: list[str]) -> list[str]:
         """The `paths` (as planned) of files that `position` records as ingested by name."""
