@@ -179,7 +179,8 @@ def test_upserts_stage_in_several_tasks_while_keys_stay_in_their_partitions(
     spark: Any, kafka_broker: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A producer keyed by the table's key sends each key's changes to one partition: a batch's
-    partitions are shared among tasks, whole, and the tasks' keys never meet. (The threshold for
+    partitions are shared among `write_parallelism` tasks, whole, and the tasks' keys never meet
+    (without it, upserts keep one task). (The threshold for
     a second task is lowered so that a small topic gets one.)"""
     from icetide.pipeline import json_fast
 
@@ -187,8 +188,10 @@ def test_upserts_stage_in_several_tasks_while_keys_stay_in_their_partitions(
     topic = create_topic(kafka_broker, partitions=3)
     recs = changes(700, partition_of=lambda i: (i % KEYS) % 3)
     produce(kafka_broker, topic, recs)
-    fast, fast_run = run(spark, doc("tasks_fast", kafka_broker, topic))
+    fast, fast_run = run(spark, doc("tasks_fast", kafka_broker, topic, write_parallelism=2))
     run(spark, doc("tasks_slow", kafka_broker, topic, fast_path="off"))
+    run(spark, doc("tasks_default", kafka_broker, topic))  # no write_parallelism: one task
+    assert not any("-t00001-" in f for f in data_files(spark, "lake.upfast.tasks_default"))
     assert {b.path for b in fast_run.batches} == {"fast"}
     assert fast.fast is not None and not fast.fast.one_task_upserts
     assert any("-t00001-" in f for f in data_files(spark, "lake.upfast.tasks_fast")), "one task wrote every file"
@@ -210,7 +213,7 @@ def test_a_key_in_two_tasks_sends_the_batch_and_the_next_to_one_task(
     topic = create_topic(kafka_broker, partitions=3)
     recs = changes(500, partition_of=lambda i: i % 3)
     produce(kafka_broker, topic, recs)
-    fast, fast_run = run(spark, doc("met_fast", kafka_broker, topic, order_by="clicks"))
+    fast, fast_run = run(spark, doc("met_fast", kafka_broker, topic, order_by="clicks", write_parallelism=2))
     assert {b.path for b in fast_run.batches} == {"fast"}
     assert fast.fast is not None and fast.fast.one_task_upserts
     files = data_files(spark, "lake.upfast.met_fast")

@@ -20,7 +20,8 @@ equality-delete files under every live spec, as the sink's writer tasks do (sink
 change of a key in a batch must meet in one task's collapse: upsert tasks take whole Kafka
 partitions (landing files' upserts run in one task), each returns its distinct keys, and a batch in which two tasks
 share a key is deleted and written again in one task, as every later batch of the process is
-(`one_task_upserts`). A producer keyed by the table's key never meets that case.
+(`one_task_upserts`). A producer keyed by the table's key never meets that case. Upserts run in
+several tasks only when `write_parallelism` asks for more than one.
 
 With `schema_evolution`, a batch whose records carry fields the Spark path would add as columns
 is discarded by the driver and written there, in one commit with the new columns; every other
@@ -356,8 +357,10 @@ class JsonFastPath:
 
     def tasks_for(self, records: int) -> int:
         """How many tasks a batch of `records` runs in: Spark's parallelism, if there is enough to
-        share; one for upserts once a key met in two tasks (see `write`)."""
-        if self.config.mode == "upsert" and self.one_task_upserts:
+        share. Upserts: one, unless `write_parallelism` asks for more, and again one once a key
+        met in two tasks (see `write`): a second task costs about a fifth more CPU per row
+        (docs/runner.md), worth it to drain a backlog on many cores, not by default."""
+        if self.config.mode == "upsert" and (self.one_task_upserts or (self.config.write_parallelism or 1) < 2):
             return 1
         parallelism = self.config.write_parallelism or self.spark.sparkContext.defaultParallelism
         return max(1, min(parallelism, records // MIN_TASK_RECORDS))
