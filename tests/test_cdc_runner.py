@@ -364,7 +364,8 @@ def test_long_runs_of_json_messages_are_read_as_columns_and_equal_the_model(
     assert {b.path for b in summary.batches} == {"fast"}
     assert rows_of(spark, table) == model_of(records)
     slow = f"{name}_spark"
-    Runner(PipelineConfig.from_dict(doc(slow, kafka_broker, topic, fast_path="off")), spark).run(
+    # In batches as large as the fast path's (the default MAX_RECORDS would take 150 batches).
+    Runner(PipelineConfig.from_dict(doc(slow, kafka_broker, topic, fast_path="off", trigger=trigger)), spark).run(
         once=True, handle_signals=False
     )
     assert rows_of(spark, f"lake.cdc.{slow}") == rows_of(spark, table)
