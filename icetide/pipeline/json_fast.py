@@ -54,7 +54,7 @@ from icetide.decode.json_evolution import addable
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import SourceAdapter, payload_limits
 from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
-from icetide.pipeline.staging import Fallback
+from icetide.pipeline.staging import Fallback, StagedBatch
 from icetide.pipeline.task_shares import split_files, split_partitions, split_ranges
 from icetide.secrets import redacted_repr
 from icetide.sink.committer import WrittenFile
@@ -237,20 +237,6 @@ def _run_partition(config: JsonTaskConfig, items: Any) -> Any:
         yield result
 
 
-@dataclass(frozen=True)
-class FastBatch:
-    """What the fast path did for one batch, before anything is committed."""
-
-    files: list[WrittenFile]
-    bad: list[BadRecord]
-    records_in: int
-    read_decode_seconds: float
-    write_seconds: float
-    task_timings: list[tuple[float, ...]] = field(default_factory=list)  # JsonTaskResult.timings()
-    unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
-    records_as_columns: int = 0  # records read a run at a time (decode/event_runs.py)
-
-
 class JsonFastPath:
     """Drives the fast path for one pipeline: decides if a batch can take it, runs its tasks."""
 
@@ -381,7 +367,7 @@ class JsonFastPath:
         sizes = self.source.files.planned_sizes(files)
         return split_files(files, sizes, self.tasks_for(sum(sizes) // RECORD_BYTES))
 
-    def write(self, batch_id: int, items: list[OffsetRange] | list[str]) -> FastBatch | Fallback:
+    def write(self, batch_id: int, items: list[OffsetRange] | list[str]) -> StagedBatch | Fallback:
         """Run the batch's tasks over its Kafka ranges or landing files; files written, nothing
         committed. Failed tasks' files are deleted, and so is the whole batch when a record carries
         a change (`_op` other than INSERT): the Spark path runs it."""
@@ -430,8 +416,8 @@ class JsonFastPath:
             return Fallback(f"schema_evolution: fields to add as columns: {', '.join(added)}")
         files = [WrittenFile.from_row(f) for r in results for f in r.files]
         write_seconds = max((r.write_seconds for r in results), default=0.0)
-        return FastBatch(
-            files=files,
+        return StagedBatch(
+            files={self.sink.table_name: files},
             bad=[b for r in results for b in r.bad],
             records_in=sum(r.records for r in results),
             read_decode_seconds=max(0.0, elapsed - write_seconds),

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
 from icetide.errors import CommitConflictError, ConfigError, IcetideError, SourceError
-from icetide.faults import crash_point
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.batches import (
     BatchMetrics,
@@ -29,16 +28,15 @@ from icetide.pipeline.batches import (
     commit_tables,
     warn_unknown_fields,
 )
-from icetide.pipeline.json_fast import FastBatch, JsonFastPath
+from icetide.pipeline.json_fast import JsonFastPath
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
-from icetide.pipeline.staging import FAST_PATH, Fallback, batch_place, failures_named
+from icetide.pipeline.staging import FAST_PATH, Fallback, StagedBatch, batch_place, failures_named
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.table_dead_letters import TableDeadLetters, lost_rows
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
-from icetide.sink.batch import BatchResult
 from icetide.sink.key_index_memory import process_key_indexes
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
@@ -168,7 +166,7 @@ class Runner:
                 self._finish_in_flight()
                 return
             staged = self._stage_fast(batch_id, plan)
-            if isinstance(staged, FastBatch):
+            if isinstance(staged, StagedBatch):
                 self._finish_in_flight(discard=batch_id)
                 staged = self._dead_letters_fast(batch_id, plan, staged)
                 if overlap and self._last_plan_full and not self._maintenance_due(batch_id):
@@ -272,7 +270,7 @@ class Runner:
             path=fallback.path,
         )
 
-    def _stage_fast(self, batch_id: int, plan: PlannedBatch) -> FastBatch | Fallback:
+    def _stage_fast(self, batch_id: int, plan: PlannedBatch) -> StagedBatch | Fallback:
         """The batch's files written by the fast path; or why it runs on the Spark path."""
         from icetide.sources.kafka import OffsetRange
 
@@ -297,18 +295,11 @@ class Runner:
         if isinstance(out, Fallback):
             log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
             return out
-        prefix = f"{name}."
-        return FastBatch(
-            files=out.files.get(name, []),
-            bad=out.bad,
-            records_in=out.records_in,
-            read_decode_seconds=out.read_decode_seconds,
-            write_seconds=out.write_seconds,
-            unknown_fields={k.removeprefix(prefix): n for k, n in out.unknown_fields.items()},
-            records_as_columns=out.records_as_columns,
-        )
+        prefix = f"{name}."  # the metrics line of one table names its fields alone
+        unknown = {k.removeprefix(prefix): n for k, n in out.unknown_fields.items()}
+        return dataclasses.replace(out, unknown_fields=unknown)
 
-    def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch) -> FastBatch:
+    def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: StagedBatch) -> StagedBatch:
         """Check the fast path's bad records and commit those not held yet before the data;
         `out` with only those."""
         warn_unknown_fields(batch_id, out.unknown_fields)
@@ -317,25 +308,17 @@ class Runner:
         )
         return dataclasses.replace(out, bad=bad)
 
-    def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: FastBatch, plan_seconds: float) -> BatchMetrics:
+    def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: StagedBatch, plan_seconds: float) -> BatchMetrics:
         """Commit the fast path's files with the batch id and position; the batch's metrics."""
-        crash_point("after_write", batch_id)
-        commit_started = time.monotonic()
-        outcome = commit_tables(batch_id, lambda: self.sink.committer.commit(batch_id, out.files, plan.position))
-        commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds
-        result = BatchResult.of_files(
-            batch_id,
-            out.files,
-            outcome,
-            write_seconds=out.write_seconds,
-            commit_seconds=commit_seconds,
-            refresh_seconds=outcome.refresh_seconds,
+        name = self.sink.table_name
+        result = commit_tables(
+            batch_id, lambda: out.commit_table(name, self.sink, batch_id, plan.position), staged=True
         )
         return batch_metrics(
             BatchMetrics,
             self.config.pipeline,
             batch_id,
-            {self.sink.table_name: result},
+            {name: result},
             records_in=out.records_in,
             bad_records=len(out.bad),
             read_decode_seconds=out.read_decode_seconds,

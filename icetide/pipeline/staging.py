@@ -1,18 +1,29 @@
-"""The one signal a fast path gives when it does not stage a batch: `Fallback`, with its reason.
+"""What a fast path gives back for a batch: the files it staged (`StagedBatch`), or the one signal
+that it did not stage it (`Fallback`, with its reason).
 
 Every pipeline stages a batch on a fast path (one Spark job of Python tasks that read, decode and
 write the files) where it can, and otherwise on the Spark path (decode in Spark, write through
 the sink). A fast path that cannot take a pipeline, a table or a batch returns a `Fallback`; its
-reason is logged and carried into the batch's metrics line as `path: "spark: <reason>"`.
+reason is logged and carried into the batch's metrics line as `path: "spark: <reason>"`. Both fast
+paths (pipeline/json_fast.py, pipeline/sync_fast.py) stage a `StagedBatch`, which the runner of
+one table and of many commit table by table with `commit_table`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from icetide.errors import IcetideError, TransientError
+from icetide.sink.batch import BatchResult
+
+if TYPE_CHECKING:
+    from icetide.decode.arrow_json_block import BadRecord
+    from icetide.sink.committer import WrittenFile
+    from icetide.sink.sink import UpsertSink
 
 FAST_PATH = "fast"
 TABLES_NAMED = 3  # a failure's line names this many of the batch's tables, then counts the rest
@@ -30,6 +41,38 @@ class Fallback:
     def path(self) -> str:
         """The metrics line's `path` of a batch that fell back for this reason."""
         return f"spark: {self.reason}"
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """What a fast path wrote for a batch, nothing committed: per table its files and counts."""
+
+    files: dict[str, list[WrittenFile]]  # table -> its data and delete files
+    bad: list[BadRecord]  # the dead letters of every table, none committed
+    records_in: int
+    read_decode_seconds: float
+    write_seconds: float
+    records: dict[str, int] = field(default_factory=dict)  # table -> its records (many tables)
+    feeds: dict[str, set[str]] = field(default_factory=dict)  # table -> topics its events came from
+    bad_counts: dict[str, int] = field(default_factory=dict)  # table -> its dead letters
+    unknown_fields: dict[str, int] = field(default_factory=dict)  # fields that are no column -> records
+    records_as_columns: int = 0  # records read a run at a time (decode/event_runs.py)
+    task_timings: list[tuple[float, ...]] = field(default_factory=list)  # per task (JsonTaskResult.timings)
+
+    def commit_table(self, name: str, sink: UpsertSink, batch_id: int, position: Any) -> BatchResult:
+        """Commit table `name`'s staged files (none: a metadata-only commit) with the batch id and
+        the source position it holds after them."""
+        files = self.files.get(name, [])
+        committing = time.monotonic()
+        outcome = sink.committer.commit(batch_id, files, position)
+        return BatchResult.of_files(
+            batch_id,
+            files,
+            outcome,
+            write_seconds=self.write_seconds,
+            commit_seconds=time.monotonic() - committing - outcome.refresh_seconds,
+            refresh_seconds=outcome.refresh_seconds,
+        )
 
 
 def batch_place(pipeline: str, tables: Sequence[str]) -> str:

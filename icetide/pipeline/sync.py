@@ -41,9 +41,9 @@ from icetide.pipeline.dead_letter import DeadLetterTable, Held
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.prometheus import PipelineMetrics, TableCounts, pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
-from icetide.pipeline.staging import FAST_PATH, Fallback, batch_place, failures_named
+from icetide.pipeline.staging import FAST_PATH, Fallback, StagedBatch, batch_place, failures_named
 from icetide.pipeline.supervision import RestartMetrics
-from icetide.pipeline.sync_fast import SyncFastBatch, SyncFastPath
+from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.sync_spark import TABLE_THREADS, TableBatch, run_spark_batch
 from icetide.pipeline.sync_state import Position, SyncState, advance, skipped_below
 from icetide.pipeline.sync_status import read_sync_state
@@ -271,8 +271,9 @@ class SyncRunner:
         results = commit_tables(
             batch_id,
             lambda: self.commit_each(
-                batch_id, plan, set(out.records), lambda n, p: self._commit_files(n, p, out, batch_id)
+                batch_id, plan, set(out.records), lambda n, p: out.commit_table(n, self.sink_for(n), batch_id, p)
             ),
+            staged=True,
         )
         source_lag = self.lag()
         shares = {
@@ -299,14 +300,14 @@ class SyncRunner:
         """The fast path's dead letters as the Spark path's bad records (decode/frames.py BAD_DDL)."""
         return self.spark.createDataFrame([(b.payload, b.error, b.source_position) for b in bad], BAD_DDL)
 
-    def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[SyncFastBatch | Fallback, list[str]]:
+    def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[StagedBatch | Fallback, list[str]]:
         """The batch's files, written by the fast path (tables it routes to that do not exist yet
         created first, from its messages); or why it is for the Spark path."""
         assert self.fast is not None
         created: list[str] = []
         if plan.losses:
             return Fallback("the batch has data losses (dead letters)"), created
-        out: SyncFastBatch | Fallback = Fallback("not run")
+        out: StagedBatch | Fallback = Fallback("not run")
         for _attempt in range(2):
             names = set(self.state.tables) | set(self.sinks)  # tables created this batch are not registered yet
             sinks = {n: self.sink_for(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
@@ -361,20 +362,6 @@ class SyncRunner:
             return {}
         with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(due))) as pool:
             return dict(pool.map(commit, due))
-
-    def _commit_files(self, name: str, position: Position, out: SyncFastBatch, batch_id: int) -> BatchResult:
-        """Commit the fast path's files of one table (a metadata-only commit without files)."""
-        files = out.files.get(name, [])
-        committing = time.monotonic()
-        outcome = self.sink_for(name).committer.commit(batch_id, files, position)
-        return BatchResult.of_files(
-            batch_id,
-            files,
-            outcome,
-            write_seconds=out.write_seconds,
-            commit_seconds=time.monotonic() - committing - outcome.refresh_seconds,
-            refresh_seconds=outcome.refresh_seconds,
-        )
 
     def record_metrics(self, results: dict[str, Any], decoded: dict[str, TableBatch], unrouted: int) -> None:
         """The batch in the Prometheus series: each table's counts, the lag, unroutable records."""

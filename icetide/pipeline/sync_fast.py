@@ -28,16 +28,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icetide.decode.arrow_json_block import BadRecord
 from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
-from icetide.pipeline.staging import Fallback
+from icetide.pipeline.staging import Fallback, StagedBatch
 from icetide.pipeline.sync_task import SOURCE_ORDER, SyncTable, SyncTaskConfig, SyncTaskResult, run_tasks
 from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import UpsertSink
@@ -78,22 +76,6 @@ def task_groups(ranges: list[OffsetRange], feeding: dict[str, set[str]], tasks: 
         groups[i].extend(component)
         loads[i] += sum(r.count for r in component)
     return [g for g in groups if g]
-
-
-@dataclass(frozen=True)
-class SyncFastBatch:
-    """What the fast path wrote for a batch, nothing committed: per table its files and counts."""
-
-    files: dict[str, list[WrittenFile]]
-    records: dict[str, int]
-    feeds: dict[str, set[str]]  # table -> topics its events came from
-    bad: list[BadRecord]  # the dead letters of every table, none committed
-    bad_counts: dict[str, int]  # table -> its dead letters
-    records_in: int
-    unknown_fields: dict[str, int]  # "table.field" -> records
-    read_decode_seconds: float
-    write_seconds: float
-    records_as_columns: int = 0  # records read a run at a time (decode/event_runs.py)
 
 
 class SyncFastPath:
@@ -171,7 +153,7 @@ class SyncFastPath:
         sinks: dict[str, UpsertSink],
         feeding: dict[str, set[str]],
         held: dict[str, dict[tuple[str, int], int]],
-    ) -> SyncFastBatch | Fallback:
+    ) -> StagedBatch | Fallback:
         """Run the batch's tasks over its offset `ranges`; files written, nothing committed.
 
         `sinks`: the pipeline's existing tables; `feeding`: table -> the topics that feed it;
@@ -232,7 +214,7 @@ class SyncFastPath:
             files.setdefault(name, []).append(WrittenFile.from_row(f))
         shares = [(name, share) for r in results for name, share in r.tables.items()]
         write_seconds = max((r.write_seconds for r in results), default=0.0)
-        return SyncFastBatch(
+        return StagedBatch(
             files=files,
             records={name: share.records for name, share in shares},
             bad=[b for r in results for b in r.bad],
