@@ -166,9 +166,7 @@ def _run_held(args: argparse.Namespace, config: PipelineConfig) -> int:
 
     if isinstance(runner, TwoStageRunner):
         runner.on_stage_two = lambda line: print(line, flush=True)
-        summary = runner.run(once=args.once, on_batch=on_batch)
-    else:
-        summary = runner.run(once=args.once, on_batch=on_batch, on_restart=on_restart)
+    summary = runner.run(once=args.once, on_batch=on_batch, on_restart=on_restart)
     if summary.abandoned_files_removed:
         console.print(f"removed {summary.abandoned_files_removed} file(s) of batches that never committed")
     for report in runner.maintenance_runs[-1:]:

@@ -93,10 +93,17 @@ def expected(events: list[dict[str, Any]]) -> dict[Any, Any]:
     return merge_events(typed, KEY, "event_time", VALUES, MergeSpec.from_dict(MERGE))
 
 
-def test_two_stages_in_process_merge_every_event_once(spark: Any, tmp_path: Path) -> None:
+def test_two_stages_in_process_merge_every_event_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both stages merge every event once, run after run; a run whose first commit fails past its
+    retries restarts, and `on_restart` hears it, as for a pipeline of one stage."""
+    from icetide import faults
+
     doc = pipeline_doc("inproc", tmp_path / "landing", tmp_path / "warehouse")
     doc["warehouse"] = None  # the test session's warehouse
     doc["state"]["checkpoint"] = str(tmp_path / "chk")
+    doc["restart"] = {"max_attempts": 2, "backoff": "0.1s"}
     events, bad = land(tmp_path / "landing", 3, seed=1)
     runner = TwoStageRunner(PipelineConfig.from_dict(doc), spark)
     runner.run(once=True, handle_signals=False)
@@ -106,8 +113,18 @@ def test_two_stages_in_process_merge_every_event_once(spark: Any, tmp_path: Path
     first_deletes = runner.progress.delete_rows
     assert first_deletes == 0  # every key was new: INSERTs only
     more, _ = land(tmp_path / "landing", 2, seed=2, first=3)
+    for t in ("lake.two.inproc_raw", "lake.two.inproc_dead_letter"):  # one retry, then the run restarts
+        spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('icetide.commit.retry.num-retries' = '1')")
+    monkeypatch.setenv(faults.FAIL_AT, "before_commit_call")
+    monkeypatch.setenv(faults.FAIL_TIMES, "2")  # both attempts of the run's first commit
+    faults._failed.clear()
+    restarts: list[Any] = []
     runner = TwoStageRunner(PipelineConfig.from_dict(doc), spark)
-    runner.run(once=True, handle_signals=False)
+    try:
+        runner.run(once=True, handle_signals=False, on_restart=restarts.append)
+    finally:
+        faults._failed.clear()
+    assert [r.attempt for r in restarts] == [1], restarts
     assert table_rows(spark, table, KEY + VALUES, KEY) == expected(events + more)
     assert spark.table("lake.two.inproc_raw").count() == len(events + more)  # the replayable history
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from icetide.pipeline.batches import BatchMetrics
+    from icetide.pipeline.supervision import RestartMetrics
     from icetide.sink.batch import BatchResult
 
 log = logging.getLogger(__name__)
@@ -194,13 +195,17 @@ class TwoStageRunner:
         *,
         once: bool = False,
         on_batch: Callable[[BatchMetrics], None] | None = None,
+        on_restart: Callable[[RestartMetrics], None] | None = None,
         handle_signals: bool = True,
     ) -> RunSummary:
         """Run both stages until stopped; with `once`, drain the source into the raw table, then
-        the raw table into the target, and return."""
+        the raw table into the target, and return. `on_batch` and `on_restart` hear stage 1's
+        batches and restarts (as Runner.run's do), `on_stage_two` stage 2's batches."""
         self.apply_retention()
         if once:
-            summary = self.ingest.run(once=True, on_batch=on_batch, handle_signals=handle_signals)
+            summary = self.ingest.run(
+                once=True, on_batch=on_batch, on_restart=on_restart, handle_signals=handle_signals
+            )
             query = self._start_stage_two()
             try:
                 query.processAllAvailable()  # everything stage 1 committed, merged and committed
@@ -225,7 +230,7 @@ class TwoStageRunner:
                 on_batch(metrics)
 
         try:
-            summary = self.ingest.run(once=False, on_batch=each, handle_signals=handle_signals)
+            summary = self.ingest.run(once=False, on_batch=each, on_restart=on_restart, handle_signals=handle_signals)
         finally:
             stop_watch.set()
             if query.isActive:
