@@ -3,9 +3,10 @@ commits and maintenance, in one place.
 
 What differs between a pipeline of one table (pipeline/runner.py) and one of many
 (pipeline/sync.py) is how a batch is planned, staged and committed; that is behind `BatchSteps`.
-The loop decides when the next batch runs, reports each committed batch (the run's summary,
-Prometheus, the metrics line, `on_batch`), runs maintenance between batches or on its thread,
-and restarts the steps after a transient failure from what the tables hold.
+The loop decides when the next batch runs, holds the batch committing while the next one is
+written (pipeline/overlap.py), reports each committed batch (the run's summary, Prometheus, the
+metrics line, `on_batch`), runs maintenance between batches or on its thread, and restarts the
+steps after a transient failure from what the tables hold.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from icetide.config import PipelineConfig
 from icetide.pipeline.batches import BatchMetrics, RunSummary, install_stop_signals
 from icetide.pipeline.maintenance_thread import MaintenanceThread, maintenance_policy
+from icetide.pipeline.overlap import CommitOverlap
 from icetide.pipeline.prometheus import PipelineMetrics
 from icetide.pipeline.runner_lock import RunnerLock, lock_config
 from icetide.pipeline.supervision import RestartMetrics, supervise
@@ -38,17 +40,9 @@ class BatchSteps(Protocol):
     maintenance_runs: list[Any]
     prometheus: PipelineMetrics | None
 
-    def step(self, *, overlap: bool) -> None:
-        """Plan, stage and commit the next batch (or leave it committing, with `overlap`)."""
-
-    def take_finished(self) -> list[BatchMetrics]:
-        """The batches committed since the last call, oldest first."""
-
-    def in_flight(self) -> bool:
-        """Whether a batch is still committing on the commit thread."""
-
-    def finish_in_flight(self) -> None:
-        """Wait for the batch in flight to commit (raising its error)."""
+    def step(self, commits: CommitOverlap, *, overlap: bool) -> None:
+        """Plan, stage and commit the next batch, its metrics added to `commits` (or, with
+        `overlap`, leave it committing there while the next one is written)."""
 
     def last_plan_full(self) -> bool:
         """Whether the last plan reached the batch limit (more is waiting)."""
@@ -102,17 +96,19 @@ class PipelineLoop:
         count_maintenance = prometheus.count_maintenance(steps.maintenance_runs) if prometheus else None
         previous = install_stop_signals(self._stop) if handle_signals else {}
         maintenance = self._start_maintenance_thread()
+        commits = CommitOverlap(self.config.pipeline)
 
         def after_failure(event: RestartMetrics) -> None:
             if prometheus is not None:
                 prometheus.record_restart()
             if on_restart is not None:
                 on_restart(event)
+            commits.finish(quiet=True)  # (a failed step leaves none in flight)
             steps.close()  # a fresh connection after the wait
 
         try:
             supervise(
-                lambda: self._run_batches(summary, lock, once, on_batch, count_maintenance),
+                lambda: self._run_batches(summary, lock, commits, once, on_batch, count_maintenance),
                 pipeline=self.config.pipeline,
                 restart=self.config.restart,
                 stop=self._stop,
@@ -124,6 +120,7 @@ class PipelineLoop:
             )
             summary.stopped_by_signal = self._stop.is_set() and not once
         finally:
+            commits.close()
             steps.close()
             if maintenance is not None:
                 maintenance.stop()
@@ -136,6 +133,7 @@ class PipelineLoop:
         self,
         summary: RunSummary,
         lock: RunnerLock,
+        commits: CommitOverlap,
         once: bool,
         on_batch: Callable[[BatchMetrics], None] | None,
         count_maintenance: Callable[[], None] | None,
@@ -150,22 +148,22 @@ class PipelineLoop:
             started = time.monotonic()
             lock.renew()
             try:
-                steps.step(overlap=overlap)
+                steps.step(commits, overlap=overlap)
             finally:  # batches that committed before an error are reported too
-                done = steps.take_finished()
+                done = commits.take_finished()
                 for metrics in done:
                     self._report(metrics, summary, on_batch)
                 if count_maintenance is not None:
                     count_maintenance()  # the thread's runs too, between batches or not
-            if steps.in_flight():
+            if commits.flight is not None:
                 continue  # a backlog: the next batch is written while this one commits
             if once and (not done or not steps.last_plan_full()):
                 break  # a batch smaller than the limit drained what was there when it was planned
             if once or (done and done[-1].source_lag > 0):
                 continue  # backlog: next batch right away
             self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
-        steps.finish_in_flight()  # stopped with a batch in flight: it commits before the run ends
-        for metrics in steps.take_finished():
+        commits.finish()  # stopped with a batch in flight: it commits before the run ends
+        for metrics in commits.take_finished():
             self._report(metrics, summary, on_batch)
 
     def _report(

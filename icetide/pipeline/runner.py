@@ -14,12 +14,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
-from icetide.errors import CommitConflictError, ConfigError, IcetideError, SourceError
+from icetide.errors import ConfigError, IcetideError, SourceError
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.batches import (
     BatchMetrics,
@@ -30,6 +28,7 @@ from icetide.pipeline.batches import (
 )
 from icetide.pipeline.json_fast import JsonFastPath
 from icetide.pipeline.loop import PipelineLoop
+from icetide.pipeline.overlap import CommitOverlap, InFlight
 from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.staging import FAST_PATH, Fallback, StagedBatch, batch_place, failures_named
@@ -46,15 +45,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _InFlight:
-    """A fast-path batch committing on the commit thread while the next batch is read and written."""
-
-    batch_id: int
-    position: dict[str, Any]
-    commit: Future[BatchMetrics]
 
 
 class Runner:
@@ -111,9 +101,6 @@ class Runner:
         self._last_plan_full = False
         self.maintenance_runs: list[Any] = []
         self._partition_lag: dict[str, int] | None = None
-        self._in_flight: _InFlight | None = None  # a batch committing while the next one is written
-        self._finished: list[BatchMetrics] = []  # committed batches not yet reported
-        self._committer_pool: ThreadPoolExecutor | None = None
         self.prometheus = pipeline_metrics(
             config.metrics, pipeline=config.pipeline, table=t.name, source=config.source_kind
         )
@@ -122,14 +109,14 @@ class Runner:
         """Ask the run to stop after the batch in flight (which commits or is abandoned cleanly)."""
         self._stop.set()
 
-    def _next(self) -> tuple[int, PlannedBatch]:
+    def _next(self, flight: InFlight | None) -> tuple[int, PlannedBatch]:
         """The next batch id, one more than the table's and the dead-letter table's, and its plan
         from the table's position (or the batch in flight's), less what the dead-letter table
         holds already (docs/design.md, "Pipeline state")."""
-        if self._in_flight is not None:
+        if flight is not None:
             # It starts where the batch being committed ends; after a restart, that batch may
             # have stopped short of the dead letters a crash left behind.
-            batch_id, plan = self._in_flight.batch_id + 1, self.source.plan(self._in_flight.position)
+            batch_id, plan = flight.batch_id + 1, self.source.plan(flight.position)
         else:
             state = self.sink.last_committed()
             dead_batch = self.dead_letters.read_last()
@@ -142,76 +129,46 @@ class Runner:
 
     def run_batch(self) -> BatchMetrics | None:
         """Run one batch and commit it; None when the source had nothing new."""
-        self._step(overlap=False)
-        done = self.take_finished()
+        commits = CommitOverlap(self.config.pipeline)
+        self.step(commits, overlap=False)
+        done = commits.take_finished()
         return done[-1] if done else None
 
-    def _step(self, *, overlap: bool) -> None:
+    def step(self, commits: CommitOverlap, *, overlap: bool) -> None:
         """Plan, read and write one batch. It commits here, or, with `overlap`, on the fast path
         while a backlog drains, on the commit thread while the next step reads and writes the
-        batch after it (docs/runner.md, "Overlapped commits"). Batches whose commit finished are
-        queued for `take_finished`: the one that was in flight first, then this one.
+        batch after it (pipeline/overlap.py). Batches whose commit finished are queued in
+        `commits`: the one that was in flight first, then this one.
 
         A batch in flight always finishes before the next one writes dead letters or commits,
         and before any error leaves this method: its commit never races the restart's cleanup.
         """
         try:
             planning = time.monotonic()
-            batch_id, plan = self._next()
+            batch_id, plan = self._next(commits.flight)
             plan_seconds = round(time.monotonic() - planning, 3)
             self._last_plan_full = plan.records_planned >= self.source.batch_limit
             if not plan.items and not plan.losses:
                 if batch_id == 1:
                     self._first_position = plan.position
-                self._finish_in_flight()
+                commits.finish()
                 return
             staged = self._stage_fast(batch_id, plan)
             if isinstance(staged, StagedBatch):
-                self._finish_in_flight(discard=batch_id)
-                staged = self._dead_letters_fast(batch_id, plan, staged)
+                commits.finish(discard=lambda: self.sink.remove_batch_files(batch_id))
+                fast = self._dead_letters_fast(batch_id, plan, staged)
                 if overlap and self._last_plan_full and not self._maintenance_due(batch_id):
-                    commit = self._commit_thread().submit(self._commit_fast, batch_id, plan, staged, plan_seconds)
-                    self._in_flight = _InFlight(batch_id, plan.position, commit)
+                    commits.submit(
+                        batch_id, plan.position, lambda: self._commit_fast(batch_id, plan, fast, plan_seconds)
+                    )
                 else:
-                    self._finished.append(self._commit_fast(batch_id, plan, staged, plan_seconds))
+                    commits.add(self._commit_fast(batch_id, plan, fast, plan_seconds))
                 return
-            self._finish_in_flight()
-            self._finished.append(self._run_spark_path(batch_id, plan, plan_seconds, staged))
+            commits.finish()
+            commits.add(self._run_spark_path(batch_id, plan, plan_seconds, staged))
         except BaseException:
-            self._finish_in_flight(quiet=True)
+            commits.finish(quiet=True)
             raise
-
-    def take_finished(self) -> list[BatchMetrics]:
-        """The batches committed since the last call, oldest first."""
-        done, self._finished = self._finished, []
-        return done
-
-    def _finish_in_flight(self, *, discard: int | None = None, quiet: bool = False) -> None:
-        """Wait for the batch in flight to commit. If its commit failed, batch `discard` (written
-        after it, from its position) is deleted and the error raised; `quiet` logs it instead
-        (another error is already on its way out)."""
-        flight, self._in_flight = self._in_flight, None
-        if flight is None:
-            return
-        try:
-            metrics = flight.commit.result()
-            self._finished.append(metrics)
-            if not metrics.committed:  # another writer holds that batch id: the next plan is void
-                raise CommitConflictError(
-                    f"batch {flight.batch_id} of {self.config.pipeline} was already committed by another writer; "
-                    "planning again from the table"
-                )
-        except BaseException:
-            if discard is not None:
-                self.sink.remove_batch_files(discard)
-            if not quiet:
-                raise
-            log.debug("the commit of batch %s failed too", flight.batch_id, exc_info=True)
-
-    def _commit_thread(self) -> ThreadPoolExecutor:
-        if self._committer_pool is None:
-            self._committer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetide-commit")
-        return self._committer_pool
 
     def _maintenance_due(self, batch_id: int) -> bool:
         """Maintenance runs between batches after `batch_id` (it then waits for no commit)."""
@@ -367,18 +324,6 @@ class Runner:
         loop = PipelineLoop(self, self._stop)
         return loop.run(once=once, on_batch=on_batch, on_restart=on_restart, handle_signals=handle_signals)
 
-    def step(self, *, overlap: bool) -> None:
-        """Plan, stage and commit one batch (see `_step`)."""
-        self._step(overlap=overlap)
-
-    def in_flight(self) -> bool:
-        """Whether a batch is committing on the commit thread."""
-        return self._in_flight is not None
-
-    def finish_in_flight(self) -> None:
-        """Wait for the batch in flight to commit; its error is raised."""
-        self._finish_in_flight()
-
     def last_plan_full(self) -> bool:
         """Whether the last plan reached the source's batch limit."""
         return self._last_plan_full
@@ -391,11 +336,7 @@ class Runner:
         """Nothing to read again: every batch starts from the table's last commit."""
 
     def close(self) -> None:
-        """Let a batch in flight finish (quietly), stop the commit thread, close the source."""
-        self._finish_in_flight(quiet=True)
-        if self._committer_pool is not None:
-            self._committer_pool.shutdown()
-            self._committer_pool = None
+        """Close the source's connections."""
         self.source.close()
 
     def last_committed_batch(self) -> int | None:

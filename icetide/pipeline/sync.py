@@ -39,6 +39,7 @@ from icetide.pipeline.batches import (
 )
 from icetide.pipeline.dead_letter import DeadLetterTable, Held
 from icetide.pipeline.loop import PipelineLoop
+from icetide.pipeline.overlap import CommitOverlap
 from icetide.pipeline.prometheus import PipelineMetrics, TableCounts, pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.staging import FAST_PATH, Fallback, StagedBatch, batch_place, failures_named
@@ -94,7 +95,6 @@ class SyncRunner:
             config.metrics, pipeline=config.pipeline, table=config.dead_letter, source="kafka"
         )
         self._table_metrics: dict[str, PipelineMetrics] = {}
-        self._finished: list[BatchMetrics] = []  # committed batches not yet reported
         self.load_state()
 
     # -- state -------------------------------------------------------------------------------
@@ -413,23 +413,11 @@ class SyncRunner:
         loop = PipelineLoop(self, self._stop)
         return loop.run(once=once, on_batch=on_batch, on_restart=on_restart, handle_signals=handle_signals)
 
-    def step(self, *, overlap: bool) -> None:
-        """Run one batch (commits are not overlapped across many tables)."""
+    def step(self, commits: CommitOverlap, *, overlap: bool) -> None:
+        """Run one batch, committed before it returns (commits are not overlapped across many tables)."""
         metrics = self.run_batch()
         if metrics is not None:
-            self._finished.append(metrics)
-
-    def take_finished(self) -> list[BatchMetrics]:
-        """The batches committed since the last call."""
-        done, self._finished = self._finished, []
-        return done
-
-    def in_flight(self) -> bool:
-        """Never: every batch commits before `step` returns."""
-        return False
-
-    def finish_in_flight(self) -> None:
-        """Nothing in flight."""
+            commits.add(metrics)
 
     def last_plan_full(self) -> bool:
         """Whether the last plan reached max_records."""
