@@ -31,11 +31,6 @@ def identifier_part(value: str) -> str:
     return re.sub(_INVALID, "_", value)
 
 
-def route_name(template: str, **values: str) -> str:
-    """The table name `template` gives for these values (the Python twin of `with_routes`)."""
-    return template.format(**{k: identifier_part(v) for k, v in values.items()})
-
-
 def with_routes(
     df: DataFrame,
     template: str,

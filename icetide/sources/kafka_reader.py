@@ -90,17 +90,6 @@ def confluent_kafka_module() -> Any:
     return confluent_kafka
 
 
-class MessageLike(Protocol):
-    """The part of confluent_kafka.Message a range reader uses."""
-
-    def error(self) -> Any: ...
-    def offset(self) -> int: ...
-    def partition(self) -> int: ...
-    def timestamp(self) -> tuple[int, int]: ...
-    def key(self) -> bytes | None: ...
-    def value(self) -> bytes | None: ...
-
-
 class ConsumerLike(Protocol):
     """The part of confluent_kafka.Consumer a range reader uses."""
 
@@ -155,11 +144,6 @@ class RangeReader:
             yield self._batch(
                 [m.offset() for m in messages], stamps, [m.key() for m in messages], [m.value() for m in messages]
             )
-
-    def value_blocks(self) -> Iterator[tuple[list[int], list[bytes | None]]]:
-        """(offsets, values) of at most batch_rows records at a time: what a decoder needs, no more."""
-        for messages in self.message_blocks():
-            yield [m.offset() for m in messages], [m.value() for m in messages]
 
     def message_blocks(self) -> Iterator[list[Any]]:
         """The range's messages, in offset order, in lists of at most batch_rows."""

@@ -227,22 +227,6 @@ def table_property(jtable: JavaObject, key: str, default: str) -> str:
     return default if value is None else str(value)
 
 
-def partition_data(spark: SparkSession, spec: JavaObject, values: list[str | None]) -> JavaObject:
-    """Iceberg PartitionData for string values (as `fromPartitionString` reads them)."""
-    builder = jvm(spark).org.apache.iceberg.DataFiles.builder(spec)
-    builder.withPartitionValues(values).withPath("_").withFileSizeInBytes(0).withRecordCount(0)
-    return builder.withFormat("PARQUET").build().partition()
-
-
-def java_int_array(spark: SparkSession, values: list[int]) -> JavaObject:
-    """A Java int[] holding `values`."""
-    gateway: Any = spark.sparkContext._gateway
-    array = gateway.new_array(gateway.jvm.int, len(values))
-    for i, v in enumerate(values):
-        array[i] = v
-    return array
-
-
 def java_exception_class(exc: BaseException) -> str:
     """The Java class name behind a Py4JJavaError, or '' for anything else."""
     java_exc = getattr(exc, "java_exception", None)
