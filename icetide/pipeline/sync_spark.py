@@ -4,8 +4,8 @@ A batch the sync fast path does not take (pipeline/sync_fast.py) runs here: one 
 every range and computes each record's table (decode.route), cached once; then, per table and
 several at a time: create it from the stream if it is new, skip what it already holds, decode its
 records with its own schema and key (decode/debezium_tasks.py: in Python, in Spark's tasks, with
-dead letters, truncates and schema changes), write and commit it through its own UpsertSink. The batch's bad records, from every
-table, go to the one dead-letter table before any table commits.
+dead letters, truncates and schema changes), write and commit it through its own UpsertSink. The
+batch's bad records, from every table, go to the one dead-letter table before any table commits.
 """
 
 from __future__ import annotations
