@@ -927,3 +927,34 @@ def test_poison_the_spark_path_reads_otherwise_is_refused() -> None:
     for value in values:
         with pytest.raises(NotHere):
             EnvelopeReader(_POISON_LIMITS).read(value)
+
+
+@pytest.mark.parametrize(
+    ("column", "arrow_type", "holds"),
+    [
+        ("id", pa.int64(), True),  # the schema's int32 goes into a wider column as it is
+        ("id", pa.int32(), True),
+        ("id", pa.int16(), False),  # narrower: the Spark path widens the column
+        ("weight", pa.float64(), True),
+        ("weight", pa.float32(), False),
+        ("weight", pa.decimal128(10, 2), False),
+        ("name", pa.binary(), False),
+    ],
+)
+def test_a_column_that_cannot_take_a_field_as_it_is_is_left_to_the_spark_path(
+    column: str, arrow_type: pa.DataType, holds: bool
+) -> None:
+    """With schema_evolution, a table column whose type does not take the message schema's field
+    as it is (the products schema of flink_mysql_products_schema.jsonl: id int32, weight double,
+    name string) is refused with NotHere naming the column: the Spark path widens it."""
+    types = {"id": pa.int64(), "name": pa.string(), "description": pa.string(), "weight": pa.float64()}
+    types[column] = arrow_type
+    schema = pa.schema([pa.field(n, t, nullable=n != "id") for n, t in types.items()])
+    row = {"id": 101, "name": "scooter", "description": "small", "weight": 3.25}
+    envelope = EnvelopeReader(PayloadLimits()).read(ProductsStream().change("c", None, row))
+    rows = TableRows(schema, ["id"], "upsert", Conversions())
+    if holds:
+        assert rows.add(envelope, "", evolving=True) == []
+    else:
+        with pytest.raises(NotHere, match=f"column {column}:"):
+            rows.add(envelope, "", evolving=True)

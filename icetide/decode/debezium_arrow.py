@@ -57,24 +57,17 @@ _OPS = ("c", "r", "u", "d")
 def _holds(t: pa.DataType, f: C.ConnectField) -> bool:
     """Whether a column of Arrow type `t` takes Connect field `f` as it is, without the Spark path's
     widening (decode/debezium_changes.py `evolved_types`, with schema_evolution on)."""
+    from pyspark.errors import PySparkTypeError
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import from_arrow_type
+
     from icetide.decode.debezium_changes import fits_column
 
-    if pa.types.is_list(t) or pa.types.is_struct(t) or pa.types.is_map(t):
-        from pyspark.sql.pandas.types import from_arrow_type
-
-        return fits_column(_spark_type(C.column_ddl(f)), from_arrow_type(t))
-    if pa.types.is_integer(t):
-        ddl = {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}[t.bit_width]
-    elif pa.types.is_decimal128(t):
-        ddl = f"DECIMAL({t.precision},{t.scale})"
-    elif pa.types.is_date32(t):
-        ddl = "DATE"
-    elif pa.types.is_timestamp(t):
-        ddl = "TIMESTAMP"
-    else:
-        simple = {pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.string(): "STRING"}
-        ddl = simple.get(t, "BINARY")
-    return fits_column(_spark_type(C.column_ddl(f)), _spark_type(ddl))
+    try:
+        column = from_arrow_type(t)
+    except PySparkTypeError:  # time, uuid, fixed: only a binary field goes in as it is
+        column = T.BinaryType()
+    return fits_column(_spark_type(C.column_ddl(f)), column)
 
 
 def _spark_type(ddl: str) -> Any:
