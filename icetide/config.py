@@ -217,6 +217,11 @@ class PipelineConfig:
         """Run maintenance between batches every N batches (None: not between batches)."""
         return self.maintenance.every_batches if self.maintenance is not None else None
 
+    def maintenance_due(self, batch_id: int) -> bool:
+        """Whether maintenance runs between batches after batch `batch_id`."""
+        every = self.maintain_every_batches
+        return every is not None and every > 0 and batch_id % every == 0
+
     fast_path: str = "auto"  # auto: appends of Kafka JSON take the one-pass pyarrow path (docs/runner.md)
     debezium: DebeziumSettings = field(default_factory=DebeziumSettings)  # reading schemaless messages
     on_truncate: OnTruncate = "apply"

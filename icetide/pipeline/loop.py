@@ -54,7 +54,7 @@ class BatchSteps(Protocol):
         """Read again, from the tables, where the pipeline stands (before a restart)."""
 
     def close(self) -> None:
-        """Release the source's connections and any batch in flight (quietly)."""
+        """Release the source's connections."""
 
     def last_committed_batch(self) -> int | None:
         """The pipeline's last committed batch id, from the tables."""
@@ -103,7 +103,7 @@ class PipelineLoop:
                 prometheus.record_restart()
             if on_restart is not None:
                 on_restart(event)
-            commits.finish(quiet=True)  # (a failed step leaves none in flight)
+            commits.finish(quiet=True)  # a failure outside a step (lock renewal, on_batch) may leave one
             steps.close()  # a fresh connection after the wait
 
         try:
@@ -181,8 +181,8 @@ class PipelineLoop:
         """Every `maintenance.every_batches`: one pass over the pipeline's tables within its time
         budget, in the pipeline's own Spark application. It never fails the pipeline: its commits
         are validated against the stream's, and an error is logged, not raised."""
-        every, settings = self.config.maintain_every_batches, self.config.maintenance
-        if not every or batch_id % every or settings is None:
+        settings = self.config.maintenance
+        if settings is None or not self.config.maintenance_due(batch_id):
             return
         from icetide.maintenance.maintain import maintain_tables
 

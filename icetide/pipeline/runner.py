@@ -31,7 +31,15 @@ from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.overlap import CommitOverlap, InFlight
 from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
-from icetide.pipeline.staging import FAST_PATH, Fallback, StagedBatch, batch_place, failures_named
+from icetide.pipeline.staging import (
+    DATA_LOSSES,
+    FAST_PATH,
+    Fallback,
+    NewTables,
+    StagedBatch,
+    batch_place,
+    failures_named,
+)
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.table_dead_letters import TableDeadLetters, lost_rows
@@ -157,7 +165,7 @@ class Runner:
             if isinstance(staged, StagedBatch):
                 commits.finish(discard=lambda: self.sink.remove_batch_files(batch_id))
                 fast = self._dead_letters_fast(batch_id, plan, staged)
-                if overlap and self._last_plan_full and not self._maintenance_due(batch_id):
+                if overlap and self._last_plan_full and not self.config.maintenance_due(batch_id):
                     commits.submit(
                         batch_id, plan.position, lambda: self._commit_fast(batch_id, plan, fast, plan_seconds)
                     )
@@ -169,11 +177,6 @@ class Runner:
         except BaseException:
             commits.finish(quiet=True)
             raise
-
-    def _maintenance_due(self, batch_id: int) -> bool:
-        """Maintenance runs between batches after `batch_id` (it then waits for no commit)."""
-        every = self.config.maintain_every_batches
-        return every is not None and every > 0 and batch_id % every == 0
 
     def _run_spark_path(
         self, batch_id: int, plan: PlannedBatch, plan_seconds: float, fallback: Fallback
@@ -242,13 +245,15 @@ class Runner:
         ranges = [OffsetRange(**r) for r in plan.items]  # the Debezium fast path reads Kafka only
         assert self.changes is not None
         if plan.losses:
-            return Fallback("the batch has data losses (dead letters)")
+            return DATA_LOSSES
         name = self.sink.table_name
         table = self.changes.table(self.sink)
         if isinstance(table, Fallback):
             return table
         with failures_named(batch_place(self.config.pipeline, [name])):
             out = self.changes.write(batch_id, ranges, {name: self.sink}, {name: {r.topic for r in ranges}}, {})
+        if isinstance(out, NewTables):  # (its one route's table exists: the runner made it)
+            out = out.fallback()
         if isinstance(out, Fallback):
             log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
             return out

@@ -31,11 +31,9 @@ TABLES_NAMED = 3  # a failure's line names this many of the batch's tables, then
 
 @dataclass(frozen=True)
 class Fallback:
-    """Why a batch runs on the Spark path; or, with `new_tables`, that tables must be created from
-    these (key, value) samples before the fast path runs the batch again."""
+    """Why a batch runs on the Spark path."""
 
     reason: str
-    new_tables: dict[str, list[tuple[bytes | None, bytes]]] = field(default_factory=dict)
 
     @property
     def path(self) -> str:
@@ -73,6 +71,22 @@ class StagedBatch:
             commit_seconds=time.monotonic() - committing - outcome.refresh_seconds,
             refresh_seconds=outcome.refresh_seconds,
         )
+
+
+@dataclass(frozen=True)
+class NewTables:
+    """The batch routes records to tables that do not exist yet: they are to be created from these
+    (key, value) samples, table -> its first keyed messages, before the fast path runs it again."""
+
+    samples: dict[str, list[tuple[bytes | None, bytes]]]
+
+    def fallback(self) -> Fallback:
+        """The batch for the Spark path, which creates them itself."""
+        return Fallback(f"new tables: {', '.join(sorted(self.samples))}")
+
+
+# Lost source ranges become dead letters on the Spark path, which records them.
+DATA_LOSSES = Fallback("the batch has data losses (dead letters)")
 
 
 def batch_place(pipeline: str, tables: Sequence[str]) -> str:

@@ -42,7 +42,15 @@ from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.overlap import CommitOverlap
 from icetide.pipeline.prometheus import PipelineMetrics, TableCounts, pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
-from icetide.pipeline.staging import FAST_PATH, Fallback, StagedBatch, batch_place, failures_named
+from icetide.pipeline.staging import (
+    DATA_LOSSES,
+    FAST_PATH,
+    Fallback,
+    NewTables,
+    StagedBatch,
+    batch_place,
+    failures_named,
+)
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.sync_spark import TABLE_THREADS, TableBatch, run_spark_batch
@@ -306,8 +314,8 @@ class SyncRunner:
         assert self.fast is not None
         created: list[str] = []
         if plan.losses:
-            return Fallback("the batch has data losses (dead letters)"), created
-        out: StagedBatch | Fallback = Fallback("not run")
+            return DATA_LOSSES, created
+        out: StagedBatch | Fallback | NewTables = Fallback("not run")
         for _attempt in range(2):
             names = set(self.state.tables) | set(self.sinks)  # tables created this batch are not registered yet
             sinks = {n: self.sink_for(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
@@ -321,9 +329,9 @@ class SyncRunner:
             batch_tables = {n for n, topics in feeding.items() if topics & read} | set(created)
             with failures_named(batch_place(self.config.pipeline, sorted(batch_tables))):
                 out = self.fast.write(batch_id, plan.ranges, sinks, feeding, held)
-            if not isinstance(out, Fallback) or not out.new_tables:
-                break
-            for name, samples in sorted(out.new_tables.items()):
+            if not isinstance(out, NewTables):
+                return out, created
+            for name, samples in sorted(out.samples.items()):
                 if name in self.sinks or table_exists(self.spark, name):
                     self.sink_for(name)
                 elif not samples and self.config.table_config(name).schema is None:
@@ -335,7 +343,7 @@ class SyncRunner:
                     except SourceError as exc:  # no schema among the few samples: the Spark path reads more
                         return Fallback(f"new table {name}: {exc}"), created
                     created.append(name)
-        return out, created
+        return out.fallback() if isinstance(out, NewTables) else out, created
 
     def commit_each(
         self, batch_id: int, plan: TopicsPlan, fed: set[str], write: Callable[[str, Position], BatchResult]

@@ -35,7 +35,7 @@ import pyarrow as pa
 from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
-from icetide.pipeline.staging import Fallback, StagedBatch
+from icetide.pipeline.staging import Fallback, NewTables, StagedBatch
 from icetide.pipeline.sync_task import SOURCE_ORDER, SyncTable, SyncTaskConfig, SyncTaskResult, run_tasks
 from icetide.sink.committer import WrittenFile
 from icetide.sink.sink import UpsertSink
@@ -153,8 +153,9 @@ class SyncFastPath:
         sinks: dict[str, UpsertSink],
         feeding: dict[str, set[str]],
         held: dict[str, dict[tuple[str, int], int]],
-    ) -> StagedBatch | Fallback:
-        """Run the batch's tasks over its offset `ranges`; files written, nothing committed.
+    ) -> StagedBatch | Fallback | NewTables:
+        """Run the batch's tasks over its offset `ranges`; files written, nothing committed; or, when
+        it routes records to tables that do not exist yet, nothing written and their samples.
 
         `sinks`: the pipeline's existing tables; `feeding`: table -> the topics that feed it;
         `held`: table -> offsets below which it already holds its records."""
@@ -208,7 +209,7 @@ class SyncFastPath:
             self._delete(written, sinks)
             if any(r.wrote for r in results):
                 self.discard(batch_id, sinks.values())
-            return Fallback(reason or f"new tables: {', '.join(sorted(new_tables))}", new_tables if not reason else {})
+            return Fallback(reason) if reason is not None else NewTables(new_tables)
         files: dict[str, list[WrittenFile]] = {}
         for name, f in written:
             files.setdefault(name, []).append(WrittenFile.from_row(f))

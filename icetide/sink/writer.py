@@ -368,8 +368,12 @@ def remove_files(location: str, doomed: Callable[[str], bool]) -> int:
     fs, base = filesystem_for(location)
     try:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    except OSError as exc:  # the files stay behind as orphans, which `icetide maintain` removes
-        log.warning("could not list %s to delete uncommitted files (%s); orphan removal will", base, exc)
+    except OSError as exc:  # the files stay behind, as orphans (maintenance/orphans.py)
+        log.warning(
+            "could not list %s to delete uncommitted files (%s); orphan removal deletes them once they are old",
+            base,
+            exc,
+        )
         log.debug("listing %s failed", base, exc_info=True)
         return 0
     paths = [i.path for i in infos if i.type == pafs.FileType.File and doomed(i.base_name)]
