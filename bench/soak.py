@@ -1,6 +1,6 @@
 """Soak: Kafka upserts at a steady rate through `icetide run`, with maintenance, kills and a broker restart.
 
-    .venv/bin/python bench/soak.py [--minutes 30] [--rate 500] [--keys 20000] [--record]
+    .venv/bin/python bench/soak.py [--minutes 30] [--rate 500] [--keys 20000] [--max-records 50000] [--record]
 
 For `--minutes` it produces JSON upserts (about 5% `_op: DELETE`, and one deliberately bad record
 every `--bad-every` events) over a bounded key space into a 4-partition topic on a Tansu broker,
@@ -443,7 +443,7 @@ def soak(args: Any, work: Path) -> str:
             ),
         },
         "mode": "upsert",
-        "trigger": {"interval": args.interval, "max_records": 50_000},
+        "trigger": {"interval": args.interval, "max_records": args.max_records},
         "dead_letter": DEAD_LETTER,
         "restart": {"max_attempts": 30, "backoff": "1s", "max_backoff": "10s"},
         "spark": {"spark.driver.memory": "1g"},
@@ -554,7 +554,11 @@ def soak(args: Any, work: Path) -> str:
         got[r["k"]] = tuple(r)
     dead = [r["source_position"] for r in spark.table(DEAD_LETTER).select("source_position").collect()]
     snapshots_sql = spark.sql(f"SELECT count(*) FROM {TABLE}.snapshots").collect()[0][0]
-    restarts = sum(1 for line in runner_out.read_text(errors="replace").splitlines() if '"event": "restart"' in line)
+    runner_lines = runner_out.read_text(errors="replace").splitlines()
+    restarts = sum(1 for line in runner_lines if '"event": "restart"' in line)
+    batches = [json.loads(line) for line in runner_lines if line.startswith('{"') and '"batch_id"' in line]
+    # A batch that filled max_records commits on the commit thread while the next one is written.
+    full = sum(1 for b in batches if b.get("records_in", 0) >= args.max_records)
     spark.stop()
     missing = sorted(k for k in model if k not in got)
     extra = sorted(k for k in got if k not in model)
@@ -622,6 +626,11 @@ def soak(args: Any, work: Path) -> str:
                 f"{len(unexpected_exits)} exits on its own {unexpected_exits[:5]}",
             ),
             (
+                "batches",
+                f"{len(batches):,} committed, {full:,} of them full (max_records {args.max_records:,}: their "
+                "commits overlapped the next batch)",
+            ),
+            (
                 "broker restart",
                 f"down {broker_down_s:.1f}s (replayed {replayed:,} records); proxy refused {proxy.refused} connections"
                 if broker_restarted
@@ -655,6 +664,12 @@ def main() -> None:
     p.add_argument("--keys", type=int, default=20_000, help="key space size")
     p.add_argument("--bad-every", type=int, default=5000, help="one deliberately bad record every N events")
     p.add_argument("--interval", default="2s", help="the runner's trigger interval")
+    p.add_argument(
+        "--max-records",
+        type=int,
+        default=50_000,
+        help="the runner's max_records: below the backlog a kill leaves, batches fill it and commits overlap",
+    )
     p.add_argument("--broker-down", type=float, default=20, help="seconds the broker stays down at its restart")
     p.add_argument(
         "--fetch-wait-ms",
