@@ -395,6 +395,12 @@ def main() -> None:
         help="instead: N topics into N tables through one pipeline, against one table (bench/ingest_tables.py)",
     )
     p.add_argument("--events-per-table", type=int, default=20_000, help="messages per table with --tables")
+    p.add_argument(
+        "--fast-path",
+        choices=("auto", "off"),
+        default="auto",
+        help="with --tables: every pipeline's fast_path (off: the Spark paths)",
+    )
     args = p.parse_args()
     if args.tables:
         from bench.ingest_tables import run_tables
@@ -408,6 +414,7 @@ def main() -> None:
                 args.max_records,
                 args.rounds,
                 SCHEMA,
+                args.fast_path,
             )
         )
         report("bench/ingest.py --tables: a database of many tables through one pipeline", body, save=args.record)

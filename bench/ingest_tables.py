@@ -46,7 +46,15 @@ def produce_tables(bootstrap: str, prefix: str, tables: int, per_table: int, eve
     return topics, single
 
 
-def _config(bootstrap: str, name: str, source: dict[str, Any], table: str, schema: str, max_records: int) -> Any:
+def _config(
+    bootstrap: str,
+    name: str,
+    source: dict[str, Any],
+    table: str,
+    schema: str,
+    max_records: int,
+    fast_path: str = "auto",
+) -> Any:
     from icetide.config import PipelineConfig
 
     return PipelineConfig.from_dict(
@@ -58,14 +66,23 @@ def _config(bootstrap: str, name: str, source: dict[str, Any], table: str, schem
             "mode": "upsert",
             "trigger": {"interval": "1s", "max_records": max_records},
             "dead_letter": f"lake.bench_sync.{name}_dead_letter",
+            "fast_path": fast_path,
         }
     )
 
 
 def run_tables(
-    tables: int, per_table: int, warehouse: str, broker_log: Any, max_records: int, rounds: int, schema: str
+    tables: int,
+    per_table: int,
+    warehouse: str,
+    broker_log: Any,
+    max_records: int,
+    rounds: int,
+    schema: str,
+    fast_path: str = "auto",
 ) -> str:
-    """Alternating rounds: N tables through one SyncRunner, and one table with the same events."""
+    """Alternating rounds: N tables through one SyncRunner, and one table with the same events
+    (`fast_path`: every pipeline's, `off` to measure the Spark paths)."""
     from bench.common import bench_session
     from bench.ingest import event, process_cpu_seconds
     from icetide.pipeline.runner import Runner
@@ -99,15 +116,24 @@ def run_tables(
                         f"lake.bench_sync_{r}.{{table}}",
                         schema,
                         max_records,
+                        fast_path,
                     )
                     runner: Any = SyncRunner(cfg, spark)
                 elif kind == "one_sync":
                     name = f"onesync{r}"
-                    cfg = _config(bootstrap, name, {"topics": [single]}, f"lake.bench_sync.{name}", schema, max_records)
+                    cfg = _config(
+                        bootstrap, name, {"topics": [single]}, f"lake.bench_sync.{name}", schema, max_records, fast_path
+                    )
                     runner = SyncRunner(cfg, spark)
                 else:
                     cfg = _config(
-                        bootstrap, f"one{r}", {"topic": single}, f"lake.bench_sync.one{r}", schema, max_records
+                        bootstrap,
+                        f"one{r}",
+                        {"topic": single},
+                        f"lake.bench_sync.one{r}",
+                        schema,
+                        max_records,
+                        fast_path,
                     )
                     runner = Runner(cfg, spark)
                 busy = sum(process_cpu_seconds().values())
