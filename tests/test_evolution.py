@@ -274,11 +274,10 @@ def test_a_concurrent_schema_change_is_revalidated_at_commit(spark: Any, table_n
     icetide.create_table(spark, table_name, schema=BASE, key=["id"])
     sink = icetide.UpsertSink(spark, table_name, pipeline_id="evo", schema_evolution=True)
     df = spark.createDataFrame([(1, "a")], "id long, note string")
-    config, prepared, change = sink._prepare(df, 1)
-    files, _ = sink._write_files(prepared, config, source_cached=False)
+    written = sink.stage(df, batch_id=1)
     spark.sql(f"ALTER TABLE {table_name} ADD COLUMN other STRING")  # takes the id `note` was written with
     with pytest.raises(IcetideError, match="schema changed while the batch was written"):
-        sink.committer.commit(1, files, None, schema_change=change)
+        sink.commit_written(written)
     assert sink.last_committed() is None
     assert spark.table(table_name).count() == 0
     # Written again, the batch plans the next id and lands.
@@ -313,14 +312,13 @@ def test_a_spec_that_became_live_during_the_write_is_rechecked_at_commit(spark: 
     first = _rows(range(20), v="one")
     assert fast.write(_df(spark, first), batch_id=1).committed
     model.apply(1, first)
-    config, prepared, _ = slow._prepare(_df(spark, _rows(range(10), v="slow")), 1)
-    files, _ = slow._write_files(prepared, config, source_cached=False)
+    written = slow.stage(_df(spark, _rows(range(10), v="slow")), batch_id=1)
     spark.sql(f"ALTER TABLE {table_name} REPLACE PARTITION FIELD days(ts) WITH hours(ts)")
     second = _rows(range(10, 30), v="two")
     assert fast.write(_df(spark, second), batch_id=2).committed
     model.apply(2, second)
     with pytest.raises(IcetideError, match=r"partition spec\(s\) \[1\] became live"):
-        slow.committer.commit(1, files, None)
+        slow.commit_written(written)
     assert slow.last_committed() is None
     _check(spark, table_name, model)
     # Written again, the batch's deletes cover both specs and land.

@@ -269,7 +269,7 @@ class JsonFastPath:
     def unavailable(self) -> Fallback | None:
         """Why the table (as last refreshed) rules the fast path out, or None; checked again when
         its schema, spec, writer properties or live earlier specs change."""
-        jtable = self.sink.committer.table
+        jtable = self.sink.table
         version = self.sink.writer_config_version()
         if self._checked is not None and self._checked[0] == version:
             return self._checked[1]
@@ -432,7 +432,7 @@ class JsonFastPath:
         commit as the new columns. Fields it would not add stay counted, as on the Spark path."""
         if not self.config.schema_evolution or not unknown:
             return []
-        return addable(unknown, spark_schema(self.spark, self.sink.committer.table), ())
+        return addable(unknown, spark_schema(self.spark, self.sink.table), ())
 
     def discard(self, batch_id: int) -> None:
         """Delete what the batch's tasks wrote (it will not be committed from these files)."""

@@ -86,7 +86,7 @@ class Runner:
             deletes=t.deletes,
         )
         process_key_indexes().set_limit(t.key_index_memory)  # deletes: vectors (one table: its index stays)
-        self.schema = spark_schema(spark, self.sink.committer.table)
+        self.schema = spark_schema(spark, self.sink.table)
         self.dead_letters = TableDeadLetters(spark, config, self.source)
         # The fast path: JSON appends and upserts (json_fast.py), or Debezium changes through the sync
         # fast path with one fixed route (sync_fast.py); else why every batch runs on the Spark path.
@@ -184,7 +184,7 @@ class Runner:
         """The batch decoded in Spark and written by the sink, committed before returning."""
         started = time.monotonic()
         # The table's schema as of now: schema evolution (ours, or another writer's) changes it.
-        self.schema = spark_schema(self.spark, self.sink.committer.table)
+        self.schema = spark_schema(self.spark, self.sink.table)
         raw = self.source.read(self.spark, plan, self.schema)
         kept: list[Any] = []
         try:

@@ -62,7 +62,7 @@ class StagedBatch:
         the source position it holds after them."""
         files = self.files.get(name, [])
         committing = time.monotonic()
-        outcome = sink.committer.commit(batch_id, files, position)
+        outcome = sink.commit_files(batch_id, files, position)
         return BatchResult.of_files(
             batch_id,
             files,

@@ -109,7 +109,7 @@ class SyncRunner:
 
     def load_state(self) -> SyncState:
         """Read where every table stands from the tables themselves (after a start or a failure)."""
-        self.state = read_sync_state(self.spark, self.config, lambda name: self.sink_for(name).committer)
+        self.state = read_sync_state(self.spark, self.config, lambda name: self.sink_for(name).last_committed())
         return self.state
 
     def sink_for(self, name: str) -> UpsertSink:
@@ -197,7 +197,7 @@ class SyncRunner:
         position = advance(self.state.dead_letter_position, plan.ends, reset=reset)
         registry = self.state.registry()
         if bad is None:
-            self.dead_letter.sink.committer.commit(batch_id, [], position, registry=registry)
+            self.dead_letter.sink.commit_files(batch_id, [], position, registry=registry)
         else:
             self.dead_letter.write(bad, batch_id=batch_id, position=position, registry=registry)
         self.state.dead_letter_position = position

@@ -128,14 +128,11 @@ class SyncFastPath:
 
     def _build(self, sink: UpsertSink) -> SyncTable | Fallback:
         c = self.config
-        plan = sink.plan_writers(0)
         order_by = c.order_by or SOURCE_ORDER
-        writer = dataclasses.replace(
-            plan.writer,
-            order_by=order_by,
-            changelog=c.changelog or c.mode == "append",
-            keep_inserts=c.mode == "append",
+        plan = sink.plan_writers(
+            0, order_by=order_by, changelog=c.changelog or c.mode == "append", keep_inserts=c.mode == "append"
         )
+        writer = plan.writer
         schema = writer.table_schema
         if order_by != SOURCE_ORDER and order_by not in schema.names:
             return Fallback(f"order_by {order_by} is not a column")
@@ -240,7 +237,7 @@ class SyncFastPath:
         """Delete files the batch wrote (table -> its files), none of them committed."""
         for name, written in files.items():
             if written:
-                sinks[name].committer.delete_files(written, reason=reason)
+                sinks[name].delete_files(written, reason=reason)
 
     @staticmethod
     def discard(batch_id: int, sinks: Any) -> None:

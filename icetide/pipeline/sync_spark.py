@@ -4,8 +4,10 @@ A batch the sync fast path does not take (pipeline/sync_fast.py) runs here: one 
 every range and computes each record's table (decode.route), cached once; then, per table and
 several at a time: create it from the stream if it is new, skip what it already holds, decode its
 records with its own schema and key (decode/debezium_tasks.py: in Python, in Spark's tasks, with
-dead letters, truncates and schema changes), write and commit it through its own UpsertSink. The
-batch's bad records, from every table, go to the one dead-letter table before any table commits.
+dead letters, truncates and schema changes). The batch's bad records, from every table, go to the
+one dead-letter table first; then every table's files are written through its own UpsertSink
+(`stage`), and only then does any table commit, as on the fast path (`after_write` fires once,
+between the two).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from icetide.pipeline.adapter import avro_transcoding, payload_limits
 from icetide.pipeline.batches import SyncBatchMetrics, batch_metrics, commit_tables
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
-from icetide.sink.batch import BatchResult
+from icetide.sink.batch import BatchResult, WrittenBatch
 from icetide.sources.base import raise_source_error_in
 from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
 from icetide.table.catalog import table_exists
@@ -105,11 +107,13 @@ def run_spark_batch(
         runner.commit_batch_dead_letters(
             batch_id, plan, bad_count, records_in, first_error, lambda: bad, lambda: registry_changed
         )
+        written = stage_tables(runner, decoded, batch_id)
         results = commit_tables(
             batch_id,
             lambda: runner.commit_each(
-                batch_id, plan, set(decoded), lambda n, p: write_table(runner, n, p, decoded, batch_id)
+                batch_id, plan, set(decoded), lambda n, p: commit_table(runner, n, p, written, decoded, batch_id)
             ),
+            staged=True,
         )
     except IcetideError:
         raise
@@ -196,7 +200,7 @@ def decode_tables(
         changes = decode_debezium(
             rows,
             "value",
-            spark_schema(runner.spark, sink.committer.table),
+            spark_schema(runner.spark, sink.table),
             list(sink.key),
             c.mode,
             POSITION_COLUMNS,
@@ -247,25 +251,49 @@ def bad_records(
     return runner.held_dead_letters(plan).keep_new(bad)
 
 
-def write_table(
-    runner: SyncRunner, name: str, position: Position, decoded: dict[str, TableBatch], batch_id: int
+def stage_tables(runner: SyncRunner, decoded: dict[str, TableBatch], batch_id: int) -> dict[str, WrittenBatch]:
+    """Write every table's files for the batch, several tables at once, committing nothing. When
+    one table's write fails, the files the others wrote are deleted and its error is raised."""
+
+    def stage(batch: TableBatch) -> WrittenBatch:
+        small = batch.records <= SMALL_SHARE_RECORDS and runner.config.distribution == "dynamic"
+        return runner.sinks[batch.name].stage(
+            batch.good,
+            batch_id=batch_id,
+            input_cached=True,
+            order_by=batch.order_by,
+            distribution="key" if small else runner.config.distribution,
+            write_parallelism=1 if small else runner.config.write_parallelism,
+        )
+
+    if not decoded:
+        return {}
+    batches = [decoded[name] for name in sorted(decoded)]
+    with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(batches))) as pool:
+        futures = {b.name: pool.submit(stage, b) for b in batches}
+    written = {name: f.result() for name, f in futures.items() if f.exception() is None}
+    failed = [f.exception() for f in futures.values() if f.exception() is not None]
+    if failed:
+        for name, files in written.items():
+            runner.sinks[name].delete_files(files.files, reason="another table of the batch failed to write")
+        raise failed[0]  # type: ignore[misc]
+    return written
+
+
+def commit_table(
+    runner: SyncRunner,
+    name: str,
+    position: Position,
+    written: dict[str, WrittenBatch],
+    decoded: dict[str, TableBatch],
+    batch_id: int,
 ) -> BatchResult:
-    """Write and commit one table's share of the batch (a metadata-only commit without one)."""
-    batch = decoded.get(name)
+    """Commit one table's written share of the batch (a metadata-only commit without one)."""
+    batch = written.get(name)
     if batch is None:
-        outcome = runner.sink_for(name).committer.commit(batch_id, [], position)
+        outcome = runner.sink_for(name).commit_files(batch_id, [], position)
         return BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
-    small = batch.records <= SMALL_SHARE_RECORDS and runner.config.distribution == "dynamic"
-    return runner.sinks[name].write(
-        batch.good,
-        batch_id=batch_id,
-        source_position=position,
-        input_cached=True,
-        truncate=batch.truncated,
-        order_by=batch.order_by,
-        distribution="key" if small else runner.config.distribution,
-        write_parallelism=1 if small else runner.config.write_parallelism,
-    )
+    return runner.sinks[name].commit_written(batch, position, truncate=decoded[name].truncated)
 
 
 def _below(held: dict[tuple[str, int], int], topic: Column, partition: Column, offset: Column) -> Column:

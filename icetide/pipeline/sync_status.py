@@ -18,6 +18,8 @@ from icetide.table.iceberg import load_table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from icetide.sink.pipeline_state import PipelineState
+
 log = logging.getLogger(__name__)
 
 
@@ -121,10 +123,13 @@ def status_json(statuses: list[TableStatus]) -> str:
 
 
 def read_sync_state(
-    spark: SparkSession, config: PipelineConfig, committer_for: Callable[[str], Committer] | None = None
+    spark: SparkSession,
+    config: PipelineConfig,
+    last_committed: Callable[[str], PipelineState | None] | None = None,
 ) -> SyncState:
     """Where a routing pipeline stands, read from its dead-letter table (the registry and its
-    position) and from each registered table's last commit."""
+    position) and from each registered table's last commit (`last_committed(table)`; default:
+    read from the table)."""
     assert config.dead_letter is not None
     state = SyncState()
     if not table_exists(spark, config.dead_letter):
@@ -135,8 +140,10 @@ def read_sync_state(
     for name in sorted(state.tables):
         if not table_exists(spark, name):
             continue
-        committer = committer_for(name) if committer_for is not None else Committer(spark, name, config.pipeline)
-        committed = committer.last_committed()
+        if last_committed is not None:
+            committed = last_committed(name)
+        else:
+            committed = Committer(spark, name, config.pipeline).last_committed()
         if committed is not None:
             table = state.tables[name]
             table.batch_id = committed.batch_id

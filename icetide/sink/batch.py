@@ -12,6 +12,7 @@ from icetide.table.spec import PartitionTransform
 
 if TYPE_CHECKING:
     from icetide.sink.committer import CommitOutcome, WrittenFile
+    from icetide.sink.evolution import SchemaChange
 
 
 @dataclass(frozen=True)
@@ -96,3 +97,17 @@ class WriterPlan:
 
     writer: WriterConfig
     partitions: tuple[tuple[str, PartitionTransform | None], ...]
+
+
+@dataclass(frozen=True)
+class WrittenBatch:
+    """A batch whose files UpsertSink.stage wrote, nothing committed yet (UpsertSink.commit_written
+    commits them); `skipped`: its batch id was committed already, and nothing was written."""
+
+    batch_id: int
+    files: list[WrittenFile]
+    schema_change: SchemaChange  # what the commit adds to the table's schema (empty: nothing)
+    write_seconds: float = 0.0
+    plan_seconds: float = 0.0
+    refresh_seconds: float = 0.0
+    skipped: bool = False

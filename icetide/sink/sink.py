@@ -5,26 +5,20 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import ConfigError, IcetideError, SchemaError, one_line
+from icetide.errors import ConfigError
 from icetide.faults import crash_point
-from icetide.sink.batch import BatchResult, WriterPlan
-from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
+from icetide.sink.batch import BatchResult, WriterPlan, WrittenBatch
 from icetide.sink.committer import CommitOutcome, Committer, WrittenFile
-from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan, distribute, is_small_batch, plan_estimated_bytes
-from icetide.sink.evolution import SchemaChange, evolved_schema, fits_column, plan_change
+from icetide.sink.conform import conform_batch
+from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan
+from icetide.sink.evolution import SchemaChange
 from icetide.sink.pipeline_state import PipelineState
+from icetide.sink.spark_write import write_files
 from icetide.sink.spec_layouts import EarlierSpecs, check_spec_serves_upserts
-from icetide.sink.writer import (
-    EXECUTOR_ERROR_MARKER,
-    WRITTEN_FILE_DDL,
-    SpecLayout,
-    WriterConfig,
-    file_prefix,
-    remove_files,
-    writer_function,
-)
+from icetide.sink.writer import SpecLayout, WriterConfig, file_prefix, remove_files
 from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import (
     arrow_schema,
@@ -32,8 +26,6 @@ from icetide.table.iceberg import (
     key_columns,
     key_field_ids,
     partition_fields,
-    spark_schema,
-    spark_schema_of,
     table_property,
 )
 
@@ -64,12 +56,6 @@ def _check_write_settings(distribution: str | None, write_parallelism: int | Non
         raise ConfigError(f"distribution: {distribution!r} is not one of {', '.join(DISTRIBUTIONS)}")
     if write_parallelism is not None and write_parallelism < 1:
         raise ConfigError("write_parallelism: must be at least 1")
-
-
-def _executor_message(exc: BaseException) -> str | None:
-    """The user-facing message a writer task raised, dug out of Spark's exception text."""
-    match = re.search(re.escape(EXECUTOR_ERROR_MARKER) + r"([^\n]+)", str(exc))
-    return match.group(1).strip() if match else None
 
 
 class UpsertSink:
@@ -167,12 +153,41 @@ class UpsertSink:
         registry: dict[str, Any] | None = None,
     ) -> BatchResult:
         """Write and commit one batch, exactly once: a batch id at or below the last one is a no-op.
+        It is `stage` then `commit_written`, with the `after_write` crash point between them.
 
         `source_position` (and a dead-letter table's `registry`) is the pipeline's state the commit
         carries (pipeline_state.PipelineState).
 
         With `truncate`, every row committed before this batch is removed in the same commit
         (a CDC source's TRUNCATE); `df` then holds only what came after it.
+
+        `input_cached`, `order_by`, `distribution` and `write_parallelism` are as for `stage`.
+        """
+        written = self.stage(
+            df,
+            batch_id=batch_id,
+            input_cached=input_cached,
+            order_by=order_by,
+            distribution=distribution,
+            write_parallelism=write_parallelism,
+        )
+        if not written.skipped:
+            crash_point("after_write", batch_id)
+        return self.commit_written(written, source_position, truncate=truncate, registry=registry)
+
+    def stage(
+        self,
+        df: DataFrame,
+        *,
+        batch_id: int,
+        input_cached: bool | None = None,
+        order_by: str | None = None,
+        distribution: str | None = None,
+        write_parallelism: int | None = None,
+    ) -> WrittenBatch:
+        """Write one batch's files, committing nothing; a batch id at or below the last committed
+        one writes nothing (`skipped`). Commit them with `commit_written`, or delete them with
+        `delete_files`.
 
         `input_cached` says the batch reads from a persisted DataFrame (default: `df.is_cached`);
         then the dynamic distribution's two passes read that cache instead of persisting again.
@@ -186,39 +201,90 @@ class UpsertSink:
         refresh_seconds = time.monotonic() - started
         if state is not None and batch_id <= state.batch_id:
             log.info("batch %s of %s already committed (last %s): skipped", batch_id, self.pipeline_id, state.batch_id)
-            return BatchResult(batch_id, False, None, 0, 0, 0, 0, 0, 0.0, 0.0, {}, "already committed")
+            return WrittenBatch(batch_id, [], SchemaChange(), refresh_seconds=refresh_seconds, skipped=True)
         config, prepared, change = self._prepare(df, batch_id, order_by=order_by)
-        cached = df.is_cached if input_cached is None else input_cached
-        files, write_seconds = self._write_files(
-            prepared, config, source_cached=cached, distribution=distribution, write_parallelism=write_parallelism
+        distribution = self.distribution if distribution is None else distribution
+        files, self.last_plan, write_seconds = write_files(
+            prepared,
+            config,
+            table_name=self.table_name,
+            distribution=distribution,
+            parallelism=write_parallelism or self.write_parallelism or self.spark.sparkContext.defaultParallelism,
+            compression_ratio=self.compression_ratio,
+            source_cached=df.is_cached if input_cached is None else input_cached,
+            remove_written=self.remove_batch_files,
         )
         plan_seconds = time.monotonic() - started - refresh_seconds - write_seconds
-        crash_point("after_write", batch_id)
+        return WrittenBatch(batch_id, files, change, write_seconds, plan_seconds, refresh_seconds)
+
+    def commit_written(
+        self,
+        written: WrittenBatch,
+        source_position: Any = None,
+        *,
+        truncate: bool = False,
+        registry: dict[str, Any] | None = None,
+    ) -> BatchResult:
+        """Commit a batch `stage` wrote, with the pipeline's state (`source_position`, `registry`);
+        `truncate` as for `write`. A skipped batch commits nothing."""
+        batch_id = written.batch_id
+        if written.skipped:
+            skipped = "already committed"
+            return BatchResult(batch_id, False, None, 0, 0, 0, 0, 0, 0.0, 0.0, {}, skipped)
         commit_started = time.monotonic()
+        change = written.schema_change
         if change:
             log.info("batch %s evolves the schema of %s: %s", batch_id, self.table_name, change.describe())
-            outcome: CommitOutcome = self.committer.commit(
-                batch_id, files, source_position, truncate=truncate, schema_change=change, registry=registry
-            )
+        outcome = self.commit_files(
+            batch_id, written.files, source_position, truncate=truncate, schema_change=change, registry=registry
+        )
+        if change:
             self._check_table()
-        else:
-            outcome = self.committer.commit(batch_id, files, source_position, truncate=truncate, registry=registry)
-        refresh_seconds += outcome.refresh_seconds
         index = self.committer.index_seconds()
-        commit_seconds = time.monotonic() - commit_started - outcome.refresh_seconds
         result = BatchResult.of_files(
             batch_id,
-            files,
+            written.files,
             outcome,
-            write_seconds=write_seconds,
-            commit_seconds=commit_seconds,
-            plan_seconds=plan_seconds,
-            refresh_seconds=refresh_seconds,
+            write_seconds=written.write_seconds,
+            commit_seconds=time.monotonic() - commit_started - outcome.refresh_seconds,
+            plan_seconds=written.plan_seconds,
+            refresh_seconds=written.refresh_seconds + outcome.refresh_seconds,
             find_seconds=index.find,
             index_seconds=index.follow,
         )
         log.debug("batch %s: %s", batch_id, result)
         return result
+
+    def commit_files(
+        self,
+        batch_id: int,
+        files: Sequence[WrittenFile],
+        source_position: Any = None,
+        *,
+        truncate: bool = False,
+        schema_change: SchemaChange | None = None,
+        registry: dict[str, Any] | None = None,
+    ) -> CommitOutcome:
+        """Commit files written for `batch_id` (by `stage` or by a pipeline's own tasks) with the
+        pipeline's state, exactly once (sink/committer.py `Committer.commit`); no files: a
+        metadata-only commit that moves the state."""
+        return self.committer.commit(
+            batch_id,
+            files,
+            source_position,
+            truncate=truncate,
+            schema_change=schema_change,
+            registry=registry,
+        )
+
+    def delete_files(self, files: Sequence[WrittenFile], *, reason: str) -> None:
+        """Delete files written for a batch that will not commit them (the log says `reason`)."""
+        self.committer.delete_files(files, reason=reason)
+
+    @property
+    def table(self) -> Any:
+        """The Iceberg table (Java), as of its last refresh."""
+        return self.committer.table
 
     def _prepare(
         self, df: DataFrame, batch_id: int, *, order_by: str | None = None
@@ -229,75 +295,54 @@ class UpsertSink:
         commit must apply (empty without one).
         """
         from pyspark.sql import functions as F
-        from pyspark.sql.types import NullType
 
-        jtable = self.committer.table
-        table_struct = spark_schema(self.spark, jtable)
-        table_fields = {f.name: f for f in table_struct.fields}
-        batch_types = {f.name: f.dataType for f in df.schema.fields}
         order_by = self.order_by if order_by is None else order_by
-        extra_order = order_by if order_by and order_by not in table_fields else None
-        if extra_order and extra_order not in batch_types:
-            raise SchemaError(
-                f"batch {batch_id}: order_by column {extra_order!r} is neither in the batch nor in {self.table_name}"
-            )
-        jschema = jtable.schema()
-        change = SchemaChange()
-        if self.schema_evolution:
-            change, _ = plan_change(
-                table_struct,
-                df.schema,
-                ignore={OP_COLUMN, *([extra_order] if extra_order else [])},
-                fits=fits_column,
-                table_name=self.table_name,
-            )
-            if change:
-                jschema, change = evolved_schema(self.spark, jtable, change)
-                table_fields = {f.name: f for f in spark_schema_of(self.spark, jschema).fields}
-        for name, dtype in batch_types.items():
-            if self.schema_evolution and isinstance(dtype, NullType):
-                continue  # an untyped, all-null column adds nothing (evolution.plan_change logs it)
-            if name not in (OP_COLUMN, extra_order) and name not in table_fields:
-                raise SchemaError(f"batch {batch_id}: column {name!r} is not in table {self.table_name}")
-        columns = []
-        for name, field in table_fields.items():
-            if name not in batch_types:
-                if not field.nullable:
-                    raise SchemaError(f"batch {batch_id}: NOT NULL column {name!r} of {self.table_name} is missing")
-                columns.append(F.lit(None).cast(field.dataType).alias(name))
-            elif not fits_column(batch_types[name], field.dataType):
-                raise SchemaError(
-                    f"batch {batch_id}: column {name!r} is {batch_types[name].simpleString()}, "
-                    f"table {self.table_name} has {field.dataType.simpleString()}"
-                )
-            elif batch_types[name] != field.dataType:
-                columns.append(F.col(f"`{name}`").cast(field.dataType).alias(name))
-            else:
-                columns.append(F.col(f"`{name}`"))
-        op = F.col(OP_COLUMN).cast("string") if OP_COLUMN in batch_types else F.lit(UPSERT)
-        # Arrival order is fixed before any shuffle: partition index, then position in it.
-        if extra_order:  # orders changes of one key (e.g. a CDC source timestamp), never written
-            columns.append(F.col(f"`{extra_order}`"))
-        prepared = df.select(*columns, op.alias(OP_COLUMN), F.monotonically_increasing_id().alias(ARRIVAL_COLUMN))
+        prepared, jschema, change = conform_batch(
+            self.spark,
+            self.committer.table,
+            df,
+            batch_id,
+            table_name=self.table_name,
+            order_by=order_by,
+            schema_evolution=self.schema_evolution,
+        )
         plan = self._plan_writers(batch_id, deletes=True, schema=jschema, order_by=order_by)
         for name, transform in plan.partitions:
             expr = F.expr(transform.spark_expression(self.catalog)) if transform else F.lit(None)
             prepared = prepared.withColumn(name, expr)
         return plan.writer, prepared, change
 
-    def plan_writers(self, batch_id: int, *, deletes: bool = True) -> WriterPlan:
+    def plan_writers(
+        self,
+        batch_id: int,
+        *,
+        deletes: bool = True,
+        order_by: str | None = None,
+        changelog: bool | None = None,
+        keep_inserts: bool | None = None,
+    ) -> WriterPlan:
         """The writer config and partition columns for staging `batch_id` outside the sink, from the
         table's current metadata, exactly as `write` stages a batch.
 
         With `deletes` (the upsert paths) it raises SchemaError for a spec whose partition values are
         not computed from the key alone, and adds the layout of every earlier spec with live data
         files, which the batch's equality deletes are also written under. Without (append-only
-        batches: no deletes) it plans the current spec only.
+        batches: no deletes) it plans the current spec only. `order_by`, `changelog` and
+        `keep_inserts` override the sink's own (None: its own).
         """
-        return self._plan_writers(batch_id, deletes=deletes)
+        return self._plan_writers(
+            batch_id, deletes=deletes, order_by=order_by, changelog=changelog, keep_inserts=keep_inserts
+        )
 
     def _plan_writers(
-        self, batch_id: int, *, deletes: bool, schema: Any = None, order_by: str | None = None
+        self,
+        batch_id: int,
+        *,
+        deletes: bool,
+        schema: Any = None,
+        order_by: str | None = None,
+        changelog: bool | None = None,
+        keep_inserts: bool | None = None,
     ) -> WriterPlan:
         jtable = self.committer.table
         fields = partition_fields(jtable)
@@ -310,7 +355,13 @@ class UpsertSink:
         for layout, layout_fields in layouts:
             partitions += zip(layout.columns, (pf.transform for pf in layout_fields), strict=True)
         writer = self.writer_config(
-            batch_id, names, schema=schema, delete_specs=tuple(layout for layout, _ in layouts), order_by=order_by
+            batch_id,
+            names,
+            schema=schema,
+            delete_specs=tuple(layout for layout, _ in layouts),
+            order_by=order_by,
+            changelog=changelog,
+            keep_inserts=keep_inserts,
         )
         return WriterPlan(writer, tuple(partitions))
 
@@ -340,13 +391,16 @@ class UpsertSink:
         schema: Any = None,
         delete_specs: tuple[SpecLayout, ...] = (),
         order_by: str | None = None,
+        changelog: bool | None = None,
+        keep_inserts: bool | None = None,
     ) -> WriterConfig:
         """What writer tasks need for `batch_id`, from the table's current metadata.
 
         `partition_columns` name the batch columns holding the spec's partition values, in order;
         `schema` is the Iceberg schema files are written in (default: the table's current one);
         `delete_specs` are earlier specs the batch's deletes are also written under; `order_by`
-        orders changes of one key (default: the sink's own).
+        orders changes of one key; `changelog` and `keep_inserts` as for the sink (None: the sink's
+        own, for all three).
         """
         jtable = self.committer.table
         fields = partition_fields(jtable)
@@ -367,107 +421,16 @@ class UpsertSink:
             pipeline_id=self.pipeline_id,
             batch_id=batch_id,
             order_by=self.order_by if order_by is None else order_by,
-            changelog=self.changelog,
+            changelog=self.changelog if changelog is None else changelog,
             target_file_size=target,
             row_group_bytes=int(
                 table_property(jtable, "write.parquet.row-group-size-bytes", str(DEFAULT_ROW_GROUP_BYTES))
             ),
             compression=table_property(jtable, "write.parquet.compression-codec", "zstd").lower(),
             compression_level=int(level) if level else None,
-            keep_inserts=self.keep_inserts,
+            keep_inserts=self.keep_inserts if keep_inserts is None else keep_inserts,
             delete_specs=delete_specs,
         )
-
-    def _collapse_in_spark(self, df: DataFrame, order_by: str | None) -> DataFrame:
-        """For distribution `none`: collapse duplicate keys with a Spark aggregation, keep its layout
-        (with `keep_inserts`, keys with only INSERTs keep every row, as the writers do)."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        others = [c for c in df.columns if c not in self.key]
-        order = [F.col(order_by)] if order_by else []
-        ordering = F.struct(*order, F.col(ARRIVAL_COLUMN))
-        op = F.upper(F.trim(F.coalesce(F.col(OP_COLUMN), F.lit(UPSERT))))
-        df = df.withColumn(OP_COLUMN, op)
-        kept = None
-        if self.keep_inserts:
-            changes = F.max((F.col(OP_COLUMN) != F.lit(INSERT)).cast("int")).over(Window.partitionBy(*self.key))
-            marked = df.withColumn("_changes", changes)
-            kept = marked.where(F.col("_changes") == 0).drop("_changes")
-            df = marked.where(F.col("_changes") == 1).drop("_changes")
-        picked = df.groupBy(*self.key).agg(
-            F.max_by(F.struct(*others), ordering).alias("_last"),
-            F.max((F.col(OP_COLUMN) != F.lit(INSERT)).cast("int")).alias("_changed"),
-        )
-        last_op = F.col(f"_last.{OP_COLUMN}")
-        fixed_op = F.when((last_op == F.lit(INSERT)) & (F.col("_changed") == 1), F.lit(UPSERT)).otherwise(last_op)
-        collapsed = picked.select(
-            *self.key, *[F.col(f"_last.`{c}`").alias(c) for c in others if c != OP_COLUMN], fixed_op.alias(OP_COLUMN)
-        ).select(*df.columns)
-        return collapsed if kept is None else kept.unionByName(collapsed)
-
-    def _write_files(
-        self,
-        prepared: DataFrame,
-        config: WriterConfig,
-        *,
-        source_cached: bool,
-        distribution: str | None = None,
-        write_parallelism: int | None = None,
-    ) -> tuple[list[WrittenFile], float]:
-        """The batch's files, written by one Spark job after the distribution's plan; and that
-        job's seconds. `distribution` and `write_parallelism` override the sink's own (None: its own)."""
-        from pyspark import StorageLevel
-
-        distribution = self.distribution if distribution is None else distribution
-        parallelism = write_parallelism or self.write_parallelism or self.spark.sparkContext.defaultParallelism
-        # A batch Spark knows to be small skips the statistics pass (distribution.is_small_batch).
-        estimate = plan_estimated_bytes(prepared) if distribution == "dynamic" else None
-        small = is_small_batch(estimate, config.target_file_size)
-        # The statistics pass and the write must not read the source twice: persist the batch,
-        # unless the caller already did (the runner persists what it read).
-        cached = distribution == "dynamic" and not small and not source_cached
-        if cached:
-            prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            if distribution == "none":
-                routed, plan = self._collapse_in_spark(prepared, config.order_by), None
-            else:
-                routed, plan = distribute(
-                    prepared,
-                    mode=distribution,
-                    key=self.key,
-                    partition_columns=config.partition_columns,
-                    parallelism=parallelism,
-                    target_file_size=config.target_file_size,
-                    compression_ratio=self.compression_ratio,
-                    value_columns=list(config.table_schema.names),
-                    estimated_bytes=estimate,
-                    cached_input=source_cached,
-                )
-            self.last_plan = plan
-            writing = time.monotonic()
-            rows = routed.mapInArrow(writer_function(config), WRITTEN_FILE_DDL).collect()  # type: ignore[arg-type]
-            write_seconds = time.monotonic() - writing
-        except IcetideError:
-            raise
-        except Exception as exc:
-            self._remove_batch_files(config)
-            message = _executor_message(exc)
-            log.debug("writing batch %s failed", config.batch_id, exc_info=True)
-            if message:
-                raise SchemaError(f"batch {config.batch_id}: {message}; nothing was committed") from exc
-            raise IcetideError(
-                f"writing batch {config.batch_id} to {self.table_name} failed: {one_line(exc)}; nothing was committed"
-            ) from exc
-        finally:
-            if cached:
-                prepared.unpersist()
-        return [WrittenFile.from_row(r) for r in rows], write_seconds
-
-    def _remove_batch_files(self, config: WriterConfig) -> None:
-        """After a failed write job, delete what its tasks wrote (found by the batch's file prefix)."""
-        self.remove_batch_files(config.batch_id)
 
     def remove_batch_files(self, batch_id: int) -> int:
         """Delete the files this pipeline wrote for `batch_id` (an uncommitted batch's); returns how many."""

@@ -131,7 +131,7 @@ class ChangelogStage:
     def _unknown_rows(self) -> bool:
         """Whether the table may hold rows this stage's state has never seen: it did once (recorded
         in a table property), or it holds rows before the pipeline's first commit."""
-        jtable = self.sink.committer.table
+        jtable = self.sink.table
         if jtable.properties().get(CHECK_NEW_KEYS_PROPERTY + self.pipeline_id) == "true":
             return True
         snapshot = jtable.currentSnapshot()
@@ -206,7 +206,10 @@ class ChangelogStage:
             result = self.sink.write(out, batch_id=batch_id, input_cached=cached)
         finally:
             rows.unpersist()
-        crash_point("state_after_commit", batch_id)  # the table is ahead of Spark's checkpoint
+        # The table is ahead of Spark's checkpoint at both: `after_commit` as on every path's commit,
+        # `state_after_commit` for a crash meant for this stage alone.
+        crash_point("after_commit", batch_id)
+        crash_point("state_after_commit", batch_id)
         self.last_result = result
         if self.on_result is not None:
             self.on_result(batch_id, result)
@@ -255,7 +258,7 @@ class ChangelogStage:
         ).first()
         if bounds is None or bounds["lo0"] is None:
             return rows
-        jtable = self.sink.committer.table
+        jtable = self.sink.table
         jtable.refresh()  # the snapshot current now: a cached table object may lag other commits
         snapshot = jtable.currentSnapshot()
         if snapshot is None:
@@ -349,7 +352,7 @@ class ChangelogStage:
         )
 
     def _remember_check_new_keys(self) -> None:
-        self.sink.committer.table.updateProperties().set(CHECK_NEW_KEYS_PROPERTY + self.pipeline_id, "true").commit()
+        self.sink.table.updateProperties().set(CHECK_NEW_KEYS_PROPERTY + self.pipeline_id, "true").commit()
 
 
 @contextmanager
