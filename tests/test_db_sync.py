@@ -427,7 +427,7 @@ def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_o
         ("after_dead_letter", "2"),
         ("random", "2"),
         ("after_dead_letter", "1"),
-        # batches.commit_tables(staged=True): the registry committed, every table's files written, no
+        # batches.commit_tables: the registry committed, every table's files written, no
         # table committed; on the fast path (1) and the Spark path (2), which stages every table first.
         ("after_write", "1"),
         ("after_write", "2"),

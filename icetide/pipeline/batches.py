@@ -142,12 +142,12 @@ def commit_dead_letters(
 R = TypeVar("R")
 
 
-def commit_tables(batch_id: int, commit: Callable[[], R], *, staged: bool = False) -> R:
-    """The second step of every batch's commit: its tables, after its dead letters. `staged`: a fast
-    path wrote the files already, and the `after_write` crash point fires here (on the Spark path
-    the sink's write fires it, between its files and its commit)."""
-    if staged:
-        crash_point("after_write", batch_id)
+def commit_tables(batch_id: int, commit: Callable[[], R]) -> R:
+    """The second step of every batch's commit: its tables, after its dead letters. Every pipeline
+    path has written all of the batch's files by now (a fast path's tasks, or the sinks' `stage`),
+    so the `after_write` crash point fires here, once, before any table commits; `after_commit`
+    once they have. (A caller of `UpsertSink.write` has the sink fire `after_write` itself.)"""
+    crash_point("after_write", batch_id)
     result = commit()
     crash_point("after_commit", batch_id)
     return result

@@ -195,16 +195,10 @@ class Runner:
             records_in = decoded.records if decoded.records is not None else good.count() + bad_count
             read_seconds = time.monotonic() - started
             self.dead_letters.commit_frame(batch_id, plan, bad, bad_count, records_in)
+            written = self.sink.stage(good, batch_id=batch_id, input_cached=True, order_by=decoded.order_by)
             result = commit_tables(
                 batch_id,
-                lambda: self.sink.write(
-                    good,
-                    batch_id=batch_id,
-                    source_position=plan.position,
-                    input_cached=True,
-                    truncate=decoded.truncated,
-                    order_by=decoded.order_by,
-                ),
+                lambda: self.sink.commit_written(written, plan.position, truncate=decoded.truncated),
             )
         except IcetideError:
             raise
@@ -273,9 +267,7 @@ class Runner:
     def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: StagedBatch, plan_seconds: float) -> BatchMetrics:
         """Commit the fast path's files with the batch id and position; the batch's metrics."""
         name = self.sink.table_name
-        result = commit_tables(
-            batch_id, lambda: out.commit_table(name, self.sink, batch_id, plan.position), staged=True
-        )
+        result = commit_tables(batch_id, lambda: out.commit_table(name, self.sink, batch_id, plan.position))
         return batch_metrics(
             BatchMetrics,
             self.config.pipeline,

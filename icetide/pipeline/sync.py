@@ -95,6 +95,7 @@ class SyncRunner:
         self._unfed: dict[str, dict[str, int]] = {}  # topics with no position yet, resolved once per process
         self._stop = threading.Event()
         self._last_plan_full = False
+        self._after_flight: SyncState | None = None  # the state once the batch in flight commits
         self.maintenance_runs: list[Any] = []
         self._partition_lag: dict[str, int] | None = None
         # Prometheus: the pipeline's series (source lag, restarts, unroutable records, labelled
@@ -139,16 +140,18 @@ class SyncRunner:
         """Ask the run to stop after the batch in flight."""
         self._stop.set()
 
-    def plan(self) -> TopicsPlan:
-        """The next batch over the topics that match now."""
+    def plan(self, state: SyncState | None = None) -> TopicsPlan:
+        """The next batch over the topics that match now, from where `state` (default: what the
+        tables hold) leaves each topic."""
+        state = self.state if state is None else state
         topics = self.topics.topics()
         resume: dict[str, dict[str, int] | None] = {}
         for t in topics:
-            position = self.state.resume_position(t)
+            position = state.resume_position(t)
             if position is None:
                 # A topic first seen after the pipeline started is read from its beginning, as a
                 # new partition is; starting_offsets applies to the topics of a new pipeline.
-                position = self._unfed.get(t, {} if self.state.started else None)
+                position = self._unfed.get(t, {} if state.started else None)
             resume[t] = position
         plan = self.topics.plan(
             resume, self.config.trigger.max_records, topics=topics, skip_losses=self.config.on_data_loss == "skip"
@@ -159,23 +162,58 @@ class SyncRunner:
         return plan
 
     def run_batch(self) -> SyncBatchMetrics | None:
-        """Run one batch, on the fast path if it can take it; None when no topic had anything new."""
-        batch_id = self.state.next_batch_id()
-        started = time.monotonic()
-        plan = self.plan()
-        plan_seconds = round(time.monotonic() - started, 3)
-        self._last_plan_full = plan.full
-        read = plan.topics_read()
-        if not read and not plan.losses:
-            return None
-        fallback = self._not_fast
-        if self.fast is not None:
-            fast = self._run_fast(batch_id, plan, plan_seconds, started)
-            if not isinstance(fast, Fallback):
-                return fast
-            fallback = fast
-        assert fallback is not None
-        return run_spark_batch(self, batch_id, plan, plan_seconds, started, fallback.path)
+        """Run one batch, on the fast path if it can take it, and commit it; None when no topic had
+        anything new."""
+        commits = CommitOverlap(self.config.pipeline)
+        self.step(commits, overlap=False)
+        done = commits.take_finished()
+        return done[-1] if done else None  # type: ignore[return-value]
+
+    def step(self, commits: CommitOverlap, *, overlap: bool) -> None:
+        """Plan, read and write one batch. It commits here, or, with `overlap`, on the fast path
+        while a backlog drains, its tables commit on the commit thread while the next step plans
+        from where this batch leaves them, reads and writes (pipeline/overlap.py).
+
+        A batch in flight always finishes before the next one writes dead letters, runs on the
+        Spark path or commits, and before any error leaves this method."""
+        try:
+            ahead = self._after_flight if commits.flight is not None and self._after_flight else self.state
+            batch_id = ahead.next_batch_id()
+            started = time.monotonic()
+            plan = self.plan(ahead)
+            plan_seconds = round(time.monotonic() - started, 3)
+            self._last_plan_full = plan.full
+            if not plan.topics_read() and not plan.losses:
+                commits.finish()
+                return
+            fallback = self._not_fast
+            if self.fast is not None:
+                out, created = self._write_fast(batch_id, plan, ahead)
+                if isinstance(out, StagedBatch):
+                    fast = self.fast
+                    commits.finish(discard=lambda: fast.discard(batch_id, list(self.sinks.values())))
+                    read_seconds = time.monotonic() - started
+                    bad = self._dead_letters_fast(batch_id, plan, out)
+
+                    def commit() -> SyncBatchMetrics:
+                        return self._commit_fast(batch_id, plan, out, bad, created, plan_seconds, read_seconds)
+
+                    if overlap and plan.full and not self.config.maintenance_due(batch_id):
+                        self._after_flight = self.state.after_batch(
+                            batch_id, plan.ends, read=plan.topics_read(), fed=set(out.records)
+                        )
+                        commits.submit(batch_id, plan.ends, commit)
+                    else:
+                        commits.add(commit())
+                    return
+                log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
+                fallback = out
+            assert fallback is not None
+            commits.finish()
+            commits.add(run_spark_batch(self, batch_id, plan, plan_seconds, started, fallback.path))
+        except BaseException:
+            commits.finish(quiet=True)
+            raise
 
     def create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None:
         """Create table `name` from the pipeline's `table.schema`, else from the schema and key of
@@ -245,16 +283,10 @@ class SyncRunner:
 
     # -- the fast path ---------------------------------------------------------------------
 
-    def _run_fast(
-        self, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float
-    ) -> SyncBatchMetrics | Fallback:
-        """The batch on the fast path (pipeline/sync_fast.py), committed; or why it is for the Spark path."""
+    def _dead_letters_fast(self, batch_id: int, plan: TopicsPlan, out: StagedBatch) -> list[BadRecord]:
+        """Register the fast path's tables and commit its dead letters (those not held already),
+        before any table; the batch's new dead letters."""
         assert self.fast is not None
-        out, created = self._write_fast(batch_id, plan)
-        if isinstance(out, Fallback):
-            log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
-            return out
-        read_seconds = time.monotonic() - started
         held = self.held_dead_letters(plan)
         bad = [b for b in out.bad if not held.holds(b.source_position)]
         fast = self.fast
@@ -276,12 +308,24 @@ class SyncRunner:
             register,
             discard=lambda: fast.delete_files(out.files, self.sinks, reason="the batch has too many bad records"),
         )
+        return bad
+
+    def _commit_fast(
+        self,
+        batch_id: int,
+        plan: TopicsPlan,
+        out: StagedBatch,
+        bad: list[BadRecord],
+        created: list[str],
+        plan_seconds: float,
+        read_seconds: float,
+    ) -> SyncBatchMetrics:
+        """Commit the fast path's tables, each with its position; the batch's metrics."""
         results = commit_tables(
             batch_id,
             lambda: self.commit_each(
                 batch_id, plan, set(out.records), lambda n, p: out.commit_table(n, self.sink_for(n), batch_id, p)
             ),
-            staged=True,
         )
         source_lag = self.lag()
         shares = {
@@ -308,23 +352,26 @@ class SyncRunner:
         """The fast path's dead letters as the Spark path's bad records (decode/frames.py BAD_DDL)."""
         return self.spark.createDataFrame([(b.payload, b.error, b.source_position) for b in bad], BAD_DDL)
 
-    def _write_fast(self, batch_id: int, plan: TopicsPlan) -> tuple[StagedBatch | Fallback, list[str]]:
+    def _write_fast(
+        self, batch_id: int, plan: TopicsPlan, state: SyncState
+    ) -> tuple[StagedBatch | Fallback, list[str]]:
         """The batch's files, written by the fast path (tables it routes to that do not exist yet
-        created first, from its messages); or why it is for the Spark path."""
+        created first, from its messages); or why it is for the Spark path. `state`: where the
+        tables stand once the batch in flight (if any) commits."""
         assert self.fast is not None
         created: list[str] = []
         if plan.losses:
             return DATA_LOSSES, created
         out: StagedBatch | Fallback | NewTables = Fallback("not run")
         for _attempt in range(2):
-            names = set(self.state.tables) | set(self.sinks)  # tables created this batch are not registered yet
+            names = set(state.tables) | set(self.sinks)  # tables created this batch are not registered yet
             sinks = {n: self.sink_for(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
             held = {
                 n: skipped_below(s.effective(), plan.starts, s.topics(), reset=plan.reset_partitions())
-                for n, s in self.state.tables.items()
+                for n, s in state.tables.items()
                 if n in sinks
             }
-            feeding = {n: s.topics() for n, s in self.state.tables.items()}
+            feeding = {n: s.topics() for n, s in state.tables.items()}
             read = plan.topics_read()
             batch_tables = {n for n, topics in feeding.items() if topics & read} | set(created)
             with failures_named(batch_place(self.config.pipeline, sorted(batch_tables))):
@@ -351,14 +398,11 @@ class SyncRunner:
         """Commit every table the batch feeds (`fed`: tables with records; also every table fed by a
         topic the batch read), several at a time, each with its own position: `write(table, position)`,
         which on a partition found reset is the new log's, below the old one."""
-        read = plan.topics_read()
-        reset = plan.reset_partitions()
-        due = sorted(n for n, s in self.state.tables.items() if n in fed or s.topics() & read)
+        due = self.state.due(plan.topics_read(), fed)
 
         def commit(name: str) -> tuple[str, BatchResult]:
             state = self.state.tables[name]
-            ends = {t: plan.ends[t] for t in state.topics() if t in plan.ends}
-            position = advance(state.effective(), ends, reset=reset)
+            position = state.after(plan.ends, reset=plan.reset_partitions())
             result = write(name, position)
             crash_point("after_table_commit", batch_id)
             state.batch_id = max(state.batch_id, batch_id)
@@ -420,12 +464,6 @@ class SyncRunner:
         one runner per pipeline, transient failures restart from what the tables hold."""
         loop = PipelineLoop(self, self._stop)
         return loop.run(once=once, on_batch=on_batch, on_restart=on_restart, handle_signals=handle_signals)
-
-    def step(self, commits: CommitOverlap, *, overlap: bool) -> None:
-        """Run one batch, committed before it returns (commits are not overlapped across many tables)."""
-        metrics = self.run_batch()
-        if metrics is not None:
-            commits.add(metrics)
 
     def last_plan_full(self) -> bool:
         """Whether the last plan reached max_records."""

@@ -113,7 +113,6 @@ def run_spark_batch(
             lambda: runner.commit_each(
                 batch_id, plan, set(decoded), lambda n, p: commit_table(runner, n, p, written, decoded, batch_id)
             ),
-            staged=True,
         )
     except IcetideError:
         raise

@@ -20,6 +20,7 @@ position there moves to the batch's end, back from the old log's.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +76,11 @@ class TableState:
         """The topics that feed this table."""
         return set(self.floor) | set(self.position)
 
+    def after(self, ends: Mapping[str, Mapping[str, int]], *, reset: Iterable[tuple[str, str]] = ()) -> Position:
+        """Where the table holds its topics once a batch that read up to `ends` commits; on the
+        partitions `reset` (a new log), the new log's position, below the old one."""
+        return advance(self.effective(), {t: ends[t] for t in self.topics() if t in ends}, reset=reset)
+
 
 @dataclass
 class SyncState:
@@ -96,6 +102,29 @@ class SyncState:
     def registry(self) -> dict[str, Position]:
         """What the dead-letter table records: table -> topic -> the table's floor."""
         return {name: {t: dict(p) for t, p in s.floor.items()} for name, s in sorted(self.tables.items())}
+
+    def due(self, read: set[str], fed: set[str]) -> list[str]:
+        """The tables a batch commits: those it fed (`fed`) and those fed by a topic it `read`,
+        whose positions move on even without a record."""
+        return sorted(n for n, s in self.tables.items() if n in fed or s.topics() & read)
+
+    def after_batch(
+        self,
+        batch_id: int,
+        ends: Mapping[str, Mapping[str, int]],
+        *,
+        read: set[str],
+        fed: set[str],
+    ) -> SyncState:
+        """This state as it will be once batch `batch_id`, which read `read` up to `ends` and fed
+        `fed`, has committed every table it is due to (the next plan starts there while it
+        commits). Only a batch without reset partitions (without data losses) is projected."""
+        ahead = copy.deepcopy(self)
+        for name in ahead.due(read, fed):
+            table = ahead.tables[name]
+            table.position = table.after(ends)
+            table.batch_id = max(table.batch_id, batch_id)
+        return ahead
 
     def feeding(self, topic: str) -> list[TableState]:
         """The tables `topic` feeds."""

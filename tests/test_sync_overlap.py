@@ -1,0 +1,189 @@
+"""Overlapped commits in a pipeline of many tables (trigger.overlap_commit): while a backlog drains
+on the sync fast path, batch N's tables commit on the commit thread while batch N+1 is planned
+from where N leaves them, read and written.
+
+The change events are the real Debezium messages of tests/test_db_sync.py (the MySQL `orders` and
+`customers` messages of debezium-server-iceberg's test resources, the `products` message of
+Debezium's tutorial via Flink), with rows of their own. One topic carries two tables (products and
+more customers), so the customers table is fed by two topics and each topic's next batch starts
+at the lowest position of the tables it feeds: the case an early plan could get wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icetide.config import PipelineConfig
+from icetide.errors import CommitConflictError
+from icetide.pipeline.sync import SyncRunner
+from icetide.pipeline.sync_fast import SyncFastPath
+from icetide.sink.sink import UpsertSink
+from tests.kafka_broker import produce
+from tests.test_db_sync import (
+    Record,
+    _create,
+    changes,
+    inventory_streams,
+    model_of,
+    pipeline_doc,
+    rows_of,
+    same,
+    unique,
+)
+
+KEYS = {"orders": "order_number", "customers": "id", "products": "id"}
+SHIFT = 50_000  # the mixed topic's customers: keys of their own
+
+
+def _shifted(records: list[Record], field: str) -> list[Record]:
+    """The records with `field` moved by SHIFT in the key and in before/after: other rows."""
+    out: list[Record] = []
+    for partition, key, value, headers in records:
+        k = json.loads(key) if key is not None else None
+        if k is not None:
+            k["payload"][field] += SHIFT
+        v = json.loads(value) if value is not None else None
+        if v is not None:
+            for side in ("before", "after"):
+                if v["payload"][side] is not None:
+                    v["payload"][side][field] += SHIFT
+        out.append((partition, json.dumps(k).encode() if k else None, json.dumps(v).encode() if v else None, headers))
+    return out
+
+
+def _database(bootstrap: str, prefix: str) -> dict[str, dict[int, dict[str, Any]]]:
+    """Three topics into three tables (one bad record that names no table among the orders);
+    the models of the tables."""
+    streams = inventory_streams()
+    orders = changes(streams["orders"], seed=1, count=40)
+    customers = changes(streams["customers"], seed=2, count=40)
+    more = _shifted(changes(streams["customers"], seed=3, count=30), "id")
+    products = changes(streams["products"], seed=4, count=30)
+    mixed = [r for pair in zip(products, more, strict=False) for r in pair]
+    mixed += products[len(more) :] + more[len(products) :]
+    bad = (0, None, json.dumps({"payload": {"op": "c", "after": {"id": 1}, "source": {"db": "x"}}}).encode(), None)
+    orders.insert(30, bad)  # a batch with a dead letter runs on the Spark path, after the flight lands
+    for name, records in (("orders", orders), ("customers", customers), ("mixed", mixed)):
+        _create(bootstrap, f"{prefix}.inventory.{name}")
+        produce(bootstrap, f"{prefix}.inventory.{name}", records)
+    return {
+        "orders": model_of(orders),
+        "customers": {**model_of(customers), **model_of(more)},
+        "products": model_of(products),
+    }
+
+
+def _batch_files(warehouse: Path, namespace: str, name: str, batch_id: int) -> list[Path]:
+    return list((warehouse / namespace).rglob(f"icetide-{name}-b{batch_id:012d}-*.parquet"))
+
+
+def _check_tables(spark: Any, namespace: str, models: dict[str, dict[int, dict[str, Any]]]) -> None:
+    for t, model in models.items():
+        assert same(rows_of(spark, f"lake.{namespace}.{t}", KEYS[t]), model), t
+    dead = spark.table(f"lake.{namespace}.dead_letter").collect()
+    assert len(dead) == 1 and "source.table is missing" in dead[0]["error"]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_backlog_of_many_tables_is_written_while_the_batch_before_commits(
+    spark: Any, kafka_broker: str, warehouse: str, overlap: bool
+) -> None:
+    """With a backlog, batch N+1's files are on disk by the time batch N is reported committed;
+    with overlap_commit off, never. Either way batch ids run 1..N, every table equals its model,
+    the dead letter is held once, and each table's commits come in batch order."""
+    from tests.commands import warehouse_reader
+
+    prefix, namespace = f"db{unique()}", f"ovl{unique()}"
+    name = f"ovl_{str(overlap).lower()}"
+    models = _database(kafka_broker, prefix)
+    trigger = {"interval": "1s", "max_records": 24, "overlap_commit": overlap}
+    runner = SyncRunner(
+        PipelineConfig.from_dict(pipeline_doc(name, kafka_broker, prefix, namespace, trigger=trigger)), spark
+    )
+    next_written: list[bool] = []
+
+    def on_batch(metrics: Any) -> None:
+        next_written.append(bool(_batch_files(Path(warehouse), namespace, name, metrics.batch_id + 1)))
+
+    summary = runner.run(once=True, handle_signals=False, on_batch=on_batch)
+    runner.topics.close()
+    batches = summary.batches
+    assert [b.batch_id for b in batches] == list(range(1, len(batches) + 1))
+    assert len(batches) >= 6 and all(b.committed for b in batches)
+    paths = [getattr(b, "path", "") for b in batches]
+    assert "fast" in paths and any(p.startswith("spark") for p in paths), paths  # the dead letter's batch
+    assert any(next_written) == overlap, next_written
+    reader = warehouse_reader(spark, "lake", warehouse)
+    _check_tables(reader, namespace, models)
+    for t in models:
+        ids = [
+            r["batch"]
+            for r in reader.sql(
+                "SELECT CAST(summary['icetide.batch-id'] AS INT) AS batch "
+                f"FROM lake.{namespace}.{t}.snapshots ORDER BY committed_at"
+            ).collect()
+        ]
+        assert ids == sorted(ids) and len(ids) == len(set(ids)), (t, ids)
+
+
+def test_a_failed_commit_in_flight_discards_the_batch_written_after_it(
+    spark: Any, kafka_broker: str, warehouse: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batch 2's commit of the orders table fails on the commit thread (a conflict past its
+    retries, injected at the sink's commit) while batch 3 is written from where batch 2 would
+    leave the tables: batch 3's files are deleted, the run restarts from what the tables hold,
+    and every table ends equal to its model."""
+    from tests.commands import warehouse_reader
+
+    prefix, namespace = f"db{unique()}", f"ovlf{unique()}"
+    name = "ovl_fail"
+    models = _database(kafka_broker, prefix)
+    doc = pipeline_doc(
+        name,
+        kafka_broker,
+        prefix,
+        namespace,
+        trigger={"interval": "1s", "max_records": 24},
+        restart={"max_attempts": 2, "backoff": "0.1s"},
+    )
+    failed: list[int] = []
+    commit_files = UpsertSink.commit_files
+
+    def failing(sink: UpsertSink, batch_id: int, files: Any, *args: Any, **kwargs: Any) -> Any:
+        if batch_id == 2 and sink.table_name.endswith(".orders") and not failed:
+            failed.append(batch_id)
+            raise CommitConflictError(f"batch 2 of {sink.table_name}: injected conflict past the retries")
+        return commit_files(sink, batch_id, files, *args, **kwargs)
+
+    monkeypatch.setattr(UpsertSink, "commit_files", failing)
+    discarded: list[int] = []
+    discard = SyncFastPath.discard
+
+    def recording(batch_id: int, sinks: Any) -> None:
+        discarded.append(batch_id)
+        discard(batch_id, sinks)
+
+    monkeypatch.setattr(SyncFastPath, "discard", staticmethod(recording))
+    runner = SyncRunner(PipelineConfig.from_dict(doc), spark)
+    written_when_failed: list[int] = []
+    summary = runner.run(
+        once=True,
+        handle_signals=False,
+        on_restart=lambda _: written_when_failed.append(len(_batch_files(Path(warehouse), namespace, name, 3))),
+    )
+    runner.topics.close()
+    assert failed == [2] and len(summary.restarts) == 1 and "injected conflict" in summary.restarts[0].error
+    assert discarded == [3] and written_when_failed == [0]  # batch 3 was written from batch 2's ends, then deleted
+    reader = warehouse_reader(spark, "lake", warehouse)
+    _check_tables(reader, namespace, models)
+    for t in models:  # no file left behind that no snapshot references
+        location = Path(warehouse) / namespace / t / "data"
+        referenced = {
+            r[0].replace("file:", "")
+            for r in reader.sql(f"SELECT file_path FROM lake.{namespace}.{t}.all_files").collect()
+        }
+        assert {str(p) for p in location.rglob("*.parquet")} <= referenced, t
