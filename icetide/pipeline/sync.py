@@ -33,11 +33,9 @@ from icetide.pipeline.batches import (
     RunSummary,
     SyncBatchMetrics,
     batch_metrics,
-    commit_dead_letters,
     commit_tables,
     warn_unknown_fields,
 )
-from icetide.pipeline.dead_letter import DeadLetterTable, Held
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.overlap import CommitOverlap
 from icetide.pipeline.prometheus import PipelineMetrics, TableCounts, pipeline_metrics
@@ -52,9 +50,10 @@ from icetide.pipeline.staging import (
     failures_named,
 )
 from icetide.pipeline.supervision import RestartMetrics
+from icetide.pipeline.sync_dead_letters import SyncDeadLetters
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.sync_spark import TABLE_THREADS, TableBatch, run_spark_batch
-from icetide.pipeline.sync_state import Position, SyncState, advance, skipped_below
+from icetide.pipeline.sync_state import Position, SyncState, skipped_below
 from icetide.pipeline.sync_status import read_sync_state
 from icetide.pipeline.table_from_stream import create_from_definition, definition_from_messages
 from icetide.sink.batch import BatchResult
@@ -87,7 +86,7 @@ class SyncRunner:
             self.fast = SyncFastPath(spark, config, kafka.reader_settings(), kafka.read_timeout_seconds)
         else:
             log.debug("sync fast path not used: %s", not_fast.reason)
-        self.dead_letter = DeadLetterTable(spark, config.dead_letter, config.pipeline)
+        self.dead_letters = SyncDeadLetters(spark, config)
         # deletes: vectors keeps one key index per table: the process holds at most this much of them
         process_key_indexes().set_limit(config.table.key_index_memory)
         self.sinks: dict[str, UpsertSink] = {}
@@ -225,69 +224,13 @@ class SyncRunner:
             create_from_definition(self.spark, t, definition_from_messages(samples()))
         self.sink_for(name)
 
-    def write_dead_letters(self, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
-        """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
-        registry and the dead-letter position, before any table. The position never goes back, but
-        on a partition found reset that the dead-letter table has not recorded yet (a new log)."""
-        resets = [loss for loss in plan.losses if loss.to_offset is None]
-        recorded = self.dead_letter.recorded([loss.where() for loss in resets]) if resets else set()
-        reset = {(loss.topic, str(loss.partition)) for loss in resets if loss.where() not in recorded}
-        position = advance(self.state.dead_letter_position, plan.ends, reset=reset)
-        registry = self.state.registry()
-        if bad is None:
-            self.dead_letter.sink.commit_files(batch_id, [], position, registry=registry)
-        else:
-            self.dead_letter.write(bad, batch_id=batch_id, position=position, registry=registry)
-        self.state.dead_letter_position = position
-        self.state.dead_letter_batch = batch_id
-
-    def commit_batch_dead_letters(
-        self,
-        batch_id: int,
-        plan: TopicsPlan,
-        bad_count: int,
-        records_in: int,
-        first_error: Callable[[], str],
-        frame: Callable[[], DataFrame | None],
-        register: Callable[[], bool],
-        discard: Callable[[], object] | None = None,
-    ) -> None:
-        """The batch's share of bad records checked, then its tables registered (`register()`: whether
-        the registry changed) and the dead-letter table committed, before any table, when the batch
-        has bad records (`frame()`), changes the registry or reads a topic no table is fed by yet
-        (batches.commit_dead_letters)."""
-
-        def write() -> bool:
-            registry_changed = register()
-            fed = {t for s in self.state.tables.values() for t in s.topics()}
-            if not (bad_count or plan.losses or registry_changed or (plan.topics_read() - fed)):
-                return False
-            self.write_dead_letters(frame() if bad_count else None, plan, batch_id)
-            return True
-
-        commit_dead_letters(
-            batch_id,
-            bad_records=bad_count,
-            records_in=records_in,
-            limit=self.config.max_bad_fraction,
-            first_error=first_error,
-            write=write,
-            discard=discard,
-        )
-
-    def held_dead_letters(self, plan: TopicsPlan) -> Held:
-        """The batch's bad records the dead-letter table already holds (a batch read again after a
-        crash between the dead-letter commit and the tables'): never written twice."""
-        lost = [loss.where() for loss in plan.losses]
-        return Held.kafka(self.state.dead_letter_position, plan.starts, lost, self.dead_letter.recorded)
-
     # -- the fast path ---------------------------------------------------------------------
 
     def _dead_letters_fast(self, batch_id: int, plan: TopicsPlan, out: StagedBatch) -> list[BadRecord]:
         """Register the fast path's tables and commit its dead letters (those not held already),
         before any table; the batch's new dead letters."""
         assert self.fast is not None
-        held = self.held_dead_letters(plan)
+        held = self.dead_letters.held(self.state, plan)
         bad = [b for b in out.bad if not held.holds(b.source_position)]
         fast = self.fast
 
@@ -298,7 +241,8 @@ class SyncRunner:
             return changed
 
         warn_unknown_fields(batch_id, out.unknown_fields)
-        self.commit_batch_dead_letters(
+        self.dead_letters.commit(
+            self.state,
             batch_id,
             plan,
             len(bad),
@@ -358,39 +302,51 @@ class SyncRunner:
         """The batch's files, written by the fast path (tables it routes to that do not exist yet
         created first, from its messages); or why it is for the Spark path. `state`: where the
         tables stand once the batch in flight (if any) commits."""
-        assert self.fast is not None
         created: list[str] = []
         if plan.losses:
             return DATA_LOSSES, created
-        out: StagedBatch | Fallback | NewTables = Fallback("not run")
-        for _attempt in range(2):
-            names = set(state.tables) | set(self.sinks)  # tables created this batch are not registered yet
-            sinks = {n: self.sink_for(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
-            held = {
-                n: skipped_below(s.effective(), plan.starts, s.topics(), reset=plan.reset_partitions())
-                for n, s in state.tables.items()
-                if n in sinks
-            }
-            feeding = {n: s.topics() for n, s in state.tables.items()}
-            read = plan.topics_read()
-            batch_tables = {n for n, topics in feeding.items() if topics & read} | set(created)
-            with failures_named(batch_place(self.config.pipeline, sorted(batch_tables))):
-                out = self.fast.write(batch_id, plan.ranges, sinks, feeding, held)
-            if not isinstance(out, NewTables):
-                return out, created
-            for name, samples in sorted(out.samples.items()):
-                if name in self.sinks or table_exists(self.spark, name):
-                    self.sink_for(name)
-                elif not samples and self.config.table_config(name).schema is None:
-                    # The Spark path looks further (and says so when no message can make the table).
-                    return Fallback(f"no keyed message of new table {name} among the samples"), created
-                else:
-                    try:
-                        self.create_table(name, lambda samples=samples: samples)  # type: ignore[misc]
-                    except SourceError as exc:  # no schema among the few samples: the Spark path reads more
-                        return Fallback(f"new table {name}: {exc}"), created
-                    created.append(name)
+        out = self._tasks(batch_id, plan, state, created)
+        if isinstance(out, NewTables):
+            refused = self._create_tables(out, created)
+            if refused is not None:
+                return refused, created
+            out = self._tasks(batch_id, plan, state, created)  # the tables it routes to exist now
         return out.fallback() if isinstance(out, NewTables) else out, created
+
+    def _tasks(
+        self, batch_id: int, plan: TopicsPlan, state: SyncState, created: list[str]
+    ) -> StagedBatch | Fallback | NewTables:
+        """One run of the fast path's tasks over the batch, into the tables that exist."""
+        assert self.fast is not None
+        names = set(state.tables) | set(self.sinks)  # tables created this batch are not registered yet
+        sinks = {n: self.sink_for(n) for n in sorted(names) if n in self.sinks or table_exists(self.spark, n)}
+        held = {
+            n: skipped_below(s.effective(), plan.starts, s.topics(), reset=plan.reset_partitions())
+            for n, s in state.tables.items()
+            if n in sinks
+        }
+        feeding = {n: s.topics() for n, s in state.tables.items()}
+        read = plan.topics_read()
+        batch_tables = {n for n, topics in feeding.items() if topics & read} | set(created)
+        with failures_named(batch_place(self.config.pipeline, sorted(batch_tables))):
+            return self.fast.write(batch_id, plan.ranges, sinks, feeding, held)
+
+    def _create_tables(self, new: NewTables, created: list[str]) -> Fallback | None:
+        """Create the tables a batch routes to that do not exist yet, from their samples (appended
+        to `created`); or why the Spark path must create them."""
+        for name, samples in sorted(new.samples.items()):
+            if name in self.sinks or table_exists(self.spark, name):
+                self.sink_for(name)
+            elif not samples and self.config.table_config(name).schema is None:
+                # The Spark path looks further (and says so when no message can make the table).
+                return Fallback(f"no keyed message of new table {name} among the samples")
+            else:
+                try:
+                    self.create_table(name, lambda samples=samples: samples)  # type: ignore[misc]
+                except SourceError as exc:  # no schema among the few samples: the Spark path reads more
+                    return Fallback(f"new table {name}: {exc}")
+                created.append(name)
+        return None
 
     def commit_each(
         self, batch_id: int, plan: TopicsPlan, fed: set[str], write: Callable[[str, Position], BatchResult]
@@ -475,7 +431,7 @@ class SyncRunner:
         for name in self.table_names():
             if table_exists(self.spark, name):
                 removed += self.sink_for(name).remove_abandoned_files()
-        return removed + self.dead_letter.remove_abandoned_files()
+        return removed + self.dead_letters.table.remove_abandoned_files()
 
     def reload(self) -> None:
         """Read where every table stands again."""
@@ -496,7 +452,7 @@ class SyncRunner:
 
     def maintained_tables(self) -> list[str]:
         """Every table the pipeline has fed, and its dead-letter table."""
-        return [*self.table_names(), self.dead_letter.name]
+        return [*self.table_names(), self.dead_letters.table.name]
 
     def observe(self, metrics: BatchMetrics) -> None:
         """Each table's series were recorded with its commit (`record_metrics`)."""

@@ -104,8 +104,8 @@ def run_spark_batch(
             first = bad.first() if bad is not None else None
             return str(first["error"]) if first else "?"
 
-        runner.commit_batch_dead_letters(
-            batch_id, plan, bad_count, records_in, first_error, lambda: bad, lambda: registry_changed
+        runner.dead_letters.commit(
+            runner.state, batch_id, plan, bad_count, records_in, first_error, lambda: bad, lambda: registry_changed
         )
         written = stage_tables(runner, decoded, batch_id)
         results = commit_tables(
@@ -247,7 +247,7 @@ def bad_records(
         rows = [(None, f"data loss: {loss.reason}", loss.where()) for loss in plan.losses]
         frames.append(runner.spark.createDataFrame(rows, BAD_DDL))
     bad = reduce(lambda a, b: a.unionByName(b), frames)
-    return runner.held_dead_letters(plan).keep_new(bad)
+    return runner.dead_letters.held(runner.state, plan).keep_new(bad)
 
 
 def stage_tables(runner: SyncRunner, decoded: dict[str, TableBatch], batch_id: int) -> dict[str, WrittenBatch]:
