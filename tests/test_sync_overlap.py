@@ -187,3 +187,24 @@ def test_a_failed_commit_in_flight_discards_the_batch_written_after_it(
             for r in reader.sql(f"SELECT file_path FROM lake.{namespace}.{t}.all_files").collect()
         }
         assert {str(p) for p in location.rglob("*.parquet")} <= referenced, t
+
+
+def test_a_backlog_that_feeds_no_table_commits_without_a_restart(spark: Any, kafka_broker: str) -> None:
+    """A topic the pattern matches whose backlog is only tombstones (a compacted topic's deletes,
+    as Debezium sends after each delete: value null) feeds no table: each full batch commits the
+    dead-letter table's position alone, and, with nothing to overlap, never reads as a commit
+    another writer took (which would restart the run)."""
+    prefix, namespace = f"db{unique()}", f"ovlt{unique()}"
+    customers = inventory_streams()["customers"]
+    tombstones: list[Record] = [(0, customers.key(1000 + i), None, None) for i in range(40)]
+    topic = f"{prefix}.inventory.customers"
+    _create(kafka_broker, topic)
+    produce(kafka_broker, topic, tombstones)
+    trigger = {"interval": "1s", "max_records": 10}
+    doc = pipeline_doc("ovl_tomb", kafka_broker, prefix, namespace, trigger=trigger)
+    runner = SyncRunner(PipelineConfig.from_dict(doc), spark)
+    summary = runner.run(once=True, handle_signals=False)
+    runner.topics.close()
+    assert summary.restarts == [] and len(summary.batches) >= 4
+    assert [b.batch_id for b in summary.batches] == list(range(1, len(summary.batches) + 1))
+    assert runner.table_names() == [] and runner.lag() == 0

@@ -189,15 +189,18 @@ class SyncRunner:
             if self.fast is not None:
                 out, created = self._write_fast(batch_id, plan, ahead)
                 if isinstance(out, StagedBatch):
+                    read_seconds = time.monotonic() - started  # not the wait for the batch in flight
                     fast = self.fast
                     commits.finish(discard=lambda: fast.discard(batch_id, list(self.sinks.values())))
-                    read_seconds = time.monotonic() - started
                     bad = self._dead_letters_fast(batch_id, plan, out)
 
                     def commit() -> SyncBatchMetrics:
                         return self._commit_fast(batch_id, plan, out, bad, created, plan_seconds, read_seconds)
 
-                    if overlap and plan.full and not self.config.maintenance_due(batch_id):
+                    # A batch that is due to commit no table (only messages no table takes, its
+                    # dead letters committed above) has nothing to overlap.
+                    due = self.state.due(plan.topics_read(), set(out.records))
+                    if overlap and plan.full and due and not self.config.maintenance_due(batch_id):
                         self._after_flight = self.state.after_batch(
                             batch_id, plan.ends, read=plan.topics_read(), fed=set(out.records)
                         )

@@ -71,6 +71,8 @@ class KafkaTopics:
         self._pattern = re.compile(config.topic_pattern) if config.topic_pattern else None
         self._sources: dict[str, KafkaSource] = {}
         self._lock = threading.Lock()
+        # The topic lister: one consumer, used by the run's thread and an overlapped commit's (lag).
+        self._lister_lock = threading.Lock()
         self._lister: Any | None = None
 
     def source(self, topic: str) -> KafkaSource:
@@ -84,16 +86,19 @@ class KafkaTopics:
     def topics(self) -> list[str]:
         """The topics to read now: the listed ones (`topics`, or the one `topic`) that exist, or every
         topic the pattern matches."""
-        if self._lister is None:
+        with self._lister_lock:
+            if self._lister is None:
+                try:
+                    self._lister = confluent_kafka_module().Consumer(self.config.consumer_settings())
+                except Exception as exc:
+                    raise SourceError(
+                        f"kafka {self.config.bootstrap_servers}: cannot create a consumer: {exc}"
+                    ) from exc
             try:
-                self._lister = confluent_kafka_module().Consumer(self.config.consumer_settings())
+                metadata = self._lister.list_topics(timeout=self.config.metadata_timeout_seconds)
             except Exception as exc:
-                raise SourceError(f"kafka {self.config.bootstrap_servers}: cannot create a consumer: {exc}") from exc
-        try:
-            metadata = self._lister.list_topics(timeout=self.config.metadata_timeout_seconds)
-        except Exception as exc:
-            self._close_lister()
-            raise SourceError(f"kafka {self.config.bootstrap_servers}: cannot list topics: {exc}") from exc
+                self._drop_lister()
+                raise SourceError(f"kafka {self.config.bootstrap_servers}: cannot list topics: {exc}") from exc
         present = {name for name, info in metadata.topics.items() if info.error is None and info.partitions}
         if self._pattern is not None:
             return sorted(t for t in present if self._pattern.fullmatch(t))
@@ -177,9 +182,11 @@ class KafkaTopics:
             sources = list(self._sources.values())
         for s in sources:
             s.close()
-        self._close_lister()
+        with self._lister_lock:
+            self._drop_lister()
 
-    def _close_lister(self) -> None:
+    def _drop_lister(self) -> None:
+        """Close the topic lister (the caller holds `_lister_lock`); the next listing opens another."""
         lister, self._lister = self._lister, None
         if lister is not None:
             try:
