@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -31,6 +33,8 @@ def _configure_logging(verbose: bool) -> None:
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
     install_log_redaction()
+    # `kill -USR1 <pid>` prints every thread's Python stack to stderr: what a stuck process is doing.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _hour_label(hours_since_epoch: int | None) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,15 +15,36 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python -m icetide.cli ARGS` in the repository root; output captured as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "icetide.cli", *args],
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    """`python -m icetide.cli ARGS` in the repository root; output captured as text. If it has
+    not ended after `timeout` seconds the test fails with the stacks of its threads."""
+    command = [sys.executable, "-m", "icetide.cli", *args]
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    out, err = communicate(proc, timeout)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """`proc.communicate(timeout)`; if `proc` (an `icetide` command) is still running then, its
+    threads' stacks (it prints them on SIGUSR1) fail the test, and it is killed."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"{proc.args} still running after {timeout}s; its stdout ends:\n{out[-2000:]}\n"
+            f"its stderr (the stacks last) ends:\n{err[-12000:]}"
+        ) from None
+
+
+def stop_with_signal(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[str, str]:
+    """SIGTERM `proc` (an `icetide` command) and wait for it to end; its output."""
+    proc.send_signal(signal.SIGTERM)
+    return communicate(proc, timeout)
 
 
 def demo_warehouse(warehouse: Path, batches: int = 2, events: int = 300) -> None:

@@ -30,7 +30,7 @@ from icetide.maintenance.maintain import maintain
 from icetide.pipeline.runner import Runner
 from icetide.spark.session import COMMIT_LOCK_IMPL
 from icetide.table.iceberg import load_table
-from tests.commands import ROOT, catalog_reader, run_cli
+from tests.commands import ROOT, catalog_reader, run_cli, stop_with_signal
 from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg, pyiceberg_rows
 from tests.model import table_rows
@@ -59,9 +59,8 @@ def served(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
         assert uri.startswith("http://127.0.0.1:"), proc.communicate(timeout=30)[1][-3000:]
         yield uri
     finally:
-        proc.send_signal(signal.SIGTERM)
         try:
-            _, err = proc.communicate(timeout=60)
+            _, err = stop_with_signal(proc, 60)
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 from datetime import datetime
@@ -16,7 +15,7 @@ import pytest
 
 from icetide.config import PipelineConfig
 from icetide.pipeline.runner import Runner
-from tests.commands import crash_and_restart, warehouse_reader
+from tests.commands import crash_and_restart, stop_with_signal, warehouse_reader
 from tests.model import ReferenceModel, table_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,8 +181,7 @@ def test_sigterm_stops_cleanly_after_the_batch_in_flight(tmp_path: Path) -> None
     assert proc.stdout is not None
     first = json.loads(proc.stdout.readline())  # the first batch's metrics line
     assert first["batch_id"] == 1 and first["committed"]
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = stop_with_signal(proc)
     assert proc.returncode == 0, err[-2000:]
     assert "stopped by signal" in err
     committed = [json.loads(line)["batch_id"] for line in out.splitlines() if line.startswith("{")]

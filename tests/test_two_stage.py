@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 from icetide.config import PipelineConfig
 from icetide.pipeline.two_stage import TwoStageRunner
 from icetide.stateful.merge import MergeSpec
-from tests.commands import crash_and_restart, warehouse_reader
+from tests.commands import crash_and_restart, stop_with_signal, warehouse_reader
 from tests.merge_model import merge_events
 from tests.model import table_rows
 
@@ -183,8 +182,7 @@ def test_running_pipeline_merges_files_as_they_land_and_stops_on_sigterm(spark: 
         more, _ = land(tmp_path / "landing", 2, seed=8, first=2)  # files landing while it runs
         assert wait_for(expected(events + more)) == expected(events + more)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        out, stderr = proc.communicate(timeout=120)
+        out, stderr = stop_with_signal(proc)
     assert proc.returncode == 0, stderr[-3000:]
     stage_two = [json.loads(line) for line in out.splitlines() if '"stage": 2' in line]
     assert stage_two and sum(m["rows_written"] for m in stage_two) >= len(expected(events + more))
