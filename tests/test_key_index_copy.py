@@ -19,10 +19,10 @@ import pytest
 import icetide
 import tests.test_compaction as seed
 from icetide.errors import ConfigError
+from icetide.filesystems import filesystem_for
 from icetide.maintenance.compaction import compact
 from icetide.sink.key_index import KeyIndex
 from icetide.sink.key_index_copy import COPY_EVERY_BATCHES, copy_folder
-from icetide.sink.writer import filesystem_for
 from icetide.table.iceberg import load_table
 from tests.commands import ROOT
 from tests.test_compaction import COLUMNS, UPSERT_DDL, Table

@@ -210,3 +210,50 @@ def test_a_backlog_that_feeds_no_table_commits_without_a_restart(spark: Any, kaf
     assert [b.batch_id for b in summary.batches] == list(range(1, len(summary.batches) + 1))
     assert runner.table_names() == [] and lag == 0
     assert runner.state.dead_letter_position == {topic: {"0": len(tombstones)}}  # every tombstone passed once
+
+
+def test_a_table_that_fails_to_write_leaves_no_file_of_the_batch(
+    spark: Any, kafka_broker: str, warehouse: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On the Spark path (`fast_path: off`) every table of a batch writes its files before any
+    commits. Batch 1's writes of orders and products fail (a full disk, injected at the sink's
+    `stage`): the run stops with the first error, the second is logged, the files the customers
+    table wrote are deleted and no table commits. The next run lands every table equal to its
+    model, the dead letter once."""
+    from tests.commands import warehouse_reader
+
+    prefix, namespace = f"db{unique()}", f"ovlw{unique()}"
+    name = "ovl_write"
+    models = _database(kafka_broker, prefix)
+    doc = pipeline_doc(name, kafka_broker, prefix, namespace, trigger={"interval": "1s", "max_records": 100})
+    doc["fast_path"] = "off"
+    stage, delete_files = UpsertSink.stage, UpsertSink.delete_files
+    deleted: list[tuple[str, int, str]] = []
+
+    def failing(sink: UpsertSink, df: Any, *, batch_id: int, **kwargs: Any) -> Any:
+        if batch_id == 1 and sink.table_name.endswith((".orders", ".products")):
+            raise OSError(f"injected: no space left on device writing {sink.table_name}")
+        return stage(sink, df, batch_id=batch_id, **kwargs)
+
+    def recording(sink: UpsertSink, files: Any, *, reason: str) -> None:
+        deleted.append((sink.table_name.rsplit(".", 1)[-1], len(files), reason))
+        delete_files(sink, files, reason=reason)
+
+    monkeypatch.setattr(UpsertSink, "stage", failing)
+    monkeypatch.setattr(UpsertSink, "delete_files", recording)
+    runner = SyncRunner(PipelineConfig.from_dict(doc), spark)
+    with caplog.at_level("WARNING", logger="icetide.pipeline.sync_spark"), pytest.raises(OSError, match="orders"):
+        runner.run(once=True, handle_signals=False)
+    runner.topics.close()
+    assert f"writing lake.{namespace}.products failed too: injected" in caplog.text
+    reason = "another table of the batch failed to write"
+    assert [(t, why) for t, n, why in deleted if n] == [("customers", reason)]
+    for t in models:  # the dead-letter table may hold batch 1's; no table of the model does
+        assert not list((Path(warehouse) / namespace / t).rglob(f"icetide-{name}-b{1:012d}-*")), t
+    monkeypatch.undo()
+    again = SyncRunner(PipelineConfig.from_dict(doc), spark)
+    summary = again.run(once=True, handle_signals=False)
+    again.topics.close()
+    # Batch 1's dead-letter commit came first (it holds the registry): the tables' batch 1 runs as 2.
+    assert summary.batches[0].batch_id == 2 and summary.restarts == []
+    _check_tables(warehouse_reader(spark, "lake", warehouse), namespace, models)

@@ -49,6 +49,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from icetide.errors import CommitFailedError, CommitStateUnknownError, ConfigError
+from icetide.filesystems import filesystem_for
 from icetide.maintenance.compaction import SUMMARY_COMMIT_ID, SUMMARY_OPERATION, SUMMARY_PLANNED_SNAPSHOT
 from icetide.maintenance.deletes import applies
 from icetide.maintenance.inventory import TableFiles
@@ -57,7 +58,6 @@ from icetide.maintenance.progress import ProgressCallback, notify
 from icetide.sink.keys import read_by_field_id
 from icetide.sink.metrics import FIELD_ID_KEY
 from icetide.sink.vectors import PlannedVector, plan_vector, write_vectors
-from icetide.sink.writer import filesystem_for
 from icetide.table.commit_errors import CONFLICTS, UNKNOWN, short_message
 from icetide.table.iceberg import format_version, java_exception_class, java_message, jvm, load_table
 

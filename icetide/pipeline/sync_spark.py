@@ -12,6 +12,7 @@ between the two).
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
-from icetide.errors import IcetideError
+from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
 from icetide.pipeline.batches import SyncBatchMetrics, batch_metrics, commit_tables
 from icetide.pipeline.sync_state import Position, skipped_below
@@ -41,6 +42,8 @@ TABLE_THREADS = 4  # tables decoded, written and committed at once (Spark runs t
 # the dynamic distribution's statistics pass: one Spark job less per table (docs/design.md, "Many tables").
 SMALL_SHARE_RECORDS = 50_000
 POSITION_COLUMNS = ["topic", "partition", "offset"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -271,11 +274,15 @@ def stage_tables(runner: SyncRunner, decoded: dict[str, TableBatch], batch_id: i
     with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, len(batches))) as pool:
         futures = {b.name: pool.submit(stage, b) for b in batches}
     written = {name: f.result() for name, f in futures.items() if f.exception() is None}
-    failed = [f.exception() for f in futures.values() if f.exception() is not None]
+    failed = {name: error for name, f in futures.items() if (error := f.exception()) is not None}
     if failed:
         for name, files in written.items():
             runner.sinks[name].delete_files(files.files, reason="another table of the batch failed to write")
-        raise failed[0]  # type: ignore[misc]
+        (_, error), *others = failed.items()
+        for name, other in others:  # only the first is raised
+            log.warning("batch %s: writing %s failed too: %s", batch_id, name, one_line(other))
+            log.debug("writing %s failed", name, exc_info=other)
+        raise error
     return written
 
 

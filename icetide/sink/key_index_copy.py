@@ -38,8 +38,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from icetide.errors import ConfigError
+from icetide.filesystems import filesystem_for
 from icetide.sink.key_index import SNAPSHOT_WALK_LIMIT, KeyIndex
-from icetide.sink.writer import filesystem_for
 from icetide.table.iceberg import key_field_ids, table_property
 
 log = logging.getLogger(__name__)

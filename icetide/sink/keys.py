@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from icetide.errors import ConfigError
+from icetide.filesystems import filesystem_for
 from icetide.sink.metrics import FIELD_ID_KEY
-from icetide.sink.writer import filesystem_for
 
 
 def canonical(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:

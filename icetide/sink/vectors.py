@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from icetide.sink.writer import filesystem_for
+from icetide.filesystems import filesystem_for
 from icetide.table.deletion_vectors import deserialize_positions, puffin_file
 from icetide.table.iceberg import jvm
 

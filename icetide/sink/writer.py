@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from icetide.filesystems import filesystem_for
 from icetide.sink.changelog import ARRIVAL_COLUMN, BadOperationError, collapse
 from icetide.sink.metrics import FileStats, content_file_json, partition_json_value
 from icetide.sink.transforms import arrow_partition_values
@@ -106,16 +107,6 @@ def file_prefix(pipeline_id: str, batch_id: int) -> str:
     """Start of every file name a batch writes; lets a crashed batch's files be found again."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", pipeline_id)
     return f"icetide-{safe}-b{batch_id:012d}-"
-
-
-def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and the path inside it for a table location (local, file:, s3://, ...)."""
-    if location.startswith("file:"):
-        return pafs.LocalFileSystem(), "/" + location[len("file:") :].lstrip("/")
-    if "://" not in location:
-        return pafs.LocalFileSystem(), location
-    fs, path = pafs.FileSystem.from_uri(location)
-    return fs, path
 
 
 def partition_value_text(value: object, result_type: str) -> str | None:
@@ -363,7 +354,6 @@ def writer_function(config: WriterConfig) -> object:
 
 def remove_files(location: str, doomed: Callable[[str], bool]) -> int:
     """Delete the files under `location` whose names `doomed` picks; returns how many."""
-    import pyarrow.fs as pafs
 
     fs, base = filesystem_for(location)
     try:

@@ -48,6 +48,7 @@ import pyarrow.fs as pafs
 
 from icetide.config_values import reject_unknown_keys
 from icetide.errors import ConfigError, DataLossError, SourceError
+from icetide.filesystems import filesystem_for
 from icetide.sources.base import ExecutorSourceError
 from icetide.spark.worker_imports import keep_zip_directories
 
@@ -146,15 +147,6 @@ class LandedFile:
     path: str  # what readers open: an absolute local path or a URI
     mtime_ms: int
     size: int
-
-
-def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and the path inside it for a location (local path, file:, s3://, ...)."""
-    if location.startswith("file:"):
-        return pafs.LocalFileSystem(), "/" + location[len("file:") :].lstrip("/")
-    if "://" not in location:
-        return pafs.LocalFileSystem(), os.path.abspath(location)
-    return pafs.FileSystem.from_uri(location)
 
 
 def is_hidden(name: str) -> bool:
