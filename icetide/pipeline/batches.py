@@ -1,16 +1,13 @@
 """What a batch and a run report (one JSON metrics line per batch), the rules every path applies
-at the end of a batch (its share of bad records, its metrics), and the runners' stop signals."""
+at the end of a batch (its share of bad records, its metrics)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from types import FrameType
 from typing import Any, TypeVar
 
 from icetide.errors import TerminalError
@@ -71,25 +68,6 @@ class RunSummary:
     def rows_written(self) -> int:
         """Rows written by all the run's batches."""
         return sum(b.rows_written for b in self.batches)
-
-
-def install_stop_signals(stop: threading.Event) -> dict[int, Any]:
-    """SIGINT and SIGTERM set `stop` (the batch in flight finishes); a second one interrupts.
-    Returns the previous handlers; nothing is installed outside the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        log.warning("signal %s: stopping after the batch in flight", signal.Signals(signum).name)
-        stop.set()
-
-    previous: dict[int, Any] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.getsignal(sig)
-        signal.signal(sig, handler)
-    return previous
 
 
 @dataclass(frozen=True)

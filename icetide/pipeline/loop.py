@@ -12,18 +12,18 @@ steps after a transient failure from what the tables hold.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from icetide.config import PipelineConfig
-from icetide.pipeline.batches import BatchMetrics, RunSummary, install_stop_signals
+from icetide.pipeline.batches import BatchMetrics, RunSummary
 from icetide.pipeline.maintenance_thread import MaintenanceThread, maintenance_policy
 from icetide.pipeline.overlap import CommitOverlap
 from icetide.pipeline.prometheus import PipelineMetrics
 from icetide.pipeline.runner_lock import RunnerLock, lock_config
+from icetide.pipeline.stop_signals import StopSignals
 from icetide.pipeline.supervision import RestartMetrics, supervise
 
 if TYPE_CHECKING:
@@ -94,7 +94,9 @@ class PipelineLoop:
         if prometheus is not None:
             prometheus.committed_before(steps.last_committed_at())
         count_maintenance = prometheus.count_maintenance(steps.maintenance_runs) if prometheus else None
-        previous = install_stop_signals(self._stop) if handle_signals else {}
+        signals = StopSignals(self._stop)
+        if handle_signals:
+            signals.install()
         maintenance = self._start_maintenance_thread()
         commits = CommitOverlap(self.config.pipeline)
 
@@ -124,8 +126,7 @@ class PipelineLoop:
             steps.close()
             if maintenance is not None:
                 maintenance.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            signals.restore()
             lock.release()
         return summary
 

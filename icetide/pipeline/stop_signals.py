@@ -1,0 +1,68 @@
+"""SIGINT and SIGTERM stop a run after the batch in flight; a second one interrupts it.
+
+A Python signal handler runs in the main thread between two bytecodes, wherever that thread is,
+so it must not take a lock the interrupted code may hold. `threading.Event.set` takes the lock
+of the event's condition, which `Event.wait` holds while it enters and leaves its wait: a handler
+calling `stop.set()` while the run loop waits on `stop` for its next trigger blocks on a lock its
+own thread holds, for ever (CI saw `icetide run` hang so after SIGTERM). Logging is no safer: the
+handler could interrupt a write to stderr. So the handler only notes the signal and writes a byte
+to a pipe; a relay thread reads it, logs the stop and sets the event.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """While installed, SIGINT and SIGTERM set `stop` (the batch in flight finishes); a second one
+    raises KeyboardInterrupt in the main thread. Nothing is installed outside the main thread."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self._received: list[int] = []  # appended by the handler: a list append takes no lock
+        self._previous: dict[int, Any] = {}
+        self._relay: threading.Thread | None = None
+        self._wake = (-1, -1)
+
+    def install(self) -> StopSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self._wake = os.pipe()
+        self._relay = threading.Thread(target=self._relay_signals, name="icetide-stop-signals", daemon=True)
+        self._relay.start()
+        for sig in SIGNALS:
+            self._previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._handle)
+        return self
+
+    def restore(self) -> None:
+        """Put back the handlers there were, and end the relay thread."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+        if self._relay is not None:
+            os.close(self._wake[1])  # the relay reads end-of-file and ends
+            self._relay.join(timeout=5)
+            os.close(self._wake[0])
+            self._relay = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._received:
+            raise KeyboardInterrupt
+        self._received.append(signum)
+        os.write(self._wake[1], bytes([signum]))
+
+    def _relay_signals(self) -> None:
+        while received := os.read(self._wake[0], 1):
+            log.warning("signal %s: stopping after the batch in flight", signal.Signals(received[0]).name)
+            self.stop.set()
