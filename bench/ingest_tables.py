@@ -155,6 +155,7 @@ def run_tables(
             written = [spark.table(f"lake.bench_sync_{r}.t{i:03d}").count() for i in (0, tables - 1)]
             assert written == [per_table, per_table], written
         spark.stop()
+    path = "fast path" if fast_path == "auto" else f"fast_path: {fast_path}"
     table = render_table(
         ["pipeline", "tables", "rows/s per core (median)", "runs", "rows/s, wall (median)", "batches"],
         [
@@ -176,8 +177,8 @@ def run_tables(
                     " ".join(map(str, batches[kind])),
                 ]
                 for kind, label in (
-                    ("one", "1 topic (4 partitions) -> 1 table (Runner, fast path)"),
-                    ("one_sync", "1 topic (4 partitions) -> 1 table (SyncRunner, fast path)"),
+                    ("one", f"1 topic (4 partitions) -> 1 table (Runner, {path})"),
+                    ("one_sync", f"1 topic (4 partitions) -> 1 table (SyncRunner, {path})"),
                 )
             ],
         ],
@@ -190,6 +191,6 @@ def run_tables(
         f"alternating order; CPU seconds of this benchmark's processes "
         f"(rows/s, wall: rows over the drain's elapsed seconds).\n\n{table}\n\n"
         f"{tables} tables / one table: {ratio:.2f}x against the single-table runner (target: at least 0.7x), "
-        f"{same_path:.2f}x against one table through the same sync fast path.\n"
+        f"{same_path:.2f}x against one table through the same sync {path}.\n"
         f"{tables} tables, wall clock: {median(wall['many']):,.0f} rows/s.\n"
     )
