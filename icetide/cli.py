@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
+import io
 import logging
 import signal
 import sys
@@ -34,7 +36,9 @@ def _configure_logging(verbose: bool) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     install_log_redaction()
     # `kill -USR1 <pid>` prints every thread's Python stack to stderr: what a stuck process is doing.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # Not where there is no SIGUSR1 (Windows) or stderr is no file (main() called in a notebook).
+    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _hour_label(hours_since_epoch: int | None) -> str:

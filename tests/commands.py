@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,18 +27,26 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300)
 
 def communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
     """`proc.communicate(timeout)`; if `proc` (an `icetide` command) is still running then, its
-    threads' stacks (it prints them on SIGUSR1) fail the test, and it is killed."""
+    threads' stacks (it prints them on SIGUSR1) fail the test, and it is killed, as it is when
+    the wait ends any other way (Ctrl-C)."""
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGUSR1)
-        time.sleep(3)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=3)  # reading on while it prints them
         proc.kill()
-        out, err = proc.communicate()
+        try:  # the pipes close when its Spark JVM (which shares them) has gone too
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out, err = "", "(its output pipes stayed open after the kill)"
         raise AssertionError(
             f"{proc.args} still running after {timeout}s; its stdout ends:\n{out[-2000:]}\n"
             f"its stderr (the stacks last) ends:\n{err[-12000:]}"
         ) from None
+    except BaseException:
+        proc.kill()
+        raise
 
 
 def stop_with_signal(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[str, str]:
@@ -81,7 +89,6 @@ def crash_and_restart(
     (the source growing meanwhile).
     """
     import random
-    import signal
     import time
 
     run = ("run", str(config_path), "--once")

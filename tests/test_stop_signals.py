@@ -40,6 +40,9 @@ CHILD = textwrap.dedent(
     signals = StopSignals(stop).install()
     print("ready twice", flush=True)
     try:
+        while not stop.is_set():
+            stop.wait(0.00001)
+        print("stop seen", flush=True)
         while True:
             stop.wait(0.00001)
     except KeyboardInterrupt:
@@ -90,7 +93,7 @@ def test_signals_while_the_main_thread_waits_on_stop_set_it_every_time(tmp_path:
             assert _line(proc, lines, stderr) == f"stopped {n}"
         assert _line(proc, lines, stderr) == "ready twice"
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        assert _line(proc, lines, stderr) == "stop seen"
         proc.send_signal(signal.SIGTERM)
         assert _line(proc, lines, stderr) == "interrupted True"
         proc.wait(timeout=30)

@@ -90,15 +90,10 @@ class PipelineLoop:
         steps, summary = self.steps, RunSummary()
         lock = RunnerLock(lock_config(self.config))
         lock.acquire(steps.spark)
-        prometheus = steps.prometheus
-        if prometheus is not None:
-            prometheus.committed_before(steps.last_committed_at())
-        count_maintenance = prometheus.count_maintenance(steps.maintenance_runs) if prometheus else None
         signals = StopSignals(self._stop)
-        if handle_signals:
-            signals.install()
-        maintenance = self._start_maintenance_thread()
         commits = CommitOverlap(self.config.pipeline)
+        maintenance: MaintenanceThread | None = None
+        prometheus = steps.prometheus
 
         def after_failure(event: RestartMetrics) -> None:
             if prometheus is not None:
@@ -109,6 +104,12 @@ class PipelineLoop:
             steps.close()  # a fresh connection after the wait
 
         try:
+            if handle_signals:
+                signals.install()
+            if prometheus is not None:
+                prometheus.committed_before(steps.last_committed_at())
+            count_maintenance = prometheus.count_maintenance(steps.maintenance_runs) if prometheus else None
+            maintenance = self._start_maintenance_thread()
             supervise(
                 lambda: self._run_batches(summary, lock, commits, once, on_batch, count_maintenance),
                 pipeline=self.config.pipeline,
@@ -122,12 +123,14 @@ class PipelineLoop:
             )
             summary.stopped_by_signal = self._stop.is_set() and not once
         finally:
-            commits.close()
-            steps.close()
-            if maintenance is not None:
-                maintenance.stop()
-            signals.restore()
-            lock.release()
+            try:
+                commits.close()
+                steps.close()
+                if maintenance is not None:
+                    maintenance.stop()
+            finally:
+                signals.restore()
+                lock.release()
         return summary
 
     def _run_batches(

@@ -25,7 +25,10 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class StopSignals:
     """While installed, SIGINT and SIGTERM set `stop` (the batch in flight finishes); a second one
-    raises KeyboardInterrupt in the main thread. Nothing is installed outside the main thread."""
+    raises KeyboardInterrupt in the main thread. Nothing is installed outside the main thread.
+
+    `stop` is set by the relay a moment after the signal, and only a second signal aborts, even
+    when something else (`Runner.stop()`) had set `stop` already."""
 
     def __init__(self, stop: threading.Event) -> None:
         self.stop = stop
@@ -38,7 +41,9 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self
         self._wake = os.pipe()
-        self._relay = threading.Thread(target=self._relay_signals, name="icetide-stop-signals", daemon=True)
+        self._relay = threading.Thread(
+            target=self._relay_signals, args=(self._wake[0],), name="icetide-stop-signals", daemon=True
+        )
         self._relay.start()
         for sig in SIGNALS:
             self._previous[sig] = signal.getsignal(sig)
@@ -47,14 +52,16 @@ class StopSignals:
 
     def restore(self) -> None:
         """Put back the handlers there were, and end the relay thread."""
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous = {}
-        if self._relay is not None:
-            os.close(self._wake[1])  # the relay reads end-of-file and ends
-            self._relay.join(timeout=5)
-            os.close(self._wake[0])
-            self._relay = None
+        try:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)  # runs a pending handler first: a second signal raises here
+        finally:
+            self._previous = {}
+            if self._relay is not None:
+                write, self._wake = self._wake[1], (-1, -1)
+                os.close(write)  # the relay reads end-of-file, closes the read end and ends
+                self._relay.join(timeout=5)
+                self._relay = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self._received:
@@ -62,7 +69,10 @@ class StopSignals:
         self._received.append(signum)
         os.write(self._wake[1], bytes([signum]))
 
-    def _relay_signals(self) -> None:
-        while received := os.read(self._wake[0], 1):
-            log.warning("signal %s: stopping after the batch in flight", signal.Signals(received[0]).name)
-            self.stop.set()
+    def _relay_signals(self, read: int) -> None:
+        try:
+            while received := os.read(read, 1):
+                log.warning("signal %s: stopping after the batch in flight", signal.Signals(received[0]).name)
+                self.stop.set()
+        finally:
+            os.close(read)  # here, not in restore: never while this thread may still read it
