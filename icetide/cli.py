@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import faulthandler
 import io
 import logging
 import signal
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -37,7 +36,7 @@ def _configure_logging(verbose: bool) -> None:
     install_log_redaction()
     # `kill -USR1 <pid>` prints every thread's Python stack to stderr: what a stuck process is doing.
     # Not where there is no SIGUSR1 (Windows) or stderr is no file (main() called in a notebook).
-    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+    with suppress(AttributeError, ValueError, io.UnsupportedOperation):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
