@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
-from contextlib import nullcontext
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from icetide.cli_session import routing_pipeline, table_session
 from icetide.errors import ConfigError, DriverStoppedError, driver_stopped, one_line
+from icetide.pipeline.stop_signals import StopSignals
 from icetide.secrets import scrub
 
 if TYPE_CHECKING:
@@ -18,9 +20,24 @@ if TYPE_CHECKING:
 log = logging.getLogger("icetide.cli")
 
 
-def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy: Any, every: float | None) -> int:
+@contextmanager
+def stop_on_signal() -> Iterator[threading.Event]:
+    """SIGINT/SIGTERM set the event: maintenance stops after the step in flight (each step commits
+    on its own, so nothing is left half done) and `--every` ends with exit code 0; a second signal
+    interrupts at once."""
+    stop = threading.Event()
+    signals = StopSignals(stop, "the maintenance step in flight").install()
+    try:
+        yield stop
+    finally:
+        signals.restore()
+
+
+def _maintain_pipeline(
+    args: argparse.Namespace, config: PipelineConfig, policy: Any, every: float | None, stop: threading.Event
+) -> int:
     """`icetide maintain --pipeline FILE` of a pipeline of many tables: passes over all of them,
-    each within --time-budget; a pass starts where the last one stopped."""
+    each within --time-budget; a pass starts where the last one stopped. Until `stop` is set."""
     from rich.console import Console
 
     from icetide.maintenance.maintain import maintain_tables
@@ -35,7 +52,7 @@ def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy:
         tables = [*sorted(read_sync_state(spark, config).tables), config.dead_letter]
         # Once: an error ends the command. With --every: a failing table is named and skipped.
         try:
-            passed = maintain_tables(spark, tables, policy, start=start, keep_going=every is not None)
+            passed = maintain_tables(spark, tables, policy, start=start, stop=stop.is_set, keep_going=every is not None)
         except Exception as exc:
             if every is not None and driver_stopped(exc):
                 raise _driver_stopped(exc) from exc
@@ -52,9 +69,8 @@ def _maintain_pipeline(args: argparse.Namespace, config: PipelineConfig, policy:
             highlight=False,
             soft_wrap=True,
         )
-        if every is None:
+        if every is None or stop.wait(every):
             return 0
-        time.sleep(every)
 
 
 def _driver_stopped(exc: BaseException) -> DriverStoppedError:
@@ -67,13 +83,9 @@ def _driver_stopped(exc: BaseException) -> DriverStoppedError:
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
-    """One maintenance run, or one every --every interval until interrupted; progress bars in a terminal."""
-    from rich.console import Console
-
-    from icetide.cli_progress import progress_view
+    """One maintenance run, or one every --every interval until SIGINT/SIGTERM; progress bars in a terminal."""
     from icetide.config import parse_duration
-    from icetide.maintenance.maintain import MaintenancePolicy, maintain
-    from icetide.maintenance.orphans import remove_orphan_files
+    from icetide.maintenance.maintain import MaintenancePolicy
 
     if args.upgrade_v3:
         return _upgrade_v3(args)
@@ -81,10 +93,22 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
     policy = MaintenancePolicy(fold_deletes=args.fold_deletes, time_budget_seconds=budget)
     config = routing_pipeline(args)
-    if config is not None:
-        if args.orphans:
-            raise ConfigError("--orphans: name one table of the pipeline (icetide maintain TABLE --pipeline FILE)")
-        return _maintain_pipeline(args, config, policy, every)
+    if config is not None and args.orphans:
+        raise ConfigError("--orphans: name one table of the pipeline (icetide maintain TABLE --pipeline FILE)")
+    with stop_on_signal() as stop:
+        if config is not None:
+            return _maintain_pipeline(args, config, policy, every, stop)
+        return _maintain_table(args, policy, every, stop)
+
+
+def _maintain_table(args: argparse.Namespace, policy: Any, every: float | None, stop: threading.Event) -> int:
+    """`icetide maintain TABLE`: once, or every `every` seconds until `stop` is set."""
+    from rich.console import Console
+
+    from icetide.cli_progress import progress_view
+    from icetide.maintenance.maintain import maintain
+    from icetide.maintenance.orphans import remove_orphan_files
+
     console = Console(stderr=True)
     with console.status("starting Spark ...") if console.is_terminal else nullcontext():
         spark, table, _ = table_session(args)
@@ -92,10 +116,10 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         try:
             with progress_view(console) as progress:
                 progress_callback = progress if args.progress else None
-                report = maintain(spark, table, policy, progress=progress_callback)
+                report = maintain(spark, table, policy, progress=progress_callback, stop=stop.is_set)
                 orphans = (
                     remove_orphan_files(spark, table, dry_run=False, progress=progress_callback)
-                    if args.orphans
+                    if args.orphans and not stop.is_set()
                     else None
                 )
         except Exception as exc:
@@ -106,16 +130,16 @@ def cmd_maintain(args: argparse.Namespace) -> int:
             # With --every, beside a running pipeline: a failed run is named and the next one comes.
             log.debug("maintenance of %s failed", table, exc_info=True)
             console.print(f"{table}: maintenance failed: {scrub(one_line(exc))}", highlight=False, soft_wrap=True)
-            time.sleep(every)
+            if stop.wait(every):
+                return 0
             continue
         for line in report.lines():
             console.print(f"{table}: {line}", highlight=False, soft_wrap=True)
         if orphans is not None:
             console.print(f"{table}: removed {len(orphans.orphans)} orphan file(s)", highlight=False)
         console.print(f"{table}: done in {report.seconds:.1f}s")
-        if every is None:
+        if every is None or stop.wait(every):
             return 0
-        time.sleep(every)
 
 
 def _upgrade_v3(args: argparse.Namespace) -> int:

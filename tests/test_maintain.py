@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from icetide.maintenance.maintain import MaintenancePolicy, maintain
 from icetide.maintenance.progress import ProgressEvent
 from icetide.sources.generator import AdEventsConfig, ad_events
 from tests.ad_events import stream_ad_events
-from tests.commands import demo_warehouse, run_cli
+from tests.commands import demo_warehouse, run_cli, stop_with_signal
 from tests.test_compaction import Table, rows_of
 
 COLUMNS = ["impression_id", "event_time", "ad_id", "clicks", "updated_at"]
@@ -56,8 +58,29 @@ def test_cli_maintain_runs_once(tmp_path: Path) -> None:
     assert "lake.demo.ad_events: scan data files 1/" in err and "converted " in err
     assert "lake.demo.ad_events: rewrite groups 1/" in err and "commit groups" in err
     assert "lake.demo.ad_events: list files" in err and "removed 0 orphan file(s)" in err
-    quiet = run_cli(*args, "--no-progress")
-    assert quiet.returncode == 0 and "rewrite groups" not in quiet.stderr and "done in" in quiet.stderr
+    # --every runs until SIGTERM (as a supervisor stops it), which ends it after the step in
+    # flight, with exit code 0; without progress lines.
+    every = subprocess.Popen(
+        [sys.executable, "-m", "icetide.cli", *args, "--no-progress", "--every", "1s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert every.stderr is not None
+        seen = ""
+        while ": done in" not in seen:  # one pass is over; the next is running or waiting
+            line = every.stderr.readline()
+            assert line, f"icetide maintain --every exited early: {seen}"
+            seen += line
+        _, rest = stop_with_signal(every)
+    finally:
+        if every.poll() is None:
+            every.kill()
+            every.wait()
+    assert every.returncode == 0, seen + rest
+    assert "signal SIGTERM: stopping after the maintenance step in flight" in rest, rest
+    assert "rewrite groups" not in seen + rest and "interrupted" not in rest
 
 
 def test_progress_views() -> None:

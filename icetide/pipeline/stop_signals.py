@@ -1,4 +1,5 @@
-"""SIGINT and SIGTERM stop a run after the batch in flight; a second one interrupts it.
+"""SIGINT and SIGTERM stop a run after the batch in flight (`icetide maintain`: after the
+maintenance step in flight); a second one interrupts it.
 
 A Python signal handler runs in the main thread between two bytecodes, wherever that thread is,
 so it must not take a lock the interrupted code may hold. `threading.Event.set` takes the lock
@@ -30,8 +31,9 @@ class StopSignals:
     `stop` is set by the relay a moment after the signal, and only a second signal aborts, even
     when something else (`Runner.stop()`) had set `stop` already."""
 
-    def __init__(self, stop: threading.Event) -> None:
+    def __init__(self, stop: threading.Event, in_flight: str = "the batch in flight") -> None:
         self.stop = stop
+        self.in_flight = in_flight  # what finishes before the stop (the log line names it)
         self._received: list[int] = []  # appended by the handler: a list append takes no lock
         self._previous: dict[int, Any] = {}
         self._relay: threading.Thread | None = None
@@ -72,7 +74,7 @@ class StopSignals:
     def _relay_signals(self, read: int) -> None:
         try:
             while received := os.read(read, 1):
-                log.warning("signal %s: stopping after the batch in flight", signal.Signals(received[0]).name)
+                log.warning("signal %s: stopping after %s", signal.Signals(received[0]).name, self.in_flight)
                 self.stop.set()
         finally:
             os.close(read)  # here, not in restore: never while this thread may still read it
