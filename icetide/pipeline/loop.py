@@ -1,8 +1,9 @@
 """The run loop every pipeline shares: the runner lock, signals, supervision, triggers, overlapped
 commits and maintenance, in one place.
 
-What differs between a pipeline of one table (pipeline/runner.py) and one of many
-(pipeline/sync.py) is how a batch is planned, staged and committed; that is behind `BatchSteps`.
+A batch's steps, in their order, are pipeline/steps.py's `BatchPipeline.step`; what differs
+between a pipeline of one table (pipeline/runner.py) and one of many (pipeline/sync.py) is in its
+hooks. The loop sees a pipeline through `BatchSteps`.
 The loop decides when the next batch runs, holds the batch committing while the next one is
 written (pipeline/overlap.py), reports each committed batch (the run's summary, Prometheus, the
 metrics line, `on_batch`), runs maintenance between batches or on its thread, and restarts the

@@ -11,24 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
-from icetide.errors import ConfigError, IcetideError, SourceError
+from icetide.errors import ConfigError, IcetideError
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
-from icetide.pipeline.batches import (
-    BatchMetrics,
-    RunSummary,
-    batch_metrics,
-    commit_tables,
-    warn_unknown_fields,
-)
+from icetide.pipeline.batches import BatchMetrics, RunSummary, batch_metrics, commit_tables, warn_unknown_fields
 from icetide.pipeline.json_fast import JsonFastPath
-from icetide.pipeline.loop import PipelineLoop
-from icetide.pipeline.overlap import CommitOverlap, InFlight
+from icetide.pipeline.overlap import InFlight
 from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.staging import (
@@ -40,7 +31,7 @@ from icetide.pipeline.staging import (
     batch_place,
     failures_named,
 )
-from icetide.pipeline.supervision import RestartMetrics
+from icetide.pipeline.steps import BatchPipeline, Timings
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.table_dead_letters import TableDeadLetters, lost_rows
 from icetide.pipeline.table_from_stream import ensure_table_from_stream
@@ -55,10 +46,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Runner:
+class Runner(BatchPipeline[PlannedBatch]):
     """Runs one pipeline config against its table until stopped (or once through the backlog)."""
 
     def __init__(self, config: PipelineConfig, spark: SparkSession | None = None) -> None:
+        super().__init__()
         if config.routes_tables:
             raise ConfigError(
                 "table.name: this pipeline routes to many tables; run it with icetide.pipeline.sync.SyncRunner "
@@ -104,20 +96,12 @@ class Runner:
                 self.fast = JsonFastPath(spark, config, self.sink, self.source)
         if self.no_fast is not None:
             log.debug("fast path not used: %s", self.no_fast.reason)
-        self._stop = threading.Event()
         self._first_position: dict[str, Any] | None = None
-        self._last_plan_full = False
-        self.maintenance_runs: list[Any] = []
-        self._partition_lag: dict[str, int] | None = None
         self.prometheus = pipeline_metrics(
             config.metrics, pipeline=config.pipeline, table=t.name, source=config.source_kind
         )
 
-    def stop(self) -> None:
-        """Ask the run to stop after the batch in flight (which commits or is abandoned cleanly)."""
-        self._stop.set()
-
-    def _next(self, flight: InFlight | None) -> tuple[int, PlannedBatch]:
+    def plan_next(self, flight: InFlight | None) -> tuple[int, PlannedBatch]:
         """The next batch id, one more than the table's and the dead-letter table's, and its plan
         from the table's position (or the batch in flight's), less what the dead-letter table
         holds already (docs/design.md, "Pipeline state")."""
@@ -135,52 +119,23 @@ class Runner:
             plan = self.source.plan(position)
         return batch_id, self.dead_letters.held(batch_id, plan)
 
-    def run_batch(self) -> BatchMetrics | None:
-        """Run one batch and commit it; None when the source had nothing new."""
-        commits = CommitOverlap(self.config.pipeline)
-        self.step(commits, overlap=False)
-        done = commits.take_finished()
-        return done[-1] if done else None
+    def plan_is_full(self, plan: PlannedBatch) -> bool:
+        return plan.records_planned >= self.source.batch_limit
 
-    def step(self, commits: CommitOverlap, *, overlap: bool) -> None:
-        """Plan, read and write one batch. It commits here, or, with `overlap`, on the fast path
-        while a backlog drains, on the commit thread while the next step reads and writes the
-        batch after it (pipeline/overlap.py). Batches whose commit finished are queued in
-        `commits`: the one that was in flight first, then this one.
+    def plan_is_empty(self, batch_id: int, plan: PlannedBatch) -> bool:
+        if plan.items or plan.losses:
+            return False
+        if batch_id == 1:
+            self._first_position = plan.position
+        return True
 
-        A batch in flight always finishes before the next one writes dead letters or commits,
-        and before any error leaves this method: its commit never races the restart's cleanup.
-        """
-        try:
-            planning = time.monotonic()
-            batch_id, plan = self._next(commits.flight)
-            plan_seconds = round(time.monotonic() - planning, 3)
-            self._last_plan_full = plan.records_planned >= self.source.batch_limit
-            if not plan.items and not plan.losses:
-                if batch_id == 1:
-                    self._first_position = plan.position
-                commits.finish()
-                return
-            staged = self._stage_fast(batch_id, plan)
-            if isinstance(staged, StagedBatch):
-                commits.finish(discard=lambda: self.sink.remove_batch_files(batch_id))
-                fast = self._dead_letters_fast(batch_id, plan, staged)
-                if overlap and self._last_plan_full and not self.config.maintenance_due(batch_id):
-                    commits.submit(
-                        batch_id, plan.position, lambda: self._commit_fast(batch_id, plan, fast, plan_seconds)
-                    )
-                else:
-                    commits.add(self._commit_fast(batch_id, plan, fast, plan_seconds))
-                return
-            commits.finish()
-            commits.add(self._run_spark_path(batch_id, plan, plan_seconds, staged))
-        except BaseException:
-            commits.finish(quiet=True)
-            raise
+    def discard(self, batch_id: int) -> None:
+        self.sink.remove_batch_files(batch_id)
 
-    def _run_spark_path(
-        self, batch_id: int, plan: PlannedBatch, plan_seconds: float, fallback: Fallback
-    ) -> BatchMetrics:
+    def overlap_position(self, batch_id: int, plan: PlannedBatch, staged: StagedBatch) -> dict[str, Any] | None:
+        return plan.position
+
+    def run_spark_path(self, batch_id: int, plan: PlannedBatch, timings: Timings, fallback: Fallback) -> BatchMetrics:
         """The batch decoded in Spark and written by the sink, committed before returning."""
         started = time.monotonic()
         # The table's schema as of now: schema evolution (ours, or another writer's) changes it.
@@ -216,15 +171,15 @@ class Runner:
             records_in=records_in,
             bad_records=bad_count,
             read_decode_seconds=read_seconds,
-            source_lag=self._lag(plan.position),
+            source_lag=self.measure_lag(lambda: self.source.lag_by_partition(plan.position)),
             truncated=decoded.truncated and result.committed,
             unknown_fields=decoded.unknown_fields,
             lost_ranges=len(lost_rows(plan)),
-            source_plan_seconds=plan_seconds,
+            source_plan_seconds=timings.plan_seconds,
             path=fallback.path,
         )
 
-    def _stage_fast(self, batch_id: int, plan: PlannedBatch) -> StagedBatch | Fallback:
+    def stage(self, batch_id: int, plan: PlannedBatch) -> StagedBatch | Fallback:
         """The batch's files written by the fast path; or why it runs on the Spark path."""
         from icetide.sources.kafka import OffsetRange
 
@@ -255,17 +210,14 @@ class Runner:
         unknown = {k.removeprefix(prefix): n for k, n in out.unknown_fields.items()}
         return dataclasses.replace(out, unknown_fields=unknown)
 
-    def _dead_letters_fast(self, batch_id: int, plan: PlannedBatch, out: StagedBatch) -> StagedBatch:
-        """Check the fast path's bad records and commit those not held yet before the data;
-        `out` with only those."""
+    def commit_dead_letters(self, batch_id: int, plan: PlannedBatch, out: StagedBatch) -> StagedBatch:
         warn_unknown_fields(batch_id, out.unknown_fields)
         bad = self.dead_letters.commit_records(
             batch_id, plan, out.bad, out.records_in, lambda: self.sink.remove_batch_files(batch_id)
         )
         return dataclasses.replace(out, bad=bad)
 
-    def _commit_fast(self, batch_id: int, plan: PlannedBatch, out: StagedBatch, plan_seconds: float) -> BatchMetrics:
-        """Commit the fast path's files with the batch id and position; the batch's metrics."""
+    def commit_staged(self, batch_id: int, plan: PlannedBatch, out: StagedBatch, timings: Timings) -> BatchMetrics:
         name = self.sink.table_name
         result = commit_tables(batch_id, lambda: out.commit_table(name, self.sink, batch_id, plan.position))
         return batch_metrics(
@@ -276,54 +228,15 @@ class Runner:
             records_in=out.records_in,
             bad_records=len(out.bad),
             read_decode_seconds=out.read_decode_seconds,
-            source_lag=self._lag(plan.position),
+            source_lag=self.measure_lag(lambda: self.source.lag_by_partition(plan.position)),
             lost_ranges=len(lost_rows(plan)),
-            source_plan_seconds=plan_seconds,
+            source_plan_seconds=timings.plan_seconds,
             unknown_fields=out.unknown_fields,
             path=FAST_PATH,
             records_as_columns=out.records_as_columns,
         )
 
-    def _lag(self, position: dict[str, Any]) -> int:
-        try:
-            self._partition_lag = self.source.lag_by_partition(position)
-            return sum(self._partition_lag.values())
-        except (SourceError, OSError):
-            log.debug("could not measure source lag", exc_info=True)
-            return -1
-
     # -- the loop's steps (pipeline/loop.py) -------------------------------------------------
-
-    def run(
-        self,
-        *,
-        once: bool = False,
-        on_batch: Callable[[BatchMetrics], None] | None = None,
-        on_restart: Callable[[RestartMetrics], None] | None = None,
-        handle_signals: bool = True,
-    ) -> RunSummary:
-        """Run batches every trigger interval until stopped; with `once`, until the source is drained.
-
-        `once` stops after the first batch smaller than its limit (max_records or max_files): the
-        source held no more than that when the batch was planned, so what was available when the
-        run started has been processed even if producers keep writing.
-
-        Only one runner holds a pipeline on a table at a time (icetide.pipeline.runner_lock); a
-        second one raises PipelineAlreadyRunningError before touching anything.
-
-        Transient failures (TransientError: commit conflicts past the retry budget, source
-        errors, an unknown commit state) restart the run from the table's last commit after a
-        backoff (`restart` in the pipeline file), each restart reported to `on_restart`;
-        terminal ones are raised at once, as is the last error once the restart budget is spent.
-
-        SIGINT/SIGTERM stop the run after the batch in flight; a second signal aborts at once.
-        """
-        loop = PipelineLoop(self, self._stop)
-        return loop.run(once=once, on_batch=on_batch, on_restart=on_restart, handle_signals=handle_signals)
-
-    def last_plan_full(self) -> bool:
-        """Whether the last plan reached the source's batch limit."""
-        return self._last_plan_full
 
     def remove_abandoned_files(self) -> int:
         """Delete the files of batches (and dead letters) that never committed; how many."""
@@ -354,3 +267,6 @@ class Runner:
         """The batch and the source's lag per partition in the Prometheus series."""
         if self.prometheus is not None:
             self.prometheus.record_batch(metrics, self._partition_lag)
+
+
+__all__ = ["BatchMetrics", "RunSummary", "Runner"]

@@ -56,6 +56,7 @@ class StagedBatch:
     unknown_fields: dict[str, int] = field(default_factory=dict)  # fields that are no column -> records
     records_as_columns: int = 0  # records read a run at a time (decode/event_runs.py)
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # per task (JsonTaskResult.timings)
+    created_tables: tuple[str, ...] = ()  # tables the batch made from its own messages (many tables)
 
     def commit_table(self, name: str, sink: UpsertSink, batch_id: int, position: Any) -> BatchResult:
         """Commit table `name`'s staged files (none: a metadata-only commit) with the batch id and

@@ -15,9 +15,8 @@ committed skips the records it holds, one that did not reads them again."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -28,16 +27,8 @@ from icetide.decode.arrow_json_block import BadRecord
 from icetide.decode.frames import BAD_DDL
 from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point
-from icetide.pipeline.batches import (
-    BatchMetrics,
-    RunSummary,
-    SyncBatchMetrics,
-    batch_metrics,
-    commit_tables,
-    warn_unknown_fields,
-)
-from icetide.pipeline.loop import PipelineLoop
-from icetide.pipeline.overlap import CommitOverlap
+from icetide.pipeline.batches import BatchMetrics, SyncBatchMetrics, batch_metrics, commit_tables, warn_unknown_fields
+from icetide.pipeline.overlap import InFlight
 from icetide.pipeline.prometheus import PipelineMetrics, TableCounts, pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.staging import (
@@ -49,7 +40,7 @@ from icetide.pipeline.staging import (
     batch_place,
     failures_named,
 )
-from icetide.pipeline.supervision import RestartMetrics
+from icetide.pipeline.steps import BatchPipeline, Timings
 from icetide.pipeline.sync_dead_letters import SyncDeadLetters
 from icetide.pipeline.sync_fast import SyncFastPath
 from icetide.pipeline.sync_spark import TABLE_THREADS, TableBatch, run_spark_batch
@@ -69,10 +60,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class SyncRunner:
+class SyncRunner(BatchPipeline[TopicsPlan]):
     """Runs a pipeline whose records go to many tables (`table.name` a template, or several topics)."""
 
     def __init__(self, config: PipelineConfig, spark: SparkSession | None = None) -> None:
+        super().__init__()
         if not config.routes_tables:
             raise ConfigError("table.name: SyncRunner runs pipelines with a table-name template or several topics")
         assert config.dead_letter is not None  # checked at load
@@ -92,11 +84,8 @@ class SyncRunner:
         self.sinks: dict[str, UpsertSink] = {}
         self.state = SyncState()
         self._unfed: dict[str, dict[str, int]] = {}  # topics with no position yet, resolved once per process
-        self._stop = threading.Event()
-        self._last_plan_full = False
         self._after_flight: SyncState | None = None  # the state once the batch in flight commits
-        self.maintenance_runs: list[Any] = []
-        self._partition_lag: dict[str, int] | None = None
+        self._planned_from = self.state  # the state the batch being staged was planned from
         # Prometheus: the pipeline's series (source lag, restarts, unroutable records, labelled
         # with its dead-letter table) and one set per table, made as tables appear.
         self.prometheus = pipeline_metrics(
@@ -135,10 +124,6 @@ class SyncRunner:
 
     # -- one batch ---------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Ask the run to stop after the batch in flight."""
-        self._stop.set()
-
     def plan(self, state: SyncState | None = None) -> TopicsPlan:
         """The next batch over the topics that match now, from where `state` (default: what the
         tables hold) leaves each topic."""
@@ -160,62 +145,41 @@ class SyncRunner:
                 self._unfed[t] = dict(plan.starts[t])
         return plan
 
-    def run_batch(self) -> SyncBatchMetrics | None:
-        """Run one batch, on the fast path if it can take it, and commit it; None when no topic had
-        anything new."""
-        commits = CommitOverlap(self.config.pipeline)
-        self.step(commits, overlap=False)
-        done = commits.take_finished()
-        return done[-1] if done else None  # type: ignore[return-value]
+    def plan_next(self, flight: InFlight | None) -> tuple[int, TopicsPlan]:
+        ahead = self._after_flight if flight is not None and self._after_flight else self.state
+        self._planned_from = ahead
+        return ahead.next_batch_id(), self.plan(ahead)
 
-    def step(self, commits: CommitOverlap, *, overlap: bool) -> None:
-        """Plan, read and write one batch. It commits here, or, with `overlap`, on the fast path
-        while a backlog drains, its tables commit on the commit thread while the next step plans
-        from where this batch leaves them, reads and writes (pipeline/overlap.py).
+    def plan_is_full(self, plan: TopicsPlan) -> bool:
+        return plan.full
 
-        A batch in flight always finishes before the next one writes dead letters, runs on the
-        Spark path or commits, and before any error leaves this method."""
-        try:
-            ahead = self._after_flight if commits.flight is not None and self._after_flight else self.state
-            batch_id = ahead.next_batch_id()
-            started = time.monotonic()
-            plan = self.plan(ahead)
-            plan_seconds = round(time.monotonic() - started, 3)
-            self._last_plan_full = plan.full
-            if not plan.topics_read() and not plan.losses:
-                commits.finish()
-                return
-            fallback = self._not_fast
-            if self.fast is not None:
-                out, created = self._write_fast(batch_id, plan, ahead)
-                if isinstance(out, StagedBatch):
-                    read_seconds = time.monotonic() - started  # not the wait for the batch in flight
-                    fast = self.fast
-                    commits.finish(discard=lambda: fast.discard(batch_id, list(self.sinks.values())))
-                    bad = self._dead_letters_fast(batch_id, plan, out)
+    def plan_is_empty(self, batch_id: int, plan: TopicsPlan) -> bool:
+        return not plan.topics_read() and not plan.losses
 
-                    def commit() -> SyncBatchMetrics:
-                        return self._commit_fast(batch_id, plan, out, bad, created, plan_seconds, read_seconds)
+    def stage(self, batch_id: int, plan: TopicsPlan) -> StagedBatch | Fallback:
+        if self.fast is None:
+            assert self._not_fast is not None
+            return self._not_fast
+        out = self._write_fast(batch_id, plan, self._planned_from)
+        if isinstance(out, Fallback):
+            log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
+        return out
 
-                    # A batch that is due to commit no table (only messages no table takes, its
-                    # dead letters committed above) has nothing to overlap.
-                    due = self.state.due(plan.topics_read(), set(out.records))
-                    if overlap and plan.full and due and not self.config.maintenance_due(batch_id):
-                        self._after_flight = self.state.after_batch(
-                            batch_id, plan.ends, read=plan.topics_read(), fed=set(out.records)
-                        )
-                        commits.submit(batch_id, plan.ends, commit)
-                    else:
-                        commits.add(commit())
-                    return
-                log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
-                fallback = out
-            assert fallback is not None
-            commits.finish()
-            commits.add(run_spark_batch(self, batch_id, plan, plan_seconds, started, fallback.path))
-        except BaseException:
-            commits.finish(quiet=True)
-            raise
+    def discard(self, batch_id: int) -> None:
+        assert self.fast is not None
+        self.fast.discard(batch_id, list(self.sinks.values()))
+
+    def overlap_position(self, batch_id: int, plan: TopicsPlan, staged: StagedBatch) -> dict[str, Any] | None:
+        # A batch that is due to commit no table (only messages no table takes, its dead letters
+        # committed) has nothing to overlap.
+        if not self.state.due(plan.topics_read(), set(staged.records)):
+            return None
+        read, fed = plan.topics_read(), set(staged.records)
+        self._after_flight = self.state.after_batch(batch_id, plan.ends, read=read, fed=fed)
+        return plan.ends
+
+    def run_spark_path(self, batch_id: int, plan: TopicsPlan, timings: Timings, fallback: Fallback) -> SyncBatchMetrics:
+        return run_spark_batch(self, batch_id, plan, timings.plan_seconds, timings.started, fallback.path)
 
     def create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None:
         """Create table `name` from the pipeline's `table.schema`, else from the schema and key of
@@ -229,9 +193,9 @@ class SyncRunner:
 
     # -- the fast path ---------------------------------------------------------------------
 
-    def _dead_letters_fast(self, batch_id: int, plan: TopicsPlan, out: StagedBatch) -> list[BadRecord]:
+    def commit_dead_letters(self, batch_id: int, plan: TopicsPlan, out: StagedBatch) -> StagedBatch:
         """Register the fast path's tables and commit its dead letters (those not held already),
-        before any table; the batch's new dead letters."""
+        before any table; `out` with only those."""
         assert self.fast is not None
         held = self.dead_letters.held(self.state, plan)
         bad = [b for b in out.bad if not held.holds(b.source_position)]
@@ -255,18 +219,9 @@ class SyncRunner:
             register,
             discard=lambda: fast.delete_files(out.files, self.sinks, reason="the batch has too many bad records"),
         )
-        return bad
+        return dataclasses.replace(out, bad=bad)
 
-    def _commit_fast(
-        self,
-        batch_id: int,
-        plan: TopicsPlan,
-        out: StagedBatch,
-        bad: list[BadRecord],
-        created: list[str],
-        plan_seconds: float,
-        read_seconds: float,
-    ) -> SyncBatchMetrics:
+    def commit_staged(self, batch_id: int, plan: TopicsPlan, out: StagedBatch, timings: Timings) -> SyncBatchMetrics:
         """Commit the fast path's tables, each with its position; the batch's metrics."""
         results = commit_tables(
             batch_id,
@@ -285,12 +240,12 @@ class SyncRunner:
             batch_id,
             results,
             records_in=out.records_in,
-            bad_records=len(bad),
-            read_decode_seconds=max(0.0, read_seconds - out.write_seconds),
+            bad_records=len(out.bad),
+            read_decode_seconds=max(0.0, timings.read_seconds - out.write_seconds),
             source_lag=source_lag,
             unknown_fields=out.unknown_fields,
-            source_plan_seconds=plan_seconds,
-            created_tables=tuple(created),
+            source_plan_seconds=timings.plan_seconds,
+            created_tables=out.created_tables,
             path=FAST_PATH,
             records_as_columns=out.records_as_columns,
         )
@@ -299,22 +254,22 @@ class SyncRunner:
         """The fast path's dead letters as the Spark path's bad records (decode/frames.py BAD_DDL)."""
         return self.spark.createDataFrame([(b.payload, b.error, b.source_position) for b in bad], BAD_DDL)
 
-    def _write_fast(
-        self, batch_id: int, plan: TopicsPlan, state: SyncState
-    ) -> tuple[StagedBatch | Fallback, list[str]]:
+    def _write_fast(self, batch_id: int, plan: TopicsPlan, state: SyncState) -> StagedBatch | Fallback:
         """The batch's files, written by the fast path (tables it routes to that do not exist yet
-        created first, from its messages); or why it is for the Spark path. `state`: where the
-        tables stand once the batch in flight (if any) commits."""
+        created first, from its messages, and named in `created_tables`); or why it is for the
+        Spark path. `state`: where the tables stand once the batch in flight (if any) commits."""
         created: list[str] = []
         if plan.losses:
-            return DATA_LOSSES, created
+            return DATA_LOSSES
         out = self._tasks(batch_id, plan, state, created)
         if isinstance(out, NewTables):
             refused = self._create_tables(out, created)
             if refused is not None:
-                return refused, created
+                return refused
             out = self._tasks(batch_id, plan, state, created)  # the tables it routes to exist now
-        return out.fallback() if isinstance(out, NewTables) else out, created
+        if isinstance(out, NewTables):
+            return out.fallback()
+        return dataclasses.replace(out, created_tables=tuple(created)) if isinstance(out, StagedBatch) else out
 
     def _tasks(
         self, batch_id: int, plan: TopicsPlan, state: SyncState, created: list[str]
@@ -397,12 +352,7 @@ class SyncRunner:
 
     def lag(self) -> int:
         """Records not yet in every table they feed (-1 when the source cannot say)."""
-        try:
-            self._partition_lag = self.lag_by_partition()
-            return sum(self._partition_lag.values())
-        except (SourceError, OSError):
-            log.debug("could not measure source lag", exc_info=True)
-            return -1
+        return self.measure_lag(self.lag_by_partition)
 
     def lag_by_partition(self) -> dict[str, int]:
         """Records not yet in every table they feed, per `topic/partition`."""
@@ -410,23 +360,6 @@ class SyncRunner:
         return self.topics.lag_by_partition({t: self.state.resume_position(t) or {} for t in topics})
 
     # -- the loop's steps (pipeline/loop.py) -------------------------------------------------
-
-    def run(
-        self,
-        *,
-        once: bool = False,
-        on_batch: Callable[[BatchMetrics], None] | None = None,
-        on_restart: Callable[[RestartMetrics], None] | None = None,
-        handle_signals: bool = True,
-    ) -> RunSummary:
-        """Run batches until stopped (with `once`, until the topics are drained), as Runner.run does:
-        one runner per pipeline, transient failures restart from what the tables hold."""
-        loop = PipelineLoop(self, self._stop)
-        return loop.run(once=once, on_batch=on_batch, on_restart=on_restart, handle_signals=handle_signals)
-
-    def last_plan_full(self) -> bool:
-        """Whether the last plan reached max_records."""
-        return self._last_plan_full
 
     def remove_abandoned_files(self) -> int:
         """Delete the files of batches that never committed, in every table and the dead-letter table."""
