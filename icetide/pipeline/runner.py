@@ -88,8 +88,11 @@ class Runner(BatchPipeline[PlannedBatch]):
         if config.reads_debezium:
             self.no_fast = SyncFastPath.applies(config)
             if self.no_fast is None:
-                kafka = self.source.kafka.config
-                self.changes = SyncFastPath(spark, config, kafka.reader_settings(), kafka.read_timeout_seconds)
+                if self.source.kind == "kafka":
+                    kafka = self.source.kafka.config
+                    self.changes = SyncFastPath(spark, config, kafka.reader_settings(), kafka.read_timeout_seconds)
+                else:  # landing files: the tasks read them, no consumer
+                    self.changes = SyncFastPath(spark, config, {}, 0.0)
         else:
             self.no_fast = JsonFastPath.applies(config)
             if self.no_fast is None:
@@ -191,7 +194,6 @@ class Runner(BatchPipeline[PlannedBatch]):
         if self.fast is not None:
             items = [OffsetRange(**r) for r in plan.items] if self.source.kind == "kafka" else list(plan.items)
             return self.fast.unavailable() or self.fast.write(batch_id, items)
-        ranges = [OffsetRange(**r) for r in plan.items]  # the Debezium fast path reads Kafka only
         assert self.changes is not None
         if plan.losses:
             return DATA_LOSSES
@@ -199,8 +201,10 @@ class Runner(BatchPipeline[PlannedBatch]):
         table = self.changes.table(self.sink)
         if isinstance(table, Fallback):
             return table
+        ranges = [OffsetRange(**r) for r in plan.items] if self.source.kind == "kafka" else []
+        items = ranges or list(plan.items)  # Kafka ranges, or landing files
         with failures_named(batch_place(self.config.pipeline, [name])):
-            out = self.changes.write(batch_id, ranges, {name: self.sink}, {name: {r.topic for r in ranges}}, {})
+            out = self.changes.write(batch_id, items, {name: self.sink}, {name: {r.topic for r in ranges}}, {})
         if isinstance(out, NewTables):  # (its one route's table exists: the runner made it)
             out = out.fallback()
         if isinstance(out, Fallback):

@@ -103,7 +103,9 @@ class SyncFastPath:
             return Fallback("fast_path: off")
         if not config.reads_debezium:
             return Fallback(f"format: {config.format}")
-        if config.source_kind != "kafka":
+        if config.source_kind == "files" and config.format != "debezium":
+            return Fallback(f"format: {config.format} from landing files")  # (refused at load)
+        if config.source_kind not in ("kafka", "files"):
             return Fallback(f"source: {config.source_kind}")
         if config.capture_source:
             return Fallback("stage 1 of a two-stage pipeline (records keep their source position and op)")
@@ -146,13 +148,15 @@ class SyncFastPath:
     def write(
         self,
         batch_id: int,
-        ranges: list[OffsetRange],
+        items: list[OffsetRange] | list[str],
         sinks: dict[str, UpsertSink],
         feeding: dict[str, set[str]],
         held: dict[str, dict[tuple[str, int], int]],
     ) -> StagedBatch | Fallback | NewTables:
-        """Run the batch's tasks over its offset `ranges`; files written, nothing committed; or, when
-        it routes records to tables that do not exist yet, nothing written and their samples.
+        """Run the batch's tasks over its offset ranges (or landing files, all in one task: every
+        change of a key must reach the task that writes its table); files written, nothing
+        committed; or, when it routes records to tables that do not exist yet, nothing written and
+        their samples.
 
         `sinks`: the pipeline's existing tables; `feeding`: table -> the topics that feed it;
         `held`: table -> offsets below which it already holds its records."""
@@ -177,10 +181,14 @@ class SyncFastPath:
             limits=payload_limits(c),
             evolving=c.schema_evolution,
             avro=avro_transcoding(c),
+            files=c.source_kind == "files",
         )
-        ranges = [r for r in ranges if r.end > r.start]
-        parallelism = c.write_parallelism or self.spark.sparkContext.defaultParallelism
-        groups = task_groups(ranges, feeding, parallelism)
+        groups: list[Any]
+        if config.files:
+            groups = [list(items)] if items else []
+        else:
+            ranges = [r for r in items if isinstance(r, OffsetRange) and r.end > r.start]
+            groups = task_groups(ranges, feeding, c.write_parallelism or self.spark.sparkContext.defaultParallelism)
         started = time.monotonic()
         try:
             rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))

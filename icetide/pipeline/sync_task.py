@@ -1,5 +1,6 @@
 """One task of the sync fast path (pipeline/sync_fast.py), on an executor: read a share of the
-batch's Kafka ranges with librdkafka, decode every Debezium event in Python
+batch's Kafka ranges with librdkafka (or its landing files, line by line as the Spark path reads
+them: sources/files.py `json_lines`), decode every Debezium event in Python
 (decode/debezium_arrow.py), route it to its table, skip what that table already holds, and write
 each table's rows as data and equality-delete files with the table's own writer config. Only
 file metadata, dead letters, counts and, for tables that do not exist yet, sample messages go
@@ -11,7 +12,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -34,7 +36,8 @@ from icetide.errors import SourceError, one_line
 from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
 from icetide.secrets import redacted_repr
 from icetide.sink.writer import WriteError, WriterConfig, write_changes
-from icetide.sources.base import SourceAccessError
+from icetide.sources.base import ExecutorSourceError, SourceAccessError
+from icetide.sources.files import json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.spec import PartitionTransform
@@ -71,6 +74,7 @@ class SyncTaskConfig:
     limits: Any
     evolving: bool
     avro: AvroSettings | None = None  # format: debezium-avro | avro: how to read the records
+    files: bool = False  # the batch's items are landing files (paths), not Kafka offset ranges
 
     __repr__ = redacted_repr
 
@@ -101,6 +105,55 @@ class SyncTaskResult:
     records_as_columns: int = 0  # records read a run at a time (decode/event_runs.py)
 
 
+class LineMessage:
+    """A landing file's line, as the task reads a Kafka message: no key, the line's UTF-8 bytes
+    as its value, its line number as its offset (the Spark path's arrival order too)."""
+
+    __slots__ = ("_line", "_value")
+
+    def __init__(self, value: bytes, line: int) -> None:
+        self._value = value
+        self._line = line
+
+    def key(self) -> None:
+        return None
+
+    def value(self) -> bytes:
+        return self._value
+
+    def offset(self) -> int:
+        return self._line
+
+
+Feed = tuple[str, int]  # (topic, partition), or (landing file, 0)
+
+
+def kafka_blocks(config: SyncTaskConfig, ranges: list[OffsetRange]) -> Generator[tuple[Feed, str, list[Any]]]:
+    """(feed, position prefix, messages) of the ranges' blocks; a dead letter's position is the
+    prefix and its offset ("topic/partition@offset", as decode/frames.py `source_position`)."""
+    with BlockReader(config.consumer_settings, config.read_timeout, ranges, join=False) as reader:
+        for block in reader.blocks():
+            topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
+            yield (topic, int(partition_text)), block.where, block.messages
+
+
+def file_blocks(paths: list[str]) -> Generator[tuple[Feed, str, list[Any]]]:
+    """(feed, position prefix, messages) of the files' lines, in plan order ("path:line"); a file
+    that cannot be read fails the task with a SourceError naming it (the batch is read again)."""
+    for path in paths:
+        lines = json_lines(path)
+        while True:
+            try:
+                batch = next(lines, None)
+            except OSError as exc:
+                raise ExecutorSourceError(f"{path}: cannot read: {exc}") from exc
+            if batch is None:
+                break
+            values = batch.column("value").cast(pa.binary()).to_pylist()
+            numbers = batch.column("line").to_pylist()
+            yield (path, 0), f"{path}:", [LineMessage(v, n) for v, n in zip(values, numbers, strict=True)]
+
+
 def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping[str, Any]) -> str:
     """The table an event goes to (decode/route.py, in Python); NotHere when the source block lacks a field."""
     values = {"topic": topic}
@@ -123,8 +176,8 @@ class _Destination:
     by_source: bool = False  # its collapse orders by the events' source order
 
 
-def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> SyncTaskResult:
-    """Read, decode, route and write one task's ranges (on an executor)."""
+def sync_task(config: SyncTaskConfig, items: list[OffsetRange] | list[str], tag: str) -> SyncTaskResult:
+    """Read, decode, route and write one task's Kafka ranges or landing files (on an executor)."""
     result = SyncTaskResult()
     envelopes = EnvelopeReader(config.limits)
     read = envelopes.read
@@ -137,7 +190,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
     records = 0  # tombstones too, as the Spark path counts a batch's records
     started = time.thread_time()
 
-    def one(message: Any, destinations: dict[str, _Destination], fixed: str | None, feed: tuple[str, int]) -> None:
+    def one(message: Any, destinations: dict[str, _Destination], fixed: str | None, feed: Feed, at: str) -> None:
         value = message.value()
         if avro is not None:
             envelope = avro.envelope(message.key(), value)
@@ -171,8 +224,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         if errors:
             payload = avro.message(message.key(), value) if avro is not None else value
             text = spark_text(payload) if payload is not None else None  # U+FFFD as the Spark path puts them
-            where = f"{feed[0]}/{feed[1]}@{offset}"  # as decode/frames.py `source_position`
-            result.bad.extend(BadRecord(text, error, where) for error in errors)
+            result.bad.extend(BadRecord(text, error, f"{at}{offset}") for error in errors)
             to.share.bad += len(errors)
 
     def sample(message: Any) -> tuple[bytes, bytes] | None:
@@ -187,7 +239,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         parse: Callable[[], EventRun],
         check: Callable[[pa.Schema], None],
         destinations: dict[str, _Destination],
-        feed: tuple[str, int],
+        feed: Feed,
     ) -> bool:
         """A run of events of one schema, read as columns by `parse`, routed to the one table all
         of them go to, whose columns `check` takes; False: read its messages one by one."""
@@ -218,13 +270,11 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
         return True
 
     try:
-        with BlockReader(config.consumer_settings, config.read_timeout, ranges, join=False) as reader:
-            for block in reader.blocks():
-                topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
-                feed = (topic, int(partition_text))
+        blocks = file_blocks(items) if config.files else kafka_blocks(config, items)  # type: ignore[arg-type]
+        with closing(blocks):  # the Kafka reader's threads end here, also on an error
+            for feed, at, messages in blocks:
                 destinations: dict[str, _Destination] = {}
-                fixed = route_of(template, needed, topic, {}) if by_topic else None
-                messages = block.messages
+                fixed = route_of(template, needed, feed[0], {}) if by_topic else None
                 records += len(messages)
                 start = 0
                 while start < len(messages):
@@ -242,7 +292,7 @@ def sync_task(config: SyncTaskConfig, ranges: list[OffsetRange], tag: str) -> Sy
                         start = end
                         continue
                     for message in messages[start : max(end, start + 1)]:
-                        one(message, destinations, fixed, feed)
+                        one(message, destinations, fixed, feed, at)
                     start = max(end, start + 1)
     except NotHere as exc:
         return SyncTaskResult(not_here=str(exc), records=records)
@@ -299,7 +349,7 @@ def _avro_run(messages: Any, start: int, *, skip_tombstones: bool) -> tuple[int,
 
 
 def _destination(
-    config: SyncTaskConfig, result: SyncTaskResult, rows: dict[str, TableRows], name: str, feed: tuple[str, int]
+    config: SyncTaskConfig, result: SyncTaskResult, rows: dict[str, TableRows], name: str, feed: Feed
 ) -> _Destination:
     """Table `name`'s share, rows and held offset for a block from topic-partition `feed`; NotHere
     for a table the fast path cannot write."""
@@ -330,7 +380,7 @@ def run_tasks(config: SyncTaskConfig, items: Any) -> Iterator[SyncTaskResult]:
 
     keep_zip_directories()
     ctx = TaskContext.get()
-    for index, ranges in items:
+    for index, share in items:
         attempt = ctx.attemptNumber() if ctx else 0
         with no_cycle_collection():
-            yield sync_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
+            yield sync_task(config, share, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")

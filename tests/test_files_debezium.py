@@ -1,0 +1,189 @@
+"""Debezium change events landed as JSON-lines files (`source: files`, `format: debezium`), as a
+file sink of the JSON converter's messages leaves them: one message value per line, no key.
+
+The first file is the real MySQL connector output in tests/data/debezium/flink_mysql_products_schema.jsonl
+(Debezium 1.1.1's tutorial `products`: snapshot rows, updates, inserts, a delete; its source is in
+tests/data/debezium/SOURCES.md), saved with a byte-order mark and CRLF line ends as Windows tools
+write them. The later files are `ProductsStream` changes in that message's schema and source block
+(updates, a key-moving update, deletes), with a line that is not JSON.
+
+The same folder runs through two pipelines: the fast path (the sync fast path's task reading the
+files, pipeline/sync_task.py) and the Spark path (`fast_path: off`). Both tables must equal the
+reference model of the whole stream, and each other's dead letters (position "file:line", payload,
+error) and record counts, batch by batch, also after more files land and the pipelines run again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from icetide.config import PipelineConfig
+from icetide.pipeline.runner import Runner, RunSummary
+from tests.debezium_messages import ProductsStream, apply_changes, lines
+
+COLUMNS = ["id", "name", "description", "weight"]
+NOT_JSON = "{this line is not json"
+
+
+def land(landing: Path, name: str, text: str, *, n: int, bom: bool = False, crlf: bool = False) -> None:
+    """One landing file, renamed into place with a modification time that orders it after the others."""
+    landing.mkdir(parents=True, exist_ok=True)
+    body = text.replace("\n", "\r\n") if crlf else text
+    data = (b"\xef\xbb\xbf" if bom else b"") + body.encode()
+    tmp = landing / f".{name}"
+    tmp.write_bytes(data)
+    os.utime(tmp, (1_767_300_000 + n, 1_767_300_000 + n))
+    os.replace(tmp, landing / name)
+
+
+def stream_files(stream: ProductsStream, rows: dict[int, dict[str, Any]], first: int) -> list[list[str]]:
+    """Three files of changes to the rows the stream has made so far (`rows`, kept up to date)."""
+    files: list[list[str]] = []
+    for f in range(3):
+        out = []
+        # The first file's inserts are a run of one schema head long enough to be read as
+        # columns (decode/event_runs.py MIN_RUN); the others' are read message by message.
+        for i in range(first + 1000 * f, first + 1000 * f + (300 if f == 0 else 10)):
+            after = {"id": i, "name": f"part {i}", "description": "made here", "weight": i / 4}
+            out.append(stream.change("c", None, after).decode())
+            rows[i] = after
+        for i in sorted(rows)[f::4]:
+            after = dict(rows[i], weight=rows[i]["weight"] + 1.5)
+            out.append(stream.change("u", rows[i], after).decode())
+            rows[i] = after
+        if f > 0:  # (a run with a key-moving update is read message by message)
+            moved = sorted(rows)[-1]
+            after = dict(rows[moved], id=moved + 100_000)  # an update that changes the key
+            out.append(stream.change("u", rows.pop(moved), after).decode())
+            rows[after["id"]] = after
+        gone = sorted(rows)[len(rows) // 2]
+        out.append(stream.change("d", rows.pop(gone), None).decode())
+        if f == 1:
+            out.insert(3, NOT_JSON)
+        files.append(out)
+    return files
+
+
+def pipeline(name: str, landing: Path, fast_path: str) -> dict[str, Any]:
+    return {
+        "pipeline": name,
+        "source": {"files": {"path": str(landing), "format": "json", "min_age_seconds": 0.001}},
+        "format": "debezium",
+        "table": {
+            "name": f"lake.dbzfiles.{name}",
+            "schema": "id INT NOT NULL, name STRING, description STRING, weight DOUBLE",
+            "key": ["id"],
+        },
+        "mode": "upsert",
+        "trigger": {"interval": "1s", "max_files": 2},
+        "dead_letter": f"lake.dbzfiles.{name}_dead_letter",
+        "fast_path": fast_path,
+    }
+
+
+def run(spark: Any, doc: dict[str, Any]) -> RunSummary:
+    return Runner(PipelineConfig.from_dict(doc), spark).run(once=True, handle_signals=False)
+
+
+def model_of(all_lines: list[str]) -> dict[int, tuple[Any, ...]]:
+    model: dict[int, tuple[Any, ...]] = {}
+    for line in all_lines:
+        if line != NOT_JSON:
+            apply_changes(model, json.loads(line)["payload"])
+    return model
+
+
+def table(spark: Any, name: str) -> dict[int, tuple[Any, ...]]:
+    spark.catalog.refreshTable(name)
+    return {r["id"]: (r["name"], r["description"], r["weight"]) for r in spark.table(name).select(*COLUMNS).collect()}
+
+
+def dead_letters(spark: Any, name: str) -> list[tuple[Any, ...]]:
+    spark.catalog.refreshTable(name)
+    rows = spark.sql(f"SELECT source_position, payload, error FROM {name} ORDER BY source_position").collect()
+    return [tuple(r) for r in rows]
+
+
+def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spark: Any, tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    real = lines("flink_mysql_products_schema")  # the connector's own messages, as stored
+    land(landing, "part-000.json", "\n".join(real) + "\n", n=0, bom=True, crlf=True)
+    stream = ProductsStream()
+    rows: dict[int, dict[str, Any]] = {}  # what the real stream leaves, for the later changes' `before`
+    for event in (json.loads(line)["payload"] for line in real):
+        if event["op"] == "d":
+            rows.pop(event["before"]["id"])
+        else:
+            rows[event["after"]["id"]] = event["after"]
+    landed = list(real)
+    for n, out in enumerate(stream_files(stream, rows, first=10_000), start=1):
+        land(landing, f"part-{n:03d}.json", "\n".join(out) + "\n", n=n)
+        landed += out
+
+    fast, spark_path = pipeline("fast", landing, "auto"), pipeline("spark", landing, "off")
+    ran = {name: run(spark, doc) for name, doc in (("fast", fast), ("spark", spark_path))}
+    model = model_of(landed)
+    for name in ("fast", "spark"):
+        assert table(spark, f"lake.dbzfiles.{name}") == model, name
+    # A line that is not JSON is worded by the Spark path's reader (decode/debezium_message.py
+    # `final`), as from Kafka: its batch runs there, the others on the fast path.
+    paths = [(b.path, b.bad_records) for b in ran["fast"].batches]
+    assert paths == [("fast", 0), ("spark: a message that is not JSON", 1)], paths
+    assert {b.path for b in ran["spark"].batches} == {"spark: fast_path: off"}
+    assert [b.records_in for b in ran["fast"].batches] == [b.records_in for b in ran["spark"].batches]
+    assert [b.bad_records for b in ran["fast"].batches] == [b.bad_records for b in ran["spark"].batches]
+    dead = dead_letters(spark, "lake.dbzfiles.fast_dead_letter")
+    assert dead == dead_letters(spark, "lake.dbzfiles.spark_dead_letter")
+    assert [(d[0], d[1]) for d in dead] == [(f"{landing / 'part-002.json'}:4", NOT_JSON)]
+    assert rows_seen(ran["fast"]) == len(landed)
+
+    # More files land; each pipeline goes on from its position, exactly once.
+    more = stream_files(stream, rows, first=20_000)
+    for n, out in enumerate(more, start=4):
+        land(landing, f"part-{n:03d}.json", "\n".join(out) + "\n", n=n)
+        landed += out
+    again = {name: run(spark, doc) for name, doc in (("fast", fast), ("spark", spark_path))}
+    model = model_of(landed)
+    for name in ("fast", "spark"):
+        assert table(spark, f"lake.dbzfiles.{name}") == model, name
+        assert again[name].batches[0].batch_id == ran[name].batches[-1].batch_id + 1
+    paths = [(b.path, b.bad_records) for b in again["fast"].batches]
+    assert paths == [("spark: a message that is not JSON", 1), ("fast", 0)], paths
+    assert dead_letters(spark, "lake.dbzfiles.fast_dead_letter") == dead_letters(
+        spark, "lake.dbzfiles.spark_dead_letter"
+    )
+    assert len(dead_letters(spark, "lake.dbzfiles.fast_dead_letter")) == 2
+    assert sum(b.records_as_columns for b in ran["fast"].batches + again["fast"].batches) > 0  # runs read as columns
+
+
+def rows_seen(summary: RunSummary) -> int:
+    return sum(b.records_in for b in summary.batches)
+
+
+def test_a_debezium_file_gone_before_its_task_reads_it_fails_the_batch_naming_it(spark: Any, tmp_path: Path) -> None:
+    """Nothing is committed and the error is one line naming the file, a transient one: the run
+    restarts and plans again (as for JSON files: tests/test_files_fast.py)."""
+    import pytest
+
+    from icetide.errors import SourceError, is_transient
+    from icetide.table.iceberg import load_table
+
+    landing = tmp_path / "landing"
+    real = lines("flink_mysql_products_schema")
+    land(landing, "part-000.json", "\n".join(real[:8]) + "\n", n=0)
+    land(landing, "part-001.json", "\n".join(real[8:]) + "\n", n=1)
+    runner = Runner(PipelineConfig.from_dict(pipeline("gone", landing, "auto")), spark)
+    plan = runner.source.plan(None)
+    gone = str(plan.items[1])
+    os.remove(gone)
+    with pytest.raises(SourceError) as failed:
+        runner.stage(1, plan)
+    message = str(failed.value)
+    assert gone in message and "\n" not in message and "Traceback" not in message
+    assert is_transient(failed.value)
+    assert runner.sink.last_committed() is None
+    location = str(load_table(spark, "lake.dbzfiles.gone").location()).removeprefix("file:")
+    assert not list(Path(location).rglob("*.parquet")), "the failed batch's files are deleted"
