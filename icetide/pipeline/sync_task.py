@@ -196,8 +196,10 @@ def sync_task(config: SyncTaskConfig, items: list[OffsetRange] | list[str], tag:
             envelope = avro.envelope(message.key(), value)
         elif value is None:
             return
-        else:
+        elif fixed is None:
             envelope = read(value)
+        else:
+            envelope = read_fixed(value)
         if envelope is None:
             return
         if envelope.error is not None and fixed is None:  # no source block to route it by
@@ -226,6 +228,20 @@ def sync_task(config: SyncTaskConfig, items: list[OffsetRange] | list[str], tag:
             text = spark_text(payload) if payload is not None else None  # U+FFFD as the Spark path puts them
             result.bad.extend(BadRecord(text, error, f"{at}{offset}") for error in errors)
             to.share.bad += len(errors)
+
+    def read_fixed(value: bytes) -> Any:
+        """A message whose table is known without its source block (one table, or a route by
+        topic): what the quick read leaves to the Spark path (text that is not JSON, a wrapper in
+        another layout) is read here as the Spark path's tasks read it (decode/debezium_task.py:
+        the same reader, `final`), a dead letter saying why or its event."""
+        try:
+            return read(value)
+        except NotHere:
+            envelopes.final = True
+            try:
+                return read(value)
+            finally:
+                envelopes.final = False
 
     def sample(message: Any) -> tuple[bytes, bytes] | None:
         """A keyed message of a table to create, as the JSON converter's (key, value), or None."""
