@@ -187,3 +187,33 @@ def test_a_debezium_file_gone_before_its_task_reads_it_fails_the_batch_naming_it
     assert runner.sink.last_committed() is None
     location = str(load_table(spark, "lake.dbzfiles.gone").location()).removeprefix("file:")
     assert not list(Path(location).rglob("*.parquet")), "the failed batch's files are deleted"
+
+
+def test_a_later_file_wins_when_the_source_blocks_tie(spark: Any, tmp_path: Path) -> None:
+    """Two updates of one key in two files of one batch, whose source blocks tie (as connectors
+    that order by ts_ms alone do, SQL Server's and Oracle's, for changes within one millisecond):
+    the one in the file planned later is the newer, though its line number is lower. Both paths
+    order a batch's lines by the file's place in the plan, then the line (sources/files.py
+    LINES_PER_FILE); by the line alone, the earlier file's change won."""
+    stream = ProductsStream()
+    first = json.loads(stream.change("c", None, {"id": 1, "name": "a", "description": None, "weight": 1.0}))
+    source = first["payload"]["source"]
+
+    def update(weight: float) -> str:
+        payload = {
+            "before": {"id": 1, "name": "a", "description": None, "weight": 1.0},
+            "after": {"id": 1, "name": "a", "description": None, "weight": weight},
+            "source": source,  # the same block: the changes tie on it
+            "op": "u",
+            "ts_ms": 1589362330904,
+        }
+        return json.dumps({"schema": stream.schema, "payload": payload}, separators=(",", ":"))
+
+    landing = tmp_path / "landing"
+    filler = [json.dumps(first, separators=(",", ":"))] * 4
+    land(landing, "part-000.json", "\n".join([*filler, update(2.0)]) + "\n", n=0)  # line 5
+    land(landing, "part-001.json", update(3.0) + "\n", n=1)  # line 1 of the later file
+    for name, fast_path in (("tie_fast", "auto"), ("tie_spark", "off")):
+        summary = run(spark, pipeline(name, landing, fast_path))
+        assert [b.records_in for b in summary.batches] == [6], name
+        assert table(spark, f"lake.dbzfiles.{name}") == {1: ("a", None, 3.0)}, name

@@ -65,6 +65,7 @@ class DebeziumTask:
     extra_cols: tuple[str, ...]
     split: tuple[str, str] | None
     error_col: str | None
+    arrival_col: str | None  # the arrival order, where it is not the last position column
     on_truncate: str
     sample: bool  # carry sample values of the fields the table lacks
     output: pa.Schema
@@ -85,9 +86,8 @@ class DebeziumTask:
             values = values.cast(pa.binary())
         payloads: list[bytes | None] = values.to_pylist()
         n = len(payloads)
-        arrivals: list[Any] = (
-            batch.column(self.position_cols[-1]).cast(pa.string()).to_pylist() if self.position_cols else [""] * n
-        )
+        arrival_col = self.arrival_col or (self.position_cols[-1] if self.position_cols else None)
+        arrivals: list[Any] = batch.column(arrival_col).cast(pa.string()).to_pylist() if arrival_col else [""] * n
         read_errors = batch.column(self.error_col).to_pylist() if self.error_col else [None] * n
         if self.split:
             split_ids = batch.column(self.split[0]).to_pylist()

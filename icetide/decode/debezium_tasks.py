@@ -81,6 +81,7 @@ def decode_debezium(
     limits: PayloadLimits | None = None,
     split: tuple[str, str] | None = None,
     error_col: str | None = None,
+    arrival_col: str | None = None,
 ) -> DecodedChanges:
     """Decode Debezium change events in `df[value_col]` (string or binary) into the table's columns,
     with the Python decoder in Spark's tasks (see the module docstring).
@@ -95,7 +96,9 @@ def decode_debezium(
     `split`: the columns (head id, head text) of a source that split the JSON converter's schema
     off its values (icetide.sources.head_split); dead letters still hold the whole record.
     `error_col`: a column saying why the source could not read a record (an Avro value,
-    icetide.decode.avro); such a record is bad with that reason.
+    icetide.decode.avro); such a record is bad with that reason. `arrival_col`: the order records
+    arrived in, where the last position column does not give it (landing files: sources/files.py
+    ARRIVAL_COLUMN); it ends `_source_order`.
     With `keep` (a list), the decoded frame is persisted and appended to it, for the caller to
     unpersist (without it, good and bad each decode the batch again). Runs one Spark job to read
     the tasks' summaries, and decodes the batch again when `schema_evolution` changes its columns.
@@ -120,6 +123,7 @@ def decode_debezium(
         "limits": limits,
         "split": split,
         "error_col": error_col,
+        "arrival_col": arrival_col,
     }
     time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
     conversions = Conversions(
@@ -128,12 +132,12 @@ def decode_debezium(
         time_precision_mode=settings.time_precision_mode,
     )
     cached_from = len(keep) if keep is not None else 0
-    error_cols = [error_col] if error_col else []
+    more_cols = [c for c in (error_col, arrival_col) if c]
 
     def once(schema: StructType) -> tuple[DataFrame, list[Any]]:
         """The batch decoded against `schema` and its summaries."""
         task = _task(df, value_col, schema, key, op_mode, position_cols, conversions, options)
-        inputs = df.select(*dict.fromkeys([value_col, *position_cols, *extra_cols, *(split or ()), *error_cols]))
+        inputs = df.select(*dict.fromkeys([value_col, *position_cols, *extra_cols, *(split or ()), *more_cols]))
         decoded = inputs.mapInArrow(task, _spark_schema(df, schema, extra_cols))
         if keep is not None:
             from pyspark import StorageLevel
@@ -229,6 +233,7 @@ def _task(
         extra_cols=extra,
         split=options["split"],
         error_col=options["error_col"],
+        arrival_col=options["arrival_col"],
         on_truncate=options["on_truncate"],
         sample=options["schema_evolution"],
         output=output,

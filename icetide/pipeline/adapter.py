@@ -204,7 +204,17 @@ class SourceAdapter:
                 split=JsonHeadSplit("schema", "payload") if split else None,
                 transcode=avro_transcoding(self.config, keys=whole_values),
             )
-        return self.files.read(spark, list(batch.items), schema=schema)
+        files = list(batch.items)
+        frame = self.files.read(spark, files, schema=schema)
+        if self.config.reads_debezium and files:
+            from pyspark.sql import functions as F
+
+            from icetide.sources.files import ARRIVAL_COLUMN, LINES_PER_FILE, SOURCE_FILE_COLUMN
+
+            places = F.create_map(*[F.lit(v) for i, f in enumerate(files) for v in (f, i)])
+            place = F.element_at(places, F.col(SOURCE_FILE_COLUMN)).cast("bigint")
+            frame = frame.withColumn(ARRIVAL_COLUMN, place * F.lit(LINES_PER_FILE) + F.col("line"))
+        return frame
 
     def decode(self, raw: DataFrame, schema: StructType, key: list[str], keep: list[DataFrame]) -> Decoded:
         """Decode a batch read by `read` against the table's schema and key."""
@@ -276,6 +286,7 @@ class SourceAdapter:
         if self.config.reads_debezium:
             from icetide.decode.debezium_changes import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN
             from icetide.decode.debezium_tasks import decode_debezium
+            from icetide.sources.files import ARRIVAL_COLUMN as FILE_ARRIVAL
             from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX
             from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
 
@@ -296,6 +307,7 @@ class SourceAdapter:
                 schema_evolution=self.config.schema_evolution,
                 split=(head_id, head) if head_id in raw.columns else None,
                 error_col=VALUE_ERROR_COLUMN if VALUE_ERROR_COLUMN in raw.columns else None,
+                arrival_col=FILE_ARRIVAL if FILE_ARRIVAL in raw.columns else None,
             )
             order_by = self.config.order_by or changes.order_by
             # The sink takes table columns, `_op` and one order column: the other change columns go.

@@ -37,7 +37,7 @@ from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
 from icetide.secrets import redacted_repr
 from icetide.sink.writer import WriteError, WriterConfig, write_changes
 from icetide.sources.base import ExecutorSourceError, SourceAccessError
-from icetide.sources.files import json_lines
+from icetide.sources.files import LINES_PER_FILE, json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.spec import PartitionTransform
@@ -107,13 +107,15 @@ class SyncTaskResult:
 
 class LineMessage:
     """A landing file's line, as the task reads a Kafka message: no key, the line's UTF-8 bytes
-    as its value, its line number as its offset (the Spark path's arrival order too)."""
+    as its value, and as its offset the order it arrived in within the batch (the file's place in
+    the plan and the line: sources/files.py LINES_PER_FILE, as the Spark path orders it)."""
 
-    __slots__ = ("_line", "_value")
+    __slots__ = ("_arrival", "_value", "line")
 
-    def __init__(self, value: bytes, line: int) -> None:
+    def __init__(self, value: bytes, line: int, place: int) -> None:
         self._value = value
-        self._line = line
+        self.line = line
+        self._arrival = place * LINES_PER_FILE + line
 
     def key(self) -> None:
         return None
@@ -122,25 +124,36 @@ class LineMessage:
         return self._value
 
     def offset(self) -> int:
-        return self._line
+        return self._arrival
 
 
 Feed = tuple[str, int]  # (topic, partition), or (landing file, 0)
 
 
-def kafka_blocks(config: SyncTaskConfig, ranges: list[OffsetRange]) -> Generator[tuple[Feed, str, list[Any]]]:
-    """(feed, position prefix, messages) of the ranges' blocks; a dead letter's position is the
-    prefix and its offset ("topic/partition@offset", as decode/frames.py `source_position`)."""
+Block = tuple[Feed, Callable[[Any], str], list[Any]]  # feed, a message's source position, messages
+
+
+def kafka_blocks(config: SyncTaskConfig, ranges: list[OffsetRange]) -> Generator[Block]:
+    """The ranges' blocks; a message's position is "topic/partition@offset", as decode/frames.py
+    `source_position` gives it."""
     with BlockReader(config.consumer_settings, config.read_timeout, ranges, join=False) as reader:
         for block in reader.blocks():
             topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
-            yield (topic, int(partition_text)), block.where, block.messages
+            yield (topic, int(partition_text)), partial(_kafka_position, block.where), block.messages
 
 
-def file_blocks(paths: list[str]) -> Generator[tuple[Feed, str, list[Any]]]:
-    """(feed, position prefix, messages) of the files' lines, in plan order ("path:line"); a file
-    that cannot be read fails the task with a SourceError naming it (the batch is read again)."""
-    for path in paths:
+def _kafka_position(where: str, message: Any) -> str:
+    return f"{where}{message.offset()}"
+
+
+def _file_position(path: str, message: LineMessage) -> str:
+    return f"{path}:{message.line}"
+
+
+def file_blocks(paths: list[str]) -> Generator[Block]:
+    """The files' lines, in plan order, a message's position "path:line"; a file that cannot be
+    read fails the task with a SourceError naming it (the batch is read again)."""
+    for place, path in enumerate(paths):
         lines = json_lines(path)
         while True:
             try:
@@ -151,7 +164,8 @@ def file_blocks(paths: list[str]) -> Generator[tuple[Feed, str, list[Any]]]:
                 break
             values = batch.column("value").cast(pa.binary()).to_pylist()
             numbers = batch.column("line").to_pylist()
-            yield (path, 0), f"{path}:", [LineMessage(v, n) for v, n in zip(values, numbers, strict=True)]
+            messages = [LineMessage(v, n, place) for v, n in zip(values, numbers, strict=True)]
+            yield (path, 0), partial(_file_position, path), messages
 
 
 def route_of(template: str, needed: tuple[str, ...], topic: str, source: Mapping[str, Any]) -> str:
@@ -190,7 +204,9 @@ def sync_task(config: SyncTaskConfig, items: list[OffsetRange] | list[str], tag:
     records = 0  # tombstones too, as the Spark path counts a batch's records
     started = time.thread_time()
 
-    def one(message: Any, destinations: dict[str, _Destination], fixed: str | None, feed: Feed, at: str) -> None:
+    def one(
+        message: Any, destinations: dict[str, _Destination], fixed: str | None, feed: Feed, at: Callable[[Any], str]
+    ) -> None:
         value = message.value()
         if avro is not None:
             envelope = avro.envelope(message.key(), value)
@@ -226,7 +242,7 @@ def sync_task(config: SyncTaskConfig, items: list[OffsetRange] | list[str], tag:
         if errors:
             payload = avro.message(message.key(), value) if avro is not None else value
             text = spark_text(payload) if payload is not None else None  # U+FFFD as the Spark path puts them
-            result.bad.extend(BadRecord(text, error, f"{at}{offset}") for error in errors)
+            result.bad.extend(BadRecord(text, error, at(message)) for error in errors)
             to.share.bad += len(errors)
 
     def read_fixed(value: bytes) -> Any:

@@ -68,6 +68,12 @@ LISTED_AT = "listed_at_ms"  # position key: when the plan that made it started l
 # File systems stamp change times from a coarse clock that can lag the wall clock by a tick.
 CHANGE_TIME_SLACK_MS = 50
 POSITION_COLUMNS = ["source_file", "line"]  # for decode's source_position: "landing/a.json:17"
+# The order in which a batch's lines arrived, across its files: the file's place in the plan times
+# this, plus the line. Line numbers start again in every file, so a line's number alone would put
+# a change in a later file before one further down an earlier file (Debezium's `_source_order` ends
+# with the arrival: what orders one key's changes whose source blocks tie).
+LINES_PER_FILE = 10**12
+ARRIVAL_COLUMN = "_file_arrival"
 SOURCE_FILE_COLUMN = "source_file"
 CHUNK_BYTES = 16 * 1024 * 1024
 CSV_DEFAULT_OPTIONS = {"header": "true"}
