@@ -21,14 +21,13 @@ log = logging.getLogger("icetide.cli")
 
 
 @contextmanager
-def stop_on_signal() -> Iterator[threading.Event]:
-    """SIGINT/SIGTERM set the event: maintenance stops after the step in flight (each step commits
-    on its own, so nothing is left half done) and `--every` ends with exit code 0; a second signal
-    interrupts at once."""
-    stop = threading.Event()
+def stop_on_signal(stop: threading.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM set `stop`: maintenance stops after the step in flight (each step commits on
+    its own, so nothing is left half done) and `--every` ends with exit code 0; a second signal
+    interrupts at once. Entered once Spark has started: a signal before that ends the command."""
     signals = StopSignals(stop, "the maintenance step in flight").install()
     try:
-        yield stop
+        yield
     finally:
         signals.restore()
 
@@ -47,30 +46,33 @@ def _maintain_pipeline(
     console = Console(stderr=True)
     spark = pipeline_session(config)
     start = 0
-    while True:
-        assert config.dead_letter is not None
-        tables = [*sorted(read_sync_state(spark, config).tables), config.dead_letter]
-        # Once: an error ends the command. With --every: a failing table is named and skipped.
-        try:
-            passed = maintain_tables(spark, tables, policy, start=start, stop=stop.is_set, keep_going=every is not None)
-        except Exception as exc:
-            if every is not None and driver_stopped(exc):
-                raise _driver_stopped(exc) from exc
-            raise
-        start = passed.next_start
-        for table, error in passed.failed.items():
-            console.print(f"{table}: maintenance failed: {error}", highlight=False, soft_wrap=True)
-        for report in passed.reports:
-            for line in report.lines():
-                console.print(f"{report.table}: {line}", highlight=False, soft_wrap=True)
-        console.print(
-            f"pass over {len(passed.reports)} of {len(tables)} table(s) in {passed.seconds:.1f}s"
-            + (f"; next pass starts with {passed.not_reached[0]}" if passed.not_reached else ""),
-            highlight=False,
-            soft_wrap=True,
-        )
-        if every is None or stop.wait(every):
-            return 0
+    with stop_on_signal(stop):
+        while True:
+            assert config.dead_letter is not None
+            tables = [*sorted(read_sync_state(spark, config).tables), config.dead_letter]
+            # Once: an error ends the command. With --every: a failing table is named and skipped.
+            try:
+                passed = maintain_tables(
+                    spark, tables, policy, start=start, stop=stop.is_set, keep_going=every is not None
+                )
+            except Exception as exc:
+                if every is not None and driver_stopped(exc):
+                    raise _driver_stopped(exc) from exc
+                raise
+            start = passed.next_start
+            for table, error in passed.failed.items():
+                console.print(f"{table}: maintenance failed: {error}", highlight=False, soft_wrap=True)
+            for report in passed.reports:
+                for line in report.lines():
+                    console.print(f"{report.table}: {line}", highlight=False, soft_wrap=True)
+            console.print(
+                f"pass over {len(passed.reports)} of {len(tables)} table(s) in {passed.seconds:.1f}s"
+                + (f"; next pass starts with {passed.not_reached[0]}" if passed.not_reached else ""),
+                highlight=False,
+                soft_wrap=True,
+            )
+            if every is None or stop.wait(every):
+                return 0
 
 
 def _driver_stopped(exc: BaseException) -> DriverStoppedError:
@@ -95,10 +97,10 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     config = routing_pipeline(args)
     if config is not None and args.orphans:
         raise ConfigError("--orphans: name one table of the pipeline (icetide maintain TABLE --pipeline FILE)")
-    with stop_on_signal() as stop:
-        if config is not None:
-            return _maintain_pipeline(args, config, policy, every, stop)
-        return _maintain_table(args, policy, every, stop)
+    stop = threading.Event()
+    if config is not None:
+        return _maintain_pipeline(args, config, policy, every, stop)
+    return _maintain_table(args, policy, every, stop)
 
 
 def _maintain_table(args: argparse.Namespace, policy: Any, every: float | None, stop: threading.Event) -> int:
@@ -112,34 +114,37 @@ def _maintain_table(args: argparse.Namespace, policy: Any, every: float | None, 
     console = Console(stderr=True)
     with console.status("starting Spark ...") if console.is_terminal else nullcontext():
         spark, table, _ = table_session(args)
-    while True:
-        try:
-            with progress_view(console) as progress:
-                progress_callback = progress if args.progress else None
-                report = maintain(spark, table, policy, progress=progress_callback, stop=stop.is_set)
-                orphans = (
-                    remove_orphan_files(spark, table, dry_run=False, progress=progress_callback)
-                    if args.orphans and not stop.is_set()
-                    else None
-                )
-        except Exception as exc:
-            if every is None:
-                raise  # once: an error ends the command
-            if driver_stopped(exc):
-                raise _driver_stopped(exc) from exc
-            # With --every, beside a running pipeline: a failed run is named and the next one comes.
-            log.debug("maintenance of %s failed", table, exc_info=True)
-            console.print(f"{table}: maintenance failed: {scrub(one_line(exc))}", highlight=False, soft_wrap=True)
-            if stop.wait(every):
+    with stop_on_signal(stop):
+        while True:
+            try:
+                with progress_view(console) as progress:
+                    progress_callback = progress if args.progress else None
+                    report = maintain(spark, table, policy, progress=progress_callback, stop=stop.is_set)
+                    orphans = (
+                        remove_orphan_files(spark, table, dry_run=False, progress=progress_callback)
+                        if args.orphans and not stop.is_set()
+                        else None
+                    )
+            except Exception as exc:
+                if every is None:
+                    raise  # once: an error ends the command
+                if driver_stopped(exc):
+                    raise _driver_stopped(exc) from exc
+                # With --every, beside a running pipeline: a failed run is named and the next one comes.
+                log.debug("maintenance of %s failed", table, exc_info=True)
+                console.print(f"{table}: maintenance failed: {scrub(one_line(exc))}", highlight=False, soft_wrap=True)
+                if stop.wait(every):
+                    return 0
+                continue
+            for line in report.lines():
+                console.print(f"{table}: {line}", highlight=False, soft_wrap=True)
+            if orphans is not None:
+                console.print(f"{table}: removed {len(orphans.orphans)} orphan file(s)", highlight=False)
+            elif args.orphans:
+                console.print(f"{table}: orphan files not removed: stopping", highlight=False)
+            console.print(f"{table}: done in {report.seconds:.1f}s")
+            if every is None or stop.wait(every):
                 return 0
-            continue
-        for line in report.lines():
-            console.print(f"{table}: {line}", highlight=False, soft_wrap=True)
-        if orphans is not None:
-            console.print(f"{table}: removed {len(orphans.orphans)} orphan file(s)", highlight=False)
-        console.print(f"{table}: done in {report.seconds:.1f}s")
-        if every is None or stop.wait(every):
-            return 0
 
 
 def _upgrade_v3(args: argparse.Namespace) -> int:
