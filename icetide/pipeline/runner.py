@@ -191,8 +191,9 @@ class Runner(BatchPipeline[PlannedBatch]):
         if self.fast is None and self.changes is None:
             assert self.no_fast is not None
             return self.no_fast
+        ranges = [OffsetRange(**r) for r in plan.items] if self.source.kind == "kafka" else []
+        items = ranges if self.source.kind == "kafka" else list(plan.items)  # Kafka ranges, or landing files
         if self.fast is not None:
-            items = [OffsetRange(**r) for r in plan.items] if self.source.kind == "kafka" else list(plan.items)
             return self.fast.unavailable() or self.fast.write(batch_id, items)
         assert self.changes is not None
         if plan.losses:
@@ -201,8 +202,6 @@ class Runner(BatchPipeline[PlannedBatch]):
         table = self.changes.table(self.sink)
         if isinstance(table, Fallback):
             return table
-        ranges = [OffsetRange(**r) for r in plan.items] if self.source.kind == "kafka" else []
-        items = ranges or list(plan.items)  # Kafka ranges, or landing files
         with failures_named(batch_place(self.config.pipeline, [name])):
             out = self.changes.write(batch_id, items, {name: self.sink}, {name: {r.topic for r in ranges}}, {})
         if isinstance(out, NewTables):  # (its one route's table exists: the runner made it)
