@@ -42,7 +42,7 @@ demo: install
 	$(BIN)/icetide demo
 
 test: install
-	$(BIN)/python -m pytest -q --durations=30 tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 tests
 
 lint: install
 	$(BIN)/ruff check icetide tests bench
