@@ -10,6 +10,14 @@ import pytest
 
 _counter = itertools.count()
 
+# Every Spark driver JVM the suite starts (this process's session and each `icetide` subprocess's,
+# which inherit the environment) compiles with C1 only and collects with the serial collector:
+# short-lived JVMs on small data spend most of their CPU in the C2 compiler and GC threads. Measured
+# here, a session that starts, creates a table and appends 1,000 rows: about 31 CPU seconds by
+# default, 17 with these flags (docs/benchmarks.md, "Test suite"). Not for pipelines: a long run
+# wants C2. A value set in the environment wins.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 
 @pytest.fixture(scope="session")
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> str:
