@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,34 +187,29 @@ def start_broker(advertised: int, log_path: Path) -> tuple[subprocess.Popen[byte
     raise SystemExit(f"could not start tansu; see {log_path}")
 
 
-def create_topic(bootstrap: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": REPLAY_CLIENT})
-    for future in admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)]).values():
-        future.result(timeout=30)
-
-
 # -- the producer and the reference model ---------------------------------------------------------
 
 
-class Stream:
-    """Produces the upsert stream and remembers, per partition and offset, what landed."""
+class ProducedLog:
+    """Produces records at a steady rate (paused while the broker restarts), remembers per topic,
+    partition and offset what landed (`(key, value, ...)` as `records` gives it), and replays it."""
 
-    def __init__(self, bootstrap: str, rate: int, keys: int, bad_every: int, seed: int) -> None:
+    def __init__(self, bootstrap: str, rate: int, topics: list[str], partitions: int) -> None:
         self.bootstrap = bootstrap
         self.rate = rate
-        self.keys = keys
-        self.bad_every = bad_every
-        self.rng = random.Random(seed)
-        self.seq = 0
-        # partition -> offset -> (key bytes, value bytes, produced_ms, kind) ; kind "u" | "d" | "bad"
-        self.log: dict[int, dict[int, tuple[bytes, bytes, int, str]]] = {p: {} for p in range(PARTITIONS)}
+        self.partitions = partitions
+        self.log: dict[str, dict[int, dict[int, tuple[Any, ...]]]] = {
+            t: {p: {} for p in range(partitions)} for t in topics
+        }
         self.errors: list[str] = []
         self.paused = threading.Event()
         self.stopped = threading.Event()
         self.idle = threading.Event()
         self.producer = self._producer(REPLAY_CLIENT + "-live")
+
+    def records(self) -> list[tuple[str, int, tuple[Any, ...]]]:
+        """The next event's records: (topic, partition, (key, value, what else the log keeps))."""
+        raise NotImplementedError
 
     def _producer(self, client_id: str) -> Any:
         from confluent_kafka import Producer
@@ -230,7 +226,85 @@ class Stream:
             }
         )
 
-    def next_record(self) -> tuple[int, bytes, bytes, int, str]:
+    def create_topics(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "client.id": REPLAY_CLIENT})
+        topics = [NewTopic(t, num_partitions=self.partitions, replication_factor=1) for t in self.log]
+        for future in admin.create_topics(topics).values():
+            future.result(timeout=30)
+
+    def run(self) -> None:
+        began = time.monotonic()
+        sent = 0
+        while not self.stopped.is_set():
+            if self.paused.is_set():
+                self.producer.flush(300)
+                self.idle.set()
+                while self.paused.is_set() and not self.stopped.is_set():
+                    time.sleep(0.05)
+                self.idle.clear()
+                began, sent = time.monotonic(), 0
+                continue
+            due = int((time.monotonic() - began) * self.rate)
+            while sent < due:
+                for topic, partition, rec in self.records():
+
+                    def delivered(err: Any, msg: Any, rec: Any = rec) -> None:
+                        if err is not None:
+                            self.errors.append(str(err))
+                        else:
+                            self.log[msg.topic()][msg.partition()][msg.offset()] = rec
+
+                    self.producer.produce(topic, key=rec[0], value=rec[1], partition=partition, on_delivery=delivered)
+                sent += 1
+            self.producer.poll(0)
+            time.sleep(0.02)
+        self.producer.flush(300)
+        self.idle.set()
+
+    def replay(self) -> int:
+        """Produce every delivered record again, per partition in offset order, into the emptied
+        topics; each must land at its original offset."""
+        producer = self._producer(REPLAY_CLIENT)
+        mismatches: list[str] = []
+        count = 0
+        for topic, partitions in self.log.items():
+            for p, records in partitions.items():
+                offsets = sorted(records)
+                if offsets and offsets != list(range(len(offsets))):
+                    raise SystemExit(f"{topic}/{p}: delivered offsets are not 0..n-1; cannot replay exactly")
+                for o in offsets:
+                    key, value = records[o][:2]
+
+                    def landed(err: Any, msg: Any, want: str = f"{topic}/{p}@{o}") -> None:
+                        if err is not None or f"{msg.topic()}/{msg.partition()}@{msg.offset()}" != want:
+                            mismatches.append(f"{want}: {err or msg.offset()}")
+
+                    produce_waiting(producer, topic, key=key, value=value, partition=p, on_delivery=landed)
+                    count += 1
+                producer.flush(300)
+        if mismatches:
+            raise SystemExit(f"replay landed {len(mismatches)} records elsewhere, e.g. {mismatches[:3]}")
+        self.producer = self._producer(REPLAY_CLIENT + "-live")
+        return count
+
+    def ends(self) -> dict[str, dict[int, int]]:
+        """Per topic and partition, the next offset (every record delivered so far)."""
+        return {t: {p: len(r) for p, r in parts.items()} for t, parts in self.log.items()}
+
+
+class Stream(ProducedLog):
+    """The upsert stream; its log keeps (key, value, produced_ms, kind), kind "u" | "d" | "bad"."""
+
+    def __init__(self, bootstrap: str, rate: int, keys: int, bad_every: int, seed: int) -> None:
+        super().__init__(bootstrap, rate, [TOPIC], PARTITIONS)
+        self.keys = keys
+        self.bad_every = bad_every
+        self.rng = random.Random(seed)
+        self.seq = 0
+
+    def records(self) -> list[tuple[str, int, tuple[Any, ...]]]:
         self.seq += 1
         i = self.seq
         k = self.rng.randrange(self.keys)
@@ -250,64 +324,7 @@ class Stream:
                 "ts": now - self.rng.randrange(86_400_000),
                 "produced_at": now,
             }
-        return k % PARTITIONS, key.encode(), json.dumps(body).encode(), now, kind
-
-    def run(self) -> None:
-        began = time.monotonic()
-        sent = 0
-        while not self.stopped.is_set():
-            if self.paused.is_set():
-                self.producer.flush(300)
-                self.idle.set()
-                while self.paused.is_set() and not self.stopped.is_set():
-                    time.sleep(0.05)
-                self.idle.clear()
-                began, sent = time.monotonic(), 0
-                continue
-            due = int((time.monotonic() - began) * self.rate)
-            while sent < due:
-                p, key, value, now, kind = self.next_record()
-
-                def delivered(err: Any, msg: Any, rec: Any = (key, value, now, kind)) -> None:
-                    if err is not None:
-                        self.errors.append(str(err))
-                    else:
-                        self.log[msg.partition()][msg.offset()] = rec
-
-                self.producer.produce(TOPIC, key=key, value=value, partition=p, on_delivery=delivered)
-                sent += 1
-            self.producer.poll(0)
-            time.sleep(0.02)
-        self.producer.flush(300)
-        self.idle.set()
-
-    def replay(self) -> int:
-        """Produce every delivered record again, per partition in offset order, into the emptied
-        topic; each must land at its original offset."""
-        producer = self._producer(REPLAY_CLIENT)
-        mismatches: list[str] = []
-        count = 0
-        for p in range(PARTITIONS):
-            offsets = sorted(self.log[p])
-            if offsets and offsets != list(range(len(offsets))):
-                raise SystemExit(f"partition {p}: delivered offsets are not 0..n-1; cannot replay exactly")
-            for o in offsets:
-                key, value, _, _ = self.log[p][o]
-
-                def landed(err: Any, msg: Any, want: int = o, part: int = p) -> None:
-                    if err is not None or msg.offset() != want:
-                        mismatches.append(f"{part}@{want}: {err or msg.offset()}")
-
-                produce_waiting(producer, TOPIC, key=key, value=value, partition=p, on_delivery=landed)
-                count += 1
-            producer.flush(300)
-        if mismatches:
-            raise SystemExit(f"replay landed {len(mismatches)} records elsewhere, e.g. {mismatches[:3]}")
-        self.producer = self._producer(REPLAY_CLIENT + "-live")
-        return count
-
-    def ends(self) -> dict[int, int]:
-        return {p: len(self.log[p]) for p in range(PARTITIONS)}
+        return [(TOPIC, k % PARTITIONS, (key.encode(), json.dumps(body).encode(), now, kind))]
 
     def model(self) -> tuple[dict[str, tuple[Any, ...]], set[str]]:
         """key -> row after applying each partition in offset order; the bad records' positions."""
@@ -318,9 +335,9 @@ class Stream:
 
         rows: dict[str, tuple[Any, ...]] = {}
         bad: set[str] = set()
-        for p in range(PARTITIONS):
-            for o in sorted(self.log[p]):
-                _, value, _, kind = self.log[p][o]
+        for p, records in self.log[TOPIC].items():
+            for o in sorted(records):
+                _, value, _, kind = records[o]
                 r = json.loads(value)
                 if kind == "bad":
                     bad.add(f"{TOPIC}/{p}@{o}")
@@ -406,23 +423,167 @@ def pick(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def soak(args: Any, work: Path) -> str:
-    import yaml
+class SoakRun:
+    """What a soak runs and disturbs: the broker behind its gated proxy, `icetide run` (SIGKILLed
+    every 10-20% of the run and started again, or started again when it exits on its own),
+    `icetide maintain --every 1m` beside it once the table is there, and one broker restart half
+    way (the producer paused, the log replayed at its original offsets before anyone else may
+    connect). Logs go to runner.log, maintain.log and tansu.log in `work`."""
 
+    def __init__(self, work: Path, minutes: float, seed: int, broker_down: float) -> None:
+        self.work = work
+        self.duration = minutes * 60
+        self.rng = random.Random(seed + 1)
+        self.broker_down = broker_down
+        self.proxy = GatedProxy()
+        self.broker, self.proxy.upstream = start_broker(self.proxy.port, work / "tansu.log")
+        self.bootstrap = f"127.0.0.1:{self.proxy.port}"
+        self.runner_out, self.maintain_out = work / "runner.log", work / "maintain.log"
+        self.config = work / "pipeline.yaml"
+        self.runner: subprocess.Popen[bytes] | None = None
+        self.maintain: subprocess.Popen[bytes] | None = None
+        self.kills, self.maintain_exits = 0, 0
+        self.unexpected_exits: list[str] = []
+        self.broker_restarted, self.broker_down_s, self.replayed = False, 0.0, 0
+        self.started = time.monotonic()
+
+    def run(
+        self,
+        pipeline: dict[str, Any],
+        stream: ProducedLog,
+        *,
+        table_ready: Callable[[], bool],
+        on: Callable[[str, float], None] = lambda event, elapsed: None,
+    ) -> None:
+        """Write `pipeline` to pipeline.yaml and produce `stream` for the soak's duration with the
+        runner, maintain, the kills and the broker restart; then stop producing. `on(event, seconds
+        since the start)` hears "tick" every half second, "maintain" when maintain starts (once
+        `table_ready()`) and "broker restart" before the broker goes down."""
+        import yaml
+
+        self.config.write_text(yaml.safe_dump(pipeline))
+        self.started = time.monotonic()
+        producer_thread = threading.Thread(target=stream.run, daemon=True)
+        producer_thread.start()
+        self.runner = spawn(["run", str(self.config)], self.runner_out)
+        next_kill = self.started + self.rng.uniform(0.1, 0.2) * self.duration
+        broker_restart_at = self.started + 0.5 * self.duration
+        while time.monotonic() - self.started < self.duration:
+            time.sleep(0.5)
+            now = time.monotonic()
+            elapsed = now - self.started
+            on("tick", elapsed)
+            if self.maintain is None and table_ready():
+                on("maintain", elapsed)
+                self.maintain = self._spawn_maintain()
+                log("the table is there; maintain --every 1m started")
+            if self.maintain is not None and self.maintain.poll() is not None:
+                self.maintain_exits += 1
+                log(f"maintain exited with {self.maintain.returncode}; starting it again (see {self.maintain_out})")
+                self.maintain = self._spawn_maintain()
+            self.keep_runner(f"{elapsed:.0f}s")
+            if now >= next_kill:
+                self.runner.send_signal(signal.SIGKILL)
+                self.runner.wait()
+                self.kills += 1
+                log(f"SIGKILL runner #{self.kills} at {elapsed:.0f}s; restarting it")
+                self.runner = spawn(["run", str(self.config)], self.runner_out)
+                next_kill = now + self.rng.uniform(0.1, 0.2) * self.duration
+            if not self.broker_restarted and now >= broker_restart_at:
+                on("broker restart", elapsed)
+                self._restart_broker(stream)
+        log("producing stopped")
+        stream.stopped.set()
+        producer_thread.join()
+
+    def _spawn_maintain(self) -> subprocess.Popen[bytes]:
+        return spawn(["maintain", "--pipeline", str(self.config), "--every", "1m", "--no-progress"], self.maintain_out)
+
+    def _restart_broker(self, stream: ProducedLog) -> None:
+        log("broker restart: pausing the producer")
+        stream.paused.set()
+        stream.idle.wait()
+        down = time.monotonic()
+        self.proxy.open = False
+        self.broker.kill()
+        self.broker.wait()
+        self.proxy.drop_all()
+        time.sleep(self.broker_down)  # the runner finds no broker for this long
+        self.broker, self.proxy.upstream = start_broker(self.proxy.port, self.work / "tansu.log")
+        stream.create_topics()
+        self.replayed = stream.replay()
+        self.proxy.open = True
+        self.broker_down_s = time.monotonic() - down
+        stream.paused.clear()
+        self.broker_restarted = True
+        log(f"broker restarted; replayed {self.replayed:,} records in {self.broker_down_s:.1f}s; producing again")
+
+    def keep_runner(self, when: str) -> None:
+        """Start the runner again if it exited on its own (counted in `unexpected_exits`)."""
+        assert self.runner is not None
+        if self.runner.poll() is not None:
+            self.unexpected_exits.append(f"{when}: exit {self.runner.returncode}")
+            log(f"runner exited on its own with {self.runner.returncode}; starting it again (see {self.runner_out})")
+            self.runner = spawn(["run", str(self.config)], self.runner_out)
+
+    def drain(self, done: Callable[[], bool], timeout: float) -> tuple[bool, float]:
+        """Wait until `done()` (the tables reached the source's end), keeping the runner running;
+        whether it got there, and how long after producing stopped."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not done():
+            self.keep_runner("drain")
+            time.sleep(2)
+        return done(), time.monotonic() - self.started - self.duration
+
+    def stop(self) -> None:
+        """SIGTERM the runner and maintain (SIGKILL after 2 minutes), then stop the broker."""
+        for proc in (self.runner, self.maintain):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(120)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.broker.kill()
+        self.broker.wait()
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The report's lines on the runner, the broker restart and maintain."""
+        runner_lines = self.runner_out.read_text(errors="replace").splitlines()
+        restarts = sum(1 for line in runner_lines if '"event": "restart"' in line)
+        broker = (
+            f"down {self.broker_down_s:.1f}s (replayed {self.replayed:,} records); proxy refused "
+            f"{self.proxy.refused} connections"
+        )
+        return [
+            (
+                "runner",
+                f"{self.kills} SIGKILLs, {restarts} supervised restarts (restart lines), "
+                f"{len(self.unexpected_exits)} exits on its own {self.unexpected_exits[:5]}",
+            ),
+            ("broker restart", broker if self.broker_restarted else "not reached"),
+            ("maintain", f"exited and restarted {self.maintain_exits} times"),
+        ]
+
+    def batches(self) -> list[dict[str, Any]]:
+        """The metrics lines of the batches the runner committed."""
+        lines = self.runner_out.read_text(errors="replace").splitlines()
+        return [json.loads(line) for line in lines if line.startswith('{"') and '"batch_id"' in line]
+
+
+def soak(args: Any, work: Path) -> str:
     minutes: float = args.minutes
-    duration = minutes * 60
     warehouse = work / "warehouse"
-    proxy = GatedProxy()
-    broker, broker_port = start_broker(proxy.port, work / "tansu.log")
-    proxy.upstream = broker_port
-    bootstrap = f"127.0.0.1:{proxy.port}"
-    create_topic(bootstrap)
+    run = SoakRun(work, minutes, args.seed, args.broker_down)
+    stream = Stream(run.bootstrap, args.rate, args.keys, args.bad_every, args.seed)
+    stream.create_topics()
     pipeline = {
         "pipeline": "soak",
         "warehouse": str(warehouse),
         "source": {
             "kafka": {
-                "bootstrap_servers": bootstrap,
+                "bootstrap_servers": run.bootstrap,
                 "topic": TOPIC,
                 "starting_offsets": "earliest",
                 # The range readers' fetch.wait.max.ms (default 500 ms) can be overridden to
@@ -448,101 +609,29 @@ def soak(args: Any, work: Path) -> str:
         "restart": {"max_attempts": 30, "backoff": "1s", "max_backoff": "10s"},
         "spark": {"spark.driver.memory": "1g"},
     }
-    config = work / "pipeline.yaml"
-    config.write_text(yaml.safe_dump(pipeline))
-    stream = Stream(bootstrap, args.rate, args.keys, args.bad_every, args.seed)
     watch = MetadataWatch(warehouse / "soak" / "kv")
-    runner_out, maintain_out = work / "runner.log", work / "maintain.log"
-
-    started = time.monotonic()
-    producer_thread = threading.Thread(target=stream.run, daemon=True)
-    producer_thread.start()
-    runner = spawn(["run", str(config)], runner_out)
-    maintain: subprocess.Popen[bytes] | None = None
-    kills, unexpected_exits, maintain_exits = 0, [], 0
     samples: list[tuple[str, float, int, int, int]] = []
-    rng = random.Random(args.seed + 1)
-    next_kill = started + rng.uniform(0.1, 0.2) * duration
-    broker_restart_at = started + 0.5 * duration
-    broker_restarted = False
-    broker_down_s = 0.0
-    replayed = 0
+
+    def sample(event: str, elapsed: float) -> None:
+        when = {"maintain": "start (first commit)", "broker restart": "middle"}.get(event)
+        if when is not None:
+            samples.append((when, elapsed, *watch.sample()))
+
     threading.Thread(target=watch.run, daemon=True).start()
     log(f"work dir {work}; producing {args.rate}/s over {args.keys} keys for {minutes} min")
-    while time.monotonic() - started < duration:
-        time.sleep(0.5)
-        now = time.monotonic()
-        if maintain is None and watch.commits:
-            files, size, snaps = watch.sample()
-            samples.append(("start (first commit)", now - started, files, size, snaps))
-            maintain = spawn(["maintain", "--pipeline", str(config), "--every", "1m", "--no-progress"], maintain_out)
-            log("first commit seen; maintain --every 1m started")
-        if maintain is not None and maintain.poll() is not None:
-            maintain_exits += 1
-            log(f"maintain exited with {maintain.returncode}; starting it again (see {maintain_out})")
-            maintain = spawn(["maintain", "--pipeline", str(config), "--every", "1m", "--no-progress"], maintain_out)
-        if runner.poll() is not None:
-            unexpected_exits.append(f"{now - started:.0f}s: exit {runner.returncode}")
-            log(f"runner exited on its own with {runner.returncode}; starting it again (see {runner_out})")
-            runner = spawn(["run", str(config)], runner_out)
-        if now >= next_kill:
-            runner.send_signal(signal.SIGKILL)
-            runner.wait()
-            kills += 1
-            log(f"SIGKILL runner #{kills} at {now - started:.0f}s; restarting it")
-            runner = spawn(["run", str(config)], runner_out)
-            next_kill = now + rng.uniform(0.1, 0.2) * duration
-        if not broker_restarted and now >= broker_restart_at:
-            files, size, snaps = watch.sample()
-            samples.append(("middle", now - started, files, size, snaps))
-            log("broker restart: pausing the producer")
-            stream.paused.set()
-            stream.idle.wait()
-            down = time.monotonic()
-            proxy.open = False
-            broker.kill()
-            broker.wait()
-            proxy.drop_all()
-            time.sleep(args.broker_down)  # the runner finds no broker for this long
-            broker, broker_port = start_broker(proxy.port, work / "tansu.log")
-            proxy.upstream = broker_port
-            create_topic(bootstrap)
-            replayed = stream.replay()
-            proxy.open = True
-            broker_down_s = time.monotonic() - down
-            stream.paused.clear()
-            broker_restarted = True
-            log(f"broker restarted; replayed {replayed:,} records in {broker_down_s:.1f}s; producing again")
+    run.run(pipeline, stream, table_ready=lambda: bool(watch.commits), on=sample)
+    log("waiting for the runner to reach the end")
+    ends = stream.ends()[TOPIC]
 
-    log("producing stopped; waiting for the runner to reach the end")
-    stream.stopped.set()
-    producer_thread.join()
-    ends = stream.ends()
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
+    def caught_up() -> bool:
         watch.sample()
-        if all(watch.latest.get(p, 0) >= e for p, e in ends.items()):
-            break
-        if runner.poll() is not None:
-            unexpected_exits.append(f"drain: exit {runner.returncode}")
-            runner = spawn(["run", str(config)], runner_out)
-        time.sleep(2)
-    caught_up = all(watch.latest.get(p, 0) >= e for p, e in ends.items())
-    drain_s = time.monotonic() - started - duration
+        return all(watch.latest.get(p, 0) >= e for p, e in ends.items())
+
+    drained, drain_s = run.drain(caught_up, 600)
     watch.stop.set()
-    for proc in (runner, maintain):
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    files, size, snaps = watch.sample()
-    samples.append(("end", time.monotonic() - started, files, size, snaps))
-    samples.append(("peak seen (polled every 2s)", time.monotonic() - started, *watch.peak))
-    broker.kill()
-    broker.wait()
+    run.stop()
+    samples.append(("end", time.monotonic() - run.started, *watch.sample()))
+    samples.append(("peak seen (polled every 2s)", time.monotonic() - run.started, *watch.peak))
 
     # -- checks ----------------------------------------------------------------------------------
     model, bad = stream.model()
@@ -554,9 +643,7 @@ def soak(args: Any, work: Path) -> str:
         got[r["k"]] = tuple(r)
     dead = [r["source_position"] for r in spark.table(DEAD_LETTER).select("source_position").collect()]
     snapshots_sql = spark.sql(f"SELECT count(*) FROM {TABLE}.snapshots").collect()[0][0]
-    runner_lines = runner_out.read_text(errors="replace").splitlines()
-    restarts = sum(1 for line in runner_lines if '"event": "restart"' in line)
-    batches = [json.loads(line) for line in runner_lines if line.startswith('{"') and '"batch_id"' in line]
+    batches = run.batches()
     # A batch that filled max_records commits on the commit thread while the next one is written.
     full = sum(1 for b in batches if b.get("records_in", 0) >= args.max_records)
     spark.stop()
@@ -586,7 +673,7 @@ def soak(args: Any, work: Path) -> str:
         for i in range(len(marks) - 1, -1, -1):
             best = min(best, marks[i][1])
             suffix_min[i] = best
-        for o, (_, _, produced_ms, kind) in stream.log[p].items():
+        for o, (_, _, produced_ms, kind) in stream.log[TOPIC][p].items():
             if kind == "bad":
                 continue
             i = bisect.bisect_right(positions, o)
@@ -596,7 +683,7 @@ def soak(args: Any, work: Path) -> str:
             lags.append((suffix_min[i] - produced_ms) / 1000)
     lags.sort()
     produced = sum(ends.values())
-    ok = not (missing or extra or differ or good_in_dead or bad_missing) and caught_up and not stream.errors
+    ok = not (missing or extra or differ or good_in_dead or bad_missing) and drained and not stream.errors
     checks = render_table(
         ["check", "result"],
         [
@@ -621,23 +708,12 @@ def soak(args: Any, work: Path) -> str:
             ),
             ("snapshots (SQL, end)", f"{snapshots_sql}"),
             (
-                "runner",
-                f"{kills} SIGKILLs, {restarts} supervised restarts (restart lines), "
-                f"{len(unexpected_exits)} exits on its own {unexpected_exits[:5]}",
-            ),
-            (
                 "batches",
                 f"{len(batches):,} committed, {full:,} of them full (max_records {args.max_records:,}: their "
                 "commits overlapped the next batch)",
             ),
-            (
-                "broker restart",
-                f"down {broker_down_s:.1f}s (replayed {replayed:,} records); proxy refused {proxy.refused} connections"
-                if broker_restarted
-                else "not reached",
-            ),
-            ("maintain", f"exited and restarted {maintain_exits} times"),
-            ("drain after producing stopped", f"{drain_s:.0f}s, caught up: {caught_up}"),
+            *run.rows(),
+            ("drain after producing stopped", f"{drain_s:.0f}s, caught up: {drained}"),
             ("producer delivery errors", f"{len(stream.errors)} {stream.errors[:3]}"),
         ],
     )
@@ -683,17 +759,23 @@ def main() -> None:
         help="seconds of snapshots the table keeps (history.expire.max-snapshot-age-ms; 0: the streaming default, 1h)",
     )
     p.add_argument("--seed", type=int, default=7)
+    run_soak(p, soak, "soak", lambda args: f"bench/soak.py: {args.minutes:g}-minute soak")
+
+
+def run_soak(p: Any, soak: Callable[[Any, Path], str], name: str, title: Callable[[Any], str]) -> None:
+    """Parse the arguments (adding --keep), run `soak(args, work)` in a new work folder (kept with
+    --keep or on FAIL) in UTC, and report its body under `title(args)`."""
     p.add_argument("--keep", action="store_true", help="keep the work folder (warehouse, logs)")
     args = p.parse_args()
     os.environ["TZ"] = "UTC"  # the model's timestamps are UTC, as Spark returns them here
     time.tzset()
-    work = Path(tempfile.mkdtemp(prefix="icetide-soak-"))
+    work = Path(tempfile.mkdtemp(prefix=f"icetide-{name}-"))
     body = soak(args, work)
     if args.keep or "FAIL" in body:
         log(f"kept {work} (warehouse, runner.log, maintain.log, tansu.log)")
     else:
         shutil.rmtree(work, ignore_errors=True)
-    report(f"bench/soak.py: {args.minutes:g}-minute soak", body, save=args.record)
+    report(title(args), body, save=args.record)
 
 
 if __name__ == "__main__":

@@ -28,13 +28,8 @@ record once and nothing else.
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -42,8 +37,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_session, parser, produce_waiting, render_table, report
-from bench.soak import REPLAY_CLIENT, GatedProxy, log, spawn, start_broker
+from bench.common import bench_session, parser, render_table
+from bench.ingest_debezium import SOURCE_FIELDS
+from bench.soak import ProducedLog, SoakRun, log, run_soak
 
 PARTITIONS = 2
 NAMESPACE = "soak_sync"
@@ -59,17 +55,6 @@ ROW_FIELDS = [
     {"type": "int64", "optional": True, "name": "io.debezium.time.Timestamp", "version": 1, "field": "updated_at"},
 ]
 NOTE_FIELD = {"type": "string", "optional": True, "field": "note"}
-SOURCE_FIELDS = [
-    {"type": "string", "optional": False, "field": "version"},
-    {"type": "string", "optional": False, "field": "connector"},
-    {"type": "string", "optional": False, "field": "name"},
-    {"type": "int64", "optional": False, "field": "ts_ms"},
-    {"type": "string", "optional": True, "field": "db"},
-    {"type": "string", "optional": True, "field": "table"},
-    {"type": "string", "optional": False, "field": "file"},
-    {"type": "int64", "optional": False, "field": "pos"},
-    {"type": "int32", "optional": True, "field": "row"},
-]
 
 
 def topic_of(table: str) -> str:
@@ -103,53 +88,21 @@ def key_message(table: str, row_id: int) -> bytes:
     return json.dumps({"schema": schema, "payload": {"id": row_id}}, separators=(",", ":")).encode()
 
 
-class SyncStream:
-    """Produces every table's change events and remembers, per topic, partition and offset, what landed."""
+class SyncStream(ProducedLog):
+    """Every table's change events; the log keeps (key, value or None, kind), kind "c" | "u" | "d" |
+    "tomb" | "bad"."""
 
     def __init__(self, bootstrap: str, args: Any) -> None:
-        self.bootstrap = bootstrap
-        self.rate: int = args.rate
+        self.tables = [f"t{i:02d}" for i in range(args.tables)]
+        super().__init__(bootstrap, args.rate, [topic_of(t) for t in self.tables], PARTITIONS)
         self.keys: int = args.keys
         self.bad_every: int = args.bad_every
-        self.tables = [f"t{i:02d}" for i in range(args.tables)]
         self.rng = random.Random(args.seed)
         self.seq = 0
         self.evolved = threading.Event()  # t00's events carry `note` from now on
         self.current: dict[str, dict[int, dict[str, Any]]] = {t: {} for t in self.tables}  # what was sent
-        # topic -> partition -> offset -> (key, value or None, kind); kind "c" | "u" | "d" | "tomb" | "bad"
-        self.log: dict[str, dict[int, dict[int, tuple[bytes, bytes | None, str]]]] = {
-            topic_of(t): {p: {} for p in range(PARTITIONS)} for t in self.tables
-        }
-        self.errors: list[str] = []
-        self.paused = threading.Event()
-        self.stopped = threading.Event()
-        self.idle = threading.Event()
-        self.producer = self._producer(REPLAY_CLIENT + "-live")
 
-    def _producer(self, client_id: str) -> Any:
-        from confluent_kafka import Producer
-
-        return Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "client.id": client_id,
-                "linger.ms": 20,
-                "acks": "all",
-                "max.in.flight.requests.per.connection": 1,
-                "message.timeout.ms": 300000,
-                "log_level": 3,
-            }
-        )
-
-    def create_topics(self) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "client.id": REPLAY_CLIENT})
-        topics = [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1) for topic in self.log]
-        for future in admin.create_topics(topics).values():
-            future.result(timeout=30)
-
-    def events(self) -> list[tuple[str, int, bytes, bytes | None, str]]:
+    def records(self) -> list[tuple[str, int, tuple[Any, ...]]]:
         """The next change (and its tombstone after a delete): (topic, partition, key, value, kind)."""
         self.seq += 1
         i = self.seq
@@ -175,11 +128,11 @@ class SyncStream:
         topic, partition, key = topic_of(table), row_id % PARTITIONS, key_message(table, row_id)
         if self.bad_every and i % self.bad_every == 0:
             if (i // self.bad_every) % 2:
-                return [(topic, partition, key, b'{"schema": {"type": "struct", "fie', "bad")]  # cut off
+                return [(topic, partition, (key, b'{"schema": {"type": "struct", "fie', "bad"))]  # cut off
             refused = {"id": row_id, "name": "bad", "qty": "not a number", "price": 1.0, "updated_at": now}
             payload = {"before": None, "after": refused, "source": source, "op": "c", "ts_ms": now}
             body = {"schema": envelope_schema(table, fields), "payload": payload}
-            return [(topic, partition, key, json.dumps(body, separators=(",", ":")).encode(), "bad")]
+            return [(topic, partition, (key, json.dumps(body, separators=(",", ":")).encode(), "bad"))]
         if before is not None and self.rng.random() < 0.08:
             op, after, kind = "d", None, "d"
             del rows[row_id]
@@ -197,67 +150,10 @@ class SyncStream:
             rows[row_id] = after
         payload = {"before": before, "after": after, "source": source, "op": op, "ts_ms": now}
         value = json.dumps({"schema": envelope_schema(table, fields), "payload": payload}, separators=(",", ":"))
-        out: list[tuple[str, int, bytes, bytes | None, str]] = [(topic, partition, key, value.encode(), kind)]
+        out: list[tuple[str, int, tuple[Any, ...]]] = [(topic, partition, (key, value.encode(), kind))]
         if op == "d":
-            out.append((topic, partition, key, None, "tomb"))  # as Debezium follows a delete
+            out.append((topic, partition, (key, None, "tomb")))  # as Debezium follows a delete
         return out
-
-    def run(self) -> None:
-        began, sent = time.monotonic(), 0
-        while not self.stopped.is_set():
-            if self.paused.is_set():
-                self.producer.flush(300)
-                self.idle.set()
-                while self.paused.is_set() and not self.stopped.is_set():
-                    time.sleep(0.05)
-                self.idle.clear()
-                began, sent = time.monotonic(), 0
-                continue
-            due = int((time.monotonic() - began) * self.rate)
-            while sent < due:
-                for topic, partition, key, value, kind in self.events():
-
-                    def delivered(err: Any, msg: Any, rec: Any = (key, value, kind)) -> None:
-                        if err is not None:
-                            self.errors.append(str(err))
-                        else:
-                            self.log[msg.topic()][msg.partition()][msg.offset()] = rec
-
-                    self.producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
-                sent += 1
-            self.producer.poll(0)
-            time.sleep(0.02)
-        self.producer.flush(300)
-        self.idle.set()
-
-    def replay(self) -> int:
-        """Every delivered record produced again into the emptied topics, in offset order; each
-        must land at its original offset."""
-        producer = self._producer(REPLAY_CLIENT)
-        mismatches: list[str] = []
-        count = 0
-        for topic, partitions in self.log.items():
-            for p, records in partitions.items():
-                offsets = sorted(records)
-                if offsets != list(range(len(offsets))):
-                    raise SystemExit(f"{topic}/{p}: delivered offsets are not 0..n-1; cannot replay exactly")
-                for o in offsets:
-                    key, value, _ = records[o]
-
-                    def landed(err: Any, msg: Any, want: str = f"{topic}/{p}@{o}") -> None:
-                        if err is not None or f"{msg.topic()}/{msg.partition()}@{msg.offset()}" != want:
-                            mismatches.append(f"{want}: {err or msg.offset()}")
-
-                    produce_waiting(producer, topic, key=key, value=value, partition=p, on_delivery=landed)
-                    count += 1
-                producer.flush(300)
-        if mismatches:
-            raise SystemExit(f"replay landed {len(mismatches)} records elsewhere, e.g. {mismatches[:3]}")
-        self.producer = self._producer(REPLAY_CLIENT + "-live")
-        return count
-
-    def ends(self) -> dict[str, dict[int, int]]:
-        return {topic: {p: len(r) for p, r in parts.items()} for topic, parts in self.log.items()}
 
     def model(self) -> tuple[dict[str, dict[int, dict[str, Any]]], set[str]]:
         """Per table, id -> row after each partition's events in offset order; the bad records' positions."""
@@ -312,22 +208,16 @@ def caught_up(warehouse: Path, ends: dict[str, dict[int, int]]) -> bool:
 
 
 def soak(args: Any, work: Path) -> str:
-    import yaml
-
-    duration = args.minutes * 60
     warehouse = work / "warehouse"
-    proxy = GatedProxy()
-    broker, broker_port = start_broker(proxy.port, work / "tansu.log")
-    proxy.upstream = broker_port
-    bootstrap = f"127.0.0.1:{proxy.port}"
-    stream = SyncStream(bootstrap, args)
+    run = SoakRun(work, args.minutes, args.seed, args.broker_down)
+    stream = SyncStream(run.bootstrap, args)
     stream.create_topics()
     pipeline = {
         "pipeline": "soak-sync",
         "warehouse": str(warehouse),
         "source": {
             "kafka": {
-                "bootstrap_servers": bootstrap,
+                "bootstrap_servers": run.bootstrap,
                 "topic_pattern": TOPIC_PREFIX.replace(".", "\\.") + ".*",
                 "starting_offsets": "earliest",
             }
@@ -341,88 +231,18 @@ def soak(args: Any, work: Path) -> str:
         "restart": {"max_attempts": 30, "backoff": "1s", "max_backoff": "10s"},
         "spark": {"spark.driver.memory": "1g"},
     }
-    config = work / "pipeline.yaml"
-    config.write_text(yaml.safe_dump(pipeline))
-    runner_out, maintain_out = work / "runner.log", work / "maintain.log"
-    maintain_args = ["maintain", "--pipeline", str(config), "--every", "1m", "--no-progress"]
 
-    started = time.monotonic()
-    producer_thread = threading.Thread(target=stream.run, daemon=True)
-    producer_thread.start()
-    runner = spawn(["run", str(config)], runner_out)
-    maintain: subprocess.Popen[bytes] | None = None
-    kills, unexpected_exits, maintain_exits = 0, [], 0
-    rng = random.Random(args.seed + 1)
-    next_kill = started + rng.uniform(0.1, 0.2) * duration
-    evolve_at, broker_restart_at = started + duration / 3, started + duration / 2
-    broker_restarted, broker_down_s, replayed = False, 0.0, 0
-    log(f"work dir {work}; {args.tables} tables, {args.rate} events/s over {args.keys} keys each, {args.minutes} min")
-    while time.monotonic() - started < duration:
-        time.sleep(0.5)
-        now = time.monotonic()
-        if maintain is None and (warehouse / NAMESPACE).exists():
-            maintain = spawn(maintain_args, maintain_out)
-            log("first table seen; maintain --every 1m started")
-        if maintain is not None and maintain.poll() is not None:
-            maintain_exits += 1
-            log(f"maintain exited with {maintain.returncode}; starting it again (see {maintain_out})")
-            maintain = spawn(maintain_args, maintain_out)
-        if runner.poll() is not None:
-            unexpected_exits.append(f"{now - started:.0f}s: exit {runner.returncode}")
-            log(f"runner exited on its own with {runner.returncode}; starting it again (see {runner_out})")
-            runner = spawn(["run", str(config)], runner_out)
-        if now >= next_kill:
-            runner.send_signal(signal.SIGKILL)
-            runner.wait()
-            kills += 1
-            log(f"SIGKILL runner #{kills} at {now - started:.0f}s; restarting it")
-            runner = spawn(["run", str(config)], runner_out)
-            next_kill = now + rng.uniform(0.1, 0.2) * duration
-        if not stream.evolved.is_set() and now >= evolve_at:
+    def evolve(event: str, elapsed: float) -> None:
+        if event == "tick" and elapsed >= run.duration / 3 and not stream.evolved.is_set():
             stream.evolved.set()
             log("t00's events carry a new column, note")
-        if not broker_restarted and now >= broker_restart_at:
-            log("broker restart: pausing the producer")
-            stream.paused.set()
-            stream.idle.wait()
-            down = time.monotonic()
-            proxy.open = False
-            broker.kill()
-            broker.wait()
-            proxy.drop_all()
-            time.sleep(args.broker_down)
-            broker, broker_port = start_broker(proxy.port, work / "tansu.log")
-            proxy.upstream = broker_port
-            stream.create_topics()
-            replayed = stream.replay()
-            proxy.open = True
-            broker_down_s = time.monotonic() - down
-            stream.paused.clear()
-            broker_restarted = True
-            log(f"broker restarted; replayed {replayed:,} records in {broker_down_s:.1f}s; producing again")
 
-    log("producing stopped; waiting for every table to reach its topic's end")
-    stream.stopped.set()
-    producer_thread.join()
+    log(f"work dir {work}; {args.tables} tables, {args.rate} events/s over {args.keys} keys each, {args.minutes} min")
+    run.run(pipeline, stream, table_ready=(warehouse / NAMESPACE).exists, on=evolve)
+    log("waiting for every table to reach its topic's end")
     ends = stream.ends()
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline and not caught_up(warehouse, ends):
-        if runner.poll() is not None:
-            unexpected_exits.append(f"drain: exit {runner.returncode}")
-            runner = spawn(["run", str(config)], runner_out)
-        time.sleep(2)
-    drained = caught_up(warehouse, ends)
-    drain_s = time.monotonic() - started - duration
-    for proc in (runner, maintain):
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    broker.kill()
-    broker.wait()
+    drained, drain_s = run.drain(lambda: caught_up(warehouse, ends), 900)
+    run.stop()
 
     # -- checks ----------------------------------------------------------------------------------
     model, bad = stream.model()
@@ -451,9 +271,7 @@ def soak(args: Any, work: Path) -> str:
         counts = (len(missing), len(extra), len(differ), duplicates)
         per_table.append((table, "OK" if ok else "MISMATCH", f"{len(got):,}", f"{len(want):,}", *counts, added))
     dead = [r["source_position"] for r in spark.table(DEAD_LETTER).select("source_position").collect()]
-    runner_lines = runner_out.read_text(errors="replace").splitlines()
-    batches = [json.loads(line) for line in runner_lines if line.startswith('{"') and '"batch_id"' in line]
-    restarts = sum(1 for line in runner_lines if '"event": "restart"' in line)
+    batches = run.batches()
     spark.stop()
     for line in mismatches[:20]:
         log(f"MISMATCH {line}")
@@ -480,17 +298,8 @@ def soak(args: Any, work: Path) -> str:
                 f"{len(dead):,} rows for {len(bad):,} bad records; good records in it {len(good_in_dead)}, bad "
                 f"missing {len(bad_missing)}, duplicates {len(dead) - len(dead_set)}",
             ),
-            (
-                "runner",
-                f"{kills} SIGKILLs, {restarts} supervised restarts, {len(unexpected_exits)} exits on its own "
-                f"{unexpected_exits[:5]}",
-            ),
             ("batches", f"{len(batches):,} committed; by path {dict(sorted(paths.items()))}"),
-            (
-                "broker restart",
-                f"down {broker_down_s:.1f}s (replayed {replayed:,} records)" if broker_restarted else "not reached",
-            ),
-            ("maintain", f"exited and restarted {maintain_exits} times"),
+            *run.rows(),
             ("drain after producing stopped", f"{drain_s:.0f}s, caught up: {drained}"),
             ("producer delivery errors", f"{len(stream.errors)} {stream.errors[:3]}"),
         ],
@@ -520,17 +329,7 @@ def main() -> None:
     p.add_argument("--max-records", type=int, default=50_000, help="the runner's max_records")
     p.add_argument("--broker-down", type=float, default=20, help="seconds the broker stays down at its restart")
     p.add_argument("--seed", type=int, default=11)
-    p.add_argument("--keep", action="store_true", help="keep the work folder (warehouse, logs)")
-    args = p.parse_args()
-    os.environ["TZ"] = "UTC"  # the model's timestamps are UTC, as Spark returns them here
-    time.tzset()
-    work = Path(tempfile.mkdtemp(prefix="icetide-soak-sync-"))
-    body = soak(args, work)
-    if args.keep or "FAIL" in body:
-        log(f"kept {work} (warehouse, runner.log, maintain.log, tansu.log)")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    report(f"bench/soak_sync.py: {args.minutes:g}-minute soak of a whole-database sync", body, save=args.record)
+    run_soak(p, soak, "soak-sync", lambda a: f"bench/soak_sync.py: {a.minutes:g}-minute soak of a whole-database sync")
 
 
 if __name__ == "__main__":
