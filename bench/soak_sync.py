@@ -279,8 +279,8 @@ def soak(args: Any, work: Path) -> str:
     good_in_dead, bad_missing = sorted(dead_set - bad), sorted(bad - dead_set)
     paths: dict[str, int] = {}
     for b in batches:
-        path = str(b.get("path", "?"))
-        paths[path.split(":")[0] if path.startswith("spark") else path] = paths.get(path, 0) + 1
+        path = str(b.get("path", "?")).split(":")[0]  # "fast", or "spark" for any reason
+        paths[path] = paths.get(path, 0) + 1
     tables_ok = all(row[1] == "OK" for row in per_table)
     ok = tables_ok and not (good_in_dead or bad_missing or len(dead) != len(dead_set)) and drained
     ok = ok and not stream.errors
