@@ -53,6 +53,15 @@ class JavaNotFoundError(TerminalError):
     """No usable Java runtime for Spark."""
 
 
+class UnsupportedSparkError(TerminalError):
+    """The installed PySpark is a version icetide does not run on; the message names the ones it does."""
+
+
+class DependencyError(TransientError):
+    """A JVM dependency could not be fetched from its Maven repository (unreachable, or other bytes
+    than the pinned ones); the message names its coordinates and the repository."""
+
+
 class CommitConflictError(TransientError):
     """A commit kept losing races to other writers until the retry budget ran out.
 

@@ -27,18 +27,19 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="session")
 def spark(warehouse: str) -> Iterator[object]:
     import icetide
-    from icetide.spark.jars import JDBC_DRIVERS, SYSTEM_JARS
+    from icetide.spark.jars import JDBC_DRIVERS
+    from icetide.spark.maven import fetch
 
-    # The JDBC drivers that are installed, so tests can read the PostgreSQL catalogs of the
-    # pipelines they run (a driver must be on the classpath when the JVM starts).
-    drivers = [os.path.join(SYSTEM_JARS, jar) for _, _, jar in JDBC_DRIVERS.values()]
+    # The JDBC drivers, so tests can read the PostgreSQL catalogs of the pipelines they run (a
+    # driver must be on the classpath when the JVM starts).
+    drivers = [fetch(artifact) for _, artifact in JDBC_DRIVERS.values()]
     session = icetide.spark_session(
         warehouse=warehouse,
         master="local[2]",
         conf={
             "spark.sql.shuffle.partitions": "4",
             "spark.default.parallelism": "2",
-            "spark.jars": ",".join(d for d in drivers if os.path.isfile(d)),
+            "spark.jars": ",".join(drivers),
         },
     )
     yield session

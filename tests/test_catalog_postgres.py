@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from icetide.errors import ConfigError
+from icetide.errors import DependencyError, ConfigError
 from icetide.spark.jars import jdbc_driver_jar
 from icetide.table.iceberg import load_table
 from tests.commands import ROOT, catalog_reader, crash_and_restart, run_cli
@@ -57,13 +57,17 @@ def assert_no_secret(password: str, *outputs: subprocess.CompletedProcess[str] |
         assert password not in text
 
 
-def test_a_jdbc_catalog_gets_its_driver_or_one_line_naming_the_package(monkeypatch: Any, tmp_path: Path) -> None:
+def test_a_jdbc_catalog_gets_its_driver_from_maven_or_one_line_naming_it(monkeypatch: Any, tmp_path: Path) -> None:
     uri = {"type": "jdbc", "uri": "jdbc:postgresql://127.0.0.1:1/x"}
-    assert jdbc_driver_jar(uri) == "/usr/share/java/postgresql.jar"
+    jar = jdbc_driver_jar(uri)
+    assert jar is not None and jar.endswith("/org/postgresql/postgresql/42.7.14/postgresql-42.7.14.jar")
     assert jdbc_driver_jar({"type": "rest", "uri": "http://127.0.0.1:1"}) is None
-    monkeypatch.setattr("icetide.spark.jars.SYSTEM_JARS", str(tmp_path))
+    # A machine without the jar, whose repository cannot be reached: one line naming the coordinates.
+    monkeypatch.setenv("ICETIDE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ICETIDE_MAVEN_REPOSITORY", "http://127.0.0.1:9")
     with pytest.raises(
-        ConfigError, match=r"^catalog.uri: the PostgreSQL JDBC driver is not installed: apt-get install"
+        DependencyError, match=r"^cannot fetch org.postgresql:postgresql:42.7.14 from http://127.0.0.1:9 \("
     ):
         jdbc_driver_jar(uri)
     monkeypatch.setenv("ICETIDE_JDBC_DRIVER", str(tmp_path / "driver.jar"))

@@ -1,12 +1,15 @@
-"""The jars an icetide session puts on Spark's classpath: Iceberg's runtime, and icetide's own.
+"""The jars an icetide session puts on Spark's classpath: Iceberg's runtime, a JDBC driver, and icetide's own.
 
-icetide's own JVM classes (`jvm/*.java`: the RocksDB state store provider and the commit lock of
-the embedded catalog) are compiled with the JDK's `javac` against the installed PySpark's jars and
-Iceberg's runtime jar the first time a session needs them, into one jar in `$ICETIDE_CACHE`
-(default `~/.cache/icetide`), keyed by the sources, Spark's version and Iceberg's jar, so a changed
-source or another Spark builds a new jar. Without `javac` (a JRE only) there is no icetide jar:
-sessions run with Spark's own state provider and Iceberg's in-JVM commit lock, and say so.
-`python -m icetide.spark.jars` builds the jar and prints its path (for a plain Spark session).
+Iceberg's runtime and the JDBC drivers come from Maven Central by their coordinates
+(`icetide.spark.maven`), the runtime chosen by the installed PySpark's Spark line and Scala version.
+icetide's own JVM classes (`jvm/*.java`: the commit lock of the embedded catalog, the REST catalog
+server and, on Spark 3.5, the RocksDB state store provider) are compiled with the JDK's `javac`
+against the installed PySpark's jars and Iceberg's runtime the first time a session needs them,
+into one jar in `$ICETIDE_CACHE` (default `~/.cache/icetide`), keyed by the sources, Spark's
+version and Iceberg's jar, so a changed source or another Spark builds a new jar. Without `javac`
+(a JRE only) there is no icetide jar: sessions run with Spark's own state provider and Iceberg's
+in-JVM commit lock, and say so. `python -m icetide.spark.jars` fetches and builds what the
+installed PySpark needs and prints the jars' paths (for a plain Spark session).
 """
 
 from __future__ import annotations
@@ -15,44 +18,81 @@ import glob
 import hashlib
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import zipfile
 from collections.abc import Mapping
 
-from icetide.errors import ConfigError
+from icetide.errors import ConfigError, UnsupportedSparkError
 from icetide.spark.java import jdk_tool
+from icetide.spark.maven import (
+    ICEBERG_RUNTIMES,
+    ICEBERG_VERSION,
+    POSTGRESQL_JDBC,
+    SQLITE_JDBC,
+    Artifact,
+    cache_dir,
+    fetch,
+)
 
 log = logging.getLogger(__name__)
 
-# Spark 3.5 from PyPI is built for Scala 2.12; the wheel also carries 2.13 jars, which must not load.
-RUNTIME_JAR_PATTERN = "iceberg-spark-runtime-3.5_2.12-*.jar"
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm")
-CACHE_ENV = "ICETIDE_CACHE"
-# A JDBC catalog's driver, by the start of its `uri`: (database, Debian package, jar in SYSTEM_JARS).
-JDBC_DRIVERS = {
-    "jdbc:postgresql:": ("PostgreSQL", "libpostgresql-jdbc-java", "postgresql.jar"),
-    "jdbc:sqlite:": ("SQLite", "libxerial-sqlite-jdbc-java", "sqlite-jdbc.jar"),
+# Sources compiled only for some Spark lines: the provider works around SPARK-51955, fixed in 4.1.
+SPARK_LINE_SOURCES = {"ReusingRocksDBProvider.java": {"3.5"}}
+SUPPORTED_SPARK = "PySpark 4.1 (the default) or 3.5"
+INSTALL_SPARK = "pip install 'pyspark>=4.1,<4.2'"
+# A JDBC catalog's driver, by the start of its `uri`: (database, Maven artifact).
+JDBC_DRIVERS: dict[str, tuple[str, Artifact]] = {
+    "jdbc:postgresql:": ("PostgreSQL", POSTGRESQL_JDBC),
+    "jdbc:sqlite:": ("SQLite", SQLITE_JDBC),
 }
-SYSTEM_JARS = "/usr/share/java"
 JDBC_DRIVER_ENV = "ICETIDE_JDBC_DRIVER"  # a driver jar's path, for other databases or other installs
 JDBC_CATALOG_IMPL = "org.apache.iceberg.jdbc.JdbcCatalog"
 
 
+def spark_line(version: str | None = None) -> str:
+    """The Spark line ('4.1', '3.5') of `version` (default: the installed PySpark's), if icetide
+    supports it; otherwise UnsupportedSparkError, one line saying what to install."""
+    if version is None:
+        version = pyspark_jars()[1]
+    match = re.match(r"(\d+)\.(\d+)", version)
+    line = f"{match.group(1)}.{match.group(2)}" if match else version
+    if not any(line == known for known, _ in ICEBERG_RUNTIMES):
+        raise UnsupportedSparkError(
+            f"PySpark {version} is not supported: icetide runs on {SUPPORTED_SPARK}, the Spark lines Iceberg "
+            f"{ICEBERG_VERSION} ships runtimes for: {INSTALL_SPARK}"
+        )
+    return line
+
+
+def scala_version(spark_jars: str) -> str:
+    """The Scala version ('2.13', '2.12') the installed PySpark was built for, from its jars."""
+    found = sorted(glob.glob(os.path.join(spark_jars, "scala-library-*.jar")))
+    match = re.search(r"scala-library-(\d+\.\d+)", os.path.basename(found[-1])) if found else None
+    if match is None:
+        raise UnsupportedSparkError(f"no scala-library jar in {spark_jars}: reinstall PySpark ({INSTALL_SPARK})")
+    return match.group(1)
+
+
+def iceberg_runtime() -> Artifact:
+    """The Iceberg Spark runtime for the installed PySpark's Spark line and Scala version."""
+    spark_jars, version = pyspark_jars()
+    line = spark_line(version)
+    scala = scala_version(spark_jars)
+    runtime = ICEBERG_RUNTIMES.get((line, scala))
+    if runtime is None:
+        raise UnsupportedSparkError(
+            f"PySpark {version} is built for Scala {scala}, for which Iceberg {ICEBERG_VERSION} ships no Spark {line} "
+            f"runtime: {INSTALL_SPARK}"
+        )
+    return runtime
+
+
 def iceberg_runtime_jar() -> str:
-    """Path of the Iceberg Spark runtime jar shipped in `snowpark-connect-deps-iceberg`."""
-    try:
-        import snowpark_connect_deps_iceberg as deps
-    except ImportError as exc:  # pragma: no cover - a broken install
-        raise ConfigError(
-            "the Iceberg runtime is not installed: pip install 'snowpark-connect-deps-iceberg==1.0.2'"
-        ) from exc
-    roots = list(getattr(deps, "__path__", [])) or [os.path.dirname(deps.__file__ or "")]
-    for root in roots:
-        found = sorted(glob.glob(os.path.join(root, "jars", RUNTIME_JAR_PATTERN)))
-        if found:
-            return found[-1]
-    raise ConfigError(f"no {RUNTIME_JAR_PATTERN} inside snowpark-connect-deps-iceberg at {roots}")
+    """Path of the Iceberg Spark runtime jar for the installed PySpark, fetched once from Maven."""
+    return fetch(iceberg_runtime())
 
 
 def is_jdbc_catalog(options: Mapping[str, str] | None) -> bool:
@@ -61,12 +101,24 @@ def is_jdbc_catalog(options: Mapping[str, str] | None) -> bool:
     return options.get("type") == "jdbc" or options.get("catalog-impl") == JDBC_CATALOG_IMPL
 
 
+def jdbc_driver_artifact(options: Mapping[str, str] | None) -> Artifact | None:
+    """The pinned Maven artifact of a JDBC catalog's driver; None for other catalogs and databases."""
+    if not is_jdbc_catalog(options):
+        return None
+    assert options is not None
+    uri = str(options.get("uri", ""))
+    for prefix, (_, artifact) in JDBC_DRIVERS.items():
+        if uri.startswith(prefix):
+            return artifact
+    return None
+
+
 def jdbc_driver_jar(options: Mapping[str, str] | None) -> str | None:
     """The JDBC driver jar a JDBC catalog needs on Spark's classpath; None for other catalogs, and
     for a database whose driver icetide does not know (PostgreSQL and SQLite it does).
 
-    $ICETIDE_JDBC_DRIVER, when set, is the jar. Otherwise the Debian package's jar in
-    /usr/share/java. A missing jar is a ConfigError naming the package to install.
+    $ICETIDE_JDBC_DRIVER, when set, is the jar. Otherwise the driver's pinned Maven artifact,
+    fetched once (a DependencyError names it when it cannot be).
     """
     if not is_jdbc_catalog(options):
         return None
@@ -76,22 +128,8 @@ def jdbc_driver_jar(options: Mapping[str, str] | None) -> str | None:
         if not os.path.isfile(explicit):
             raise ConfigError(f"{JDBC_DRIVER_ENV}: no JDBC driver jar at {explicit}")
         return explicit
-    uri = str(options.get("uri", ""))
-    for prefix, (database, package, jar) in JDBC_DRIVERS.items():
-        if uri.startswith(prefix):
-            path = os.path.join(SYSTEM_JARS, jar)
-            if not os.path.isfile(path):
-                raise ConfigError(
-                    f"catalog.uri: the {database} JDBC driver is not installed: apt-get install {package} "
-                    f"(or set {JDBC_DRIVER_ENV} to its jar)"
-                )
-            return path
-    return None
-
-
-def cache_dir() -> str:
-    """Where built jars are kept: $ICETIDE_CACHE, else ~/.cache/icetide."""
-    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "icetide")
+    artifact = jdbc_driver_artifact(options)
+    return fetch(artifact) if artifact else None
 
 
 def pyspark_jars() -> tuple[str, str]:
@@ -127,7 +165,7 @@ def compiled_jar(name: str, sources: list[str], classpath: list[str], *, depends
     try:
         _build(javac, sorted(sources), classpath, target)
     except (OSError, subprocess.SubprocessError) as exc:
-        log.debug("building %s failed: %s", target, exc)
+        log.warning("building %s failed, so icetide runs without its JVM classes: %s", target, exc)
         return None
     return target
 
@@ -155,23 +193,51 @@ def _build(javac: str, sources: list[str], classpath: list[str], target: str) ->
 
 
 def icetide_jar() -> str | None:
-    """Path of the jar of icetide's JVM classes (state provider, commit lock), built if needed;
-    None without javac."""
+    """Path of the jar of icetide's JVM classes for the installed Spark, built if needed; None without javac."""
     spark_jars, spark_version = pyspark_jars()
-    sources = sorted(glob.glob(os.path.join(SOURCE_DIR, "*.java")))
+    line = spark_line(spark_version)
+    sources = [
+        path
+        for path in sorted(glob.glob(os.path.join(SOURCE_DIR, "*.java")))
+        if line in SPARK_LINE_SOURCES.get(os.path.basename(path), {line})
+    ]
     classpath = [os.path.join(spark_jars, "*"), iceberg_runtime_jar()]
     return compiled_jar("icetide-jvm", sources, classpath, depends_on=f"spark {spark_version}")
 
 
-if __name__ == "__main__":  # `make install` builds the jar once, so tests and the demo find it
+def session_jars(catalog_options: Mapping[str, str] | None = None, *, own_jar: str | None = None) -> list[str]:
+    """The jars an icetide session needs for these catalog options, fetched now: Iceberg's runtime,
+    icetide's own jar (`own_jar`, else built now when javac is here) and a JDBC catalog's driver."""
+    jars = [iceberg_runtime_jar()]
+    own = own_jar or icetide_jar()
+    if own:
+        jars.append(own)
+    driver = jdbc_driver_jar(catalog_options)
+    if driver:
+        jars.append(driver)
+    return jars
+
+
+if __name__ == "__main__":  # `make install` fetches and builds the jars once, so tests and the demo start offline
     import sys
 
-    built = icetide_jar()
-    if built is None:
+    from icetide.errors import IcetideError
+
+    try:
+        for artifact in JDBC_DRIVERS.values():
+            fetch(artifact[1])
+        print(iceberg_runtime_jar())
+        built = icetide_jar()
+    except IcetideError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    if built is None and jdk_tool("javac") is None:
         print(
             "note: javac not found, so the stateful stage will use Spark's own RocksDB provider and the embedded "
             "catalog's commits are safe only inside one process",
             file=sys.stderr,
         )
+    elif built is None:
+        sys.exit(1)  # the compiler's errors were logged
     else:
         print(built)

@@ -1,4 +1,4 @@
-"""Build a SparkSession with Iceberg: the runtime jar from the installed wheel, never downloaded."""
+"""A SparkSession with Iceberg, and the settings icetide needs for one's own session (`spark_conf`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from icetide.config import check_catalog_for_warehouse
 from icetide.errors import CatalogUnavailableError, ConfigError, one_line
 from icetide.secrets import redact
-from icetide.spark.jars import iceberg_runtime_jar, icetide_jar, jdbc_driver_jar
+from icetide.spark.jars import iceberg_runtime, icetide_jar, jdbc_driver_artifact, session_jars
 from icetide.spark.java import check_java
 
 if TYPE_CHECKING:
@@ -68,6 +68,61 @@ def _warehouse_uri(warehouse: str) -> str:
     return os.path.abspath(warehouse)
 
 
+def spark_conf(
+    *,
+    warehouse: str | None = "warehouse",
+    catalog: str = DEFAULT_CATALOG,
+    catalog_options: Mapping[str, str] | None = None,
+    packages: bool = False,
+) -> dict[str, str]:
+    """The Spark settings icetide needs, to add to one's own session, `spark-submit` or cluster.
+
+    Iceberg's SQL extensions, one Iceberg catalog named `catalog` (the embedded Hadoop catalog on
+    the folder `warehouse`, or `catalog_options` passed through; see `catalog_conf`), the UTC
+    session time zone, and the jars: with `packages=False` the local paths of Iceberg's runtime
+    for the installed PySpark, of a JDBC catalog's driver and of icetide's own jar (fetched and
+    built now) in `spark.jars`; with `packages=True` their Maven coordinates in
+    `spark.jars.packages`, for Spark to resolve (icetide's own jar stays a local path, as it is
+    built on this machine). `spark_session` starts with these and its tuning defaults.
+    """
+    check_java()
+    own_jar = icetide_jar()
+    settings: dict[str, str] = {
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+    }
+    if packages:
+        coordinates = [iceberg_runtime().coordinates]
+        driver = jdbc_driver_artifact(catalog_options)
+        if driver is not None:
+            coordinates.append(driver.coordinates)
+        settings["spark.jars.packages"] = ",".join(coordinates)
+        if own_jar:
+            settings["spark.jars"] = own_jar
+    else:
+        settings["spark.jars"] = ",".join(session_jars(catalog_options, own_jar=own_jar))
+    lock_impl = COMMIT_LOCK_IMPL if own_jar else None
+    settings.update(catalog_conf(catalog, warehouse=warehouse, options=catalog_options, lock_impl=lock_impl))
+    if own_jar is None and not catalog_options:
+        log.warning(
+            "javac not found, so icetide's commit lock is not built: the embedded catalog is safe for one process "
+            "only (run icetide and any other Spark session on this warehouse one at a time)"
+        )
+    return settings
+
+
+# Settings icetide's own sessions start with, beside `spark_conf`'s; a user's session may differ.
+TUNING_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Bigger Arrow batches into the writers: about 10% faster inserts than Spark's 10,000.
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+    "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+}
+
+
 def spark_session(
     *,
     warehouse: str | None = "warehouse",
@@ -84,12 +139,17 @@ def spark_session(
     icetide's file lock (`lock-impl`), so processes on one machine can commit to one table
     safely, provided each of them takes that lock (see docs/design.md).
     `catalog_options` are passed through unchanged, e.g. ``{"type": "rest", "uri": ...}``.
-    A JDBC catalog's driver jar (PostgreSQL, SQLite: see `jdbc_driver_jar`) is put on the
-    classpath. `conf` entries win over everything icetide sets, except `spark.jars`, which is
-    added to icetide's jars rather than replacing them. The session time zone is UTC, so
-    timestamps mean the same on every machine. An existing active session is reused. A catalog
-    given by `catalog_options` is opened at once: one that cannot be (unreachable, refused)
-    raises CatalogUnavailableError naming it.
+    Iceberg's runtime for the installed PySpark and a JDBC catalog's driver (PostgreSQL, SQLite)
+    are fetched by their Maven coordinates once and put on the classpath (`spark_conf`).
+    `conf` entries win over everything icetide sets, except `spark.jars`, which is added to
+    icetide's jars rather than replacing them. The session time zone is UTC, so timestamps mean
+    the same on every machine.
+
+    An active session (a notebook's, say) is reused when it fits: Iceberg's extensions loaded,
+    the UTC time zone, and the catalog either absent (it is added) or configured as asked. One
+    that does not fit raises ConfigError naming the settings that differ. A catalog given by
+    `catalog_options` is opened at once: one that cannot be (unreachable, refused) raises
+    CatalogUnavailableError naming it.
     """
     check_java()
     from pyspark.sql import SparkSession
@@ -99,47 +159,63 @@ def spark_session(
     # The embedded default needs no network; binding to loopback also silences Spark's host warning.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    jars = [iceberg_runtime_jar()]
-    own_jar = icetide_jar()
-    if own_jar:
-        jars.append(own_jar)
-    driver = jdbc_driver_jar(catalog_options)
-    if driver:
-        jars.append(driver)
+    required = spark_conf(warehouse=warehouse, catalog=catalog, catalog_options=catalog_options)
     extra = dict(conf or {})
+    jars = required["spark.jars"].split(",")
     jars += [j for j in extra.pop("spark.jars", "").split(",") if j and j not in jars]
-    settings: dict[str, str] = {
-        "spark.jars": ",".join(jars),
-        "spark.sql.extensions": ICEBERG_EXTENSIONS,
-        "spark.sql.session.timeZone": "UTC",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
+    settings = {
+        **TUNING_DEFAULTS,
         "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        # Bigger Arrow batches into the writers: about 10% faster inserts than Spark's 10,000.
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+        **required,
+        "spark.jars": ",".join(jars),
+        **extra,
     }
-    lock_impl = COMMIT_LOCK_IMPL if own_jar else None
-    settings.update(catalog_conf(catalog, warehouse=warehouse, options=catalog_options, lock_impl=lock_impl))
-    if own_jar is None and not catalog_options:
-        log.warning(
-            "javac not found, so icetide's commit lock is not built: the embedded catalog is safe for one process "
-            "only (run icetide and any other Spark session on this warehouse one at a time)"
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        _fit_active_session(active, required, catalog)
+        spark = active
+    else:
+        builder = SparkSession.builder.appName(app_name).master(
+            master or os.environ.get("ICETIDE_SPARK_MASTER", "local[*]")
         )
-    settings.update(extra)
-    builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get("ICETIDE_SPARK_MASTER", "local[*]")
-    )
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    log.debug("starting Spark with %s", redact(settings))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(log_level)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        log.debug("starting Spark with %s", redact(settings))
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel(log_level)
     if catalog_options:
         _open_catalog(spark, catalog)
     return spark
+
+
+def _fit_active_session(spark: SparkSession, required: Mapping[str, str], catalog: str) -> None:
+    """Reuse an active session when it has what icetide needs; add a catalog it lacks; otherwise
+    raise ConfigError naming every setting that differs (they cannot change in a running session)."""
+    conf = spark.conf
+    differs: list[str] = []
+    extensions = str(conf.get("spark.sql.extensions", "") or "")
+    if ICEBERG_EXTENSIONS not in extensions.split(","):
+        differs.append(f"spark.sql.extensions lacks {ICEBERG_EXTENSIONS}")
+    zone = str(conf.get("spark.sql.session.timeZone", "") or "")
+    if zone != "UTC":
+        differs.append(f"spark.sql.session.timeZone is {zone!r}, not 'UTC'")
+    prefix = f"spark.sql.catalog.{catalog}"
+    catalog_keys = {k: v for k, v in required.items() if k == prefix or k.startswith(prefix + ".")}
+    present = {k: conf.get(k, None) for k in catalog_keys}
+    if any(v is not None for v in present.values()):
+        for key, wanted in catalog_keys.items():
+            have = present[key]
+            if have is None or str(have) != wanted:
+                shown = "unset" if have is None else repr(redact({key: str(have)})[key])
+                differs.append(f"{key} is {shown}, not {redact({key: wanted})[key]!r}")
+    if differs:
+        raise ConfigError(
+            "the active Spark session does not fit icetide: " + "; ".join(differs)
+            + " (stop it, or start it with icetide.spark_conf())"
+        )
+    if all(v is None for v in present.values()):
+        for key, wanted in catalog_keys.items():
+            conf.set(key, wanted)
 
 
 def _open_catalog(spark: SparkSession, catalog: str) -> None:

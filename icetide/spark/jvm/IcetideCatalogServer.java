@@ -316,7 +316,7 @@ public class IcetideCatalogServer implements HttpHandler {
       }
       throw new RouteNotFound(what);
     }
-    Namespace ns = RESTUtil.decodeNamespace(p.get(1));
+    Namespace ns = RESTUtil.decodeNamespace(p.get(1), RESTUtil.NAMESPACE_SEPARATOR_URLENCODED_UTF_8);
     if (n == 2) {
       switch (method) {
         case "GET":
@@ -363,7 +363,12 @@ public class IcetideCatalogServer implements HttpHandler {
     if (n == 4) {
       switch (method) {
         case "GET":
-          return CatalogHandlers.loadTable(catalog, ident);
+          // `snapshots=refs` asks for the snapshots that branches and tags reference only.
+          RESTCatalogProperties.SnapshotMode mode =
+              "refs".equalsIgnoreCase(query.getOrDefault("snapshots", "all"))
+                  ? RESTCatalogProperties.SnapshotMode.REFS
+                  : RESTCatalogProperties.SnapshotMode.ALL;
+          return CatalogHandlers.loadTable(catalog, ident, mode);
         case "HEAD":
           CatalogHandlers.tableExists(catalog, ident);
           return null;
