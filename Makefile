@@ -4,22 +4,34 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean check-java system-packages
+.PHONY: install install-spark35 demo test test-spark35 lint bench clean check-java system-packages
 
 check-java:
 	@$(PYTHON) -m icetide.spark.java >/dev/null
 
-$(STAMP): pyproject.toml
+# Exact versions from the constraints file of the default Spark line (pyproject.toml holds ranges).
+CONSTRAINTS := constraints/spark-4.1.txt
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	@touch $(STAMP)
 
-# Debian packages the tests need: a PostgreSQL server and its JDBC driver (the catalog tests; the
-# driver is also what `catalog: {type: jdbc, uri: jdbc:postgresql://...}` needs) and Chromium (the
-# status page's browser test). A no-op when they are installed; apt may be locked by another
+# The second Spark line (3.5) in its own venv, for the tests that prove the guarantees (docs/testing.md).
+VENV35 := .venv-spark35
+STAMP35 := $(VENV35)/.installed
+
+$(STAMP35): pyproject.toml constraints/spark-3.5.txt
+	$(PYTHON) -m venv $(VENV35)
+	$(VENV35)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV35)/bin/python -m pip install --quiet -c constraints/spark-3.5.txt -e '.[dev]'
+	@touch $(STAMP35)
+
+# Debian packages the tests need: a PostgreSQL server (the catalog tests; its JDBC driver comes from
+# Maven Central) and Chromium (the status page's browser test). A no-op when they are installed; apt may be locked by another
 # install, so it retries; without root or apt-get it only names what is missing.
-DEB_PACKAGES := postgresql libpostgresql-jdbc-java chromium
+DEB_PACKAGES := postgresql chromium
 
 system-packages:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -35,14 +47,22 @@ system-packages:
 		fi; \
 	fi
 
+# Fetches the JVM dependencies by their Maven coordinates and builds icetide's jar (one line on failure).
 install: check-java system-packages $(STAMP)
 	@$(BIN)/python -m icetide.spark.jars >/dev/null
+
+install-spark35: check-java system-packages $(STAMP35)
+	@$(VENV35)/bin/python -m icetide.spark.jars >/dev/null
 
 demo: install
 	$(BIN)/icetide demo
 
 test: install
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 tests
+
+# The guarantees on Spark 3.5: the tests marked `guarantee` (docs/testing.md).
+test-spark35: install-spark35
+	$(VENV35)/bin/python -m pytest -q -n 2 --dist loadfile --durations=30 -m guarantee tests
 
 lint: install
 	$(BIN)/ruff check icetide tests bench
@@ -53,4 +73,4 @@ bench: install
 	$(BIN)/python bench/upsert.py
 
 clean:
-	rm -rf $(VENV) warehouse chk .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV35) warehouse chk .pytest_cache .mypy_cache .ruff_cache

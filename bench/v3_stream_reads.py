@@ -148,7 +148,7 @@ def write_compacted_copy(spark: Any, source: str, snapshot_id: int | None = None
     spark.sql(f"REFRESH TABLE {source}")
     reader = spark.read.format("iceberg")
     if snapshot_id is not None:
-        reader = reader.option("snapshot-id", str(snapshot_id))
+        reader = reader.option("versionAsOf", str(snapshot_id))
     (
         reader.load(source)
         .coalesce(1)

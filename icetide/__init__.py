@@ -21,9 +21,11 @@ from icetide.errors import (
     CommitFailedError,
     CommitStateUnknownError,
     ConfigError,
+    DependencyError,
     IcetideError,
     SchemaError,
     SourceError,
+    UnsupportedSparkError,
 )
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from icetide.sink.batch import BatchResult
     from icetide.sink.pipeline_state import PipelineState
     from icetide.sink.sink import UpsertSink
-    from icetide.spark.session import spark_session
+    from icetide.spark.session import spark_conf, spark_session
     from icetide.table.catalog import create_table
 
 __version__ = "0.1.0"
@@ -51,6 +53,7 @@ _LAZY = {
     "UpsertSink": "icetide.sink.sink",
     "PipelineState": "icetide.sink.pipeline_state",
     "spark_session": "icetide.spark.session",
+    "spark_conf": "icetide.spark.session",
     "create_table": "icetide.table.catalog",
     "run": "icetide.pipeline.entry",
     "Runner": "icetide.pipeline.runner",
@@ -86,6 +89,7 @@ __all__ = [
     "CommitFailedError",
     "CommitStateUnknownError",
     "ConfigError",
+    "DependencyError",
     "Enrichment",
     "IcetideError",
     "MaintenancePolicy",
@@ -97,6 +101,7 @@ __all__ = [
     "SourceError",
     "StageOptions",
     "TwoStageRunner",
+    "UnsupportedSparkError",
     "UpsertSink",
     "__version__",
     "compact",
@@ -109,6 +114,7 @@ __all__ = [
     "remove_orphan_files",
     "rewrite_manifests",
     "run",
+    "spark_conf",
     "spark_session",
     "table_health",
 ]

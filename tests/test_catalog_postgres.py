@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from icetide.errors import DependencyError, ConfigError
+from icetide.errors import ConfigError, DependencyError
 from icetide.spark.jars import jdbc_driver_jar
 from icetide.table.iceberg import load_table
 from tests.commands import ROOT, catalog_reader, crash_and_restart, run_cli

@@ -94,6 +94,7 @@ def rows_of(spark: Any, table: str) -> dict[int, tuple[Any, ...]]:
     return out
 
 
+@pytest.mark.guarantee
 @pytest.mark.parametrize("compact", [True, False])
 def test_cdc_stream_creates_its_table_and_lands_as_the_source_says(
     spark: Any, kafka_broker: str, compact: bool
@@ -124,6 +125,7 @@ def test_cdc_stream_creates_its_table_and_lands_as_the_source_says(
             assert b.path == "fast", b
 
 
+@pytest.mark.guarantee
 @pytest.mark.parametrize("point", ["after_write", "random"])
 def test_cdc_stream_exactly_once_across_kill_9(spark: Any, kafka_broker: str, tmp_path: Path, point: str) -> None:
     records, truncates = cdc_stream(seed=11)

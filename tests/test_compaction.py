@@ -234,6 +234,7 @@ USE_START = pytest.mark.parametrize("use_start", [True, False], ids=["starting-s
 
 
 @USE_START
+@pytest.mark.guarantee
 def test_scenario_1_append_lands_between_plan_and_commit(spark: Any, table_name: str, use_start: bool) -> None:
     t = Table(spark, table_name)
     t.append(A_ROWS)
@@ -256,6 +257,7 @@ def test_scenario_1_append_lands_between_plan_and_commit(spark: Any, table_name:
 
 
 @USE_START
+@pytest.mark.guarantee
 def test_scenario_2_two_identical_compactions_never_double_the_data(
     spark: Any, table_name: str, use_start: bool
 ) -> None:
@@ -278,6 +280,7 @@ def test_scenario_2_two_identical_compactions_never_double_the_data(
 
 
 @USE_START
+@pytest.mark.guarantee
 def test_scenario_3_upsert_of_planned_rows_commits_first(spark: Any, table_name: str, use_start: bool) -> None:
     t = Table(spark, table_name)
     t.append(A_ROWS)
@@ -300,6 +303,7 @@ def test_scenario_3_upsert_of_planned_rows_commits_first(spark: Any, table_name:
 
 
 @USE_START
+@pytest.mark.guarantee
 def test_scenario_4_append_then_upsert_of_the_appended_rows(spark: Any, table_name: str, use_start: bool) -> None:
     t = Table(spark, table_name)
     t.append(A_ROWS)
@@ -470,6 +474,7 @@ def _random_batch(rng: random.Random, size: int) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.guarantee
 def test_stream_upserts_while_compaction_loops(spark: Any, table_name: str) -> None:
     t = Table(spark, table_name, distribution="key")  # the cheapest layout: more batches per second
     rng = random.Random(1)

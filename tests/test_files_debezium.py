@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from icetide.config import PipelineConfig
 from icetide.pipeline.runner import Runner, RunSummary
 from tests.debezium_messages import ProductsStream, apply_changes, lines
@@ -107,6 +109,7 @@ def dead_letters(spark: Any, name: str) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in rows]
 
 
+@pytest.mark.guarantee
 def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spark: Any, tmp_path: Path) -> None:
     landing = tmp_path / "landing"
     real = lines("flink_mysql_products_schema")  # the connector's own messages, as stored

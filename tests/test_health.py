@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from icetide.maintenance.health import HealthThresholds, table_health
 from icetide.maintenance.timeline import snapshot_timeline
 from tests.ad_events import stream_ad_events
@@ -68,6 +70,7 @@ def test_deletion_vectors_are_counted_per_partition(spark: Any, table_name: str)
     assert (deleted.kind, deleted.deletion_vectors_added, deleted.position_deletes_added) == ("other", dvs["n"], 10)
 
 
+@pytest.mark.guarantee
 def test_cli_status_prints_text_and_page(tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
     demo_warehouse(warehouse, batches=2, events=300)

@@ -46,6 +46,7 @@ def test_maintain_compacts_folds_deletes_and_expires_without_changing_rows(spark
     assert sink.last_committed().batch_id == 6  # type: ignore[union-attr]
 
 
+@pytest.mark.guarantee
 def test_cli_maintain_runs_once(tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
     demo_warehouse(warehouse, batches=3, events=400)

@@ -141,6 +141,7 @@ def test_too_many_bad_records_fail_the_pipeline(spark: Any, tmp_path: Path) -> N
     assert runner.sink.last_committed() is None
 
 
+@pytest.mark.guarantee
 @pytest.mark.parametrize("crash_at", ["after_write", "after_dead_letter", "random"])  # after_commit: test_two_stage
 def test_kill_9_and_restart_lands_everything_once(spark: Any, tmp_path: Path, crash_at: str) -> None:
     import yaml

@@ -64,6 +64,7 @@ def model_of(records: list[tuple[int, bytes, bytes, None]]) -> dict[Any, Any]:
     return model.rows
 
 
+@pytest.mark.guarantee
 def test_json_from_kafka_exactly_once_with_dead_letters(spark: Any, kafka_broker: str) -> None:
     topic = create_topic(kafka_broker, partitions=3)
     first = events(0, 120, bad_every=17)
@@ -143,6 +144,7 @@ def test_debezium_changes_apply_in_source_order(spark: Any, kafka_broker: str) -
     assert got == {("a", datetime(2026, 1, 1, 1)): ("a", datetime(2026, 1, 1, 1), "ad1", 3)}
 
 
+@pytest.mark.guarantee
 def test_kill_9_after_write_then_restart(spark: Any, kafka_broker: str, tmp_path: Path) -> None:
     topic = create_topic(kafka_broker, partitions=3)
     records = events(0, 200, bad_every=23)

@@ -78,6 +78,7 @@ def check(spark: Any, table: str, model: ReferenceModel) -> None:
     assert table_rows(spark, table, COLUMNS, KEY) == model.rows
 
 
+@pytest.mark.guarantee
 @pytest.mark.parametrize("distribution", ["dynamic", "key", "partition", "none"])
 def test_random_batches_match_the_model(spark: Any, table_name: str, distribution: str) -> None:
     make_table(spark, table_name, partition_by=["hours(ts)", "bucket(4, id)"])
@@ -252,6 +253,7 @@ def test_another_writer_commits_between_write_and_commit(spark: Any, table_name:
     assert table_rows(spark, table_name, COLUMNS, KEY) == expected
 
 
+@pytest.mark.guarantee
 def test_concurrent_writers_of_one_pipeline_land_each_batch_once(spark: Any, table_name: str) -> None:
     """Two sinks with the same pipeline id (a zombie and its replacement) race on every batch."""
     make_table(spark, table_name)

@@ -119,7 +119,8 @@ def _upserts(t: Table) -> None:
 
 def test_manifest_rewrite_keeps_every_row_id(spark: Any, table_name: str) -> None:
     """Iceberg 1.10's Spark action renumbered every row of a v3 table (apache/iceberg#16699; seen
-    in CI with `icetide maintain` beside a stream): data manifests go through the core rewrite."""
+    in CI with `icetide maintain` beside a stream); 1.12.0's keeps them, data and delete manifests
+    both go through it."""
     from icetide.maintenance.actions import rewrite_manifests
 
     t = v3_table(spark, table_name)
@@ -139,6 +140,28 @@ def test_manifest_rewrite_keeps_every_row_id(spark: Any, table_name: str) -> Non
     assert rewrite_manifests(spark, table_name).rewritten == 0  # nothing left to merge: no commit
     t.upsert(rows_of([3], "after manifests", seq=9))
     t.check()
+
+
+def test_manifest_rewrite_of_a_v3_table_is_skipped_on_a_runtime_that_renumbers_rows(
+    spark: Any, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an Iceberg runtime without the fix of apache/iceberg#16699 (a user's own session), the
+    rewrite of a v3 table is skipped, saying why, and no row changes its `_row_id`."""
+    from icetide.maintenance import actions
+
+    assert actions._action_keeps_row_ids(spark)  # the pinned runtime has the fix
+    t = v3_table(spark, table_name)
+    t.append(A_ROWS)
+    t.append(B_ROWS)
+    ids = row_ids(t)
+    snapshot = load_table(spark, table_name).currentSnapshot().snapshotId()
+    monkeypatch.setattr(actions, "_action_keeps_row_ids", lambda s: False)
+    result = actions.rewrite_manifests(spark, table_name)
+    assert result.rewritten == 0 and "apache/iceberg#16699" in result.skipped, result
+    table = load_table(spark, table_name)
+    table.refresh()
+    assert table.currentSnapshot().snapshotId() == snapshot
+    assert row_ids(t) == ids
 
 
 def test_spark_reads_our_dvs_and_we_read_sparks(spark: Any, table_name: str) -> None:

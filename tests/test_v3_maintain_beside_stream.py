@@ -195,6 +195,7 @@ def _wait_for_first_pass(process: subprocess.Popen[bytes], table: str, log: Path
         time.sleep(0.5)
 
 
+@pytest.mark.guarantee
 @pytest.mark.parametrize("deletes", ["equality", "vectors"])
 def test_stream_beside_icetide_maintain_in_another_process(
     spark: Any, warehouse: str, table_name: str, tmp_path: Path, deletes: str

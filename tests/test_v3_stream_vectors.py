@@ -38,6 +38,7 @@ def test_vectors_need_a_v3_table(spark: Any, table_name: str) -> None:
         vectors_sink(spark, decimal_key)
 
 
+@pytest.mark.guarantee
 def test_every_batch_reads_like_a_compacted_table_in_every_engine(spark: Any, table_name: str) -> None:
     t = v3_table(spark, table_name, distribution="key")
     t.sink = vectors_sink(spark, table_name)
@@ -136,6 +137,7 @@ def test_deletes_in_pipeline_files() -> None:
         PipelineConfig.from_dict({**SYNC, "table": {**SYNC["table"], "deletes": "vectors"}})  # legacy is v2
 
 
+@pytest.mark.guarantee
 def test_runner_with_deletes_vectors_killed_after_the_dv_write(spark: Any, tmp_path: Path) -> None:
     """A pipeline file with `deletes: vectors`, run by `icetide run`, killed -9 after a batch's DVs
     were written and before its commit, then run again: the table equals the model, DVs only."""

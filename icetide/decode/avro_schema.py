@@ -52,7 +52,7 @@ def base64_text(v: bytes) -> str:
 
 def float32_text(v: float) -> Any:
     """A float32 as the JSON converter writes it: its shortest text (21.8, not 21.799999237060547)."""
-    return float(repr(np.float32(v))) if math.isfinite(v) else v
+    return float(str(np.float32(v))) if math.isfinite(v) else v
 
 
 def _union_text(v: Any) -> Any:

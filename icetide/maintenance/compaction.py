@@ -154,7 +154,6 @@ class CompactionJob:
             outputs = rewrite_files(
                 self.spark,
                 self.table,
-                self.table_name,
                 [self._files.tasks[f.path] for f in group.files],
                 split_size=group.split_size,
                 target_file_size=group.write_max_file_size,

@@ -310,8 +310,10 @@ class EqualityDeleteConversion:
         with fs.open_output_stream(path) as sink:
             pq.write_table(position_delete_table(f.path, positions), sink)
         size = fs.get_file_info(path).size
+        # Full metrics for `file_path` and `pos`; Iceberg 1.12 dropped the (Table) overload, which
+        # only added modes for the deprecated `row` column these files do not have.
         metrics = j.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
-            self.table.io().newInputFile(location), j.org.apache.iceberg.MetricsConfig.forPositionDelete(self.table)
+            self.table.io().newInputFile(location), j.org.apache.iceberg.MetricsConfig.forPositionDelete()
         )
         java = (
             j.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec)

@@ -15,22 +15,29 @@ if TYPE_CHECKING:
 
 
 def rewrite_files(
-    spark: SparkSession, table: Any, table_name: str, tasks: list[Any], *, split_size: int, target_file_size: int
+    spark: SparkSession, table: Any, tasks: list[Any], *, split_size: int, target_file_size: int
 ) -> list[Any]:
     """The new data files (Java DataFiles, staged, not committed) holding the rows of `tasks` (the
     FileScanTasks planned at a snapshot, with the delete files that applied then).
 
-    The tasks are staged in `ScanTaskSetManager`, read back with `scan-task-set-id` (the reader
-    applies the deletes), and written with `rewritten-file-scan-task-set-id`, which stages the new
-    files in `FileRewriteCoordinator` instead of committing them. Raises what the read or write
-    raised; Spark's write abort removes a failed write's partial output."""
+    The table is registered in `SparkTableCache` and the tasks staged in `ScanTaskSetManager`,
+    both under a fresh set id; the rows are read back by loading that id (the reader applies the
+    deletes) and written by saving to it, which stages the new files in `FileRewriteCoordinator`
+    instead of committing them: what Iceberg 1.12's own bin-pack rewrite does. The Spark 4.1
+    runtime resolves the id through its rewrite catalog and has no task-set options; the Spark
+    3.5 one reads the options `scan-task-set-id` / `rewritten-file-scan-task-set-id` and finds
+    the table by the id. Loading the table's name instead, as with Iceberg 1.10, makes the 4.1
+    runtime read the whole table and append it again. Raises what the read or write raised;
+    Spark's write abort removes a failed write's partial output."""
     j = jvm(spark)
     set_id = f"icetide-compaction-{uuid.uuid4()}"
     staged = j.java.util.ArrayList()
     for task in tasks:
         staged.add(task)
+    tables = _singleton(spark, "org.apache.iceberg.spark.SparkTableCache")
     task_sets = j.org.apache.iceberg.spark.ScanTaskSetManager.get()
     coordinator = j.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+    tables.add(set_id, table)
     task_sets.stageTasks(table, set_id, staged)
     try:
         rows = (
@@ -38,12 +45,11 @@ def rewrite_files(
             .option("scan-task-set-id", set_id)
             .option("split-size", str(split_size))
             .option("file-open-cost", "0")
-            # Iceberg 1.10's vectorized (Arrow) read of a rewrite's task set keeps about 28 MB
-            # of direct memory per compaction, never released: `icetide maintain --every`
-            # died of it ("Cannot reserve ... direct buffer memory") after ~20 passes at 10M
-            # rows (docs/design.md). Plain reads and copies do not keep it.
-            .option("vectorization-enabled", "false")
-            .load(table_name)
+            # The table's reader, vectorized by default. Iceberg 1.10's vectorized read of a v3
+            # table leaked the `_row_id` / `_last_updated_sequence_number` vectors (~28 MB of
+            # direct memory per 1M-row compaction; apache/iceberg#17296, fixed in 1.12.0), so
+            # compaction read rows until then (docs/design.md).
+            .load(set_id)
         )
         (
             rows.write.format("iceberg")
@@ -52,9 +58,23 @@ def rewrite_files(
             .option("distribution-mode", "none")
             .option("fanout-enabled", "true")  # an old spec's group may span new-spec partitions
             .mode("append")
-            .save(table_name)
+            .save(set_id)
         )
         return list(java_iter(coordinator.fetchNewFiles(table, set_id)))
     finally:
+        tables.remove(set_id)
         task_sets.removeTasks(table, set_id)
         coordinator.clearRewrite(table, set_id)
+
+
+def _singleton(spark: SparkSession, class_name: str) -> Any:
+    """`<class>.get()`, called by reflection. py4j looks a static member up by its name alone, and
+    SparkTableCache also has an instance `get(String)`: a plain `SparkTableCache.get()` through
+    py4j failed in a compaction with "... get does not exist in the JVM" (it worked in a bare
+    session)."""
+    j = jvm(spark)
+    gateway = spark.sparkContext._gateway
+    loader = j.java.lang.Thread.currentThread().getContextClassLoader()
+    cls = j.java.lang.Class.forName(class_name, True, loader)
+    no_classes = gateway.new_array(j.java.lang.Class, 0)
+    return cls.getMethod("get", no_classes).invoke(None, gateway.new_array(j.java.lang.Object, 0))

@@ -167,7 +167,7 @@ class KeyIndex:
         ids = spark.createDataFrame([(p, self.file_id(p)) for p in self.data_files], "path STRING, file INT")
         df = (
             spark.read.format("iceberg")
-            .option("snapshot-id", str(self.snapshot_id))
+            .option("versionAsOf", str(self.snapshot_id))
             .load(table_name)
             .selectExpr(*exprs, "_file AS path", "_pos AS pos")
             .join(F.broadcast(ids), "path")

@@ -9,7 +9,8 @@ import subprocess
 
 from icetide.errors import JavaNotFoundError
 
-MIN_JAVA_VERSION = 11
+# Iceberg 1.12.0 is built for Java 17 (class files of version 61), and Spark 4 needs 17 too.
+MIN_JAVA_VERSION = 17
 INSTALL_HINT = "install Java 17, e.g. 'apt-get install openjdk-17-jre-headless', or set JAVA_HOME"
 
 
@@ -53,7 +54,7 @@ def check_java() -> int:
         raise JavaNotFoundError(f"could not read the version of Java at {java}: {INSTALL_HINT}")
     if major < MIN_JAVA_VERSION:
         raise JavaNotFoundError(
-            f"Java {major} at {java} is too old; Spark 3.5 with Iceberg needs "
+            f"Java {major} at {java} is too old; Spark with Iceberg 1.12 needs "
             f"{MIN_JAVA_VERSION} or newer: {INSTALL_HINT}"
         )
     return major

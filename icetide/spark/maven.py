@@ -137,7 +137,7 @@ def fetch(artifact: Artifact) -> str:
             )
         os.replace(staged, target)
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", None) or exc
+        reason = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", None) or exc
         raise DependencyError(
             f"cannot fetch {artifact.coordinates} from {repository()} ({reason}): check the network, or set "
             f"{REPOSITORY_ENV} to a Maven mirror"

@@ -210,7 +210,8 @@ def _fit_active_session(spark: SparkSession, required: Mapping[str, str], catalo
                 differs.append(f"{key} is {shown}, not {redact({key: wanted})[key]!r}")
     if differs:
         raise ConfigError(
-            "the active Spark session does not fit icetide: " + "; ".join(differs)
+            "the active Spark session does not fit icetide: "
+            + "; ".join(differs)
             + " (stop it, or start it with icetide.spark_conf())"
         )
     if all(v is None for v in present.values()):

@@ -1,10 +1,11 @@
-"""icetide's RocksDB state store provider: the class to name for a stateful query.
+"""The RocksDB state store provider to name for a stateful query: Spark's own on Spark 4.1, icetide's on 3.5.
 
 Spark 3.5 reloads a streaming aggregation's RocksDB state at every micro-batch (the read store's
 abort forgets the loaded version; see jvm/ReusingRocksDBProvider.java and docs/changelog.md).
 The provider here keeps the committed version loaded. It is part of icetide's jar, built from
 source by `icetide.spark.jars` the first time a session needs it. Without `javac` (a JRE only)
-sessions run with Spark's own provider and the stateful stage says so once.
+sessions run with Spark's own provider and the stateful stage says so once. Spark 4.1 fixed the
+reload (SPARK-51955), so there Spark's own provider is the one, and icetide's is not built.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ def provider_loaded(spark: SparkSession) -> bool:
 
 
 def state_store_provider(spark: SparkSession) -> str:
-    """The provider class for a new stateful query: icetide's when this session's JVM has it."""
+    """The provider class for a new stateful query: icetide's when this session's JVM has it (Spark 3.5),
+    Spark's own on Spark 4.1, which keeps the loaded state itself."""
+    from icetide.spark.jars import spark_line
+
+    if spark_line(spark.version) != "3.5":
+        return SPARK_PROVIDER_CLASS
     if provider_loaded(spark):
         return PROVIDER_CLASS
     global _warned

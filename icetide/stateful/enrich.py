@@ -73,7 +73,7 @@ class Enrichment:
         snapshot = jtable.currentSnapshot()
         reader = spark.read.format("iceberg")
         if snapshot is not None:
-            reader = reader.option("snapshot-id", str(snapshot.snapshotId()))
+            reader = reader.option("versionAsOf", str(snapshot.snapshotId()))
         return reader.load(self.table)
 
     def apply(self, rows: DataFrame) -> DataFrame:

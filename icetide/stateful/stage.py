@@ -26,6 +26,7 @@ from icetide.faults import crash_point
 from icetide.sink.batch import BatchResult
 from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.sink import UpsertSink
+from icetide.spark.jars import spark_line
 from icetide.spark.state_store import PROVIDER_CLASS, provider_loaded, state_store_provider
 from icetide.stateful.enrich import Enrichment
 from icetide.stateful.merge import (
@@ -193,6 +194,10 @@ class ChangelogStage:
         state = self.sink.last_committed()
         if state is not None and batch_id <= state.batch_id:
             log.info("stateful batch %s of %s already committed: skipped", batch_id, self.pipeline_id)
+            # The state must still move to this batch: Spark 4.1 fails a batch whose foreachBatch left
+            # a state partition uncommitted (STATE_STORE_COMMIT_VALIDATION_FAILED), and the replayed
+            # events rebuild the same state the committed batch had. A no-op write runs every partition.
+            updates.write.format("noop").mode("overwrite").save()
             return None
         rows = self._with_ops(updates).persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -265,7 +270,7 @@ class ChangelogStage:
             return rows
         existing = (
             self.spark.read.format("iceberg")
-            .option("snapshot-id", str(snapshot.snapshotId()))
+            .option("versionAsOf", str(snapshot.snapshotId()))
             .load(self.table)
             .select(*[F.col(f"`{k}`") for k in self.key])
         )
@@ -338,6 +343,12 @@ class ChangelogStage:
         A checkpoint started on icetide's state provider needs it again (Spark keeps the first)."""
         recorded = _recorded_conf(self.spark, checkpoint)
         if recorded and recorded.get(PROVIDER_KEY) == PROVIDER_CLASS and not provider_loaded(self.spark):
+            if spark_line(self.spark.version) != "3.5":
+                raise ConfigError(
+                    f"checkpoint {checkpoint} keeps its state with icetide's RocksDB provider, which exists for Spark "
+                    f"3.5 only (Spark {self.spark.version} keeps the state loaded itself): resume it on Spark 3.5, "
+                    "or start the stage on a new checkpoint"
+                )
             raise ConfigError(
                 f"checkpoint {checkpoint} keeps its state with icetide's RocksDB provider, which this Spark session "
                 "cannot load: start the session with icetide.spark_session on a machine with javac (a JDK)"
