@@ -82,7 +82,8 @@ def _action_keeps_row_ids(spark: SparkSession) -> bool:
     try:
         loader = j.java.lang.Thread.currentThread().getContextClassLoader()
         cls = j.java.lang.Class.forName("org.apache.iceberg.spark.SparkContentFile", False, loader)
-        cls.getDeclaredMethod("firstRowId", spark.sparkContext._gateway.new_array(j.java.lang.Class, 0))
+        gateway: Any = spark.sparkContext._gateway
+        cls.getDeclaredMethod("firstRowId", gateway.new_array(j.java.lang.Class, 0))
     except Exception:
         return False
     return True

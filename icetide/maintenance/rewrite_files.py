@@ -73,7 +73,7 @@ def _singleton(spark: SparkSession, class_name: str) -> Any:
     py4j failed in a compaction with "... get does not exist in the JVM" (it worked in a bare
     session)."""
     j = jvm(spark)
-    gateway = spark.sparkContext._gateway
+    gateway: Any = spark.sparkContext._gateway
     loader = j.java.lang.Thread.currentThread().getContextClassLoader()
     cls = j.java.lang.Class.forName(class_name, True, loader)
     no_classes = gateway.new_array(j.java.lang.Class, 0)
