@@ -15,7 +15,8 @@ CONSTRAINTS := constraints/spark-4.1.txt
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	@$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]' 2>$(VENV)/pip.log || { \
+		echo "error: pip could not install the Python packages ($$(grep -m1 -o 'ERROR: .*' $(VENV)/pip.log | sed 's/^ERROR: //')): is PyPI reachable? (PIP_INDEX_URL names a mirror; details in $(VENV)/pip.log)" >&2; exit 1; }
 	@touch $(STAMP)
 
 # The second Spark line (3.5) in its own venv, for the tests that prove the guarantees (docs/testing.md).
@@ -25,7 +26,8 @@ STAMP35 := $(VENV35)/.installed
 $(STAMP35): pyproject.toml constraints/spark-3.5.txt
 	$(PYTHON) -m venv $(VENV35)
 	$(VENV35)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV35)/bin/python -m pip install --quiet -c constraints/spark-3.5.txt -e '.[dev]'
+	@$(VENV35)/bin/python -m pip install --quiet -c constraints/spark-3.5.txt -e '.[dev]' 2>$(VENV35)/pip.log || { \
+		echo "error: pip could not install the Python packages ($$(grep -m1 -o 'ERROR: .*' $(VENV35)/pip.log | sed 's/^ERROR: //')): is PyPI reachable? (PIP_INDEX_URL names a mirror; details in $(VENV35)/pip.log)" >&2; exit 1; }
 	@touch $(STAMP35)
 
 # Debian packages the tests need: a PostgreSQL server (the catalog tests; its JDBC driver comes from
