@@ -10,6 +10,11 @@ same machine load. Each run's output is printed whole. With `--metric`, a regula
 whose first group is a number in the output (commas allowed; the last match counts), the medians
 of both sides and their ratio (after / before) are printed too. With `--record`, all of it is
 appended to docs/benchmarks.md under one heading naming both commits and the command.
+
+`--before-python` / `--after-python` run a side with another interpreter, for commits on other
+stacks: e.g. 8fd3bac (PySpark 3.5.7, Iceberg 1.10.2 from a wheel) in a venv made from its own
+pyproject.toml, against this checkout on PySpark 4.1; or this checkout on `.venv-spark35/bin/python`
+beside `.venv/bin/python` (`--before HEAD`).
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ def git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def run_in(tree: Path, command: list[str]) -> str:
+def run_in(tree: Path, command: list[str], python: str = sys.executable) -> str:
     """The bench command's output (stdout, then stderr's last lines on failure), run in `tree`."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, *command], cwd=tree, env=env, capture_output=True, text=True)
+    done = subprocess.run([python, *command], cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise SystemExit(f"{' '.join(command)} failed in {tree} (exit {done.returncode}):\n{tail}")
@@ -55,6 +60,8 @@ def main() -> None:
     p.add_argument("--before", required=True, help="the earlier commit (any git revision)")
     p.add_argument("--rounds", type=int, default=3, help="runs on each side, alternating")
     p.add_argument("--metric", help="regular expression; its first group is the number to compare")
+    p.add_argument("--before-python", default=sys.executable, help="the interpreter of the earlier side")
+    p.add_argument("--after-python", default=sys.executable, help="the interpreter of this checkout's side")
     p.add_argument("command", nargs="+", help="the bench script and its arguments (after --)")
     args = p.parse_args()
     before_commit = git("rev-parse", "--short", args.before)
@@ -66,13 +73,19 @@ def main() -> None:
         git("worktree", "add", "--detach", str(tree), args.before)
         try:
             for i in range(args.rounds):
-                for side, where in (("before", tree), ("after", ROOT)):
+                sides = (("before", tree, args.before_python), ("after", ROOT, args.after_python))
+                for side, where, python in sides:
                     print(f"round {i + 1}/{args.rounds}: {side}", file=sys.stderr, flush=True)
-                    outputs[side].append(run_in(where, args.command))
+                    outputs[side].append(run_in(where, args.command, python))
         finally:
             git("worktree", "remove", "--force", str(tree))
     command = " ".join(args.command)
-    body = [f"`{command}`, {args.rounds} runs each, alternating; {machine()}\n"]
+    shown = {
+        side: os.path.relpath(python, ROOT)
+        for side, python in (("before", args.before_python), ("after", args.after_python))
+    }
+    stacks = f"before with {shown['before']}, after with {shown['after']}; "
+    body = [f"`{command}`, {args.rounds} runs each, alternating; {stacks}{machine()}\n"]
     for side, commit in (("before", before_commit), ("after", after_commit)):
         for i, out in enumerate(outputs[side]):
             body.append(f"{side} ({commit}), run {i + 1}:\n\n{out.strip()}\n")
