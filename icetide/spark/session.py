@@ -13,6 +13,7 @@ from icetide.errors import CatalogUnavailableError, ConfigError, one_line
 from icetide.secrets import redact
 from icetide.spark.jars import iceberg_runtime, icetide_jar, jdbc_driver_artifact, session_jars
 from icetide.spark.java import check_java
+from icetide.spark.jvm_stderr import filtered_jvm_stderr
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -181,7 +182,8 @@ def spark_session(
         for key, value in settings.items():
             builder = builder.config(key, value)
         log.debug("starting Spark with %s", redact(settings))
-        spark = builder.getOrCreate()
+        with filtered_jvm_stderr():
+            spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel(log_level)
     if catalog_options:
         _open_catalog(spark, catalog)
