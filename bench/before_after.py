@@ -64,6 +64,8 @@ def main() -> None:
     p.add_argument("--after-python", default=sys.executable, help="the interpreter of this checkout's side")
     p.add_argument("command", nargs="+", help="the bench script and its arguments (after --)")
     args = p.parse_args()
+    # Absolute, as each side runs in its own tree; not resolved: a venv's python is a symlink.
+    args.before_python, args.after_python = os.path.abspath(args.before_python), os.path.abspath(args.after_python)
     before_commit = git("rev-parse", "--short", args.before)
     changed = git("status", "--porcelain", "--", "icetide", "bench")
     after_commit = git("rev-parse", "--short", "HEAD") + ("+changes" if changed else "")
