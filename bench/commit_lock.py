@@ -20,14 +20,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import in_temp_warehouse, median, parser, render_table, report
+from icetide.spark.maven import SQLITE_JDBC, fetch
 
-SQLITE_JAR = "/usr/share/java/sqlite-jdbc.jar"  # Debian: libxerial-sqlite-jdbc-java
-SQLITE_JNI = "/usr/lib/x86_64-linux-gnu/jni"  # Debian: libxerial-sqlite-jdbc-jni
+SQLITE_JAR = fetch(SQLITE_JDBC)  # its native library is inside the jar
 
 
 def catalogs(warehouse: str) -> dict[str, str]:
     """Spark conf for the catalogs beside icetide's `lake`: `nolock` (Hadoop, Iceberg's in-JVM
-    lock) and, when the driver is installed, `sqlite` (JDBC)."""
+    lock) and `sqlite` (JDBC)."""
     conf = {
         "spark.sql.catalog.nolock": "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.catalog.nolock.type": "hadoop",
@@ -36,7 +36,6 @@ def catalogs(warehouse: str) -> dict[str, str]:
     if os.path.exists(SQLITE_JAR):
         conf |= {
             "spark.driver.extraClassPath": SQLITE_JAR,
-            "spark.driver.extraLibraryPath": SQLITE_JNI,
             "spark.sql.catalog.sqlite": "org.apache.iceberg.spark.SparkCatalog",
             "spark.sql.catalog.sqlite.type": "jdbc",
             "spark.sql.catalog.sqlite.uri": f"jdbc:sqlite:{warehouse}/catalog.db",
