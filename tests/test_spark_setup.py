@@ -162,6 +162,19 @@ def test_an_active_session_is_reused_when_it_fits_and_refused_in_one_line_when_n
     assert "\n" not in message
     assert message.startswith("the active Spark session does not fit icetide: spark.sql.catalog.lake.warehouse is ")
     assert message.endswith("(stop it, or start it with icetide.spark_conf())")
+    # From another thread, where the session is not the active one, the same check holds.
+    errors: list[BaseException] = []
+
+    def elsewhere() -> None:
+        try:
+            icetide.spark_session(warehouse=str(tmp_path / "elsewhere"))
+        except ConfigError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert [str(e) for e in errors] == [message]
     # A catalog the session lacks is added to it, and works.
     other = tmp_path / "other"
     assert icetide.spark_session(warehouse=str(other), catalog="other") is spark

@@ -148,8 +148,11 @@ def test_manifest_rewrite_of_a_v3_table_is_skipped_on_a_runtime_that_renumbers_r
     """On an Iceberg runtime without the fix of apache/iceberg#16699 (a user's own session), the
     rewrite of a v3 table is skipped, saying why, and no row changes its `_row_id`."""
     from icetide.maintenance import actions
+    from icetide.table.iceberg import declares_method
 
     assert actions._action_keeps_row_ids(spark)  # the pinned runtime has the fix
+    assert not declares_method(spark, "org.apache.iceberg.spark.SparkContentFile", "noSuchMethod")
+    assert not declares_method(spark, "org.example.NoSuchClass", "firstRowId")
     t = v3_table(spark, table_name)
     t.append(A_ROWS)
     t.append(B_ROWS)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icetide.spark.py4j_collections import java_iter
-from icetide.table.iceberg import format_version, java_exception_class, java_message, jvm, load_table
+from icetide.table.iceberg import declares_method, format_version, java_exception_class, java_message, jvm, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,15 +78,7 @@ def rewrite_manifests(spark: SparkSession, table: str) -> ManifestRewriteResult:
 def _action_keeps_row_ids(spark: SparkSession) -> bool:
     """Whether this JVM's Spark action carries `first_row_id` over: the fix of apache/iceberg#16699
     is SparkContentFile's own `firstRowId()` (without it, the interface's default returns null)."""
-    j = jvm(spark)
-    try:
-        loader = j.java.lang.Thread.currentThread().getContextClassLoader()
-        cls = j.java.lang.Class.forName("org.apache.iceberg.spark.SparkContentFile", False, loader)
-        gateway: Any = spark.sparkContext._gateway
-        cls.getDeclaredMethod("firstRowId", gateway.new_array(j.java.lang.Class, 0))
-    except Exception:
-        return False
-    return True
+    return declares_method(spark, "org.apache.iceberg.spark.SparkContentFile", "firstRowId")
 
 
 def remove_dangling_deletes(spark: SparkSession, table: str) -> int:

@@ -8,7 +8,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from icetide.spark.py4j_collections import java_iter
-from icetide.table.iceberg import jvm
+from icetide.table.iceberg import jvm, static_call
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,7 +34,7 @@ def rewrite_files(
     staged = j.java.util.ArrayList()
     for task in tasks:
         staged.add(task)
-    tables = _singleton(spark, "org.apache.iceberg.spark.SparkTableCache")
+    tables = static_call(spark, "org.apache.iceberg.spark.SparkTableCache", "get")
     task_sets = j.org.apache.iceberg.spark.ScanTaskSetManager.get()
     coordinator = j.org.apache.iceberg.spark.FileRewriteCoordinator.get()
     tables.add(set_id, table)
@@ -65,16 +65,3 @@ def rewrite_files(
         tables.remove(set_id)
         task_sets.removeTasks(table, set_id)
         coordinator.clearRewrite(table, set_id)
-
-
-def _singleton(spark: SparkSession, class_name: str) -> Any:
-    """`<class>.get()`, called by reflection. py4j looks a static member up by its name alone, and
-    SparkTableCache also has an instance `get(String)`: a plain `SparkTableCache.get()` through
-    py4j failed in a compaction with "... get does not exist in the JVM" (it worked in a bare
-    session)."""
-    j = jvm(spark)
-    gateway: Any = spark.sparkContext._gateway
-    loader = j.java.lang.Thread.currentThread().getContextClassLoader()
-    cls = j.java.lang.Class.forName(class_name, True, loader)
-    no_classes = gateway.new_array(j.java.lang.Class, 0)
-    return cls.getMethod("get", no_classes).invoke(None, gateway.new_array(j.java.lang.Object, 0))

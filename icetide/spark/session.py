@@ -171,7 +171,9 @@ def spark_session(
         "spark.jars": ",".join(jars),
         **extra,
     }
-    active = SparkSession.getActiveSession()
+    # The thread's active session, else the process's: a session started on another thread (a
+    # notebook's, a maintenance thread's) is still the one `getOrCreate()` would hand back as is.
+    active = SparkSession.getActiveSession() or SparkSession._instantiatedSession
     if active is not None:
         _fit_active_session(active, required, catalog)
         spark = active

@@ -31,6 +31,34 @@ def jvm(spark: SparkSession) -> Any:
     return spark._jvm
 
 
+def _java_class(spark: SparkSession, name: str) -> Any:
+    """The java.lang.Class `name` from the context class loader (where Spark put the session's jars)."""
+    j = jvm(spark)
+    loader = j.java.lang.Thread.currentThread().getContextClassLoader()
+    return j.java.lang.Class.forName(name, True, loader)
+
+
+def static_call(spark: SparkSession, class_name: str, method: str) -> Any:
+    """A static method without arguments, called by reflection: py4j finds a static member by its
+    name alone, so `Cls.get()` fails ("get does not exist in the JVM") where the class also has an
+    instance `get(String)`, as Iceberg's SparkTableCache has."""
+    j = jvm(spark)
+    gateway: Any = spark.sparkContext._gateway
+    found = _java_class(spark, class_name).getMethod(method, gateway.new_array(j.java.lang.Class, 0))
+    return found.invoke(None, gateway.new_array(j.java.lang.Object, 0))
+
+
+def declares_method(spark: SparkSession, class_name: str, method: str) -> bool:
+    """Whether the class itself declares `method()` without arguments (False if the class is absent)."""
+    j = jvm(spark)
+    gateway: Any = spark.sparkContext._gateway
+    try:
+        _java_class(spark, class_name).getDeclaredMethod(method, gateway.new_array(j.java.lang.Class, 0))
+    except Exception:
+        return False
+    return True
+
+
 def split_name(name: str) -> tuple[str, str]:
     """'lake.db.events' -> ('lake', 'db.events'); a catalog and at least one namespace are required."""
     parts = name.split(".")
