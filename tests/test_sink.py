@@ -254,6 +254,30 @@ def test_another_writer_commits_between_write_and_commit(spark: Any, table_name:
 
 
 @pytest.mark.guarantee
+def test_a_commit_through_a_shared_table_between_state_read_and_commit_is_caught(spark: Any, table_name: str) -> None:
+    """Two sinks of one pipeline get one Java table from the catalog's cache. The other commits
+    the same batch after this one read the committed batch and before it starts its commit, and
+    the shared table moves on: the commit must still see the batch as landed, never land it twice.
+    (Found by the concurrent-writers test below, on PySpark 3.5.8 in CI.)"""
+    make_table(spark, table_name)
+    mine = icetide.UpsertSink(spark, table_name, pipeline_id="shared", order_by="seq")
+    other = icetide.UpsertSink(spark, table_name, pipeline_id="shared", order_by="seq")
+    rows = [{"id": i, "ts": naive(T0), "v": "b2", "seq": 0, "_op": None} for i in range(3)]
+    mine.write(to_df(spark, rows[:1]), batch_id=1)
+    original = mine.committer._content_files
+
+    def other_commits_first(*args: Any, **kw: Any) -> Any:  # runs after the committed-batch check
+        assert other.write(to_df(spark, rows), batch_id=2).committed
+        mine.committer.table.refresh()  # what a commit through the shared table does
+        return original(*args, **kw)
+
+    mine.committer._content_files = other_commits_first  # type: ignore[method-assign]
+    assert not mine.write(to_df(spark, rows), batch_id=2).committed
+    batches = [r["b"] for r in spark.sql(f"SELECT summary['icetide.batch-id'] AS b FROM {table_name}.snapshots").collect()]
+    assert sorted(int(b) for b in batches) == [1, 2]
+
+
+@pytest.mark.guarantee
 def test_concurrent_writers_of_one_pipeline_land_each_batch_once(spark: Any, table_name: str) -> None:
     """Two sinks with the same pipeline id (a zombie and its replacement) race on every batch."""
     make_table(spark, table_name)

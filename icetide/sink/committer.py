@@ -220,7 +220,11 @@ class Committer:
             except Exception as exc:
                 log.debug("refresh before commit failed", exc_info=True)
                 raise self._unknown(batch_id, "cannot read the table before committing", exc) from exc
-            state = read_pipeline_state(self.table, self.pipeline_id)
+            # One metadata for both the committed batch and the snapshot the commit validates from:
+            # the Java table may be shared (the catalog's cache), and another thread's commit
+            # through it could otherwise move its current snapshot past a batch read as missing.
+            base = self.table.operations().current()
+            state = read_pipeline_state(base, self.pipeline_id)
             refresh_seconds += time.monotonic() - refreshing if attempt == 1 else 0.0
             if state is not None and batch_id <= state.batch_id:
                 if attempt > 1:
@@ -237,7 +241,9 @@ class Committer:
                     self._keys = self.vectors.batch_keys(self.table, [f.path for f in files if f.content != "data"])
                     deletes = []
             try:
-                snapshot_id = self._attempt(batch_id, data, deletes, source_position, truncate, schema_change, registry)
+                snapshot_id = self._attempt(
+                    batch_id, base.currentSnapshot(), data, deletes, source_position, truncate, schema_change, registry
+                )
                 self._forget_cached_table()
                 self._vectors_landed(batch_id, files)
                 return CommitOutcome(True, snapshot_id, attempt, refresh_seconds=refresh_seconds)
@@ -349,6 +355,7 @@ class Committer:
     def _attempt(
         self,
         batch_id: int,
+        current: Any,
         data: list[Any],
         deletes: list[Any],
         source_position: Any,
@@ -358,7 +365,6 @@ class Committer:
     ) -> int:
         j = jvm(self.spark)
         table = self.table
-        current = table.currentSnapshot()
         txn = table.newTransaction()
         if schema_change:  # the columns first, so no snapshot holds files without their columns
             apply_in_transaction(self.spark, txn, schema_change, batch_id=batch_id)
@@ -424,7 +430,6 @@ class Committer:
         self, txn: Any, delta: Any, batch_id: int, source_position: Any, registry: dict[str, Any] | None
     ) -> int:
         """Summary and pipeline-state property, committed as one transaction; the new snapshot id."""
-        table = self.table
         position_text = json.dumps(source_position, sort_keys=True)
         delta.set(SUMMARY_PIPELINE, self.pipeline_id)
         delta.set(SUMMARY_BATCH, str(batch_id))
@@ -437,7 +442,7 @@ class Committer:
         fault_point("commit_call_landed")
         try:  # the batch committed: nothing from here on may fail it
             fault_point("after_commit_call")
-            snapshot = table.currentSnapshot()
+            snapshot = txn.table().currentSnapshot()  # what this commit wrote, whoever shares the table
             return int(snapshot.snapshotId()) if snapshot is not None else -1
         except Exception:
             log.warning("batch %s committed; reading its snapshot id failed", batch_id, exc_info=True)

@@ -85,7 +85,7 @@ def state_property(pipeline_id: str) -> str:
 
 
 def read_pipeline_state(jtable: Any, pipeline_id: str) -> PipelineState | None:
-    """The pipeline's last committed batch on this (already loaded) table, or None."""
+    """The pipeline's last committed batch on this (already loaded) table or TableMetadata, or None."""
     text = jtable.properties().get(state_property(pipeline_id))
     return PipelineState.from_json(pipeline_id, str(text)) if text else None
 
