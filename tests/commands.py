@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,38 +73,43 @@ def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:
     return other
 
 
-def crash_and_restart(
+def crash_tour(
     config_path: Path,
-    point: str,
+    stops: Sequence[tuple[str, str]],
     *,
-    batch: str = "2",
     kill_after: tuple[float, float] = (8, 16),
     timeout: float = 300,
     between: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`icetide run CONFIG --once` killed with SIGKILL, then run again to the end; returns the second run.
+    """`icetide run CONFIG --once` killed with SIGKILL at each stop in turn, each run a restart
+    after the kill before it, then run again to the end; returns that last run.
 
-    `point` is a crash point (ICETIDE_CRASH_AT, in batch `batch`) or "random": a kill -9 at a
-    random moment `kill_after` seconds in. `between` runs after the kill, before the restart
-    (the source growing meanwhile).
+    A stop is a crash point and the batch it fires in (ICETIDE_CRASH_AT, ICETIDE_CRASH_BATCH) or
+    ("random", ""): a kill -9 at a random moment `kill_after` seconds in (a no-op if the run ended
+    first). A named stop must be reached: a batch's points in the order a batch passes them
+    (`after_dead_letter`, `after_write`, `after_table_commit`, `after_commit`), each batch's
+    after the one before. A batch whose dead letters committed is read again under the next id.
+    `between` runs after the last kill, before the final run (the source growing meanwhile).
+    One tour of N stops starts N + 1 runners where N crash tests start 2N.
     """
     import random
     import time
 
     run = ("run", str(config_path), "--once")
-    if point == "random":
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "icetide.cli", *run],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(random.uniform(*kill_after))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    else:
+    for point, batch in stops:
+        if point == "random":
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "icetide.cli", *run],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(random.uniform(*kill_after))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            continue
         crashed = run_cli(*run, env={"ICETIDE_CRASH_AT": point, "ICETIDE_CRASH_BATCH": batch}, timeout=timeout)
-        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+        assert crashed.returncode == -signal.SIGKILL, (point, batch, crashed.returncode, crashed.stderr[-2000:])
     if between is not None:
         between()
     done = run_cli(*run, timeout=timeout)

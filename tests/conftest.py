@@ -19,6 +19,18 @@ _counter = itertools.count()
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Once per run, before the xdist workers start (they and their subprocesses inherit it): the
+    drivers map Spark's classes from an archive (tests/jvm_archive.py). ICETIDE_TEST_CDS=0 turns
+    it off."""
+    options = os.environ["SPARK_SUBMIT_OPTS"]
+    if hasattr(config, "workerinput") or "SharedArchiveFile" in options or os.environ.get("ICETIDE_TEST_CDS") == "0":
+        return
+    from tests.jvm_archive import archive_options
+
+    os.environ["SPARK_SUBMIT_OPTS"] = archive_options(options)
+
+
 @pytest.fixture(scope="session")
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("warehouse"))

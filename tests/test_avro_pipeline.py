@@ -23,7 +23,7 @@ from icetide.config import PipelineConfig
 from icetide.errors import TerminalError, TransientError
 from icetide.pipeline.runner import Runner
 from tests.avro_messages import AvroEncoder
-from tests.commands import crash_and_restart, warehouse_reader
+from tests.commands import crash_tour, warehouse_reader
 from tests.kafka_broker import produce
 from tests.schema_registry_server import SchemaRegistryServer
 from tests.test_db_sync import Record, _create, changes, inventory_streams, model_of, rows_of, same, unique
@@ -170,7 +170,7 @@ def test_each_table_equals_its_source_after_kill_9(
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc))
     point = "after_table_commit" if routing else "after_commit"
-    restarted = crash_and_restart(config_path, point, batch="2")
+    restarted = crash_tour(config_path, [(point, "2")])
     if routing:
         paths = [json.loads(line).get("path") for line in restarted.stdout.splitlines() if line.startswith("{")]
         assert "fast" in paths, paths  # the sync fast path read Avro too

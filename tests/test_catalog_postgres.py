@@ -21,7 +21,7 @@ import yaml
 from icetide.errors import ConfigError, DependencyError
 from icetide.spark.jars import jdbc_driver_jar
 from icetide.table.iceberg import load_table
-from tests.commands import ROOT, catalog_reader, crash_and_restart, run_cli
+from tests.commands import ROOT, catalog_reader, crash_tour, run_cli
 from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg
 from tests.model import table_rows
@@ -149,7 +149,7 @@ def test_a_database_synced_from_kafka_into_postgres_catalog(
     doc["trigger"] = {"interval": "1s", "max_records": 10}
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(doc))
-    restarted = crash_and_restart(path, "after_table_commit", batch="2")
+    restarted = crash_tour(path, [("after_table_commit", "2")])
     reader = catalog_reader(spark, "lake", options)
     keys = {"orders": "order_number", "customers": "id"}
     for t in streams:

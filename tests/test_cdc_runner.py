@@ -17,7 +17,7 @@ import yaml
 from icetide.config import PipelineConfig
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.runner import Runner
-from tests.commands import crash_and_restart, warehouse_reader
+from tests.commands import crash_tour, warehouse_reader
 from tests.debezium_messages import ProductsStream, apply_changes
 from tests.kafka_broker import create_topic, produce
 
@@ -135,7 +135,7 @@ def test_cdc_stream_exactly_once_across_kill_9(spark: Any, kafka_broker: str, tm
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc("kill", kafka_broker, topic, warehouse=str(warehouse))))
     # The batch that holds the first truncate: a crash around its commit must apply it once.
-    crash_and_restart(config_path, point, batch=str(truncates[0] // MAX_RECORDS + 1), kill_after=(10, 25))
+    crash_tour(config_path, [(point, str(truncates[0] // MAX_RECORDS + 1))], kill_after=(10, 25))
     other = warehouse_reader(spark, "cdccheck", warehouse)
     assert rows_of(other, "cdccheck.cdc.kill") == model_of(records)
     assert other.table("cdccheck.cdc.kill_dead_letter").count() == 0
@@ -283,7 +283,7 @@ def test_a_debezium_batch_read_again_after_its_dead_letters_committed_writes_eac
     warehouse = tmp_path / "wh"
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc("held", kafka_broker, topic, warehouse=str(warehouse))))
-    done = crash_and_restart(config_path, "after_dead_letter", between=lambda: produce(kafka_broker, topic, more))
+    done = crash_tour(config_path, [("after_dead_letter", "2")], between=lambda: produce(kafka_broker, topic, more))
     paths = [json.loads(line).get("path") for line in done.stdout.splitlines() if line.startswith("{")]
     assert paths and set(paths) == {"fast"}, paths
     other = warehouse_reader(spark, "cdcheld", warehouse)

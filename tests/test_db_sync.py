@@ -31,7 +31,7 @@ import yaml
 from icetide.config import PipelineConfig, load_config
 from icetide.errors import ConfigError, IcetideError, one_line
 from icetide.pipeline.sync import SyncBatchMetrics, SyncRunner
-from tests.commands import crash_and_restart, run_cli, warehouse_reader
+from tests.commands import crash_tour, run_cli, warehouse_reader
 from tests.debezium_messages import messages
 from tests.kafka_broker import produce
 from tests.test_prometheus import _scrape
@@ -419,22 +419,20 @@ def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_o
         )
 
 
-# Batch 2 holds the bad records (the Spark path); batch 1 creates the tables and runs on the fast path.
-@pytest.mark.parametrize(
-    ("point", "batch"),
-    [
-        ("after_table_commit", "2"),
-        ("after_dead_letter", "2"),
-        ("random", "2"),
-        ("after_dead_letter", "1"),
-        # batches.commit_tables: the registry committed, every table's files written, no
-        # table committed; on the fast path (1) and the Spark path (2), which stages every table first.
-        ("after_write", "1"),
-        ("after_write", "2"),
-    ],
-)
+# after_write: batches.commit_tables, the registry committed, every table's files written, no table
+# committed. A batch whose dead letters committed is read again under the next batch id.
+TOUR = [
+    ("after_dead_letter", "1"),  # the first batch, which creates the tables
+    ("after_write", "2"),  # the first batch's records read again
+    ("after_dead_letter", "3"),
+    ("after_write", "4"),
+    ("after_table_commit", "4"),
+]
+
+
+@pytest.mark.parametrize("stops", [TOUR, [("random", "")]], ids=["tour", "random"])
 def test_every_table_equals_its_source_after_kill_9(
-    spark: Any, kafka_broker: str, tmp_path: Path, point: str, batch: str
+    spark: Any, kafka_broker: str, tmp_path: Path, stops: list[tuple[str, str]]
 ) -> None:
     prefix, namespace = f"db{unique()}", f"kill{unique()}"
     streams = {t: s for t, s in inventory_streams().items() if t != "products"}  # two tables keep it short
@@ -455,9 +453,9 @@ def test_every_table_equals_its_source_after_kill_9(
     doc["trigger"] = {"interval": "1s", "max_records": 14}
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc))
-    restarted = crash_and_restart(config_path, point, batch=batch, kill_after=(12, 20))
+    restarted = crash_tour(config_path, stops, kill_after=(12, 20))
     paths = [json.loads(line).get("path") for line in restarted.stdout.splitlines() if line.startswith("{")]
-    if point != "random":  # a random kill may come when only the Spark path's batch is left, or none
+    if stops[0][0] != "random":  # a random kill may come when only the Spark path's batch is left, or none
         assert "fast" in paths, paths  # the restart's batches after the bad records
     other = warehouse_reader(spark, "killcheck", warehouse)
     keys = {"orders": "order_number", "customers": "id", "products": "id"}
@@ -573,13 +571,11 @@ def test_bad_records_stay_on_the_sync_fast_path_with_the_spark_paths_dead_letter
     assert sorted(e for _, e, _ in letters["fast"]) == sorted(e for b in bad.values() for _, e in b)
 
 
-@pytest.mark.parametrize("point", ["after_dead_letter", "after_table_commit"])
-def test_fast_path_dead_letters_are_written_once_across_kill_9(
-    spark: Any, kafka_broker: str, tmp_path: Path, point: str
-) -> None:
-    """A kill after batch 2 committed its dead letters (before any table, or after one table):
-    the batch read again on the fast path leaves out the dead letters already committed, so each
-    bad record is in the dead-letter table exactly once, and every table equals its model."""
+def test_fast_path_dead_letters_are_written_once_across_kill_9(spark: Any, kafka_broker: str, tmp_path: Path) -> None:
+    """A kill after batch 2 committed its dead letters (before any table), and in the restart
+    (which reads those records again as batch 3) after one table committed: the batch read again
+    on the fast path leaves out the dead letters already committed, so each bad record is in the
+    dead-letter table exactly once, and every table equals its model."""
     prefix, namespace = f"db{unique()}", f"kill{unique()}"
     streams = {t: s for t, s in inventory_streams().items() if t != "products"}
     records = {t: changes(s, seed=50 + i, count=16) for i, (t, s) in enumerate(sorted(streams.items()))}
@@ -592,7 +588,7 @@ def test_fast_path_dead_letters_are_written_once_across_kill_9(
     doc["trigger"] = {"interval": "1s", "max_records": 14}
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc))
-    restarted = crash_and_restart(config_path, point, batch="2")
+    restarted = crash_tour(config_path, [("after_dead_letter", "2"), ("after_table_commit", "3")])
     paths = [json.loads(line).get("path") for line in restarted.stdout.splitlines() if line.startswith("{")]
     assert paths and set(paths) == {"fast"}, paths
     other = warehouse_reader(spark, "killcheck", warehouse)

@@ -24,7 +24,7 @@ from icetide.pipeline.task_shares import split_partitions, split_ranges
 from icetide.sink.transforms import arrow_partition_values
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.table.spec import PartitionTransform
-from tests.commands import crash_and_restart, warehouse_reader
+from tests.commands import crash_tour, warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows
 
@@ -351,15 +351,21 @@ def test_too_many_bad_records_leave_nothing(spark: Any, kafka_broker: str, wareh
     assert not list((Path(warehouse) / "fast" / "toobad" / "data").rglob("*.parquet"))
 
 
-@pytest.mark.parametrize("crash_at", ["after_write", "after_dead_letter", "after_commit", "random"])
-def test_fast_path_kill_9_then_restart(spark: Any, kafka_broker: str, tmp_path: Path, crash_at: str) -> None:
+@pytest.mark.parametrize(
+    "stops",
+    [[("after_dead_letter", "2"), ("after_write", "3"), ("after_commit", "3")], [("random", "")]],
+    ids=["tour", "random"],
+)
+def test_fast_path_kill_9_then_restart(
+    spark: Any, kafka_broker: str, tmp_path: Path, stops: list[tuple[str, str]]
+) -> None:
     topic = create_topic(kafka_broker, partitions=3)
     recs = records(1200, bad_every=29)
     produce(kafka_broker, topic, recs)
     warehouse = tmp_path / "warehouse"
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc("fcrash", kafka_broker, topic, warehouse=str(warehouse))))
-    crash_and_restart(config_path, crash_at, kill_after=(4, 10))
+    crash_tour(config_path, stops, kill_after=(4, 10))
     other = warehouse_reader(spark, "fcheck", warehouse)
     ids = [r[0] for r in other.table("fcheck.fast.fcrash").select("event_id").collect()]
     assert len(ids) == len(set(ids)) and set(ids) == expected(recs)  # every good record once
@@ -385,7 +391,9 @@ def test_a_batch_read_again_after_its_dead_letters_committed_writes_each_once(
     warehouse = tmp_path / "warehouse"
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc("fheld", kafka_broker, topic, warehouse=str(warehouse))))
-    done = crash_and_restart(config_path, "after_dead_letter", between=lambda: produce(kafka_broker, topic, recs[600:]))
+    done = crash_tour(
+        config_path, [("after_dead_letter", "2")], between=lambda: produce(kafka_broker, topic, recs[600:])
+    )
     batches = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert batches[0]["batch_id"] == 3 and all(b["path"] == "fast" for b in batches)
     other = warehouse_reader(spark, "fheldcheck", warehouse)
@@ -418,7 +426,7 @@ def test_a_batch_read_again_that_stops_short_of_the_dead_letters_still_writes_ea
     config_path.write_text(
         yaml.safe_dump(doc("fshort", kafka_broker, topic, warehouse=str(warehouse), trigger=trigger))
     )
-    done = crash_and_restart(config_path, "after_dead_letter", between=lambda: produce(kafka_broker, topic, second))
+    done = crash_tour(config_path, [("after_dead_letter", "2")], between=lambda: produce(kafka_broker, topic, second))
     batches = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [b["batch_id"] for b in batches][:2] == [3, 4]
     other = warehouse_reader(spark, "fshortcheck", warehouse)

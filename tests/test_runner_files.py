@@ -15,7 +15,7 @@ import pytest
 
 from icetide.config import PipelineConfig
 from icetide.pipeline.runner import Runner
-from tests.commands import crash_and_restart, stop_with_signal, warehouse_reader
+from tests.commands import crash_tour, stop_with_signal, warehouse_reader
 from tests.model import ReferenceModel, table_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,16 +142,18 @@ def test_too_many_bad_records_fail_the_pipeline(spark: Any, tmp_path: Path) -> N
 
 
 @pytest.mark.guarantee
-@pytest.mark.parametrize("crash_at", ["after_write", "after_dead_letter", "random"])  # after_commit: test_two_stage
-def test_kill_9_and_restart_lands_everything_once(spark: Any, tmp_path: Path, crash_at: str) -> None:
+@pytest.mark.parametrize(  # after_commit: test_two_stage
+    "stops", [[("after_dead_letter", "2"), ("after_write", "3")], [("random", "")]], ids=["tour", "random"]
+)
+def test_kill_9_and_restart_lands_everything_once(spark: Any, tmp_path: Path, stops: list[tuple[str, str]]) -> None:
     import yaml
 
     warehouse = tmp_path / "warehouse"
-    lines, bad = land_files(tmp_path / "landing", 6, seed=sum(crash_at.encode()))
+    lines, bad = land_files(tmp_path / "landing", 6, seed=len(stops))
     doc = pipeline_doc("crash", tmp_path / "landing", str(warehouse))
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc))
-    done = crash_and_restart(config_path, crash_at)
+    done = crash_tour(config_path, stops)
     metrics = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert all({"records_in", "rows_written", "bad_records", "source_lag"} <= set(m) for m in metrics)
     # Read the result with the test's own session, from the subprocess's warehouse.

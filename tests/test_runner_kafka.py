@@ -12,7 +12,7 @@ import yaml
 
 from icetide.config import PipelineConfig
 from icetide.pipeline.runner import Runner
-from tests.commands import crash_and_restart, warehouse_reader
+from tests.commands import crash_tour, warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows
 
@@ -152,7 +152,7 @@ def test_kill_9_after_write_then_restart(spark: Any, kafka_broker: str, tmp_path
     warehouse = tmp_path / "warehouse"
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc("kcrash", kafka_broker, topic, warehouse=str(warehouse))))
-    crash_and_restart(config_path, "after_write")
+    crash_tour(config_path, [("after_write", "2")])
     other = warehouse_reader(spark, "kcheck", warehouse)
     assert table_rows(other, "kcheck.kafka.kcrash", COLUMNS, KEY) == model_of(records)
     dead = [r["source_position"] for r in other.table("kcheck.kafka.kcrash_dead_letter").collect()]
@@ -180,7 +180,7 @@ def test_a_batch_read_again_after_its_dead_letters_committed_writes_each_once(
     config_path.write_text(
         yaml.safe_dump(doc("kheld", kafka_broker, topic, warehouse=str(warehouse), fast_path=fast_path))
     )
-    done = crash_and_restart(config_path, "after_dead_letter", between=lambda: produce(kafka_broker, topic, more))
+    done = crash_tour(config_path, [("after_dead_letter", "2")], between=lambda: produce(kafka_broker, topic, more))
     batches = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     path = "fast" if fast_path == "auto" else "spark: fast_path: off"
     assert batches[0]["batch_id"] == 3 and all(b["path"] == path for b in batches)

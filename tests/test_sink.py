@@ -273,7 +273,9 @@ def test_a_commit_through_a_shared_table_between_state_read_and_commit_is_caught
 
     mine.committer._content_files = other_commits_first  # type: ignore[method-assign]
     assert not mine.write(to_df(spark, rows), batch_id=2).committed
-    batches = [r["b"] for r in spark.sql(f"SELECT summary['icetide.batch-id'] AS b FROM {table_name}.snapshots").collect()]
+    batches = [
+        r["b"] for r in spark.sql(f"SELECT summary['icetide.batch-id'] AS b FROM {table_name}.snapshots").collect()
+    ]
     assert sorted(int(b) for b in batches) == [1, 2]
 
 

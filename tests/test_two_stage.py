@@ -17,7 +17,7 @@ import pytest
 from icetide.config import PipelineConfig
 from icetide.pipeline.two_stage import TwoStageRunner
 from icetide.stateful.merge import MergeSpec
-from tests.commands import crash_and_restart, stop_with_signal, warehouse_reader
+from tests.commands import crash_tour, stop_with_signal, warehouse_reader
 from tests.merge_model import merge_events
 from tests.model import table_rows
 
@@ -129,19 +129,20 @@ def test_two_stages_in_process_merge_every_event_once(
 
 
 @pytest.mark.parametrize(
-    "crash", [("after_write", "2"), ("after_commit", "2"), ("state_after_commit", "0"), ("random", "")]
+    "stops",
+    [[("after_write", "2"), ("after_commit", "2"), ("state_after_commit", "0")], [("random", "")]],
+    ids=["tour", "random"],
 )
 def test_kill_9_in_either_stage_and_restart_lands_everything_once(
-    spark: Any, tmp_path: Path, crash: tuple[str, str]
+    spark: Any, tmp_path: Path, stops: list[tuple[str, str]]
 ) -> None:
     import yaml
 
-    point, batch = crash
     warehouse = tmp_path / "warehouse"
-    events, bad = land(tmp_path / "landing", 5, seed=len(point))
+    events, bad = land(tmp_path / "landing", 5, seed=len(stops))
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(pipeline_doc("crash", tmp_path / "landing", warehouse)))
-    crash_and_restart(config_path, point, batch=batch, kill_after=(10, 30), timeout=400)
+    crash_tour(config_path, stops, kill_after=(10, 30), timeout=400)
     other = warehouse_reader(spark, "twocheck", warehouse)
     assert table_rows(other, "twocheck.two.crash", KEY + VALUES, KEY) == expected(events)
     assert other.table("twocheck.two.crash_raw").count() == len(events)

@@ -143,7 +143,7 @@ def test_runner_with_deletes_vectors_killed_after_the_dv_write(spark: Any, tmp_p
     were written and before its commit, then run again: the table equals the model, DVs only."""
     import yaml
 
-    from tests.commands import crash_and_restart, warehouse_reader
+    from tests.commands import crash_tour, warehouse_reader
     from tests.model import table_rows
     from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
 
@@ -153,7 +153,7 @@ def test_runner_with_deletes_vectors_killed_after_the_dv_write(spark: Any, tmp_p
     doc["table"] = {**doc["table"], "format_version": 3, "deletes": "vectors"}
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc))
-    crash_and_restart(config_path, "after_dv_write")
+    crash_tour(config_path, [("after_dv_write", "2")])
     reader = warehouse_reader(spark, "vectorscheck", warehouse)
     table = "vectorscheck.runner.vectors"
     assert table_rows(reader, table, COLUMNS, KEY) == expected(lines)

@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icetide.arrow_sort import sort_indices
+
 OP_COLUMN = "_op"
 ARRIVAL_COLUMN = "_icetide_arrival"
 INSERT, UPSERT, DELETE = "INSERT", "UPSERT", "DELETE"
@@ -64,9 +66,7 @@ def collapse(
         return _split(table, had_change=None, changelog=changelog)  # no key repeats: nothing to collapse
     if keep_inserts and not pc.any(pc.not_equal(ops, INSERT)).as_py():
         return _split(table, had_change=None, changelog=changelog)  # an append batch: every row stays
-    sort_keys = [(order_by, "ascending")] if order_by else []
-    sort_keys.append((ARRIVAL_COLUMN, "ascending"))
-    order = pc.sort_indices(table, sort_keys=sort_keys, null_placement="at_start")
+    order = sort_indices(table, [order_by, ARRIVAL_COLUMN] if order_by else [ARRIVAL_COLUMN], "at_start")
     table = table.take(order)
     position = pa.array(np.arange(table.num_rows, dtype=np.int64))
     not_insert = pc.not_equal(table[OP_COLUMN], INSERT)

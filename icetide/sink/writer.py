@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from icetide.arrow_sort import sort_indices
 from icetide.filesystems import filesystem_for
 from icetide.sink.changelog import ARRIVAL_COLUMN, BadOperationError, collapse
 from icetide.sink.metrics import FileStats, content_file_json, partition_json_value
@@ -206,7 +207,7 @@ def _groups(table: pa.Table, columns: tuple[str, ...]) -> Iterator[tuple[list[ob
     if not columns:
         yield [], table
         return
-    order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in columns], null_placement="at_end")
+    order = sort_indices(table, columns, "at_end")
     ordered = table.take(order)
     changed = np.zeros(ordered.num_rows, dtype=bool)
     changed[0] = True
