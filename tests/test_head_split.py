@@ -208,6 +208,6 @@ def test_decoding_split_values_equals_decoding_whole_values(spark: Any) -> None:
     assert any(e.startswith("column weight") for e in errors)
     assert "JSON nested deeper than max_nesting_depth (16)" in errors
     assert sum(e.startswith("malformed JSON") for e in errors) == 2  # the cut one says where it is cut
-    assert "payload is not valid UTF-8" in errors
+    assert any(e.startswith("payload is not valid UTF-8 at byte ") for e in errors)
     cut_short, not_utf8 = values[len(stream) + 1], values[-2].decode("utf-8", "replace").encode()
     assert {r[0].encode() for r in bad} == {compact(bad_value), cut_short, compact(deep_schema), not_utf8, b"not json"}

@@ -14,9 +14,11 @@ Integers and decimals out of their type's range were already bad records (try_ca
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from typing import Any
 
 from icetide.config import (
     DEFAULT_MAX_NESTING_DEPTH,
@@ -68,8 +70,11 @@ def size_error(size: int, limits: PayloadLimits) -> str:
     return f"payload is {size} bytes, over max_record_bytes ({limits.max_record_bytes})"
 
 
-def invalid_utf8_error() -> str:
-    return "payload is not valid UTF-8"
+def invalid_utf8_error(raw: bytes, offset: int) -> str:
+    """The error of a payload whose bytes are not UTF-8 from byte `offset` on: the offset, and
+    the field whose value or name holds the bytes when the payload is JSON otherwise."""
+    place = _utf8_place(raw)
+    return f"payload is not valid UTF-8 at byte {offset}" + (f", in {place}" if place else "")
 
 
 def depth_error(limits: PayloadLimits) -> str:
@@ -78,6 +83,36 @@ def depth_error(limits: PayloadLimits) -> str:
 
 def surrogate_error() -> str:
     return "payload escapes a lone UTF-16 surrogate (\\uD800-\\uDFFF), which UTF-8 cannot hold"
+
+
+# The characters Python's 'surrogateescape' gives bytes that are not UTF-8.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def _utf8_place(raw: bytes) -> str | None:
+    """Where in JSON `raw` the first bytes that are not UTF-8 are: "field a.b" (a value, `[i]` for
+    an array's item) or "the name of field a.b" (a key, shown with U+FFFD); None when `raw` is no
+    JSON even with those bytes read as any characters."""
+    try:
+        doc = json.loads(raw.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[str, Any, bool]] = [("", doc, False)]  # (path, value, a name to look at)
+    while stack:
+        path, v, name = stack.pop()
+        if name:
+            if _ESCAPED_BYTE.search(v):
+                return f"the name of field {_ESCAPED_BYTE.sub(chr(0xFFFD), path)}"
+        elif isinstance(v, str):
+            if _ESCAPED_BYTE.search(v):
+                return f"field {path}" if path else "the payload's text"
+        elif isinstance(v, dict):
+            for k, x in reversed(list(v.items())):
+                inner = f"{path}.{k}" if path else k
+                stack += [(inner, x, False), (inner, k, True)]
+        elif isinstance(v, list):
+            stack += [(f"{path}[{i}]", x, False) for i, x in reversed(list(enumerate(v)))]
+    return None
 
 
 def nesting_depth(text: str) -> int:
@@ -129,13 +164,13 @@ def payload_error(raw: bytes, limits: PayloadLimits) -> tuple[str, str | None]:
     dead-letter table can hold it.
     """
     try:
-        text, valid = raw.decode("utf-8"), True
-    except UnicodeDecodeError:
-        text, valid = raw.decode("utf-8", "replace"), False
+        text, bad_byte = raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        text, bad_byte = raw.decode("utf-8", "replace"), exc.start
     if len(raw) > limits.max_record_bytes:
         return text, size_error(len(raw), limits)
-    if not valid:
-        return text, invalid_utf8_error()
+    if bad_byte is not None:
+        return text, invalid_utf8_error(raw, bad_byte)
     if openers(text) > limits.max_nesting_depth and nesting_depth(text) > limits.max_nesting_depth:
         return text, depth_error(limits)
     if "\\" in text and _LONE_SURROGATE.search(text):

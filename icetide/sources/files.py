@@ -60,10 +60,12 @@ log = logging.getLogger(__name__)
 
 FileFormat = Literal["json", "csv", "parquet"]
 FORMATS: tuple[str, ...] = get_args(FileFormat)
-JSON_LINES_DDL = "value STRING, source_file STRING, line BIGINT"
+# A line's bytes as they are: one that is not UTF-8 is the decoder's to refuse, never repaired here.
+JSON_LINES_DDL = "value BINARY, source_file STRING, line BIGINT"
 JSON_LINES_ARROW_SCHEMA = pa.schema(
-    [pa.field("value", pa.string()), pa.field("source_file", pa.string()), pa.field("line", pa.int64())]
+    [pa.field("value", pa.binary()), pa.field("source_file", pa.string()), pa.field("line", pa.int64())]
 )
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
 LISTED_AT = "listed_at_ms"  # position key: when the plan that made it started listing
 # File systems stamp change times from a coarse clock that can lag the wall clock by a tick.
 CHANGE_TIME_SLACK_MS = 50
@@ -418,12 +420,22 @@ def json_lines(path: str, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Reco
 
 
 def _lines_batch(path: str, data: bytes, first_line: int) -> pa.RecordBatch:
-    text = data.decode("utf-8", errors="replace")
-    if first_line == 1 and text.startswith("\ufeff"):
-        text = text[1:]
-    values = pc.utf8_rtrim(pa.array(text.split("\n"), pa.string()), characters="\r")
+    """The non-blank lines of `data`, as bytes: those that are not UTF-8 kept as they are."""
+    if first_line == 1 and data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    try:
+        text, exact = data.decode("utf-8"), True
+    except UnicodeDecodeError:
+        # This text only finds the blank lines: U+FFFD is no space, and no invalid byte hides a
+        # line end ("\r" and "\n" are never part of a multibyte sequence).
+        text, exact = data.decode("utf-8", errors="replace"), False
+    texts = pc.utf8_rtrim(pa.array(text.split("\n"), pa.string()), characters="\r")
+    if exact:
+        values = texts.cast(pa.binary())
+    else:
+        values = pa.array([line.rstrip(b"\r") for line in data.split(b"\n")], pa.binary())
+    keep = pc.not_equal(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0)
     lines = pa.array(np.arange(first_line, first_line + len(values), dtype=np.int64))
-    keep = pc.not_equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0)
     values, lines = pc.filter(values, keep), pc.filter(lines, keep)
     return pa.RecordBatch.from_arrays(
         [values, pa.array([path] * len(values), pa.string()), lines],
