@@ -317,7 +317,9 @@ class ArrowJsonDecoder:
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
             raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
-            if json_values.supported(f.type):
+            if isinstance(value, dict | list) and pa.types.is_string(f.type):
+                converted = None  # an object or array is no text: never its JSON text (Spark's reader)
+            elif json_values.supported(f.type):
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
                 converted = nested.value(raw, f.type, self.time_zone)

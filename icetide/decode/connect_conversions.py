@@ -30,6 +30,7 @@ from icetide.decode import connect as C
 from icetide.decode import connect_decimals, spark_datetime
 from icetide.decode import limits as lim
 from icetide.decode.arrow_json_scalars import scalar_value, unsupported_columns
+from icetide.decode.connect_declared import declared_check
 from icetide.decode.connect_values import (
     WIDE,
     DeadLetter,
@@ -101,7 +102,22 @@ class Conversions:
 
     def converter(self, f: C.ConnectField | None, t: pa.DataType, name: str) -> Converter:
         """The converter of column `name` of type `t` for Connect field `f` (None: no schema).
-        NotHere for a combination it does not read exactly."""
+        NotHere for a combination it does not read exactly. A value the column's reading takes
+        is a dead letter all the same where it contradicts the type `f` declares
+        (decode/connect_declared.py); one it refuses keeps that reading's error."""
+        convert = self._reader(f, t, name)
+        check = declared_check(f, name) if f is not None else None
+        if check is None:
+            return convert
+
+        def checked(v: Any) -> Any:
+            value = convert(v)
+            check(v)
+            return value
+
+        return checked
+
+    def _reader(self, f: C.ConnectField | None, t: pa.DataType, name: str) -> Converter:
         logical = f.logical if f is not None else None
         if f is None:
             if pa.types.is_decimal128(t) and self.decimal_handling_mode == "precise":

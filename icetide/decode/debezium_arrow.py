@@ -308,10 +308,10 @@ class TableRows:
                 continue
             try:
                 values[i] = convert(v)
-            except DeadLetter:
+            except DeadLetter as exc:
                 if delete and not key:
                     continue
-                return type_error(name, v, self.schema.field(i).type)
+                return exc.error or type_error(name, v, self.schema.field(i).type)
         return values
 
     def add_changes(self, changes: pa.Table, unknown: Mapping[str, int]) -> None:
