@@ -29,9 +29,14 @@ SAMPLE_MESSAGES = 1000  # how many of the first messages are looked at for one w
 
 
 def _text(value: Any) -> str | None:
-    if value is None:
+    """The message's text; None for none, or for bytes that are not UTF-8 (such a message is a
+    dead letter when decoded: its schema, repaired, would name columns the source has not)."""
+    if value is None or not isinstance(value, bytes | bytearray):
+        return None if value is None else str(value)
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
         return None
-    return bytes(value).decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
 
 
 def definition_from_messages(rows: list[tuple[Any, Any]]) -> tuple[EnvelopeSchema, list[str]] | None:

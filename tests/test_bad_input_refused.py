@@ -1,0 +1,157 @@
+"""Input the decoders cannot read exactly is one dead letter each, never a row (issue 49).
+
+Bytes that are not UTF-8 (in a value, in a key column's value, in a field name), a value that
+contradicts the type its Debezium message's Connect schema declares, and an object or array in a
+STRING column of plain JSON. The decoders here are the ones every path runs (the fast path and
+Spark's tasks alike: decode/arrow_json.py for JSON, decode/debezium_message.py with
+decode/debezium_arrow.py for Debezium), so these tests need no Spark; tests/test_files_fast.py runs
+a landing file that is not UTF-8 through both paths of a pipeline. The table is compared with a
+reference model and the dead letters one by one.
+
+Debezium messages: Apache Flink's MySQL products stream (tests/data/debezium/
+flink_mysql_products_schema.jsonl, its source in SOURCES.md), with mutated copies of its first
+update interleaved, as the issue's reproduction had it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from icetide.decode.arrow_json import ArrowJsonDecoder
+from tests.debezium_messages import apply_changes, messages
+from tests.test_debezium_arrow import python_changes
+
+# -- plain JSON ----------------------------------------------------------------------------------
+
+SCHEMA = pa.schema(
+    [pa.field("id", pa.string(), nullable=False), pa.field("note", pa.string()), pa.field("n", pa.int64())]
+)
+
+# (payload, the dead letter's error or None for a row)
+JSON_CASES: list[tuple[bytes, str | None]] = [
+    (b'{"id": "a", "note": "plain", "n": 1}', None),
+    (b'{"id": "b", "note": "plai\xff\xfen", "n": 2}', "payload is not valid UTF-8 at byte 25, in field note"),
+    (b'{"id": "c\xc3", "note": "x"}', "payload is not valid UTF-8 at byte 9, in field id"),
+    (b'{"id": "d", "no\xfete": "x"}', "payload is not valid UTF-8 at byte 15, in the name of field no\ufffdte"),
+    (b'{"id": "e", "note": {"nested": true}}', "column note: '{\"nested\":true}' is not a STRING"),
+    (b'{"id": "f", "note": ["a", "b"]}', 'column note: \'["a","b"]\' is not a STRING'),
+    (b'{"id": "g", "note": "\xed\xa0\x80"}', "payload is not valid UTF-8 at byte 21, in field note"),
+    (b'{"id": "h", "note": "fine", "n": 8}', None),
+]
+
+
+def test_json_bad_bytes_and_objects_in_text_columns_are_dead_letters() -> None:
+    decoder = ArrowJsonDecoder(SCHEMA, ["id"], op_mode="upsert")
+    payloads = [p for p, _ in JSON_CASES]
+    decoded = decoder.decode(payloads, lambda i: f"landing/a.json:{i + 1}")
+    model = [json.loads(p) for p, error in JSON_CASES if error is None]
+    assert decoded.rows.to_pylist() == [{"id": r["id"], "note": r["note"], "n": r["n"]} for r in model]
+    expected = [(f"landing/a.json:{i + 1}", e) for i, (_, e) in enumerate(JSON_CASES) if e is not None]
+    assert [(b.source_position, b.error) for b in decoded.bad] == expected
+    for bad in decoded.bad:  # the payload as text, U+FFFD where its bytes are not UTF-8
+        original = payloads[int(bad.source_position.rpartition(":")[2]) - 1]
+        assert bad.payload == original.decode("utf-8", "replace")
+
+
+# -- Debezium ------------------------------------------------------------------------------------
+
+PRODUCTS = T.StructType(
+    [
+        T.StructField("id", T.IntegerType(), False),
+        T.StructField("name", T.StringType()),
+        T.StructField("description", T.StringType()),
+        T.StructField("weight", T.DoubleType()),
+    ]
+)
+
+
+def _declare(message: dict[str, Any], field: str, connect_type: str) -> None:
+    for part in message["schema"]["fields"]:
+        if part["field"] in ("before", "after"):
+            for f in part["fields"]:
+                if f["field"] == field:
+                    f["type"] = connect_type
+
+
+def _mutations(update: dict[str, Any]) -> list[tuple[bytes, str]]:
+    """Mutated copies of a real update and the error each must be a dead letter with."""
+    out: list[tuple[bytes, str]] = []
+    declared = copy.deepcopy(update)
+    _declare(declared, "name", "int32")
+    error = "column name: text 'hammer' where the message's schema declares int32"
+    out.append((json.dumps(declared).encode(), error))
+    nested = copy.deepcopy(update)
+    nested["payload"]["after"]["description"] = {"nested": True}
+    error = "column description: object '{\"nested\":true}' where the message's schema declares string"
+    out.append((json.dumps(nested).encode(), error))
+    texts = copy.deepcopy(update)
+    texts["payload"]["after"]["weight"] = "1.5"
+    out.append((json.dumps(texts).encode(), "column weight: text '1.5' where the message's schema declares double"))
+    numbers = copy.deepcopy(update)
+    numbers["payload"]["after"]["name"] = 42
+    out.append((json.dumps(numbers).encode(), "column name: number '42' where the message's schema declares string"))
+    key = copy.deepcopy(update)
+    key["payload"]["after"]["id"] = str(key["payload"]["after"]["id"])
+    key["payload"]["before"]["id"] = str(key["payload"]["before"]["id"])
+    out.append((json.dumps(key).encode(), "column id: text '106' where the message's schema declares int32"))
+    text = json.dumps(update).encode()
+    after = text.index(b'"after"', text.index(b'"payload"'))
+    bad_value = text[:after] + text[after:].replace(b'"hammer"', b'"ham\xffmer"', 1)
+    at = bad_value.index(b"\xff")
+    out.append((bad_value, f"payload is not valid UTF-8 at byte {at}, in field payload.after.name"))
+    bad_name = text[:after] + text[after:].replace(b'"weight"', b'"wei\xc3ght"', 1)
+    at = bad_name.index(b"\xc3")
+    error = f"payload is not valid UTF-8 at byte {at}, in the name of field payload.after.wei\ufffdght"
+    out.append((bad_name, error))
+    return out
+
+
+def test_debezium_values_against_their_declared_types_and_bad_bytes_are_dead_letters() -> None:
+    stream = messages("flink_mysql_products_schema")
+    update = next(m for m in stream if m["payload"]["op"] == "u")
+    values: list[bytes] = []
+    expected_dead: dict[int, list[str]] = {}
+    model: dict[int, tuple[Any, ...]] = {}
+    mutations = _mutations(update)
+    for i, message in enumerate(stream):
+        values.append(json.dumps(message).encode())
+        apply_changes(model, message["payload"])
+        if i % 2 == 1 and mutations:
+            value, error = mutations.pop(0)
+            expected_dead[len(values)] = [error]
+            values.append(value)
+    assert not mutations
+    rows, dead = python_changes(values, PRODUCTS, ["id"])
+    assert dead == expected_dead
+    # the table: the model's rows, each key's last change (the stream changes one key at a time)
+    table: dict[int, tuple[Any, ...]] = {}
+    for (op, _order), row in sorted(rows.items(), key=lambda kv: kv[0][1]):
+        if op == "DELETE":
+            table.pop(row[0], None)
+        else:
+            table[row[0]] = row[1:]
+    assert table == {k: (name, description, repr(weight)) for k, (name, description, weight) in model.items()}
+
+
+def test_a_table_from_the_stream_never_takes_its_columns_from_bytes_that_are_not_utf8() -> None:
+    """The first message with a schema and a key makes the table; one whose bytes are not UTF-8
+    (a field name with byte FF here) is passed over, not read with U+FFFD as a column name."""
+    from icetide.pipeline.table_from_stream import definition_from_messages
+
+    stream = messages("flink_mysql_products_schema")
+    key = json.dumps(
+        {"schema": {"type": "struct", "fields": [{"type": "int32", "field": "id"}]}, "payload": {"id": 101}}
+    ).encode()
+    good = json.dumps(stream[0]).encode()
+    bad = good.replace(b'"field": "description"', b'"field": "descr\xffiption"', 1)
+    assert bad != good
+    found = definition_from_messages([(key, bad), (key, good)])
+    assert found is not None
+    envelope, columns = found
+    assert envelope.names == ["id", "name", "description", "weight"] and columns == ["id"]
+    assert definition_from_messages([(key, bad)]) is None
