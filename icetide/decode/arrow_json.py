@@ -10,8 +10,7 @@ texts the golden files hold.
 
 Conversions (as in the former Spark SQL JSON decoder): integers from JSON numbers or integral text, in range;
 FLOAT/DOUBLE from numbers or numeric text; BOOLEAN from true/false or Spark's boolean words;
-STRING from the raw text of any JSON scalar (an object or array is a bad record, not its JSON
-text as Spark kept it), as Spark keeps it (`json_values.spark_text`: a double
+STRING from the raw text of any JSON value, as Spark keeps it (`json_values.spark_text`: a double
 as Java writes it, 1e7 as "1.0E7", and so in error messages); TIMESTAMP from integral epoch
 milliseconds (up to 15 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session
 time zone); DATE from an integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
@@ -318,9 +317,7 @@ class ArrowJsonDecoder:
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
             raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
-            if isinstance(value, dict | list) and pa.types.is_string(f.type):
-                converted = None  # an object or array is no text: never its JSON text (Spark's reader)
-            elif json_values.supported(f.type):
+            if json_values.supported(f.type):
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
                 converted = nested.value(raw, f.type, self.time_zone)
