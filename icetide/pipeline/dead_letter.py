@@ -12,10 +12,14 @@ One scheme for a pipeline of one table and of many (docs/design.md, "Pipeline st
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
+from icetide.decode.frames import BAD_DDL
 from icetide.sink.batch import BatchResult
 from icetide.sink.pipeline_state import PipelineState
 from icetide.sink.sink import UpsertSink
@@ -29,6 +33,7 @@ DEAD_LETTER_SCHEMA = (
     "payload STRING, error STRING, failed_at TIMESTAMP"
 )
 DEAD_LETTER_KEY = ["pipeline", "batch_id", "source_position"]
+BadRow = tuple[str | None, str, str]  # payload, error, source position (BAD_DDL)
 
 
 class DeadLetterTable:
@@ -49,14 +54,29 @@ class DeadLetterTable:
         return self.sink.last_committed()
 
     def write(
-        self, bad: DataFrame, *, batch_id: int, position: Any, registry: dict[str, Any] | None = None
+        self,
+        bad: DataFrame | Sequence[BadRow],
+        *,
+        batch_id: int,
+        position: Any,
+        registry: dict[str, Any] | None = None,
     ) -> BatchResult:
         """Commit the batch's bad records (already counted non-empty by the caller), with the
         `position` the pipeline's bad records are committed up to and, for many tables, its
-        `registry` (icetide.pipeline.sync_state)."""
+        `registry` (icetide.pipeline.sync_state).
+
+        `bad` is a frame of BAD_DDL columns (the Spark path's), or the rows this process holds (a
+        fast path's: payload, error, source position), which are written from here without a Spark
+        job when the table is unpartitioned, as icetide creates it: about 0.1 s where a Spark write
+        of a few rows takes about 1 s (3-4 s in a new session; docs/design.md, "Dead letters")."""
         from pyspark.sql import functions as F
 
-        rows = bad.select(
+        if isinstance(bad, Sequence):
+            if self.sink.table.spec().isUnpartitioned():
+                rows = self._rows(bad, batch_id)
+                return self.sink.write_rows(rows, batch_id=batch_id, source_position=position, registry=registry)
+            bad = self.spark.createDataFrame(list(bad), BAD_DDL)
+        frame = bad.select(
             F.lit(self.pipeline_id).alias("pipeline"),
             F.lit(batch_id).cast("bigint").alias("batch_id"),
             F.col("source_position"),
@@ -65,7 +85,21 @@ class DeadLetterTable:
             F.current_timestamp().alias("failed_at"),
             F.lit("INSERT").alias("_op"),
         )
-        return self.sink.write(rows, batch_id=batch_id, source_position=position, registry=registry)
+        return self.sink.write(frame, batch_id=batch_id, source_position=position, registry=registry)
+
+    def _rows(self, bad: Sequence[BadRow], batch_id: int) -> pa.Table:
+        """The dead-letter rows of `bad`, failed now."""
+        payloads, errors, positions = zip(*bad, strict=True)
+        return pa.table(
+            {
+                "pipeline": pa.array([self.pipeline_id] * len(bad), pa.string()),
+                "batch_id": pa.array([batch_id] * len(bad), pa.int64()),
+                "source_position": pa.array(positions, pa.string()),
+                "payload": pa.array(payloads, pa.string()),
+                "error": pa.array(errors, pa.string()),
+                "failed_at": pa.array([datetime.now(UTC)] * len(bad), pa.timestamp("us", tz="UTC")),
+            }
+        )
 
     def recorded(self, positions: list[str]) -> set[str]:
         """Which of these source positions (lost ranges) the pipeline's dead letters hold."""

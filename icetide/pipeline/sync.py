@@ -23,8 +23,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.config import PipelineConfig
-from icetide.decode.arrow_json_block import BadRecord
-from icetide.decode.frames import BAD_DDL
 from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point
 from icetide.pipeline.batches import BatchMetrics, SyncBatchMetrics, batch_metrics, commit_tables, warn_unknown_fields
@@ -55,7 +53,7 @@ from icetide.sources.kafka_topics import KafkaTopics, TopicsPlan
 from icetide.table.catalog import table_exists
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +213,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
             len(bad),
             out.records_in,
             lambda: bad[0].error,
-            lambda: self._bad_frame(bad),
+            lambda: [(b.payload, b.error, b.source_position) for b in bad],
             register,
             discard=lambda: fast.delete_files(out.files, self.sinks, reason="the batch has too many bad records"),
         )
@@ -249,10 +247,6 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
             path=FAST_PATH,
             records_as_columns=out.records_as_columns,
         )
-
-    def _bad_frame(self, bad: list[BadRecord]) -> DataFrame:
-        """The fast path's dead letters as the Spark path's bad records (decode/frames.py BAD_DDL)."""
-        return self.spark.createDataFrame([(b.payload, b.error, b.source_position) for b in bad], BAD_DDL)
 
     def _write_fast(self, batch_id: int, plan: TopicsPlan, state: SyncState) -> StagedBatch | Fallback:
         """The batch's files, written by the fast path (tables it routes to that do not exist yet

@@ -6,12 +6,12 @@ the position says are held, so each is written once."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from icetide.config import PipelineConfig
 from icetide.pipeline.batches import commit_dead_letters
-from icetide.pipeline.dead_letter import DeadLetterTable, Held
+from icetide.pipeline.dead_letter import BadRow, DeadLetterTable, Held
 from icetide.pipeline.sync_state import SyncState, advance
 
 if TYPE_CHECKING:
@@ -28,8 +28,11 @@ class SyncDeadLetters:
         self.config = config
         self.table = DeadLetterTable(spark, config.dead_letter, config.pipeline)
 
-    def write(self, state: SyncState, bad: DataFrame | None, plan: TopicsPlan, batch_id: int) -> None:
-        """Commit the batch's bad records (None: there are none, a metadata-only commit) with the
+    def write(
+        self, state: SyncState, bad: DataFrame | Sequence[BadRow] | None, plan: TopicsPlan, batch_id: int
+    ) -> None:
+        """Commit the batch's bad records (a frame, or a fast path's rows; None: there are none, a
+        metadata-only commit) with the
         registry and the dead-letter position of `state`, which it moves on. The position never goes
         back, but on a partition found reset that the dead-letter table has not recorded yet (a new log)."""
         resets = [loss for loss in plan.losses if loss.to_offset is None]
@@ -52,7 +55,7 @@ class SyncDeadLetters:
         bad_count: int,
         records_in: int,
         first_error: Callable[[], str],
-        frame: Callable[[], DataFrame | None],
+        frame: Callable[[], DataFrame | Sequence[BadRow] | None],
         register: Callable[[], bool],
         discard: Callable[[], object] | None = None,
     ) -> None:

@@ -20,7 +20,7 @@ from icetide.decode.arrow_json_block import BadRecord
 from icetide.decode.frames import BAD_DDL
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
 from icetide.pipeline.batches import commit_dead_letters
-from icetide.pipeline.dead_letter import DeadLetterTable
+from icetide.pipeline.dead_letter import BadRow, DeadLetterTable
 from icetide.sink.pipeline_state import PipelineState
 
 if TYPE_CHECKING:
@@ -84,9 +84,8 @@ class TableDeadLetters:
         if plan.held:
             bad = [b for b in bad if not plan.held.holds(b.source_position)]
 
-        def frame() -> DataFrame:
-            rows = [(b.payload, b.error, b.source_position) for b in bad] + lost_rows(plan)
-            return self.spark.createDataFrame(rows, BAD_DDL)
+        def frame() -> list[BadRow]:
+            return [(b.payload, b.error, b.source_position) for b in bad] + lost_rows(plan)
 
         self._commit(batch_id, plan, len(bad), records_in, lambda: bad[0].error, frame, discard)
         return bad

@@ -8,6 +8,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from icetide.errors import ConfigError
 from icetide.faults import crash_point
 from icetide.sink.batch import BatchResult, WriterPlan, WrittenBatch
@@ -18,7 +20,7 @@ from icetide.sink.evolution import SchemaChange
 from icetide.sink.pipeline_state import PipelineState
 from icetide.sink.spark_write import write_files
 from icetide.sink.spec_layouts import EarlierSpecs, check_spec_serves_upserts
-from icetide.sink.writer import SpecLayout, WriterConfig, file_prefix, remove_files
+from icetide.sink.writer import SpecLayout, WriterConfig, file_prefix, remove_files, write_appends
 from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import (
     arrow_schema,
@@ -174,6 +176,29 @@ class UpsertSink:
         if not written.skipped:
             crash_point("after_write", batch_id)
         return self.commit_written(written, source_position, truncate=truncate, registry=registry)
+
+    def write_rows(
+        self, rows: pa.Table, *, batch_id: int, source_position: Any = None, registry: dict[str, Any] | None = None
+    ) -> BatchResult:
+        """Write and commit, exactly once as `write` does, rows this process holds whose keys the
+        table does not hold yet (inserts only: no deletes are written), in one data file written
+        from here, without a Spark job: the few rows of a dead-letter batch. The table must be
+        unpartitioned; `rows` holds its columns by name."""
+        started = time.monotonic()
+        state = self.committer.last_committed()
+        refresh_seconds = time.monotonic() - started
+        if state is not None and batch_id <= state.batch_id:
+            log.info("batch %s of %s already committed (last %s): skipped", batch_id, self.pipeline_id, state.batch_id)
+            written = WrittenBatch(batch_id, [], SchemaChange(), refresh_seconds=refresh_seconds, skipped=True)
+        else:
+            config = self.writer_config(batch_id, ())
+            schema = config.table_schema
+            table = pa.Table.from_arrays([rows[f.name].cast(f.type) for f in schema], schema=schema)
+            files = [WrittenFile.from_row(f) for f in write_appends(table, config, "-driver")]
+            write_seconds = time.monotonic() - started - refresh_seconds
+            written = WrittenBatch(batch_id, files, SchemaChange(), write_seconds, 0.0, refresh_seconds)
+            crash_point("after_write", batch_id)
+        return self.commit_written(written, source_position, registry=registry)
 
     def stage(
         self,
