@@ -2,16 +2,18 @@
 dead_letter.py `Held`), and the position a dead-letter commit records, in the cases a review of
 the scheme named: a recreated topic seen or not seen by the dead-letter table, a batch that stops
 short of the dead-letter position, files named by a dead-letter position (docs/design.md,
-"Pipeline state"). The end-to-end runs are in test_fast_append.py, test_runner_kafka.py and
-test_supervision.py."""
+"Pipeline state"); and the dead letters a fast path holds, written by the driver. The end-to-end
+runs are in test_fast_append.py, test_runner_kafka.py and test_supervision.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from icetide.pipeline.dead_letter import Held
+from icetide.pipeline.dead_letter import DEAD_LETTER_KEY, DEAD_LETTER_SCHEMA, DeadLetterTable, Held
 from icetide.pipeline.sync_state import advance
 from icetide.sources.files import FileSource, FileSourceConfig
+from icetide.table.catalog import create_table
 
 
 def nothing_recorded(positions: list[str]) -> set[str]:
@@ -100,3 +102,34 @@ def test_a_reset_the_dead_letters_recorded_keeps_their_position_in_the_new_log(t
     fresh = PlannedBatch(items, {"0": 25, "1": 525}, 50, [loss], source.held(dead, batch, lambda ps: set()))
     assert source.dead_letter_position(dead, fresh) == {"0": 25, "1": 525}  # a new log: its own position
     source.close()
+
+
+def test_dead_letters_a_fast_path_holds_are_written_by_the_driver_once(spark: Any, table_name: str) -> None:
+    """A fast path's bad records (rows in the driver) land as one driver-written file per batch,
+    committed once with the position: a batch id committed already writes nothing (and leaves no
+    file behind), and PyIceberg reads the table as Spark does. A partitioned dead-letter table
+    takes the Spark write instead."""
+    from pyiceberg.table import StaticTable
+
+    table = DeadLetterTable(spark, table_name, "p")
+    rows = [('{"a": 1', "malformed JSON", "t/0@7"), (None, "data loss: retention", "t/1@0..5")]
+    result = table.write(rows, batch_id=1, position={"t": {"0": 8}})
+    assert result.committed and result.data_files == 1 and result.rows_written == 2
+    again = table.write(rows, batch_id=1, position={"t": {"0": 8}})
+    assert not again.committed
+    assert table.last_committed().source_position == {"t": {"0": 8}}  # type: ignore[union-attr]
+    columns = ["pipeline", "batch_id", "source_position", "payload", "error"]
+    seen = sorted(tuple(r) for r in spark.table(table_name).select(*columns).collect())
+    assert seen == sorted(("p", 1, pos, payload, error) for payload, error, pos in rows)
+    files = spark.sql(f"SELECT file_path FROM {table_name}.files").collect()
+    location = spark.sql(f"SELECT file FROM {table_name}.metadata_log_entries ORDER BY timestamp DESC").first()[0]
+    read = StaticTable.from_metadata(location).scan(selected_fields=tuple(columns)).to_arrow().to_pylist()
+    assert sorted(tuple(r[c] for c in columns) for r in read) == seen
+    folder = Path(files[0][0].replace("file:", "")).parent
+    assert sorted(p.name for p in folder.glob("*.parquet")) == [Path(files[0][0]).name]  # the replay left none
+
+    partitioned = f"{table_name}_by_batch"
+    create_table(spark, partitioned, schema=DEAD_LETTER_SCHEMA, key=DEAD_LETTER_KEY, partition_by=["batch_id"])
+    other = DeadLetterTable(spark, partitioned, "p")
+    assert other.write(rows, batch_id=3, position={}).rows_written == 2
+    assert spark.table(partitioned).where("batch_id = 3").count() == 2
