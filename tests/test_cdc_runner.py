@@ -125,8 +125,7 @@ def test_cdc_stream_creates_its_table_and_lands_as_the_source_says(
             assert b.path == "fast", b
 
 
-@pytest.mark.guarantee
-@pytest.mark.parametrize("point", ["after_write", "random"])
+@pytest.mark.parametrize("point", [pytest.param("after_write", marks=pytest.mark.guarantee), "random"])
 def test_cdc_stream_exactly_once_across_kill_9(spark: Any, kafka_broker: str, tmp_path: Path, point: str) -> None:
     records, truncates = cdc_stream(seed=11)
     topic = create_topic(kafka_broker, partitions=1, prefix="cdc")

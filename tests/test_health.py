@@ -71,9 +71,9 @@ def test_deletion_vectors_are_counted_per_partition(spark: Any, table_name: str)
 
 
 @pytest.mark.guarantee
-def test_cli_status_prints_text_and_page(tmp_path: Path) -> None:
+def test_cli_status_prints_text_and_page(spark: Any, tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
-    demo_warehouse(warehouse, batches=2, events=300)
+    demo_warehouse(spark, warehouse, batches=2, events=300)
     page = tmp_path / "files.html"
     done = run_cli(
         "status", "lake.demo.ad_events", "--warehouse", str(warehouse), "--chart", str(page), env={"COLUMNS": "80"}

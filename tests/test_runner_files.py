@@ -141,9 +141,10 @@ def test_too_many_bad_records_fail_the_pipeline(spark: Any, tmp_path: Path) -> N
     assert runner.sink.last_committed() is None
 
 
-@pytest.mark.guarantee
-@pytest.mark.parametrize(  # after_commit: test_two_stage
-    "stops", [[("after_dead_letter", "2"), ("after_write", "3")], [("random", "")]], ids=["tour", "random"]
+@pytest.mark.parametrize(  # after_commit: test_two_stage; on Spark 3.5 (`guarantee`) the tour alone
+    "stops",
+    [pytest.param([("after_dead_letter", "2"), ("after_write", "3")], marks=pytest.mark.guarantee), [("random", "")]],
+    ids=["tour", "random"],
 )
 def test_kill_9_and_restart_lands_everything_once(spark: Any, tmp_path: Path, stops: list[tuple[str, str]]) -> None:
     import yaml
