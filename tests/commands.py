@@ -82,7 +82,7 @@ def crash_tour(
     config_path: Path,
     stops: Sequence[tuple[str, str]],
     *,
-    kill_after: tuple[float, float] = (8, 16),
+    kill_within: float = 1.0,
     timeout: float = 300,
     between: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
@@ -90,8 +90,10 @@ def crash_tour(
     after the kill before it, then run again to the end; returns that last run.
 
     A stop is a crash point and the batch it fires in (ICETIDE_CRASH_AT, ICETIDE_CRASH_BATCH) or
-    ("random", ""): a kill -9 at a random moment `kill_after` seconds in (a no-op if the run ended
-    first). A named stop must be reached: a batch's points in the order a batch passes them
+    ("random", ""): a kill -9 at a random moment of the streaming, within `kill_within` seconds
+    after the run's first batch committed (its metrics line); the run must still be going then
+    (a run that ended first tested nothing: the source needs more batches). A named stop must be
+    reached: a batch's points in the order a batch passes them
     (`after_dead_letter`, `after_write`, `after_table_commit`, `after_commit`), each batch's
     after the one before. A batch whose dead letters committed is read again under the next id.
     `between` runs after the last kill, before the final run (the source growing meanwhile).
@@ -106,12 +108,17 @@ def crash_tour(
             proc = subprocess.Popen(
                 [sys.executable, "-m", "icetide.cli", *run],
                 cwd=ROOT,
-                stdout=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
+                text=True,
             )
-            time.sleep(random.uniform(*kill_after))
+            assert proc.stdout is not None
+            first = proc.stdout.readline()  # one line per committed batch, flushed
+            time.sleep(random.uniform(0, kill_within))
+            alive = proc.poll() is None
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+            assert first and alive, f"the run ended before the random kill (first line {first!r})"
             continue
         crashed = run_cli(*run, env={"ICETIDE_CRASH_AT": point, "ICETIDE_CRASH_BATCH": batch}, timeout=timeout)
         assert crashed.returncode == -signal.SIGKILL, (point, batch, crashed.returncode, crashed.stderr[-2000:])

@@ -365,7 +365,7 @@ def test_fast_path_kill_9_then_restart(
     warehouse = tmp_path / "warehouse"
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(doc("fcrash", kafka_broker, topic, warehouse=str(warehouse))))
-    crash_tour(config_path, stops, kill_after=(4, 10))
+    crash_tour(config_path, stops)
     other = warehouse_reader(spark, "fcheck", warehouse)
     ids = [r[0] for r in other.table("fcheck.fast.fcrash").select("event_id").collect()]
     assert len(ids) == len(set(ids)) and set(ids) == expected(recs)  # every good record once
