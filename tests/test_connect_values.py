@@ -215,3 +215,39 @@ def test_a_decimal_of_38_digits_keeps_them_all() -> None:
     assert convert(Decimal("123456789876543212345678987654321.115")) == Decimal(
         "123456789876543212345678987654321.1200"
     )
+
+
+def test_values_of_the_declared_form_pass_in_one_call_and_the_rest_are_checked() -> None:
+    """Conversions.converter returns a value of the declared form that the column stores as it is
+    at once (decode/connect_conversions.py `_read_as_is`); every other value is read by the column
+    and checked against the declared type, as before the shortcut."""
+    import pyarrow as pa
+    import pytest
+
+    from icetide.decode import connect as C
+    from icetide.decode.connect_conversions import Conversions
+    from icetide.decode.connect_values import DeadLetter
+
+    read = Conversions().converter
+    int32_into_bigint = read(C.ConnectField("n", "int32"), pa.int64(), "n")
+    assert int32_into_bigint(2**31 - 1) == 2**31 - 1
+    for bad in (2**31, "7"):  # beyond int32 (a BIGINT column would take it), text the column would read
+        with pytest.raises(DeadLetter, match=r"column n: .* where the message's schema declares int32"):
+            int32_into_bigint(bad)
+    for bad in (7.5, True):  # refused by the column's reading first, with its own error
+        with pytest.raises(DeadLetter):
+            int32_into_bigint(bad)
+    int64_into_int = read(C.ConnectField("n", "int64"), pa.int32(), "n")
+    assert int64_into_int(-(2**31)) == -(2**31)
+    with pytest.raises(DeadLetter):
+        int64_into_int(2**31)  # declared int64, beyond the INT column
+    text = read(C.ConnectField("s", "string"), pa.string(), "s")
+    assert text("a") == "a"
+    with pytest.raises(DeadLetter, match="declares string"):
+        text({"nested": True})
+    double = read(C.ConnectField("d", "double"), pa.float64(), "d")
+    assert double(1.5) == 1.5 and double(2) == 2.0 and math.isnan(double("NaN"))  # Jackson's non-finite text
+    flag = read(C.ConnectField("b", "boolean"), pa.bool_(), "b")
+    assert flag(False) is False
+    with pytest.raises(DeadLetter, match="declares boolean"):
+        flag(0)

@@ -92,6 +92,28 @@ def storage_type(t: pa.DataType) -> pa.DataType:
 Converter = Callable[[Any], Any]  # a JSON value (not None) -> the column's storage value; DeadLetter or NotHere
 
 
+def _read_as_is(f: C.ConnectField, t: pa.DataType) -> tuple[type, tuple[int, int] | None] | None:
+    """The Python type whose values (within the integer bounds, if any) field `f` declares and
+    column `t` stores unchanged, so its converter can return them at once; None where no such
+    shortcut is exact (a logical type, a narrower float column, a type read otherwise)."""
+    if f.logical is not None:
+        return None
+    if f.type == "string" and pa.types.is_string(t):
+        return str, None
+    if f.type in ("double", "float64") and pa.types.is_float64(t):
+        return float, None
+    if f.type == "boolean" and pa.types.is_boolean(t):
+        return bool, None
+    bits = _DECLARED_BITS.get(f.type)
+    if bits is not None and pa.types.is_integer(t):
+        (low, high), (col_low, col_high) = lim.INT_RANGES[bits], lim.INT_RANGES[t.bit_width]
+        return int, (max(low, col_low), min(high, col_high))
+    return None
+
+
+_DECLARED_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+
+
 @dataclass(frozen=True)
 class Conversions:
     """How the Connect fields of a table's columns are read (what `decode_debezium` does, in Python)."""
@@ -109,13 +131,37 @@ class Conversions:
         check = declared_check(f, name) if f is not None else None
         if check is None:
             return convert
+        assert f is not None
+        same = _read_as_is(f, t)
+        if same is None:
 
-        def checked(v: Any) -> Any:
+            def checked(v: Any) -> Any:
+                value = convert(v)
+                check(v)
+                return value
+
+            return checked
+        kind, bounds = same
+        if bounds is None:
+
+            def as_is(v: Any) -> Any:  # most values in one call: of the declared form, stored as they are
+                if type(v) is kind:
+                    return v
+                value = convert(v)
+                check(v)
+                return value
+
+            return as_is
+        low, high = bounds
+
+        def integer_as_is(v: Any) -> Any:
+            if type(v) is int and low <= v <= high:
+                return v
             value = convert(v)
             check(v)
             return value
 
-        return checked
+        return integer_as_is
 
     def _reader(self, f: C.ConnectField | None, t: pa.DataType, name: str) -> Converter:
         logical = f.logical if f is not None else None
