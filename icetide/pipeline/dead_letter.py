@@ -67,8 +67,9 @@ class DeadLetterTable:
 
         `bad` is a frame of BAD_DDL columns (the Spark path's), or the rows this process holds (a
         fast path's: payload, error, source position), which are written from here without a Spark
-        job when the table is unpartitioned, as icetide creates it: about 0.1 s where a Spark write
-        of a few rows takes about 1 s (3-4 s in a new session; docs/design.md, "Dead letters")."""
+        job when the table is unpartitioned, as icetide creates it; a Spark write of a few rows
+        takes about 1 s, 3-4 s in a new session (docs/design.md, "Dead letters written by the
+        driver")."""
         from pyspark.sql import functions as F
 
         if isinstance(bad, Sequence):
