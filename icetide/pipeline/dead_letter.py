@@ -90,7 +90,7 @@ class DeadLetterTable:
 
     def _rows(self, bad: Sequence[BadRow], batch_id: int) -> pa.Table:
         """The dead-letter rows of `bad`, failed now."""
-        payloads, errors, positions = zip(*bad, strict=True)
+        payloads, errors, positions = [b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad]
         return pa.table(
             {
                 "pipeline": pa.array([self.pipeline_id] * len(bad), pa.string()),
