@@ -1,13 +1,15 @@
 """Input the decoders cannot read exactly is one dead letter each, never a row (issue 49).
 
 Bytes that are not UTF-8 (in a value, in a key column's value, in a field name), a value that
-contradicts the type its Debezium message's Connect schema declares. (An object or array in a STRING
-column of plain JSON still lands as its JSON text, as Spark's reader keeps it: the fast-append
-suites treat such events as good; refusing it is open in issue 49.) The decoders here are the ones
-every path runs (the fast path and Spark's tasks alike: decode/arrow_json.py for JSON,
-decode/debezium_message.py with decode/debezium_arrow.py for Debezium), so these tests need no
-Spark; tests/test_files_fast.py runs a landing file that is not UTF-8 through both paths of a
-pipeline. The table is compared with a reference model and the dead letters one by one.
+contradicts the type its Debezium message's Connect schema declares, and an object or array in a
+STRING column of plain JSON (its JSON text only with the decoder's `nested_as_text`, counted). The
+decoders here are the ones every path runs (the fast path and Spark's tasks alike:
+decode/arrow_json.py for JSON, decode/debezium_message.py with decode/debezium_arrow.py for
+Debezium), so these tests need no Spark; tests/test_files_fast.py runs landing files that are not
+UTF-8, and objects in a STRING column, through both paths of a pipeline. The table is compared
+with a reference model and the dead letters one by one.
+
+JSON payloads: written here, each a kind of bad input the issue names, between good ones.
 
 Debezium messages: Apache Flink's MySQL products stream (tests/data/debezium/
 flink_mysql_products_schema.jsonl, its source in SOURCES.md), with mutated copies of its first
@@ -39,25 +41,63 @@ JSON_CASES: list[tuple[bytes, str | None]] = [
     (b'{"id": "b", "note": "plai\xff\xfen", "n": 2}', "payload is not valid UTF-8 at byte 25, in field note"),
     (b'{"id": "c\xc3", "note": "x"}', "payload is not valid UTF-8 at byte 9, in field id"),
     (b'{"id": "d", "no\xfete": "x"}', "payload is not valid UTF-8 at byte 15, in the name of field no\ufffdte"),
-    (b'{"id": "e", "note": {"nested": true}}', None),  # its JSON text: see the module's docstring
+    (b'{"id": "e", "note": {"nested": true}}', "column note: object '{\"nested\":true}' is not a STRING"),
+    (b'{"id": "f", "note": ["a", 1.5]}', "column note: array '[\"a\",1.5]' is not a STRING"),
     (b'{"id": "g", "note": "\xed\xa0\x80"}', "payload is not valid UTF-8 at byte 21, in field note"),
     (b'{"id": "h", "note": "fine", "n": 8}', None),
+    (b'{"id": "i", "note": "{\\"quoted\\": 1}"}', None),  # text that looks like JSON is text
 ]
 
 
-def test_json_bad_bytes_are_dead_letters_and_an_object_in_a_string_column_its_text() -> None:
+def _json_rows(payloads: list[bytes]) -> list[dict[str, Any]]:
+    """The model: each payload's values, an object or array as its compact JSON text (Jackson's)."""
+    rows = []
+    for p in payloads:
+        record = json.loads(p)
+        note = record.get("note")
+        text = note if not isinstance(note, dict | list) else json.dumps(note, separators=(",", ":"))
+        rows.append({"id": record["id"], "note": text, "n": record.get("n")})
+    return rows
+
+
+def test_json_bad_bytes_and_objects_in_string_columns_are_dead_letters() -> None:
     decoder = ArrowJsonDecoder(SCHEMA, ["id"], op_mode="upsert")
     payloads = [p for p, _ in JSON_CASES]
     decoded = decoder.decode(payloads, lambda i: f"landing/a.json:{i + 1}")
-    model = [json.loads(p) for p, error in JSON_CASES if error is None]
-    text = [json.dumps(r["note"], separators=(",", ":")) if isinstance(r["note"], dict) else r["note"] for r in model]
-    rows = [{"id": r["id"], "note": t, "n": r.get("n")} for r, t in zip(model, text, strict=True)]
-    assert decoded.rows.to_pylist() == rows
+    assert decoded.rows.to_pylist() == _json_rows([p for p, error in JSON_CASES if error is None])
     expected = [(f"landing/a.json:{i + 1}", e) for i, (_, e) in enumerate(JSON_CASES) if e is not None]
     assert [(b.source_position, b.error) for b in decoded.bad] == expected
+    assert decoded.nested_as_text == 0
     for bad in decoded.bad:  # the payload as text, U+FFFD where its bytes are not UTF-8
         original = payloads[int(bad.source_position.rpartition(":")[2]) - 1]
         assert bad.payload == original.decode("utf-8", "replace")
+
+
+def test_json_objects_in_string_columns_as_text_when_asked_and_counted() -> None:
+    """`nested_as_text`: an object or array in a STRING column lands as its JSON text, as Spark's
+    reader keeps it, each such value counted; bad bytes stay dead letters."""
+    decoder = ArrowJsonDecoder(SCHEMA, ["id"], op_mode="upsert", nested_as_text=True)
+    cases = [*JSON_CASES, (b'{"id": "j", "note": [], "n": 3}', None), (b'{"id": "k", "note": {}}', None)]
+    payloads = [p for p, _ in cases]
+    decoded = decoder.decode(payloads, lambda i: f"landing/a.json:{i + 1}")
+    kept = [p for p, error in cases if error is None or "is not a STRING" in error]
+    assert decoded.rows.to_pylist() == _json_rows(kept)
+    notes = {r["id"]: r["note"] for r in decoded.rows.to_pylist()}
+    assert [notes[k] for k in "efjk"] == ['{"nested":true}', '["a",1.5]', "[]", "{}"]
+    assert decoded.nested_as_text == 4
+    utf8 = [(f"landing/a.json:{i + 1}", e) for i, (_, e) in enumerate(cases) if e and "UTF-8" in e]
+    assert [(b.source_position, b.error) for b in decoded.bad] == utf8
+    # the block path (records pyarrow reads at once) hands such a block to the per-record look
+    block = [b'{"id": "x%d", "note": "t"}' % i for i in range(600)]
+    block[300] = b'{"id": "y", "note": {"a": [1]}}'
+    decoded = decoder.decode(block, str)
+    assert decoded.rows.num_rows == 600 and decoded.rows["note"][300].as_py() == '{"a":[1]}'
+    assert decoded.nested_as_text == 1
+    strict = ArrowJsonDecoder(SCHEMA, ["id"], op_mode="upsert").decode(block, str)
+    assert strict.rows.num_rows == 599 and [b.source_position for b in strict.bad] == ["300"]
+    # every STRING column alike, a key column too
+    keyed = decoder.decode([b'{"id": {"a": 1}, "note": ["x"]}'], str)
+    assert keyed.rows.to_pylist() == [{"id": '{"a":1}', "note": '["x"]', "n": None}] and keyed.nested_as_text == 2
 
 
 # -- Debezium ------------------------------------------------------------------------------------

@@ -53,12 +53,13 @@ def doc(name: str, bootstrap: str, topic: str, **extra: Any) -> dict[str, Any]:
 
 
 def good_event(i: int) -> dict[str, Any]:
-    """Coercions both paths share: epoch millis or ISO text (zoned or not), numbers as text, booleans."""
+    """Coercions both paths share: epoch millis or ISO text (zoned or not), numbers as text, booleans,
+    a number into a STRING column, and text that looks like JSON (a string: kept as it is)."""
     shapes = [
         {"event_time": T0 + i * 60_000, "ad_id": i, "clicks": i % 5, "price": 1.5, "ok": True, "day": 20454},
         {"event_time": "2026-01-01T02:30:00Z", "ad_id": str(i), "clicks": "7", "price": 2, "ok": "yes"},
         {"event_time": "2026-01-01 03:00:00", "ad_id": i, "day": "2026-01-02", "label": 42, "ok": False},
-        {"event_time": "2026-01-01T05:00:00+02:00", "clicks": None, "price": "3.25", "label": {"a": [1]}},
+        {"event_time": "2026-01-01T05:00:00+02:00", "clicks": None, "price": "3.25", "label": '{"a":[1]}'},
         {"event_time": str(T0 + 7_200_000), "ad_id": -i, "extra": "ignored"},
     ]
     return {"event_id": f"e{i}", **shapes[i % len(shapes)]}
@@ -74,6 +75,8 @@ BAD = [
     b"[1, 2]",
     b"   ",
     b'{"event_id": "b", "event_time": 1767225600000, "_op": "merge"}',
+    b'{"event_id": "b", "event_time": 1767225600000, "label": {"a": [1]}}',  # an object is no text (issue 49)
+    b'{"event_id": "b", "event_time": 1767225600000, "label": [1, 2]}',  # nor is an array
     b'{"event_id": "b", "event_time": 1767225600000, "day": "2024-13-45"}',  # date-shaped, no date
     b'{"event_id": "b", "event_time": "2026-02-30T01:00:00"}',  # time-shaped, no time
 ]

@@ -10,8 +10,11 @@ texts the golden files hold.
 
 Conversions (as in the former Spark SQL JSON decoder): integers from JSON numbers or integral text, in range;
 FLOAT/DOUBLE from numbers or numeric text; BOOLEAN from true/false or Spark's boolean words;
-STRING from the raw text of any JSON value, as Spark keeps it (`json_values.spark_text`: a double
-as Java writes it, 1e7 as "1.0E7", and so in error messages); TIMESTAMP from integral epoch
+STRING from the raw text of any JSON scalar, as Spark keeps it (`json_values.spark_text`: a double
+as Java writes it, 1e7 as "1.0E7", and so in error messages); an object or array in a STRING
+column makes the record bad (issue 49: its JSON text is no text the record held), unless the
+decoder is built with `nested_as_text`, which keeps that JSON text, as Spark's reader does, and
+counts each such value (`Decoded.nested_as_text`); TIMESTAMP from integral epoch
 milliseconds (up to 15 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session
 time zone); DATE from an integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
 time and a zone in the text ignored. DECIMAL, BINARY and FIXED as decode/arrow_json_values.py
@@ -105,9 +108,11 @@ class ArrowJsonDecoder:
         op_mode: OpMode = "append",
         time_zone: str = "UTC",
         limits: PayloadLimits | None = None,
+        nested_as_text: bool = False,
     ) -> None:
         """`op_mode` as decode_json's: the `_op` of a record without one (INSERT when "append",
-        UPSERT when "upsert"). ValueError for a table with `undecodable_columns`."""
+        UPSERT when "upsert"). `nested_as_text`: an object or array in a STRING column is kept as
+        its JSON text (counted), not a bad record. ValueError for a table with `undecodable_columns`."""
         if op_mode not in ("append", "upsert"):
             raise ConfigError(f"decode: op_mode {op_mode!r} is not one of upsert, append")
         missing = undecodable_columns(schema)
@@ -119,6 +124,7 @@ class ArrowJsonDecoder:
         self.default_op = INSERT if op_mode == "append" else UPSERT
         self.time_zone = time_zone
         self.limits = limits or PayloadLimits()
+        self.nested_as_text = nested_as_text
         self._known = frozenset([*schema.names, OP_COLUMN])
         self._record_by_record = bool(unsupported_columns(schema))
         self._block = PyarrowBlock(schema, key, self.default_op, time_zone, self.limits)
@@ -255,6 +261,7 @@ class ArrowJsonDecoder:
             unknown,
             op_values,
             self.default_op,
+            sum(part.nested_as_text for part in parts),
         )
 
     # -- record by record --------------------------------------------------------------------
@@ -265,12 +272,13 @@ class ArrowJsonDecoder:
         bad: list[BadRecord] = []
         ops: list[str] = []
         unknown: dict[str, int] = {}
+        as_text: dict[str, int] = {}
         for i, raw in enumerate(payloads):
             text, error = lim.payload_error(raw, self.limits)
             if error is not None:
                 bad.append(BadRecord(text, error, position(i)))
                 continue
-            row, error, op = self.record(text, unknown)
+            row, error, op = self.record(text, unknown, as_text)
             if error is not None:
                 bad.append(BadRecord(text, error, position(i)))
                 continue
@@ -282,11 +290,15 @@ class ArrowJsonDecoder:
         changes = any(op != INSERT for op in ops)
         op_values = pa.array(ops, pa.string()) if any(op != self.default_op for op in ops) else None
         rows = pa.Table.from_arrays(arrays, schema=self.schema)
-        return Decoded(rows, bad, changes, unknown, op_values, self.default_op)
+        return Decoded(rows, bad, changes, unknown, op_values, self.default_op, sum(as_text.values()))
 
-    def record(self, text: str, unknown: dict[str, int] | None = None) -> tuple[list[Any] | None, str | None, str]:
+    def record(
+        self, text: str, unknown: dict[str, int] | None = None, as_text: dict[str, int] | None = None
+    ) -> tuple[list[Any] | None, str | None, str]:
         """One payload: (typed values in schema order, None, op) or (None, error, op). A good
-        record's keys that are no column (null-valued ones too, as decode_json) are counted into `unknown`."""
+        record's keys that are no column (null-valued ones too, as decode_json) are counted into
+        `unknown`, and its objects and arrays kept as JSON text (`nested_as_text`) into `as_text`,
+        by column."""
         default = self.default_op
         stripped = text.strip()
         if not stripped:
@@ -307,6 +319,7 @@ class ArrowJsonDecoder:
                 return None, f"unknown op '{shown_op}'", default
         typed: list[Any] = []
         errors: dict[str, str] = {}
+        kept_as_text: list[str] = []
         for f in self.schema:
             value = obj.get(f.name)
             if value is None:
@@ -317,6 +330,17 @@ class ArrowJsonDecoder:
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
             raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
+            if isinstance(value, dict | list) and pa.types.is_string(f.type):
+                if op == DELETE and f.name not in self.key:  # a delete's other values go unread
+                    typed.append(None)
+                elif self.nested_as_text:
+                    typed.append(raw)  # its JSON text, as Spark's reader keeps it
+                    kept_as_text.append(f.name)
+                else:
+                    typed.append(None)
+                    kind = "object" if isinstance(value, dict) else "array"
+                    errors[f.name] = f"column {f.name}: {kind} '{_quoted(raw)}' is not a STRING"
+                continue
             if json_values.supported(f.type):
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
@@ -331,12 +355,19 @@ class ArrowJsonDecoder:
             if converted is None and (op != DELETE or f.name in self.key):  # a delete's other values go unread
                 shown = type_name(f.type)
                 article = "an" if shown[:1].upper() in "AEIOU" else "a"
-                quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."
-                errors[f.name] = f"column {f.name}: '{quoted}' is not {article} {shown}"
+                errors[f.name] = f"column {f.name}: '{_quoted(raw)}' is not {article} {shown}"
         if errors:  # key columns first, then the others, each in schema order (as the former Spark SQL JSON decoder)
             ordered = [n for n in self.schema.names if n in self.key] + [n for n in self.schema.names]
             return None, next(errors[n] for n in ordered if n in errors), op
         if unknown is not None:
             for name in obj.keys() - self._known:
                 unknown[name] = unknown.get(name, 0) + 1
+        if as_text is not None:
+            for name in kept_as_text:
+                as_text[name] = as_text.get(name, 0) + 1
         return typed, None, op
+
+
+def _quoted(raw: str) -> str:
+    """A bad value's text as an error message quotes it (as the former Spark SQL JSON decoder)."""
+    return raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."

@@ -3,9 +3,10 @@ of decode/arrow_json.py's decoder, which looks at records one by one only where 
 
 `PyarrowBlock.read` gives None, never a wrong row, whenever a record may need a closer look: a
 payload that is not one JSON object on one line, a line past the payload limits
-(icetide.decode.limits), a number longer than Spark's reader takes, an unknown op, or a value
-that does not fit its column (out of range, text that is not a timestamp, a null key or NOT NULL
-column). The record-by-record look then decides, with the dead letter naming the value.
+(icetide.decode.limits), a number longer than Spark's reader takes, an unknown op, a value of
+another JSON type than the parse schema's (an object or array in a STRING column: pyarrow's read
+refuses it), or a value that does not fit its column (out of range, text that is not a timestamp,
+a null key or NOT NULL column). The record-by-record look then decides, with the dead letter naming the value.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Decoded:
     unknown_fields: dict[str, int] = field(default_factory=dict)  # key that is no column -> good records with it
     op_values: pa.Array | None = None  # the `_op` of each good row; None: every row's is `default_op`
     default_op: str = INSERT
+    nested_as_text: int = 0  # objects and arrays kept as their JSON text in STRING columns (good rows)
 
     def ops(self) -> pa.Array:
         """The `_op` of each good row (INSERT, UPSERT or DELETE), in row order."""
