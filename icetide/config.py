@@ -17,8 +17,10 @@ from typing import Any, Literal, get_args
 
 from icetide.config_decode import (
     DEBEZIUM_KEYS,
+    JSON_KEYS,
     DebeziumSettings,
     DecimalHandling,
+    JsonSettings,
     OnTruncate,
     RegistrySettings,
     TimePrecision,
@@ -60,6 +62,7 @@ __all__ = [
     "FOLD_DELETES",
     "FORMATS",
     "HADOOP_CATALOG_IMPL",
+    "JSON_KEYS",
     "MAINTENANCE_KEYS",
     "MAX_NESTING_DEPTH_LIMIT",
     "MAX_RECORD_BYTES_LIMIT",
@@ -72,6 +75,7 @@ __all__ = [
     "DebeziumSettings",
     "DecimalHandling",
     "Format",
+    "JsonSettings",
     "MaintenanceConfig",
     "MetricsConfig",
     "Mode",
@@ -123,6 +127,7 @@ TOP_LEVEL_KEYS = {
     "raw",
     "fast_path",
     "debezium",
+    "json",
     "on_truncate",
     "metrics",
     "max_record_bytes",
@@ -224,6 +229,7 @@ class PipelineConfig:
 
     fast_path: str = "auto"  # auto: appends of Kafka JSON take the one-pass pyarrow path (docs/runner.md)
     debezium: DebeziumSettings = field(default_factory=DebeziumSettings)  # reading schemaless messages
+    json: JsonSettings = field(default_factory=JsonSettings)  # format: json's leniencies (off by default)
     on_truncate: OnTruncate = "apply"
     metrics: MetricsConfig | None = None  # Prometheus endpoint of the runner; None: none
 
@@ -388,6 +394,7 @@ class PipelineConfig:
             ),
             fast_path=str(fast_path),
             debezium=DebeziumSettings.from_dict(d.get("debezium")),
+            json=JsonSettings.from_dict(d.get("json"), fmt),
             on_truncate=on_truncate,
             metrics=MetricsConfig.from_dict(d.get("metrics")),
             max_record_bytes=max_record_bytes,

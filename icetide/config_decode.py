@@ -1,5 +1,5 @@
 """How a pipeline file says records are decoded: Schema Registry client settings (the Avro
-formats) and Debezium's settings for messages that carry no schema."""
+formats), Debezium's settings for messages that carry no schema, and what plain JSON may relax."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ DecimalHandling = Literal["precise", "string", "double"]
 TimePrecision = Literal["adaptive_time_microseconds", "adaptive", "connect"]
 OnTruncate = Literal["apply", "dead_letter"]
 DEBEZIUM_KEYS = ("decimal.handling.mode", "time.precision.mode")
+JSON_KEYS = ("nested_as_text",)
 
 _REGISTRY_SECRETS = ("basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret", "ssl.key.password")
 
@@ -109,3 +110,31 @@ class DebeziumSettings:
                 f"{where}time.precision.mode: {time!r} is not one of {', '.join(get_args(TimePrecision))}"
             )
         return cls(decimal_handling_mode=decimal, time_precision_mode=time)
+
+
+@dataclass(frozen=True)
+class JsonSettings:
+    """The `json:` block of `format: json`: leniencies, each off by default and counted when used.
+
+    `nested_as_text`: an object or array in a STRING column lands as its JSON text, as Spark's
+    JSON reader keeps it, instead of a dead letter (each such value counted in the metrics).
+    """
+
+    nested_as_text: bool = False
+
+    @classmethod
+    def from_dict(cls, d: Any, fmt: str, where: str = "json.") -> JsonSettings:
+        """From a pipeline file's `json:` block, read only with `format: json`."""
+        if d is None:
+            return cls()
+        if fmt != "json":
+            raise ConfigError(f"{where.rstrip('.')}: only read with format: json, not {fmt}")
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"{where.rstrip('.')}: expected a mapping with {', '.join(JSON_KEYS)}")
+        for k in d:
+            if k not in JSON_KEYS:
+                raise ConfigError(f"{where}{k}: unknown key (allowed: {', '.join(JSON_KEYS)})")
+        nested_as_text = d.get("nested_as_text", False)
+        if not isinstance(nested_as_text, bool):
+            raise ConfigError(f"{where}nested_as_text: expected true or false, not {nested_as_text!r}")
+        return cls(nested_as_text=nested_as_text)

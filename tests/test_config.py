@@ -182,6 +182,22 @@ def test_cdc_example_takes_its_table_from_the_stream() -> None:
     assert config.debezium.decimal_handling_mode == "precise"
 
 
+def test_json_keys_are_checked_at_load() -> None:
+    """`json: {nested_as_text: true}` (an object or array in a STRING column as its JSON text)
+    is off by default, a boolean, and read only with format: json."""
+    assert PipelineConfig.from_dict(GOOD).json.nested_as_text is False
+    assert PipelineConfig.from_dict({**GOOD, "json": {"nested_as_text": True}}).json.nested_as_text is True
+    bad = [
+        ({"json": {"nested_as_text": "yes"}}, r"json\.nested_as_text: expected true or false, not 'yes'"),
+        ({"json": {"objects": True}}, r"json\.objects: unknown key \(allowed: nested_as_text\)"),
+        ({"json": True}, r"json: expected a mapping with nested_as_text"),
+        ({"json": {"nested_as_text": True}, "format": "debezium"}, r"json: only read with format: json, not debezium"),
+    ]
+    for extra, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            PipelineConfig.from_dict({**GOOD, **extra})
+
+
 def test_debezium_keys_are_checked_at_load() -> None:
     with pytest.raises(ConfigError, match=r"debezium\.decimal\.handling\.mode: 'exact'"):
         PipelineConfig.from_dict({**GOOD, "debezium": {"decimal.handling.mode": "exact"}})

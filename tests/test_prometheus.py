@@ -41,6 +41,7 @@ def test_runner_serves_prometheus_metrics(spark: Any, tmp_path: Path) -> None:
     assert value("icetide_rows_written_total") == summary.rows_written > 0
     assert value("icetide_records_in_total") == sum(b.records_in for b in summary.batches)
     assert value("icetide_bad_records_total") == bad == spark.table(config.dead_letter).count() > 0
+    assert value("icetide_nested_as_text_total") == 0  # json: {nested_as_text: true} not asked for
     assert value("icetide_batches_total", (*table, ("outcome", "committed"))) == 3
     assert value("icetide_batches_total", (*table, ("outcome", "noop"))) == 0
     assert value("icetide_commit_seconds_count") == 3

@@ -9,6 +9,10 @@ is persisted once (into `keep`) and split: the source is read and parsed once.
 Positions: a record's source position is "topic/partition@offset" for three position columns
 (Kafka), the values joined by ":" otherwise (files: "file:line"), "?" for a null part, as the
 dead-letter table has always had them.
+
+With `nested_as_text`, each task's block carries its count of objects and arrays kept as JSON text
+(AS_TEXT, on the block's first row, 0 on the others), so one sum over the decoded frame counts the
+batch's: good rows cannot say which of their texts were objects.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ log = logging.getLogger(__name__)
 ERROR = "_icetide_error"
 PAYLOAD = "_icetide_payload"
 POSITION = "_icetide_position"
+AS_TEXT = "_icetide_nested_as_text"  # a block's count of objects and arrays kept as JSON text
 
 
 _DECODER = json.JSONDecoder()
@@ -64,7 +69,8 @@ class JsonTask:
     value_col: str
     position_cols: tuple[str, ...]
     extra_cols: tuple[str, ...]
-    output: pa.Schema  # table columns, _op, extra columns, ERROR, PAYLOAD, POSITION[, UNKNOWN[, UNKNOWN_PAYLOAD]]
+    # table columns, _op, extra columns, ERROR, PAYLOAD, POSITION[, UNKNOWN[, UNKNOWN_PAYLOAD]][, AS_TEXT]
+    output: pa.Schema
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -102,6 +108,9 @@ class JsonTask:
                 columns.append(pa.array([None] * n_good + [b.payload for b in decoded.bad], pa.string()))
             elif f.name == POSITION:
                 columns.append(pa.concat_arrays([pa.nulls(n_good, pa.string()), positions.take(take_bad)]))
+            elif f.name == AS_TEXT:
+                counts = [decoded.nested_as_text] + [0] * (n_good + n_bad - 1) if n_good + n_bad else []
+                columns.append(pa.array(counts, pa.int64()))
             elif f.name == UNKNOWN:
                 keys = [k for k, _ in unknown] if unknown is not None else [[]] * n_good
                 columns.append(pa.array(keys + [None] * n_bad, f.type))
@@ -153,6 +162,7 @@ def decode_json(
     unknown_fields: dict[str, int] | None = None,
     schema_evolution: bool = False,
     new_columns: list[StructField] | None = None,
+    nested_as_text: list[int] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Decode the JSON objects in `df[value_col]` (string or binary) into `table_schema`'s columns
     with `ArrowJsonDecoder` (its module docstring has the rules), in the tasks: (good, bad).
@@ -165,7 +175,10 @@ def decode_json(
     unpersist: good and bad then read one cache (without it, each reads and decodes the source).
     With `unknown_fields`, the good records' keys that are no column are counted into it (one
     Spark job); with `schema_evolution` too, they become nullable columns
-    (decode/json_evolution.py), appended to `new_columns`: the batch is then decoded again."""
+    (decode/json_evolution.py), appended to `new_columns`: the batch is then decoded again.
+    With `nested_as_text` (a list), an object or array in a STRING column is kept as its JSON
+    text instead of a dead letter, and the batch's count of such values is appended to it (one
+    Spark job)."""
     from pyspark.sql import types as T
 
     check_arguments(df, table_schema, key, op_mode, position_cols, extra_cols, "ms")
@@ -177,14 +190,25 @@ def decode_json(
     if schema_evolution and (keep is None or unknown_fields is None):
         raise ConfigError("decode: schema_evolution needs keep and unknown_fields (a batch is read twice without)")
     count = unknown_fields is not None and keep is not None
+    as_text = nested_as_text is not None
     cached_from = len(keep) if keep is not None else 0
 
     def once(schema: StructType) -> DataFrame:
-        return _decode_once(df, value_col, schema, key, op_mode, position_cols, extra_cols, limits, count, keep)
+        return _decode_once(
+            df, value_col, schema, key, op_mode, position_cols, extra_cols, limits, count, keep, as_text
+        )
+
+    def split(decoded: DataFrame, schema: StructType) -> tuple[DataFrame, DataFrame]:
+        if nested_as_text is not None:
+            from pyspark.sql import functions as F
+
+            total = decoded.agg(F.sum(AS_TEXT)).first()
+            nested_as_text.append(int(total[0] or 0) if total is not None else 0)
+        return _split(decoded, schema, extra_cols)
 
     decoded = once(table_schema)
     if unknown_fields is None or keep is None:
-        return _split(decoded, table_schema, extra_cols)
+        return split(decoded, table_schema)
     counts = count_unknown(decoded)
     added: list[StructField] = []
     names = addable(counts, table_schema, extra_cols) if schema_evolution and counts else []
@@ -209,7 +233,7 @@ def decode_json(
             " (no valid column names)" if schema_evolution else "",
             ", ".join(f"{n} ({c} records)" for n, c in sorted(counts.items())),
         )
-    return _split(decoded, table_schema, extra_cols)
+    return split(decoded, table_schema)
 
 
 def _decode_once(
@@ -223,6 +247,7 @@ def _decode_once(
     limits: PayloadLimits | None,
     carry_unknown: bool,
     keep: list[DataFrame] | None,
+    nested_as_text: bool,
 ) -> DataFrame:
     """The batch decoded against one schema, good rows and dead letters in one persisted frame."""
     from pyspark import StorageLevel
@@ -236,12 +261,15 @@ def _decode_once(
         op_mode=op_mode,
         time_zone=time_zone,
         limits=limits,
+        nested_as_text=nested_as_text,
     )
     carried = (
         [T.StructField(UNKNOWN, T.ArrayType(T.StringType())), T.StructField(UNKNOWN_PAYLOAD, T.StringType())]
         if carry_unknown
         else []
     )
+    if nested_as_text:
+        carried.append(T.StructField(AS_TEXT, T.LongType()))
     out = T.StructType(
         [
             T.StructField(f.name, f.dataType, True)

@@ -62,6 +62,7 @@ class Decoded:
     # The source records read, where a record may make other than one row or dead letter (Debezium:
     # tombstones, truncates, key-moving updates); None: good rows and bad records count them.
     records: int | None = None
+    nested_as_text: int = 0  # objects and arrays kept as JSON text in STRING columns (json: nested_as_text)
 
 
 def payload_limits(config: PipelineConfig) -> PayloadLimits:
@@ -327,6 +328,7 @@ class SourceAdapter:
         # in line order, and the sink keeps that order through monotonically_increasing_id.
         unknown: dict[str, int] = {}
         added: list[StructField] = []
+        as_text: list[int] | None = [] if self.config.json.nested_as_text else None
         good, bad = decode_json(
             raw,
             value_col,
@@ -340,5 +342,13 @@ class SourceAdapter:
             unknown_fields=unknown,
             schema_evolution=self.config.schema_evolution,
             new_columns=added,
+            nested_as_text=as_text,
         )
-        return Decoded(good, bad, self.config.order_by, unknown_fields=unknown, new_columns=[f.name for f in added])
+        return Decoded(
+            good,
+            bad,
+            self.config.order_by,
+            unknown_fields=unknown,
+            new_columns=[f.name for f in added],
+            nested_as_text=sum(as_text or ()),
+        )

@@ -49,6 +49,7 @@ class BatchMetrics:
     source_plan_seconds: float = 0.0  # planning the batch: the table's committed position, then the source's plan
     path: str = "spark"  # "fast": staged by one Spark job of Python tasks; else "spark: <why>" (pipeline/staging.py)
     records_as_columns: int = 0  # records the fast path read a run at a time, as columns (Avro: decode/event_runs.py)
+    nested_as_text: int = 0  # objects and arrays in STRING columns kept as their JSON text (json: nested_as_text)
 
     def to_json(self) -> str:
         """One line of JSON."""

@@ -112,6 +112,7 @@ class JsonTaskResult:
     changes: bool = False  # a record carries an `_op` other than INSERT: nothing was written
     keys: pa.Table | None = None  # with `key_check`: the distinct keys of the task's changes
     unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
+    nested_as_text: int = 0  # objects and arrays kept as JSON text in STRING columns (json: nested_as_text)
     read_seconds: float = 0.0
     wait_seconds: float = 0.0
     decode_seconds: float = 0.0
@@ -146,6 +147,7 @@ def fast_json_task(config: JsonTaskConfig, work: list[OffsetRange] | list[str], 
             result.bad.extend(decoded.bad)
             for name, count in decoded.unknown_fields.items():
                 result.unknown_fields[name] = result.unknown_fields.get(name, 0) + count
+            result.nested_as_text += decoded.nested_as_text
             if decoded.changes and not config.upsert:
                 result.changes = True
                 return result
@@ -334,6 +336,7 @@ class JsonFastPath:
                 op_mode=self.config.mode,
                 time_zone=self.time_zone,
                 limits=payload_limits(self.config),
+                nested_as_text=self.config.json.nested_as_text,
             ),
             writer=writer,
             partitions=plan.partitions,
@@ -424,6 +427,7 @@ class JsonFastPath:
             write_seconds=write_seconds,
             task_timings=[r.timings() for r in results],
             unknown_fields=unknown,
+            nested_as_text=sum(r.nested_as_text for r in results),
         )
 
     def _to_add(self, unknown: dict[str, int]) -> list[str]:

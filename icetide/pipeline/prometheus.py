@@ -7,6 +7,8 @@ failure keeps counting, and it reports the restart itself through `record_restar
 Series (all names start with `icetide_`):
 
 - `rows_written_total`, `records_in_total`, `bad_records_total` {pipeline, table}
+- `nested_as_text_total` {pipeline, table}: objects and arrays in STRING columns kept as their JSON
+  text (`json: {nested_as_text: true}`) instead of dead letters
 - `batches_total` {pipeline, table, outcome="committed"|"noop"} (noop: already committed before)
 - `commit_seconds` histogram {pipeline, table}: the catalog commit of each batch
 - `last_commit_timestamp_seconds`, `seconds_since_last_commit` {pipeline, table}
@@ -54,6 +56,8 @@ class CommittedBatch(Protocol):
     def bad_records(self) -> int: ...
     @property
     def commit_seconds(self) -> float: ...
+    @property
+    def nested_as_text(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class TableCounts:
     rows_written: int
     bad_records: int
     commit_seconds: float
+    nested_as_text: int = 0  # (format: json only; a many-table pipeline reads Debezium)
 
 
 def _client() -> Any:
@@ -90,6 +95,12 @@ class _Series:
         self.records = pc.Counter("icetide_records_in", "Source records read into batches", table, registry=r)
         self.bad = pc.Counter(
             "icetide_bad_records", "Records that did not decode, sent to the dead-letter table", table, registry=r
+        )
+        self.nested_as_text = pc.Counter(
+            "icetide_nested_as_text",
+            "Objects and arrays in STRING columns kept as their JSON text (json: nested_as_text), not dead letters",
+            table,
+            registry=r,
         )
         self.batches = pc.Counter("icetide_batches", "Batches run, by outcome", [*table, "outcome"], registry=r)
         self.commit = pc.Histogram(
@@ -178,10 +189,12 @@ class PipelineMetrics:
         self._series.last_commit.labels(pipeline=self.pipeline, table=self.table).set(moment)
 
     def record_batch(self, batch: CommittedBatch, partition_lag: Mapping[str, int] | None = None) -> None:
-        """Count one batch: rows, records, bad records, commit latency, and the source lag after it."""
+        """Count one batch: rows, records, bad records, values kept as JSON text, commit latency,
+        and the source lag after it."""
         s, labels = self._series, {"pipeline": self.pipeline, "table": self.table}
         s.records.labels(**labels).inc(batch.records_in)
         s.bad.labels(**labels).inc(batch.bad_records)
+        s.nested_as_text.labels(**labels).inc(batch.nested_as_text)
         s.batches.labels(**labels, outcome="committed" if batch.committed else "noop").inc()
         if batch.committed:
             s.rows.labels(**labels).inc(batch.rows_written)

@@ -180,6 +180,7 @@ class Runner(BatchPipeline[PlannedBatch]):
             lost_ranges=len(lost_rows(plan)),
             source_plan_seconds=timings.plan_seconds,
             path=fallback.path,
+            nested_as_text=decoded.nested_as_text,
         )
 
     def stage(self, batch_id: int, plan: PlannedBatch) -> StagedBatch | Fallback:
@@ -237,6 +238,7 @@ class Runner(BatchPipeline[PlannedBatch]):
             unknown_fields=out.unknown_fields,
             path=FAST_PATH,
             records_as_columns=out.records_as_columns,
+            nested_as_text=out.nested_as_text,
         )
 
     # -- the loop's steps (pipeline/loop.py) -------------------------------------------------

@@ -55,6 +55,7 @@ class StagedBatch:
     bad_counts: dict[str, int] = field(default_factory=dict)  # table -> its dead letters
     unknown_fields: dict[str, int] = field(default_factory=dict)  # fields that are no column -> records
     records_as_columns: int = 0  # records read a run at a time (decode/event_runs.py)
+    nested_as_text: int = 0  # objects and arrays kept as JSON text in STRING columns (json: nested_as_text)
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # per task (JsonTaskResult.timings)
     created_tables: tuple[str, ...] = ()  # tables the batch made from its own messages (many tables)
 
