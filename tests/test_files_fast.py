@@ -11,7 +11,10 @@ lines, and bytes that are not UTF-8 (a Latin-1 export).
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,11 @@ import pytest
 
 from icetide.config import PipelineConfig
 from icetide.errors import SourceError, is_transient
+from icetide.pipeline.prometheus import scrape_lines
 from icetide.pipeline.runner import Runner, RunSummary
 from icetide.pipeline.task_shares import split_files
 from icetide.table.iceberg import load_table
-from tests.model import table_rows
+from tests.model import ReferenceModel, table_rows
 from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
 
 ODD_FILES = {
@@ -143,6 +147,76 @@ def test_a_landing_folder_resumes_on_the_fast_path_after_the_spark_path(spark: A
     assert {b.path for b in after.batches} == {"fast"}
     assert sum(b.records_in for b in after.batches) == sum(len(lines) for lines in more)
     assert table_rows(spark, "lake.filesfast.resume", COLUMNS, KEY) == expected(first + more)
+
+
+# Issue 49: an object or array in a STRING column (a key column too); the lines are written here.
+NESTED_LINES = [
+    {"ad_id": "a", "event_time": "2026-01-01T01:00:00", "clicks": 1, "seq": 1, "note": "plain"},
+    {"ad_id": "b", "event_time": "2026-01-01T01:00:00", "clicks": 2, "seq": 2, "note": {"nested": True}},
+    {"ad_id": "c", "event_time": "2026-01-01T02:00:00", "clicks": 3, "seq": 3, "note": ["x", 2]},
+    {"ad_id": {"k": 1}, "event_time": "2026-01-01T02:00:00", "clicks": 4, "seq": 4},
+    {"ad_id": "d", "event_time": "2026-01-01T03:00:00", "clicks": 5, "seq": 5, "note": '{"looks": "like JSON"}'},
+]
+NESTED_ERRORS = {  # line -> the dead letter's error, without json: {nested_as_text: true}
+    2: "column note: object '{\"nested\":true}' is not a STRING",
+    3: "column note: array '[\"x\",2]' is not a STRING",
+    4: "column ad_id: object '{\"k\":1}' is not a STRING",
+}
+
+
+def _as_text(value: Any) -> Any:
+    """An object or array as the JSON text Spark's reader keeps (compact), anything else as it is."""
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, dict | list) else value
+
+
+def test_an_object_in_a_string_column_is_a_dead_letter_on_both_paths_or_its_text_when_asked(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A landing file with objects and arrays in STRING columns: each is one dead letter naming
+    the column on the fast path and on the Spark path alike, never a row; with `json:
+    {nested_as_text: true}` each lands as its JSON text, counted in the metrics line and in
+    Prometheus. The tables are compared with the model, the dead letters one by one."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    path = landing / "nested.json"
+    path.write_text("".join(json.dumps(line) + "\n" for line in NESTED_LINES))
+    columns = [*COLUMNS, "note"]
+
+    def model(lines: list[dict[str, Any]]) -> dict[Any, Any]:
+        m = ReferenceModel(KEY, columns, "seq")
+        rows = [{k: _as_text(v) for k, v in line.items()} for line in lines]
+        m.apply(1, [{**r, "event_time": datetime.fromisoformat(r["event_time"])} for r in rows])
+        return m.rows
+
+    def doc(name: str, **extra: Any) -> dict[str, Any]:
+        d = pipeline_doc(f"nested_{name}", landing)
+        d["table"]["name"] = f"lake.filesfast.nested_{name}"
+        d["table"]["schema"] += ", note STRING"
+        d["dead_letter"] = f"lake.filesfast.nested_{name}_dead_letter"
+        return {**d, **extra}
+
+    good = [line for n, line in enumerate(NESTED_LINES, 1) if n not in NESTED_ERRORS]
+    expected_dead = [(f"{path}:{n}", json.dumps(NESTED_LINES[n - 1]), e) for n, e in NESTED_ERRORS.items()]
+    for name, extra in (("fast", {}), ("spark", {"fast_path": "off"})):
+        _, summary = run(spark, doc(name, **extra))
+        assert [b.path for b in summary.batches] == ["fast" if name == "fast" else "spark: fast_path: off"]
+        assert [b.nested_as_text for b in summary.batches] == [0]
+        assert table_rows(spark, f"lake.filesfast.nested_{name}", columns, KEY) == model(good)
+        dead = dead_letters(spark, f"lake.filesfast.nested_{name}_dead_letter")
+        assert [(r.source_position, r.payload, r.error) for r in dead] == expected_dead
+
+    for name, extra in (("fast_text", {}), ("spark_text", {"fast_path": "off"})):
+        as_text = {"json": {"nested_as_text": True}, "metrics": {"prometheus_port": 0}}
+        runner, summary = run(spark, doc(name, **extra, **as_text))
+        assert [b.nested_as_text for b in summary.batches] == [len(NESTED_ERRORS)]
+        assert [b.bad_records for b in summary.batches] == [0]
+        assert table_rows(spark, f"lake.filesfast.nested_{name}", columns, KEY) == model(NESTED_LINES)
+        assert spark.table(f"lake.filesfast.nested_{name}_dead_letter").count() == 0
+        assert runner.prometheus is not None and runner.prometheus.port
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{runner.prometheus.port}/metrics", timeout=10)
+        series = {(n, tuple(sorted(labels.items()))): v for n, labels, v in scrape_lines(scraped.read().decode())}
+        labels = (("pipeline", f"nested_{name}"), ("table", f"lake.filesfast.nested_{name}"))
+        assert series[("icetide_nested_as_text_total", labels)] == len(NESTED_ERRORS)
 
 
 def test_files_are_cut_into_tasks_by_size_in_order() -> None:
