@@ -14,19 +14,31 @@ JSON payloads: written here, each a kind of bad input the issue names, between g
 Debezium messages: Apache Flink's MySQL products stream (tests/data/debezium/
 flink_mysql_products_schema.jsonl, its source in SOURCES.md), with mutated copies of its first
 update interleaved, as the issue's reproduction had it.
+
+Avro records: the rows of Apache Flink's debezium-avro test files with Flink's schema
+(tests/test_avro.py `flink_events`, tests/data/avro/flink_debezium_test_schema.json), encoded by
+confluent-kafka's AvroSerializer through the test registry, then the bytes of one string patched.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import types as T
 
 from icetide.decode.arrow_json import ArrowJsonDecoder
+from icetide.decode.avro_container import NotColumnar, run_reader
+from icetide.decode.debezium_arrow import NotHere
+from icetide.decode.schema_registry import HEADER_BYTES
 from tests.debezium_messages import apply_changes, messages
+from tests.schema_registry_server import SchemaRegistryServer
+from tests.test_avro import FLINK_SCHEMA, flink_events, serializer, table_rows
+from tests.test_avro import messages as avro_messages
 from tests.test_debezium_arrow import python_changes
 
 # -- plain JSON ----------------------------------------------------------------------------------
@@ -197,3 +209,71 @@ def test_a_table_from_the_stream_never_takes_its_columns_from_bytes_that_are_not
     envelope, columns = found
     assert envelope.names == ["id", "name", "description", "weight"] and columns == ["id"]
     assert definition_from_messages([(key, bad)]) is None
+
+
+# -- Avro ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def registry() -> Any:
+    server = SchemaRegistryServer().start()
+    yield server
+    server.stop()
+
+
+def _patched(record: bytes, text: bytes, bad: bytes) -> tuple[bytes, int]:
+    """`record` with the string bytes `text` (found once) replaced by `bad` (as long: the
+    string's length stays right), and the offset of the first byte that is not UTF-8."""
+    assert record.count(text) == 1 and len(bad) == len(text)
+    patched = record.replace(text, bad)
+    at = next(i for i in range(len(patched)) if patched[i] != record[i])
+    return patched, at
+
+
+def test_avro_strings_that_are_not_utf8_are_dead_letters_naming_the_field(registry: SchemaRegistryServer) -> None:
+    """Avro strings are UTF-8 by the spec: a record whose string bytes are not is one dead letter
+    naming the byte and the field, on the Spark path's read (the record's bytes kept, base64) and
+    on the fast path's (which hands such a batch to the Spark path), never a row with U+FFFD. The
+    columnar read of a run refuses the run, which is then read record by record."""
+    serialize = serializer(registry.url, FLINK_SCHEMA.read_text())
+    events = flink_events()
+    good = [serialize(e) for e in events]
+    in_after, at_after = _patched(good[0], b"lisi", b"li\xffi")
+    in_source, at_source = _patched(good[1], b"test1", b"tes\xc3\x28")  # source.db: a cut-short sequence
+    values = [good[0], in_after, good[1], in_source, good[2]]
+    expected = {
+        1: f"avro: a string is not valid UTF-8 at byte {at_after} of the record, in field after.name",
+        3: f"avro: a string is not valid UTF-8 at byte {at_source} of the record, in field source.db",
+    }
+    assert values[1][at_after] == 0xFF and values[3][at_source : at_source + 2] == b"\xc3\x28"
+
+    reader = avro_messages(registry.url)
+    _, transcoded, errors = reader.transcode_block([None] * len(values), values)
+    assert {i: e for i, e in enumerate(errors) if e is not None} == expected
+    for i in expected:
+        assert transcoded[i] == base64.b64encode(values[i])  # the dead letter keeps the record's bytes
+        with pytest.raises(NotHere) as refused:
+            reader.envelope(None, values[i])
+        assert str(refused.value) == expected[i]
+
+    # the good records: the model's rows (Flink's expected output), through the fast path's read
+    schema = pa.schema(
+        [("id", pa.int64()), ("name", pa.string()), ("description", pa.string()), ("weight", pa.float64())]
+    )
+    rows = table_rows(schema, ["id"])
+    for offset, value in enumerate(values):
+        if offset not in expected:
+            envelope = reader.envelope(None, value)
+            assert envelope is not None
+            rows.add(envelope, str(offset), evolving=False)
+    got = [(r["_op"], r["id"], r["name"]) for r in rows.table().to_pylist()]
+    assert got == [("UPSERT", 1, "lisi"), ("UPSERT", 1, "zhangsan"), ("DELETE", 1, "zhangsan")]
+
+    compiled = reader.compiled(int.from_bytes(good[0][1:HEADER_BYTES], "big"))
+    try:
+        records = run_reader().decode(compiled.writer, [memoryview(v)[HEADER_BYTES:] for v in good])
+    except NotColumnar as exc:
+        pytest.skip(f"no columnar Avro reader here: {exc}")
+    assert [r["after"]["name"] if r["after"] else None for r in records.to_pylist()] == ["lisi", "zhangsan", None]
+    with pytest.raises(NotColumnar):
+        run_reader().decode(compiled.writer, [memoryview(v)[HEADER_BYTES:] for v in values])

@@ -6,6 +6,9 @@ converter sends), the Connect schema it stands for (from `connect.name`, `connec
 `connect.parameters` and `connect.type`, else from Avro's logical types), the conversion of its
 decoded values to the JSON converter's forms (bytes as base64, a float32 as its shortest text),
 and bounds on its JSON size and nesting (so payload limits are checked only when they can bite).
+
+Avro strings are UTF-8: a body whose string bytes are not is a bad record naming the byte (in the
+record, its wire-format header counted) and the field, never a value with U+FFFD (issue 49).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from icetide.decode import connect as C
-from icetide.decode.schema_registry import BadAvroRecord
+from icetide.decode import limits as lim
+from icetide.decode.schema_registry import HEADER_BYTES, BadAvroRecord
 
 _CONNECT_TYPES = {
     "boolean": "boolean",
@@ -256,6 +260,11 @@ class CompiledSchema:
         stream = io.BytesIO(body)
         try:
             value = schemaless_reader(stream, self.parsed, None)
+        except UnicodeDecodeError as exc:  # raised once the string's bytes are read: the stream is past them
+            at = HEADER_BYTES + stream.tell() - len(exc.object) + exc.start
+            raise BadAvroRecord(
+                f"avro: a string is not valid UTF-8 at byte {at} of the record{self._place(body)}"
+            ) from None
         except Exception as exc:
             raise BadAvroRecord(
                 f"avro: the body does not decode with schema id {self.schema_id}: {type(exc).__name__}: {exc}"[:300]
@@ -265,6 +274,18 @@ class CompiledSchema:
                 f"avro: {len(body) - stream.tell()} byte(s) after the body of schema id {self.schema_id}"
             )
         return self.convert(value) if self.convert is not None else value
+
+    def _place(self, body: memoryview) -> str:
+        """ ", in field a.b" (or "the name of field a.b", a map's key) for the first string of
+        `body` that is not UTF-8; empty when it cannot be told."""
+        from fastavro import schemaless_reader
+
+        try:
+            value = schemaless_reader(io.BytesIO(body), self.parsed, None, handle_unicode_errors="surrogateescape")
+        except Exception:
+            return ""
+        place = lim.escaped_place(value)
+        return f", in {place}" if place else ""
 
 
 def compile_schema(schema_id: int, text: str) -> CompiledSchema:

@@ -97,6 +97,14 @@ def _utf8_place(raw: bytes) -> str | None:
         doc = json.loads(raw.decode("utf-8", "surrogateescape"))
     except (ValueError, RecursionError):
         return None
+    return escaped_place(doc)
+
+
+def escaped_place(doc: Any) -> str | None:
+    """Where in `doc` (JSON-like values, their text read with 'surrogateescape') the first
+    bytes that were not UTF-8 are, in reading order: "field a.b" (a value, `[i]` for an array's
+    item), "the name of field a.b" (a key, shown with U+FFFD) or "the payload's text"; None when
+    no text holds such bytes."""
     stack: list[tuple[str, Any, bool]] = [("", doc, False)]  # (path, value, a name to look at)
     while stack:
         path, v, name = stack.pop()
