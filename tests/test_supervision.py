@@ -92,6 +92,17 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _run_once(config: dict[str, Any], spark: Any) -> list[Any]:
+    """`icetide run --once` of `config` in the test's Spark (whose warehouse the config names): a
+    run whose outcome needs no command line starts no driver JVM. Its batches."""
+    from icetide.config import PipelineConfig
+    from icetide.pipeline.entry import runner_for
+
+    batches: list[Any] = []
+    runner_for(PipelineConfig.from_dict(config), spark).run(once=True, on_batch=batches.append, handle_signals=False)
+    return batches
+
+
 def _wait(what: str, check: Any, proc: subprocess.Popen[bytes], timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -181,19 +192,19 @@ def test_a_probe_fails_fast_when_the_broker_goes_away(broker: Broker) -> None:
         source.close()
 
 
-def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broker: Broker, tmp_path: Path) -> None:
+def test_data_loss_stops_by_default_and_skip_records_the_range(
+    spark: Any, broker: Broker, tmp_path: Path, warehouse: str
+) -> None:
     topic = "lossy"
     broker.create_topic(topic, 1)
     before = [(0, r[1], r[2], None) for r in events(0, 30, bad_every=7)]  # dead letters up to offset 30
     produce(broker.bootstrap, topic, before)
-    warehouse = tmp_path / "warehouse"
     config = doc("kloss", broker.bootstrap, topic, warehouse=str(warehouse))
     config["source"]["kafka"]["probe_timeout_seconds"] = 10  # a loaded machine can be slow to fetch
     config["restart"] = {"max_attempts": 3, "backoff": "1s"}
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    done = run_cli("run", str(config_path), "--once")
-    assert done.returncode == 0, done.stderr[-3000:]
+    _run_once(config, spark)  # the runs that need no command line run in the test's Spark
     # The broker loses its log: the pipeline's position (30) is now beyond the partition's end.
     broker.stop()
     broker.start()
@@ -203,7 +214,7 @@ def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broke
     produce(broker.bootstrap, topic, after)
     started = time.monotonic()
     failed = run_cli("run", str(config_path), "--once")
-    assert failed.returncode == 1
+    assert failed.returncode == 1, (failed.stdout[-2000:], failed.stderr[-2000:])
     assert [line for line in failed.stderr.splitlines() if "data loss" in line] == [
         failed.stderr.strip().splitlines()[-1]
     ]
@@ -215,11 +226,8 @@ def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broke
     assert table_rows(other, "klosscheck.kafka.kloss", COLUMNS, KEY) == model_of(before)  # nothing more
 
     config["on_data_loss"] = "skip"
-    config_path.write_text(yaml.safe_dump(config))
-    skipped = run_cli("run", str(config_path), "--once")
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
-    batches = [json.loads(line) for line in skipped.stdout.splitlines() if line.startswith("{")]
-    assert sum(b.get("lost_ranges", 0) for b in batches) == 1
+    batches = _run_once(config, spark)
+    assert sum(b.lost_ranges for b in batches) == 1
     other = warehouse_reader(spark, "klosscheck2", warehouse)
     assert table_rows(other, "klosscheck2.kafka.kloss", COLUMNS, KEY) == model_of(before + after)
     dead = other.table("klosscheck2.kafka.kloss_dead_letter").collect()
@@ -230,8 +238,7 @@ def test_data_loss_stops_by_default_and_skip_records_the_range(spark: Any, broke
     bad_after = [f"{topic}/0@{i - 200}" for i in range(200, 210) if i % 3 == 0]  # 0@7 again: the new log's
     assert sorted(r["source_position"] for r in dead if r["payload"] is not None) == sorted(bad_before + bad_after)
     # recorded once: a further run finds nothing lost and adds nothing
-    again = run_cli("run", str(config_path), "--once")
-    assert again.returncode == 0, again.stderr[-3000:]
+    _run_once(config, spark)
     assert other.table("klosscheck2.kafka.kloss_dead_letter").count() == len(dead)
 
 
@@ -246,7 +253,7 @@ def test_terminal_error_stops_at_once(broker: Broker, tmp_path: Path) -> None:
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))
     failed = run_cli("run", str(config_path), timeout=900)
-    assert failed.returncode == 1
+    assert failed.returncode == 1, (failed.stdout[-2000:], failed.stderr[-2000:])
     assert "more than max_bad_fraction" in failed.stderr
     assert '"event": "restart"' not in failed.stdout
 
@@ -274,7 +281,7 @@ def test_restart_and_data_loss_settings_are_validated_at_load() -> None:
 
 
 def test_a_sync_with_skip_reads_each_recreated_topic_again_into_its_table(
-    spark: Any, broker: Broker, tmp_path: Path
+    spark: Any, broker: Broker, warehouse: str
 ) -> None:
     """A sync pipeline over two topics (orders, customers) with `on_data_loss: skip` whose broker
     loses its logs: each topic is recreated holding fewer records than its table's position, with
@@ -308,14 +315,10 @@ def test_a_sync_with_skip_reads_each_recreated_topic_again_into_its_table(
     for t in streams:
         broker.create_topic(topics[t], 1)
         produce(broker.bootstrap, topics[t], old[t])
-    warehouse = tmp_path / "warehouse"
-    config = db.pipeline_doc("syncreset", broker.bootstrap, prefix, namespace, warehouse=str(warehouse))
+    config = db.pipeline_doc("syncreset", broker.bootstrap, prefix, namespace, warehouse=warehouse)
     config["on_data_loss"] = "skip"
     config["source"]["kafka"]["probe_timeout_seconds"] = 10  # a loaded machine can be slow to fetch
-    config_path = tmp_path / "pipeline.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    done = run_cli("run", str(config_path), "--once")
-    assert done.returncode == 0, done.stderr[-3000:]
+    _run_once(config, spark)
     reader = warehouse_reader(spark, "resetcheck", warehouse)
     for t in streams:
         assert db.same(db.rows_of(reader, f"resetcheck.{namespace}.{t}", keys[t]), db.model_of(old[t])), t
@@ -328,10 +331,8 @@ def test_a_sync_with_skip_reads_each_recreated_topic_again_into_its_table(
         assert len(new[t]) < len(old[t])
         broker.create_topic(topics[t], 1)
         produce(broker.bootstrap, topics[t], new[t])
-    skipped = run_cli("run", str(config_path), "--once")
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
-    batches = [json.loads(line) for line in skipped.stdout.splitlines() if line.startswith("{")]
-    assert sum(b.get("lost_ranges", 0) for b in batches) == len(streams)
+    batches = _run_once(config, spark)
+    assert sum(b.lost_ranges for b in batches) == len(streams)
 
     lost = sorted(f"{topics[t]}/0@{len(old[t])}..?" for t in streams)
 
@@ -345,8 +346,5 @@ def test_a_sync_with_skip_reads_each_recreated_topic_again_into_its_table(
 
     check()
     # Recorded once, read once: a further run finds nothing lost and nothing new.
-    again = run_cli("run", str(config_path), "--once")
-    assert again.returncode == 0, again.stderr[-3000:]
-    batches = [json.loads(line) for line in again.stdout.splitlines() if line.startswith("{")]
-    assert sum(b.get("lost_ranges", 0) for b in batches) == 0
+    assert sum(b.lost_ranges for b in _run_once(config, spark)) == 0
     check()
