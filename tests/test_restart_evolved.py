@@ -1,7 +1,9 @@
 """A pipeline whose file declares `table.schema` restarts after its table evolved (issue 25, item 1).
 
 Both cases run as a user would: a pipeline file, `icetide run --once` over a real Kafka-protocol
-broker (Tansu), restarted after every step. The Debezium steps are apache/paimon's schema-evolution
+broker (Tansu), restarted after every step (the Debezium case's middle steps as a new runner of the
+same file in the test's Spark, sharing its warehouse: a driver JVM each spared, the first and last
+step still separate processes). The Debezium steps are apache/paimon's schema-evolution
 messages (tests/data/debezium/SOURCES.md: paimon_mysql_products_schema_evolution.jsonl); the
 partition case replaces `days(ts)` by `hours(ts)` with Spark's own `ALTER TABLE`.
 """
@@ -29,16 +31,24 @@ def run_once(config_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_debezium_pipeline_restarts_after_each_new_column(spark: Any, kafka_broker: str, tmp_path: Path) -> None:
+def run_in_test(config_path: Path, spark: Any) -> None:
+    """`icetide run --once` of the file as a new runner in the test's Spark (its warehouse)."""
+    from icetide.pipeline.entry import run
+
+    run(str(config_path), once=True, spark=spark)
+
+
+def test_debezium_pipeline_restarts_after_each_new_column(
+    spark: Any, kafka_broker: str, tmp_path: Path, warehouse: str
+) -> None:
     """Paimon's steps: `age` appears (int32), widens (int64), comes back as int32; then a delete.
-    Every step is a fresh `icetide run --once` of the same file, whose schema never mentions `age`."""
+    Every step is a new run of the same file, whose schema never mentions `age`."""
     topic = create_topic(kafka_broker, prefix="evolve")
-    warehouse = tmp_path / "wh"
     config_path = tmp_path / "pipeline.yaml"
     schema = "id INT NOT NULL, name STRING NOT NULL, description STRING, weight DOUBLE"
     doc = {
         "pipeline": "products",
-        "warehouse": str(warehouse),
+        "warehouse": warehouse,
         "source": {"kafka": {"bootstrap_servers": kafka_broker, "topic": topic, "starting_offsets": "earliest"}},
         "format": "debezium",
         "table": {"name": "lake.db.products", "schema": schema, "key": ["id"]},
@@ -49,14 +59,15 @@ def test_debezium_pipeline_restarts_after_each_new_column(spark: Any, kafka_brok
     config_path.write_text(yaml.safe_dump(doc))
     messages = paimon_messages()
     model: dict[int, tuple[Any, ...]] = {}
-    for value in [
-        *messages[:4],
-        messages[5],
-    ]:  # the fifth turns `age` into a string: refused, see test_debezium_schemas
+    steps = [*messages[:4], messages[5]]  # the fifth turns `age` into a string: refused, see test_debezium_schemas
+    for i, value in enumerate(steps):
         payload = json.loads(value)["payload"]
         row = payload["after"] or payload["before"]
         produce(kafka_broker, topic, [(0, json.dumps({"id": row["id"]}).encode(), value.encode(), None)])
-        run_once(config_path)
+        if i in (0, len(steps) - 1):
+            run_once(config_path)
+        else:
+            run_in_test(config_path, spark)
         if payload["op"] == "d":
             model.pop(row["id"])
         else:
