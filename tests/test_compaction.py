@@ -499,15 +499,24 @@ def test_stream_upserts_while_compaction_loops(spark: Any, table_name: str) -> N
         except BaseException as exc:
             errors.append(exc)
 
+    def raced() -> list[Any]:
+        """The compactions that committed with a stream commit between their plan and commit."""
+        parents = {
+            int(r["snapshot_id"]): r["parent_id"]
+            for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {table_name}.snapshots").collect()
+        }
+        return [r for r in list(results) if r.groups and parents[r.snapshot_ids[0]] != r.planned_snapshot_id]
+
     worker = threading.Thread(target=compaction_loop)
     worker.start()
-    started = time.monotonic()
     try:
         batches = 0
-        while batches < 100 and (batches < 40 or time.monotonic() - started < 45):
+        # 12 batches at least, then until a compaction that folded deletes raced a stream commit
+        # (a condition, not a duration: 100 batches at most)
+        while batches < 100 and (batches < 12 or not (raced() and sum(r.rows_removed for r in list(results)))):
             t.upsert(_random_batch(rng, rng.randrange(1, 25)))  # asserts the commit landed
             batches += 1
-            if batches % 15 == 0:
+            if batches % 6 == 0:
                 t.check()
     finally:
         done.set()
@@ -521,10 +530,5 @@ def test_stream_upserts_while_compaction_loops(spark: Any, table_name: str) -> N
     assert committed, "no compaction committed while the stream ran"
     assert not [c for r in results for c in r.conflicts], "starting sequence numbers: no conflict expected"
     assert sum(r.rows_removed for r in results) > 0  # deletes were folded into the rewritten files
-    parents = {
-        int(r["snapshot_id"]): r["parent_id"]
-        for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {table_name}.snapshots").collect()
-    }
-    raced = [r for r in committed if parents[r.snapshot_ids[0]] != r.planned_snapshot_id]
-    assert raced, "no stream commit landed between a compaction's plan and its commit"
+    assert raced(), "no stream commit landed between a compaction's plan and its commit"
     assert sum(r.delete_files_removed for r in results) > 0
