@@ -380,13 +380,14 @@ def test_stream_upserts_while_maintenance_folds_into_dvs_on_a_thread(spark: Any,
 
     worker = threading.Thread(target=maintenance_loop)
     worker.start()
-    started = time.monotonic()
     try:
         batches = 0
-        while batches < 60 and (batches < 25 or time.monotonic() - started < 40):
+        # 12 batches at least, then until a conversion wrote a DV beside them (a condition, not a
+        # duration: 60 batches at most)
+        while batches < 60 and (batches < 12 or not any(c.committed and c.positions_added for c in list(conversions))):
             t.upsert(seed._random_batch(rng, rng.randrange(1, 25)))  # asserts the commit landed
             batches += 1
-            if batches % 10 == 0:
+            if batches % 6 == 0:
                 t.check()
     finally:
         done.set()
