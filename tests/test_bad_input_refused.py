@@ -1,15 +1,18 @@
 """Input the decoders cannot read exactly is one dead letter each, never a row (issue 49).
 
 Bytes that are not UTF-8 (in a value, in a key column's value, in a field name), a value that
-contradicts the type its Debezium message's Connect schema declares, and an object or array in a
-STRING column of plain JSON (its JSON text only with the decoder's `nested_as_text`, counted). The
+contradicts the type its Debezium message's Connect schema declares, an object or array in a
+STRING column of plain JSON (its JSON text only with the decoder's `nested_as_text`, counted), and
+the other repairs the plain JSON decoder no longer makes (text after the object, a number beyond
+FLOAT: each a dead letter). The
 decoders here are the ones every path runs (the fast path and Spark's tasks alike:
 decode/arrow_json.py for JSON, decode/debezium_message.py with decode/debezium_arrow.py for
 Debezium), so these tests need no Spark; tests/test_files_fast.py runs landing files that are not
 UTF-8, and objects in a STRING column, through both paths of a pipeline. The table is compared
 with a reference model and the dead letters one by one.
 
-JSON payloads: written here, each a kind of bad input the issue names, between good ones.
+JSON payloads: written here, each a kind of bad input the issue names, or a repair the decoder
+made (issue 49, item 3), between good ones.
 
 Debezium messages: Apache Flink's MySQL products stream (tests/data/debezium/
 flink_mysql_products_schema.jsonl, its source in SOURCES.md), with mutated copies of its first
@@ -110,6 +113,34 @@ def test_json_objects_in_string_columns_as_text_when_asked_and_counted() -> None
     # every STRING column alike, a key column too
     keyed = decoder.decode([b'{"id": {"a": 1}, "note": ["x"]}'], str)
     assert keyed.rows.to_pylist() == [{"id": '{"a":1}', "note": '["x"]', "n": None}] and keyed.nested_as_text == 2
+
+
+# -- plain JSON: values read exactly, never repaired ---------------------------------------------
+
+
+def test_json_text_after_the_object_and_numbers_beyond_float_leave_the_block_read() -> None:
+    """The block read (one pyarrow read of many records) gives up on such a record, and the
+    record-by-record look makes it the dead letter it makes of it alone; the others are rows."""
+    schema = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("r", pa.float32())])
+    decoder = ArrowJsonDecoder(schema, ["id"])
+    block = [b'{"id": "x%d", "r": %d.5}' % (i, i) for i in range(600)]
+    assert decoder._read_block(b"\n".join(block), len(block)) is not None
+    bad = {
+        100: (b'{"id": "y", "r": 1e39}', "column r: '1.0E39' is out of FLOAT range"),
+        200: (b'{"id": "y", "r": -3.5e38}', "column r: '-3.5E38' is out of FLOAT range"),
+        300: (b'{"id": "y"} x', "malformed JSON: text after the object, at character 12"),
+        400: (b'{"id": "y"} {"id": "z"}', "malformed JSON: text after the object, at character 12"),
+    }
+    for i, (payload, _) in bad.items():
+        one = [*block[:i], payload, *block[i + 1 :]]
+        assert decoder._read_block(b"\n".join(one), len(one)) is None, payload
+        block[i] = payload
+    decoded = decoder.decode(block, str)
+    assert [(b.source_position, b.error) for b in decoded.bad] == [(str(i), e) for i, (_, e) in bad.items()]
+    kept = [i for i in range(600) if i not in bad]
+    assert decoded.rows.to_pylist() == [{"id": f"x{i}", "r": i + 0.5} for i in kept]
+    # a literal infinity (the quoted "Infinity", which is Jackson's text of 1e400) is still read
+    assert decoder.decode([b'{"id": "z", "r": "Infinity"}'], str).rows["r"].to_pylist() == [float("inf")]
 
 
 # -- Debezium ------------------------------------------------------------------------------------

@@ -8,8 +8,15 @@ in pieces (`ArrowJsonDecoder._isolated`: the records that do not look like a JSO
 the runs between read by pyarrow or halved) and decoded record by record, with the dead-letter
 texts the golden files hold.
 
+A payload is one JSON object, with JSON whitespace (space, tab, CR, LF) around it only: text
+after the object makes the record bad (`malformed JSON: text after the object, at character N`,
+issue 49), where Spark's reader ignored it.
+
 Conversions (as in the former Spark SQL JSON decoder): integers from JSON numbers or integral text, in range;
-FLOAT/DOUBLE from numbers or numeric text; BOOLEAN from true/false or Spark's boolean words;
+FLOAT/DOUBLE from numbers or numeric text, a finite number beyond FLOAT making the record bad
+(`column r: '1.0E39' is out of FLOAT range`, issue 49: Spark wrote infinity; Jackson's text of a
+number beyond a double, the quoted "Infinity", and the text Infinity still read as infinity);
+BOOLEAN from true/false or Spark's boolean words;
 STRING from the raw text of any JSON scalar, as Spark keeps it (`json_values.spark_text`: a double
 as Java writes it, 1e7 as "1.0E7", and so in error messages); an object or array in a STRING
 column makes the record bad (issue 49: its JSON text is no text the record held), unless the
@@ -38,6 +45,7 @@ make a record bad here.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,6 +72,7 @@ from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
 __all__ = ["ArrowJsonDecoder", "BadRecord", "Decoded"]
 
 _DECODER = json.JSONDecoder()
+_JSON_SPACE = " \t\n\r"
 _QUOTED_INFINITY = ('"Infinity"', '"-Infinity"')
 # A piece of a refused block this small goes record by record: a pyarrow read of a piece has a
 # fixed cost of 0.4-1 ms (about 50-100 records' worth of the record-by-record look), and a piece
@@ -126,6 +135,7 @@ class ArrowJsonDecoder:
         self.limits = limits or PayloadLimits()
         self.nested_as_text = nested_as_text
         self._known = frozenset([*schema.names, OP_COLUMN])
+        self._floats = frozenset(f.name for f in schema if pa.types.is_float32(f.type))
         self._record_by_record = bool(unsupported_columns(schema))
         self._block = PyarrowBlock(schema, key, self.default_op, time_zone, self.limits)
 
@@ -300,16 +310,20 @@ class ArrowJsonDecoder:
         `unknown`, and its objects and arrays kept as JSON text (`nested_as_text`) into `as_text`,
         by column."""
         default = self.default_op
-        stripped = text.strip()
+        stripped = text.strip(_JSON_SPACE)
         if not stripped:
             return None, "malformed JSON: empty payload", default
         try:
             decoder = _CHECKED_DECODER if _LONG_DIGITS_TEXT.search(stripped) else _DECODER
-            obj, _ = decoder.raw_decode(stripped)  # text after the first JSON value is ignored
+            obj, end = decoder.raw_decode(stripped)
         except ValueError:
-            obj = None
+            obj, end = None, 0
         if not isinstance(obj, dict):
             return None, "malformed JSON" if stripped.startswith("{") else "malformed JSON: not an object", default
+        if end != len(stripped):  # issue 49: no record read exactly (Spark's reader ignores such text)
+            after = stripped[end:]  # where the text starts in the payload, as the Debezium decoder says
+            at = len(text) - len(text.lstrip(_JSON_SPACE)) + len(stripped) - len(after.lstrip(_JSON_SPACE))
+            return None, f"malformed JSON: text after the object, at character {at}", default
         op = default
         raw_op = obj.get(OP_COLUMN)
         if raw_op is not None:
@@ -329,17 +343,17 @@ class ArrowJsonDecoder:
                 elif not f.nullable and op != DELETE:  # a delete needs only its key, as before
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
+            unread = op == DELETE and f.name not in self.key  # a delete's other values go unread
             raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
             if isinstance(value, dict | list) and pa.types.is_string(f.type):
-                if op == DELETE and f.name not in self.key:  # a delete's other values go unread
+                if unread:
                     typed.append(None)
                 elif self.nested_as_text:
                     typed.append(raw)  # its JSON text, as Spark's reader keeps it
                     kept_as_text.append(f.name)
                 else:
                     typed.append(None)
-                    kind = "object" if isinstance(value, dict) else "array"
-                    errors[f.name] = f"column {f.name}: {kind} '{_quoted(raw)}' is not a STRING"
+                    errors[f.name] = _unfit(f.name, raw, f.type, "object" if isinstance(value, dict) else "array")
                 continue
             if json_values.supported(f.type):
                 converted = json_values.value(raw, f.type)
@@ -351,11 +365,14 @@ class ArrowJsonDecoder:
                 )  # Jackson's text of 1e400, read back (the former Spark SQL JSON decoder)
             else:
                 converted = scalar_value(raw, f.type, self.time_zone)
+                if converted is not None and f.name in self._floats and lim.FLOAT32_OUT <= abs(converted) < math.inf:
+                    typed.append(None)  # a FLOAT would hold it as infinity (issue 49)
+                    if not unread:
+                        errors[f.name] = _unfit(f.name, raw, f.type, beyond=True)
+                    continue
             typed.append(converted)
-            if converted is None and (op != DELETE or f.name in self.key):  # a delete's other values go unread
-                shown = type_name(f.type)
-                article = "an" if shown[:1].upper() in "AEIOU" else "a"
-                errors[f.name] = f"column {f.name}: '{_quoted(raw)}' is not {article} {shown}"
+            if converted is None and not unread:
+                errors[f.name] = _unfit(f.name, raw, f.type)
         if errors:  # key columns first, then the others, each in schema order (as the former Spark SQL JSON decoder)
             ordered = [n for n in self.schema.names if n in self.key] + [n for n in self.schema.names]
             return None, next(errors[n] for n in ordered if n in errors), op
@@ -366,6 +383,18 @@ class ArrowJsonDecoder:
             for name in kept_as_text:
                 as_text[name] = as_text.get(name, 0) + 1
         return typed, None, op
+
+
+def _unfit(column: str, raw: str, t: pa.DataType, shape: str | None = None, beyond: bool = False) -> str:
+    """The error of a value that does not fit column (or part of a column) `column` of type `t`:
+    `shape` "object" or "array" for JSON where a STRING is, `beyond` for a number beyond FLOAT."""
+    if shape is not None:
+        return f"column {column}: {shape} '{_quoted(raw)}' is not a STRING"
+    shown = type_name(t)
+    if beyond:
+        return f"column {column}: '{_quoted(raw)}' is out of {shown} range"
+    article = "an" if shown[:1].upper() in "AEIOU" else "a"
+    return f"column {column}: '{_quoted(raw)}' is not {article} {shown}"
 
 
 def _quoted(raw: str) -> str:
