@@ -12,7 +12,8 @@ Test data: the records are written here. Their shapes are taken from the values 
 nested rules were measured on against Spark 3.5.7's from_json (tests/test_arrow_json_nested.py:
 empty arrays and maps, null elements, null map values, a struct's missing fields, a struct
 field's mistyped value kept as null as Spark keeps it) and from the decimal and binary cases of
-tests/test_arrow_json_values.py (rounding to the scale, out of precision, invalid base64).
+tests/test_arrow_json_values.py (zeros beyond the scale, a digit beyond it or out of precision: a
+dead letter, invalid base64).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ COLUMNS = ["id", "amount", "raw", "seen", "tags", "items", "counts", "buyer"]
 
 
 def good(i: int) -> dict[str, Any]:
-    """Shapes both paths read: decimals as text and numbers (rounded to the scale), base64,
+    """Shapes both paths read: decimals as text and numbers (zeros beyond the scale), base64,
     NTZ as text (a zone in it ignored) or epoch milliseconds, empty and null-holding nested values."""
     shapes: list[dict[str, Any]] = [
         {
@@ -56,7 +57,7 @@ def good(i: int) -> dict[str, Any]:
             "counts": {"a": i, "b": -i},
             "buyer": {"name": f"n{i}", "age": i % 90, "address": {"city": "Oslo", "zip": "0150"}},
         },
-        {"amount": 1.555, "seen": 1_767_225_600_000 + i, "tags": [], "items": [], "counts": {}, "buyer": {}},
+        {"amount": "1.550", "seen": 1_767_225_600_000 + i, "tags": [], "items": [], "counts": {}, "buyer": {}},
         {
             "amount": -1.28,  # unscaled -128: one byte in Iceberg's bound
             "seen": "2026-01-02 03:04:05.123456",
@@ -88,6 +89,7 @@ BAD = [
     b'{"amount": 1}',
     b'{"id": "b"}',  # no seen: a key column
     b'{"id": "b", "items": ',
+    b'{"id": "b", "seen": "2026-01-06", "amount": 1.555}',  # a digit beyond the scale: Spark rounds (issue 49)
 ]
 
 
@@ -211,6 +213,8 @@ def test_fast_path_takes_decimal_binary_ntz_and_nested_columns(spark: Any, kafka
     fast_dead = spark.sql(dead.format("nested_fast")).collect()
     assert fast_dead == spark.sql(dead.format("nested_slow")).collect()
     assert len(fast_dead) == sum(1 for _, _, v, _ in recs if v in BAD)
+    errors = {r["payload"]: r["error"] for r in fast_dead}
+    assert errors[BAD[-1].decode()] == "column amount: '1.555' is not a DECIMAL(10,2)"
 
     # Other engines read the fast path's files by their field ids.
     from pyiceberg.table import StaticTable
@@ -255,7 +259,7 @@ def test_identity_of_a_decimal_partitions_alike_on_both_paths(spark: Any, kafka_
     """A decimal's identity partition is computed in pyarrow; its values (text and JSON, with
     the scale's digits) are those the Spark path commits."""
     topic = create_topic(kafka_broker, partitions=1)
-    amounts = ["1.5", -1.28, 0, "99999999.99", 7.005, "-0.01"]
+    amounts = ["1.5", -1.28, 0, "99999999.99", "7.010", "-0.01"]
     recs = [
         (
             0,

@@ -25,7 +25,8 @@ counts each such value (`Decoded.nested_as_text`); TIMESTAMP from integral epoch
 milliseconds (up to 15 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session
 time zone); DATE from an integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
 time and a zone in the text ignored. DECIMAL, BINARY and FIXED as decode/arrow_json_values.py
-says, ARRAY, STRUCT and MAP as decode/arrow_json_nested.py says (with the deliberate differences
+says (a DECIMAL exactly: a non-zero digit beyond the scale makes the record bad, where Spark
+rounded), ARRAY, STRUCT and MAP as decode/arrow_json_nested.py says (with the deliberate differences
 from decode_json listed there); a table with such a column, or TIMESTAMP_NTZ, is decoded record
 by record (see `unsupported_columns`). TIME alone is `undecodable_columns` (Spark has no such
 type, so neither has a table icetide creates through Spark, nor decode_json a rule for it).
