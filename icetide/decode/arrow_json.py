@@ -26,10 +26,14 @@ milliseconds (up to 15 digits, also as text) or ISO-8601 text (a `Z` or offset, 
 time zone); DATE from an integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
 time and a zone in the text ignored. DECIMAL, BINARY and FIXED as decode/arrow_json_values.py
 says (a DECIMAL exactly: a non-zero digit beyond the scale makes the record bad, where Spark
-rounded), ARRAY, STRUCT and MAP as decode/arrow_json_nested.py says (with the deliberate differences
-from decode_json listed there); a table with such a column, or TIMESTAMP_NTZ, is decoded record
-by record (see `unsupported_columns`). TIME alone is `undecodable_columns` (Spark has no such
-type, so neither has a table icetide creates through Spark, nor decode_json a rule for it).
+rounded), ARRAY, STRUCT and MAP as decode/arrow_json_nested.py `exact_value` says (exactly: a
+struct field that does not fit, text that is no object for a STRUCT, an object or array in a
+STRING element or field without `nested_as_text` make the record bad, the error naming the part,
+as `column s.x: 'abc' is not an INT` or `column tags[1]: object '{...}' is not a STRING`; with
+the deliberate differences from decode_json listed there); a table with such a column, or
+TIMESTAMP_NTZ, is decoded record by record (see `unsupported_columns`). TIME alone is
+`undecodable_columns` (Spark has no such type, so neither has a table icetide creates through
+Spark, nor decode_json a rule for it).
 
 Ops (as the former Spark SQL JSON decoder): a record's `_op` (spaces trimmed, any case) is INSERT, UPSERT or DELETE,
 else the record is bad; without one it is INSERT in "append" mode and UPSERT in "upsert" mode. A
@@ -121,8 +125,9 @@ class ArrowJsonDecoder:
         nested_as_text: bool = False,
     ) -> None:
         """`op_mode` as decode_json's: the `_op` of a record without one (INSERT when "append",
-        UPSERT when "upsert"). `nested_as_text`: an object or array in a STRING column is kept as
-        its JSON text (counted), not a bad record. ValueError for a table with `undecodable_columns`."""
+        UPSERT when "upsert"). `nested_as_text`: an object or array in a STRING column, or in a
+        STRING element or field of a nested column, is kept as its JSON text (counted), not a bad
+        record. ValueError for a table with `undecodable_columns`."""
         if op_mode not in ("append", "upsert"):
             raise ConfigError(f"decode: op_mode {op_mode!r} is not one of upsert, append")
         missing = undecodable_columns(schema)
@@ -359,7 +364,18 @@ class ArrowJsonDecoder:
             if json_values.supported(f.type):
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
-                converted = nested.value(raw, f.type, self.time_zone)
+                try:
+                    converted, kept = nested.exact_value(
+                        raw, f.type, self.time_zone, nested_as_text=self.nested_as_text
+                    )
+                except nested.Unfit as part:  # a struct field, or JSON where a STRING is
+                    typed.append(None)
+                    if not unread:
+                        errors[f.name] = _unfit(f.name + part.path, part.raw, part.type, part.shape, part.beyond)
+                    continue
+                if kept and unread:  # as an object in a STRING column of a delete: unread, not kept
+                    converted, kept = None, 0
+                kept_as_text += [f.name] * kept
             elif pa.types.is_floating(f.type) and raw in _QUOTED_INFINITY:
                 converted = scalar_value(
                     raw[1:-1], f.type, self.time_zone
