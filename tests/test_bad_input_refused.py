@@ -6,7 +6,7 @@ STRING column of plain JSON (its JSON text only with the decoder's `nested_as_te
 the other repairs the plain JSON decoder no longer makes (text after the object, a number beyond
 FLOAT, a DECIMAL digit beyond the scale, a STRUCT from text that is no object, a struct field that
 does not fit, an object or array in a STRING element or field: each a dead letter naming the
-part). The
+part; the keys no struct field has skipped and counted). The
 decoders here are the ones every path runs (the fast path and Spark's tasks alike:
 decode/arrow_json.py for JSON, decode/debezium_message.py with decode/debezium_arrow.py for
 Debezium), so these tests need no Spark; tests/test_files_fast.py runs landing files that are not
@@ -41,7 +41,10 @@ from pyspark.sql import types as T
 from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.decode.avro_container import NotColumnar, run_reader
 from icetide.decode.debezium_arrow import NotHere
+from icetide.decode.json_evolution import UNKNOWN, UNKNOWN_PAYLOAD
+from icetide.decode.json_tasks import ERROR, PAYLOAD, POSITION, JsonTask
 from icetide.decode.schema_registry import HEADER_BYTES
+from icetide.sink.changelog import OP_COLUMN
 from tests.debezium_messages import apply_changes, messages
 from tests.schema_registry_server import SchemaRegistryServer
 from tests.test_avro import FLINK_SCHEMA, flink_events, serializer, table_rows
@@ -217,6 +220,25 @@ def test_json_values_are_read_exactly_or_are_dead_letters_naming_the_part(nested
     delete = decoder.decode([b'{"id": "t", "_op": "delete", "s": {"x": "abc", "note": {}}, "tags": [[1]]}'], str)
     assert delete.rows.to_pylist() == [dict.fromkeys(EXACT.names) | {"id": "t"}]
     assert delete.ops().to_pylist() == ["DELETE"] and not delete.bad and delete.nested_as_text == 0
+    # keys no struct field has: skipped, counted by their place, a bad record's not
+    unknown = {"s.zz": 1 + nested_as_text, "s.inner.yy": 1, "items.element.note": 1}
+    assert decoded.unknown_fields == unknown
+    # the Spark path's tasks (decode/json_tasks.py) list the same keys per good row, which the batch counts
+    output = pa.schema(
+        [
+            *[pa.field(f.name, f.type) for f in EXACT],
+            pa.field(OP_COLUMN, pa.string()),
+            pa.field(ERROR, pa.string()),
+            pa.field(PAYLOAD, pa.string()),
+            pa.field(POSITION, pa.string()),
+            pa.field(UNKNOWN, pa.list_(pa.string())),
+            pa.field(UNKNOWN_PAYLOAD, pa.string()),
+        ]
+    )
+    batch = JsonTask(decoder, "value", (), (), output).decode(pa.record_batch([pa.array(payloads)], names=["value"]))
+    listed = [k for keys in batch.column(UNKNOWN).to_pylist() if keys for k in keys]
+    assert {k: listed.count(k) for k in listed} == unknown
+    assert [e for e in batch.column(ERROR).to_pylist() if e is not None] == [e for _, e in expected]
 
 
 def test_json_text_after_the_object_and_numbers_beyond_float_leave_the_block_read() -> None:

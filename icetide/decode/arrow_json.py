@@ -39,7 +39,8 @@ Ops (as the former Spark SQL JSON decoder): a record's `_op` (spaces trimmed, an
 else the record is bad; without one it is INSERT in "append" mode and UPSERT in "upsert" mode. A
 DELETE needs only its key: its other values go unread (a value that does not fit is null).
 Keys of a good record that are no column (nor `_op`) are counted, null-valued ones too, as
-decode_json counts them.
+decode_json counts them; so are the keys no field has in its struct values, which are skipped, as
+"column.key" ("column.element.key" in an array, "column.value.key" in a map's values).
 Payload limits and value ranges are icetide.decode.limits, as on the Spark path; a number
 longer than 1000 characters is malformed JSON, as Spark's reader (Jackson) has it.
 Known difference: timestamp text is read as ISO-8601 (`2024-05-01`, `2024-05-01 10:00`,
@@ -142,6 +143,7 @@ class ArrowJsonDecoder:
         self.nested_as_text = nested_as_text
         self._known = frozenset([*schema.names, OP_COLUMN])
         self._floats = frozenset(f.name for f in schema if pa.types.is_float32(f.type))
+        self._structs = [(f.name, f.type) for f in schema if nested.supported(f.type) and nested.has_struct(f.type)]
         self._record_by_record = bool(unsupported_columns(schema))
         self._block = PyarrowBlock(schema, key, self.default_op, time_zone, self.limits)
 
@@ -394,12 +396,25 @@ class ArrowJsonDecoder:
             ordered = [n for n in self.schema.names if n in self.key] + [n for n in self.schema.names]
             return None, next(errors[n] for n in ordered if n in errors), op
         if unknown is not None:
-            for name in obj.keys() - self._known:
+            for name in self.unknown_keys(obj):
                 unknown[name] = unknown.get(name, 0) + 1
         if as_text is not None:
             for name in kept_as_text:
                 as_text[name] = as_text.get(name, 0) + 1
         return typed, None, op
+
+    def unknown_keys(self, obj: dict[str, Any]) -> list[str]:
+        """A record's keys that are no column (nor `_op`), in its order, then the keys that no
+        field has of the structs in its values, as "column.key" (decode/arrow_json_nested.py
+        `unknown_keys`): skipped, and counted with the others."""
+        found = [k for k in obj if k not in self._known]
+        if not self._structs:
+            return found
+        for name, t in self._structs:
+            value = obj.get(name)
+            if value is not None:
+                found += sorted(nested.unknown_keys(value, t, name))
+        return list(dict.fromkeys(found))  # a top-level key "s.x" is the same name as s's key x
 
 
 def _unfit(column: str, raw: str, t: pa.DataType, shape: str | None = None, beyond: bool = False) -> str:

@@ -32,7 +32,8 @@ or a dead letter, never one Spark repaired), by the rules above but that:
   '{...}' is not a STRING`), unless the decoder's `nested_as_text` keeps its JSON text, counted
   (Spark: its JSON text);
 - a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up), a FLOAT no finite
-  number beyond its range (Spark: infinity).
+  number beyond its range (Spark: infinity);
+- the keys no struct field has are still skipped, and counted by the decoder (`unknown_keys`).
 
 Deliberate differences from decode_json, where Spark fails the whole batch or keeps a value no
 other icetide path would (tests/test_arrow_json_nested.py asserts them; the repairs above are
@@ -173,7 +174,7 @@ def exact_value(raw: str, t: pa.DataType, time_zone: str, *, nested_as_text: boo
     Unlike `value`: `raw` must be one JSON value (JSON whitespace around it), a struct must be an
     object, no field is left null because its value does not fit, a DECIMAL takes no digit
     beyond its scale, a FLOAT no finite number beyond its range, and a STRING takes an object or
-    array only with `nested_as_text`. Keys no struct field has are skipped."""
+    array only with `nested_as_text`. Keys no struct field has are skipped (`unknown_keys`)."""
     text = raw.strip(_JSON_SPACE)
     try:
         parsed, end = _PAIRS.raw_decode(text)
@@ -188,6 +189,50 @@ def exact_value(raw: str, t: pa.DataType, time_zone: str, *, nested_as_text: boo
         raise
     except _Unfit:
         return None, 0
+
+
+def unknown_keys(v: Any, t: pa.DataType, path: str) -> set[str]:
+    """The keys of JSON value `v` (as json.loads reads it; text is read as JSON at the top, as
+    `exact_value` reads it) that no field of a struct in type `t` has, each as a path from
+    `path`: "column.key", "column.element.key" in a list, "column.value.key" in a map."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except (ValueError, RecursionError):
+            return set()
+    found: set[str] = set()
+    _unknown_into(v, t, path, found)
+    return found
+
+
+def _unknown_into(v: Any, t: pa.DataType, path: str, found: set[str]) -> None:
+    if isinstance(v, dict):
+        if pa.types.is_struct(t):
+            for k, x in v.items():
+                i = t.get_field_index(k)
+                if i < 0:
+                    found.add(f"{path}.{k}")
+                elif x is not None:
+                    _unknown_into(x, t.field(i).type, f"{path}.{k}", found)
+        elif pa.types.is_map(t):
+            for x in v.values():
+                if x is not None:
+                    _unknown_into(x, t.item_type, f"{path}.value", found)
+    elif isinstance(v, list) and pa.types.is_list(t):
+        for x in v:
+            if x is not None:
+                _unknown_into(x, t.value_type, f"{path}.element", found)
+
+
+def has_struct(t: pa.DataType) -> bool:
+    """Whether type `t` is or holds a struct (whose keys `unknown_keys` may find)."""
+    if pa.types.is_struct(t):
+        return True
+    if pa.types.is_list(t):
+        return has_struct(t.value_type)
+    if pa.types.is_map(t):
+        return has_struct(t.item_type)
+    return False
 
 
 def _convert(e: Any, t: pa.DataType, r: _Rules) -> Any:
