@@ -262,8 +262,11 @@ def test_json_text_after_the_object_and_numbers_beyond_float_leave_the_block_rea
     assert [(b.source_position, b.error) for b in decoded.bad] == [(str(i), e) for i, (_, e) in bad.items()]
     kept = [i for i in range(600) if i not in bad]
     assert decoded.rows.to_pylist() == [{"id": f"x{i}", "r": i + 0.5} for i in kept]
-    # a literal infinity (the quoted "Infinity", which is Jackson's text of 1e400) is still read
-    assert decoder.decode([b'{"id": "z", "r": "Infinity"}'], str).rows["r"].to_pylist() == [float("inf")]
+    # the text Infinity, and a number beyond a double (1e400: Jackson's text of it is the quoted
+    # "Infinity"), read as infinity, as in a DOUBLE column: only what a double holds is refused
+    beyond_double = [b'{"id": "z", "r": "Infinity"}', b'{"id": "z", "r": -1e400}', b'{"id": "z", "r": "1e400"}']
+    decoded = decoder.decode(beyond_double, str)
+    assert decoded.rows["r"].to_pylist() == [float("inf"), float("-inf"), float("inf")] and not decoded.bad
 
 
 # -- Debezium ------------------------------------------------------------------------------------

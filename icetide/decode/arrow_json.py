@@ -13,9 +13,10 @@ after the object makes the record bad (`malformed JSON: text after the object, a
 issue 49), where Spark's reader ignored it.
 
 Conversions (as in the former Spark SQL JSON decoder): integers from JSON numbers or integral text, in range;
-FLOAT/DOUBLE from numbers or numeric text, a finite number beyond FLOAT making the record bad
-(`column r: '1.0E39' is out of FLOAT range`, issue 49: Spark wrote infinity; Jackson's text of a
-number beyond a double, the quoted "Infinity", and the text Infinity still read as infinity);
+FLOAT/DOUBLE from numbers or numeric text, a number within a double but beyond FLOAT making the
+record bad (`column r: '1.0E39' is out of FLOAT range`, issue 49: Spark wrote infinity); a number
+beyond a double (1e400, whose text as Jackson writes it is the quoted "Infinity"; "1e400" as
+text) reads as infinity in FLOAT as in DOUBLE, as Spark reads it, and so does the text Infinity;
 BOOLEAN from true/false or Spark's boolean words;
 STRING from the raw text of any JSON scalar, as Spark keeps it (`json_values.spark_text`: a double
 as Java writes it, 1e7 as "1.0E7", and so in error messages); an object or array in a STRING

@@ -10,8 +10,8 @@ things as the Spark SQL decoders they replaced did, so a record is bad where it 
   ranges, but Python's datetime, which reads file statistics and partition values, does not.
 
 Integers and decimals out of their type's range were already bad records (try_cast). The JSON
-decoder also refuses a finite number beyond FLOAT (`FLOAT32_OUT`), which a FLOAT column would hold
-as infinity (issue 49).
+decoder also refuses a number within a double but beyond FLOAT (`FLOAT32_OUT`), which a FLOAT
+column would hold as infinity (issue 49); one beyond a double is infinity in DOUBLE and FLOAT alike.
 """
 
 from __future__ import annotations
