@@ -143,7 +143,7 @@ class ArrowJsonDecoder:
         self.limits = limits or PayloadLimits()
         self.nested_as_text = nested_as_text
         self._known = frozenset([*schema.names, OP_COLUMN])
-        self._floats = frozenset(f.name for f in schema if pa.types.is_float32(f.type))
+        self._floats = [i for i, f in enumerate(schema) if pa.types.is_float32(f.type)]
         self._structs = [(f.name, f.type) for f in schema if nested.supported(f.type) and nested.has_struct(f.type)]
         self._record_by_record = bool(unsupported_columns(schema))
         self._block = PyarrowBlock(schema, key, self.default_op, time_zone, self.limits)
@@ -343,6 +343,7 @@ class ArrowJsonDecoder:
         typed: list[Any] = []
         errors: dict[str, str] = {}
         kept_as_text: list[str] = []
+        deleting = op == DELETE  # a delete's values but its key go unread (a value that does not fit is null)
         for f in self.schema:
             value = obj.get(f.name)
             if value is None:
@@ -352,10 +353,9 @@ class ArrowJsonDecoder:
                 elif not f.nullable and op != DELETE:  # a delete needs only its key, as before
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
-            unread = op == DELETE and f.name not in self.key  # a delete's other values go unread
             raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
             if isinstance(value, dict | list) and pa.types.is_string(f.type):
-                if unread:
+                if deleting and f.name not in self.key:
                     typed.append(None)
                 elif self.nested_as_text:
                     typed.append(raw)  # its JSON text, as Spark's reader keeps it
@@ -373,10 +373,10 @@ class ArrowJsonDecoder:
                     )
                 except nested.Unfit as part:  # a struct field, or JSON where a STRING is
                     typed.append(None)
-                    if not unread:
+                    if not deleting or f.name in self.key:
                         errors[f.name] = _unfit(f.name + part.path, part.raw, part.type, part.shape, part.beyond)
                     continue
-                if kept and unread:  # as an object in a STRING column of a delete: unread, not kept
+                if kept and deleting and f.name not in self.key:  # as an object in a STRING column of a delete
                     converted, kept = None, 0
                 kept_as_text += [f.name] * kept
             elif pa.types.is_floating(f.type) and raw in _QUOTED_INFINITY:
@@ -385,19 +385,24 @@ class ArrowJsonDecoder:
                 )  # Jackson's text of 1e400, read back (the former Spark SQL JSON decoder)
             else:
                 converted = scalar_value(raw, f.type, self.time_zone)
-                if converted is not None and f.name in self._floats and lim.FLOAT32_OUT <= abs(converted) < math.inf:
-                    typed.append(None)  # a FLOAT would hold it as infinity (issue 49)
-                    if not unread:
-                        errors[f.name] = _unfit(f.name, raw, f.type, beyond=True)
-                    continue
             typed.append(converted)
-            if converted is None and not unread:
+            if converted is None and (not deleting or f.name in self.key):
                 errors[f.name] = _unfit(f.name, raw, f.type)
+        # a finite number a FLOAT would hold as infinity (issue 49): looked for here, at no cost per field
+        for i in self._floats:
+            v = typed[i]
+            if v is not None and lim.FLOAT32_OUT <= abs(v) < math.inf:
+                name = self.schema.names[i]
+                typed[i] = None
+                if not deleting or name in self.key:
+                    errors[name] = _unfit(
+                        name, json_values.spark_text(obj[name]), self.schema.field(i).type, beyond=True
+                    )
         if errors:  # key columns first, then the others, each in schema order (as the former Spark SQL JSON decoder)
             ordered = [n for n in self.schema.names if n in self.key] + [n for n in self.schema.names]
             return None, next(errors[n] for n in ordered if n in errors), op
         if unknown is not None:
-            for name in self.unknown_keys(obj):
+            for name in self.unknown_keys(obj) if self._structs else obj.keys() - self._known:
                 unknown[name] = unknown.get(name, 0) + 1
         if as_text is not None:
             for name in kept_as_text:
