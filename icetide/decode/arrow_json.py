@@ -144,7 +144,8 @@ class ArrowJsonDecoder:
         self.nested_as_text = nested_as_text
         self._known = frozenset([*schema.names, OP_COLUMN])
         self._floats = [i for i, f in enumerate(schema) if pa.types.is_float32(f.type)]
-        self._structs = [(f.name, f.type) for f in schema if nested.supported(f.type) and nested.has_struct(f.type)]
+        plans = [(f.name, nested.key_plan(f.type)) for f in schema if nested.supported(f.type)]
+        self._structs = [(name, plan) for name, plan in plans if plan is not None]
         self._record_by_record = bool(unsupported_columns(schema))
         self._block = PyarrowBlock(schema, key, self.default_op, time_zone, self.limits)
 
@@ -344,6 +345,7 @@ class ArrowJsonDecoder:
         errors: dict[str, str] = {}
         kept_as_text: list[str] = []
         deleting = op == DELETE  # a delete's values but its key go unread (a value that does not fit is null)
+        reading: nested.Reading | None = None  # of its ARRAY, STRUCT and MAP values, made at the first
         for f in self.schema:
             value = obj.get(f.name)
             if value is None:
@@ -367,15 +369,17 @@ class ArrowJsonDecoder:
             if json_values.supported(f.type):
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
+                if reading is None:
+                    reading = nested.Reading(self.time_zone, exact=True, as_text=self.nested_as_text)
+                kept = reading.kept
                 try:
-                    converted, kept = nested.exact_value(
-                        raw, f.type, self.time_zone, nested_as_text=self.nested_as_text
-                    )
+                    converted = nested.exact_value(raw, f.type, reading)
                 except nested.Unfit as part:  # a struct field, or JSON where a STRING is
                     typed.append(None)
                     if not deleting or f.name in self.key:
                         errors[f.name] = _unfit(f.name + part.path, part.raw, part.type, part.shape, part.beyond)
                     continue
+                kept = reading.kept - kept
                 if kept and deleting and f.name not in self.key:  # as an object in a STRING column of a delete
                     converted, kept = None, 0
                 kept_as_text += [f.name] * kept
@@ -402,7 +406,10 @@ class ArrowJsonDecoder:
             ordered = [n for n in self.schema.names if n in self.key] + [n for n in self.schema.names]
             return None, next(errors[n] for n in ordered if n in errors), op
         if unknown is not None:
-            for name in self.unknown_keys(obj) if self._structs else obj.keys() - self._known:
+            # keys inside struct values are looked for where a struct skipped one (or a delete left
+            # a value unread): the same keys, found at no cost for the other records
+            inside = self._structs and (deleting or (reading is not None and reading.skipped))
+            for name in self.unknown_keys(obj) if inside else obj.keys() - self._known:
                 unknown[name] = unknown.get(name, 0) + 1
         if as_text is not None:
             for name in kept_as_text:
@@ -416,10 +423,10 @@ class ArrowJsonDecoder:
         found = [k for k in obj if k not in self._known]
         if not self._structs:
             return found
-        for name, t in self._structs:
+        for name, plan in self._structs:
             value = obj.get(name)
             if value is not None:
-                found += sorted(nested.unknown_keys(value, t, name))
+                found += sorted(nested.unknown_keys(value, plan, name))
         return list(dict.fromkeys(found))  # a top-level key "s.x" is the same name as s's key x
 
 

@@ -101,15 +101,17 @@ class Unfit(_Unfit):
         return self
 
 
-class _Rules:
-    """How one value is read: as Spark's from_json (the Debezium decoder), or exactly (the JSON
-    decoder, `exact`), then with the count of objects and arrays kept as JSON text in STRING
-    elements and fields when `nested_as_text`."""
+class Reading:
+    """How a record's nested values are read: as Spark's from_json (`value`, for the Debezium
+    decoder), or exactly (`exact`: `exact_value`, the JSON decoder's), keeping objects and arrays
+    in STRING elements and fields as JSON text with `as_text` (nested_as_text). It counts, over
+    the values read with it, the texts so kept (`kept`), and says whether a key no struct field
+    has was skipped (`skipped`: then `unknown_keys` names them)."""
 
-    __slots__ = ("as_text", "exact", "kept", "zone")
+    __slots__ = ("as_text", "exact", "kept", "skipped", "zone")
 
     def __init__(self, zone: str, *, exact: bool = False, as_text: bool = False) -> None:
-        self.zone, self.exact, self.as_text, self.kept = zone, exact, as_text, 0
+        self.zone, self.exact, self.as_text, self.kept, self.skipped = zone, exact, as_text, 0, False
 
 
 _PAIRS = json.JSONDecoder(
@@ -156,86 +158,90 @@ def value(raw: str, t: pa.DataType, time_zone: str) -> Any:
             return None  # Spark's from_json: null for blank text
         if not isinstance(parsed, _Object):
             return {t.field(i).name: None for i in range(t.num_fields)}
-        return _struct(parsed, t, _Rules(time_zone))
+        return _struct(parsed, t, Reading(time_zone))
     if parsed is None:
         return None
     try:
-        return _convert(parsed, t, _Rules(time_zone))
+        return _convert(parsed, t, Reading(time_zone))
     except _Unfit:
         return None
 
 
-def exact_value(raw: str, t: pa.DataType, time_zone: str, *, nested_as_text: bool = False) -> tuple[Any, int]:
-    """The JSON decoder's reading of a list, struct or map column (issue 49): (the value, how many
-    objects and arrays it kept as JSON text in STRING elements and fields, `nested_as_text`), or
-    (None, 0) when the value does not fit as a whole. Raises `Unfit` naming the part of it that
+def exact_value(raw: str, t: pa.DataType, reading: Reading) -> Any:
+    """The JSON decoder's reading of a list, struct or map column (issue 49), with `reading` (made
+    `exact`, one per record, which counts what it keeps as text and sees skipped keys): the
+    value, or None when it does not fit as a whole. Raises `Unfit` naming the part of it that
     does not fit: a struct field, or an object or array where a STRING is.
 
     Unlike `value`: `raw` must be one JSON value (JSON whitespace around it), a struct must be an
     object, no field is left null because its value does not fit, a DECIMAL takes no digit
     beyond its scale, a FLOAT no finite number beyond its range, and a STRING takes an object or
-    array only with `nested_as_text`. Keys no struct field has are skipped (`unknown_keys`)."""
+    array only with `as_text`. Keys no struct field has are skipped (`unknown_keys`)."""
     text = raw.strip(_JSON_SPACE)
     try:
         parsed, end = _PAIRS.raw_decode(text)
     except (ValueError, RecursionError):
-        return None, 0
+        return None
     if end != len(text):
-        return None, 0  # text after the JSON value
-    rules = _Rules(time_zone, exact=True, as_text=nested_as_text)
+        return None  # text after the JSON value
     try:
-        return _convert(parsed, t, rules), rules.kept
+        return _convert(parsed, t, reading)
     except Unfit:
         raise
     except _Unfit:
-        return None, 0
+        return None
 
 
-def unknown_keys(v: Any, t: pa.DataType, path: str) -> set[str]:
+_STRUCT, _LIST, _MAP = 0, 1, 2
+KeyPlan = tuple[int, Any]  # (_STRUCT, {field: KeyPlan or None}), (_LIST, KeyPlan) or (_MAP, KeyPlan)
+
+
+def key_plan(t: pa.DataType) -> KeyPlan | None:
+    """Where the structs of type `t` are, for `unknown_keys` (plain dicts: no pyarrow call per
+    value); None when `t` holds no struct."""
+    if pa.types.is_struct(t):
+        return _STRUCT, {t.field(i).name: key_plan(t.field(i).type) for i in range(t.num_fields)}
+    inner = key_plan(t.value_type) if pa.types.is_list(t) else key_plan(t.item_type) if pa.types.is_map(t) else None
+    if inner is None:
+        return None
+    return (_LIST if pa.types.is_list(t) else _MAP), inner
+
+
+def unknown_keys(v: Any, plan: KeyPlan, path: str) -> set[str]:
     """The keys of JSON value `v` (as json.loads reads it; text is read as JSON at the top, as
-    `exact_value` reads it) that no field of a struct in type `t` has, each as a path from
-    `path`: "column.key", "column.element.key" in a list, "column.value.key" in a map."""
+    `exact_value` reads it) that no field has of a struct in the type of `plan` (`key_plan`), each
+    as a path from `path`: "column.key", "column.element.key" in a list, "column.value.key" in a map."""
     if isinstance(v, str):
         try:
             v = json.loads(v)
         except (ValueError, RecursionError):
             return set()
     found: set[str] = set()
-    _unknown_into(v, t, path, found)
+    _unknown_into(v, plan, path, found)
     return found
 
 
-def _unknown_into(v: Any, t: pa.DataType, path: str, found: set[str]) -> None:
-    if isinstance(v, dict):
-        if pa.types.is_struct(t):
+def _unknown_into(v: Any, plan: KeyPlan, path: str, found: set[str]) -> None:
+    kind, inner = plan
+    if kind == _STRUCT:
+        if type(v) is dict:
             for k, x in v.items():
-                i = t.get_field_index(k)
-                if i < 0:
+                if k not in inner:
                     found.add(f"{path}.{k}")
-                elif x is not None:
-                    _unknown_into(x, t.field(i).type, f"{path}.{k}", found)
-        elif pa.types.is_map(t):
-            for x in v.values():
+                elif x is not None and inner[k] is not None:
+                    _unknown_into(x, inner[k], f"{path}.{k}", found)
+    elif kind == _LIST:
+        if type(v) is list:
+            for x in v:
                 if x is not None:
-                    _unknown_into(x, t.item_type, f"{path}.value", found)
-    elif isinstance(v, list) and pa.types.is_list(t):
-        for x in v:
+                    _unknown_into(x, inner, f"{path}.element", found)
+    elif type(v) is dict:
+        for x in v.values():
             if x is not None:
-                _unknown_into(x, t.value_type, f"{path}.element", found)
+                _unknown_into(x, inner, f"{path}.value", found)
 
 
-def has_struct(t: pa.DataType) -> bool:
-    """Whether type `t` is or holds a struct (whose keys `unknown_keys` may find)."""
-    if pa.types.is_struct(t):
-        return True
-    if pa.types.is_list(t):
-        return has_struct(t.value_type)
-    if pa.types.is_map(t):
-        return has_struct(t.item_type)
-    return False
-
-
-def _convert(e: Any, t: pa.DataType, r: _Rules) -> Any:
+def _convert(e: Any, t: pa.DataType, r: Reading) -> Any:
     """One JSON value (not null) as Spark's JSON reader converts it to `t`; _Unfit when it does not fit."""
     if pa.types.is_list(t):
         if type(e) is not list:
@@ -271,13 +277,14 @@ def _convert(e: Any, t: pa.DataType, r: _Rules) -> Any:
     return converted
 
 
-def _struct(pairs: _Object, t: pa.StructType, r: _Rules) -> dict[str, Any]:
+def _struct(pairs: _Object, t: pa.StructType, r: Reading) -> dict[str, Any]:
     """A struct from an object's pairs: a field that does not fit is null (Spark's partial
     results), or, read exactly, `Unfit` naming it (of repeated keys, the last counts)."""
     types = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
     row: dict[str, Any] = dict.fromkeys(types)
     for k, v in dict(pairs).items() if r.exact else pairs:
         if k not in types:
+            r.skipped = True
             continue
         if v is None:
             row[k] = None
@@ -306,7 +313,7 @@ def _beyond_float(e: Any, t: pa.DataType) -> bool:
     return lim.FLOAT32_OUT <= abs(x) < math.inf
 
 
-def _key(k: str, t: pa.DataType, r: _Rules) -> Any:
+def _key(k: str, t: pa.DataType, r: Reading) -> Any:
     """A map key (JSON object keys are text) of key type `t`; _Unfit when it does not convert."""
     if pa.types.is_string(t):
         return k
@@ -329,7 +336,7 @@ def _key(k: str, t: pa.DataType, r: _Rules) -> Any:
     return converted
 
 
-def _scalar(e: Any, t: pa.DataType, r: _Rules) -> Any:
+def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
     """A scalar element as Spark's JSON reader converts it, or None when it does not fit."""
     if pa.types.is_string(t):
         if isinstance(e, str):
