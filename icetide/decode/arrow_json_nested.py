@@ -31,8 +31,8 @@ or a dead letter, never one Spark repaired), by the rules above but that:
 - an object or array in a STRING element or field makes the record bad (`column s.note: object
   '{...}' is not a STRING`), unless the decoder's `nested_as_text` keeps its JSON text, counted
   (Spark: its JSON text);
-- a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up), a FLOAT no finite
-  number beyond its range (Spark: infinity);
+- a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up), a FLOAT no number
+  a double holds beyond FLOAT's range (Spark: infinity; beyond a double it is infinity, as at the top);
 - the keys no struct field has are still skipped, and counted by the decoder (`unknown_keys`).
 
 Deliberate differences from decode_json, where Spark fails the whole batch or keeps a value no
