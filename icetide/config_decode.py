@@ -116,8 +116,9 @@ class DebeziumSettings:
 class JsonSettings:
     """The `json:` block of `format: json`: leniencies, each off by default and counted when used.
 
-    `nested_as_text`: an object or array in a STRING column lands as its JSON text, as Spark's
-    JSON reader keeps it, instead of a dead letter (each such value counted in the metrics).
+    `nested_as_text`: an object or array in a STRING column (or a STRING element or field of an
+    ARRAY, STRUCT or MAP column) lands as its JSON text, as Spark's JSON reader keeps it, instead
+    of a dead letter (each such value counted in the metrics).
     """
 
     nested_as_text: bool = False

@@ -213,12 +213,20 @@ def test_doubles_are_written_as_java_writes_them(x: float, text: str) -> None:
     assert java_double_text(x) == text
 
 
-def test_decimals_round_half_up_and_never_to_negative_zero() -> None:
+def test_decimals_are_read_exactly_and_never_as_negative_zero() -> None:
+    """A DECIMAL takes no digit beyond its scale but zeros (issue 49: Spark rounds half up), nor
+    a number its precision cannot hold; a negative zero is zero."""
     decoder = ArrowJsonDecoder(pa.schema([pa.field("id", pa.int64()), pa.field("d", pa.decimal128(4, 1))]), ["id"])
-    payloads = [b'{"id": 1, "d": "-0.04"}', b'{"id": 2, "d": -0.05}', b'{"id": 3, "d": "999.95"}']
+    payloads = [b'{"id": 1, "d": "-0.00"}', b'{"id": 2, "d": -12.300}', b'{"id": 3, "d": "999.95"}']
+    payloads += [b'{"id": 4, "d": -0.05}', b'{"id": 5, "d": "1.0001"}', b'{"id": 6, "d": 999.9}']
     decoded = decoder.decode(payloads, str)
-    assert decoded.rows["d"].to_pylist() == [Decimal("0.0"), Decimal("-0.1")]
-    assert [b.error for b in decoded.bad] == ["column d: '999.95' is not a DECIMAL(4,1)"]
+    assert decoded.rows["d"].to_pylist() == [Decimal("0.0"), Decimal("-12.3"), Decimal("999.9")]
+    assert str(decoded.rows["d"][0].as_py()) == "0.0"
+    assert [b.error for b in decoded.bad] == [
+        "column d: '999.95' is not a DECIMAL(4,1)",
+        "column d: '-0.05' is not a DECIMAL(4,1)",
+        "column d: '1.0001' is not a DECIMAL(4,1)",
+    ]
 
 
 def test_keys_no_column_count_null_values_too_in_a_block_and_record_by_record() -> None:

@@ -1,15 +1,20 @@
 """Input the decoders cannot read exactly is one dead letter each, never a row (issue 49).
 
 Bytes that are not UTF-8 (in a value, in a key column's value, in a field name), a value that
-contradicts the type its Debezium message's Connect schema declares, and an object or array in a
-STRING column of plain JSON (its JSON text only with the decoder's `nested_as_text`, counted). The
+contradicts the type its Debezium message's Connect schema declares, an object or array in a
+STRING column of plain JSON (its JSON text only with the decoder's `nested_as_text`, counted), and
+the other repairs the plain JSON decoder no longer makes (text after the object, a number beyond
+FLOAT, a DECIMAL digit beyond the scale, a STRUCT from text that is no object, a struct field that
+does not fit, an object or array in a STRING element or field: each a dead letter naming the
+part; the keys no struct field has skipped and counted). The
 decoders here are the ones every path runs (the fast path and Spark's tasks alike:
 decode/arrow_json.py for JSON, decode/debezium_message.py with decode/debezium_arrow.py for
 Debezium), so these tests need no Spark; tests/test_files_fast.py runs landing files that are not
 UTF-8, and objects in a STRING column, through both paths of a pipeline. The table is compared
 with a reference model and the dead letters one by one.
 
-JSON payloads: written here, each a kind of bad input the issue names, between good ones.
+JSON payloads: written here, each a kind of bad input the issue names, or a repair the decoder
+made (issue 49, item 3), between good ones.
 
 Debezium messages: Apache Flink's MySQL products stream (tests/data/debezium/
 flink_mysql_products_schema.jsonl, its source in SOURCES.md), with mutated copies of its first
@@ -25,8 +30,10 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
@@ -34,7 +41,10 @@ from pyspark.sql import types as T
 from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.decode.avro_container import NotColumnar, run_reader
 from icetide.decode.debezium_arrow import NotHere
+from icetide.decode.json_evolution import UNKNOWN, UNKNOWN_PAYLOAD
+from icetide.decode.json_tasks import ERROR, PAYLOAD, POSITION, JsonTask
 from icetide.decode.schema_registry import HEADER_BYTES
+from icetide.sink.changelog import OP_COLUMN
 from tests.debezium_messages import apply_changes, messages
 from tests.schema_registry_server import SchemaRegistryServer
 from tests.test_avro import FLINK_SCHEMA, flink_events, serializer, table_rows
@@ -110,6 +120,153 @@ def test_json_objects_in_string_columns_as_text_when_asked_and_counted() -> None
     # every STRING column alike, a key column too
     keyed = decoder.decode([b'{"id": {"a": 1}, "note": ["x"]}'], str)
     assert keyed.rows.to_pylist() == [{"id": '{"a":1}', "note": '["x"]', "n": None}] and keyed.nested_as_text == 2
+
+
+# -- plain JSON: values read exactly, never repaired ---------------------------------------------
+
+# Written here, each a repair the former Spark SQL JSON decoder (and Spark's JSON reader) made
+# that the decoder now refuses (issue 49, item 3): text after the object, a finite number beyond
+# FLOAT, a DECIMAL digit beyond the scale, text that is no object for a STRUCT, a struct field
+# that does not fit, an object or array in a STRING element or field.
+INNER = pa.struct([pa.field("e", pa.float64())])
+BUYER = pa.struct([pa.field("x", pa.int32()), pa.field("note", pa.string()), pa.field("inner", INNER)])
+EXACT = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("r", pa.float32()),
+        pa.field("d", pa.decimal128(6, 2)),
+        pa.field("s", BUYER),
+        pa.field("tags", pa.list_(pa.string())),
+        pa.field("items", pa.list_(pa.struct([pa.field("qty", pa.int32())]))),
+    ]
+)
+_S = "struct<x:int,note:string,inner:struct<e:double>>"
+# (payload, the dead letter's error or None for a row; with nested_as_text, its error if it has one)
+EXACT_CASES: list[tuple[bytes, str | None, str | None]] = [
+    (
+        b'{"id": "a", "r": 1.5, "d": "1.500", "s": {"x": 1, "note": "n", "inner": {"e": 2.5}}, '
+        b'"tags": ["t", 3], "items": [{"qty": 1}]}',
+        None,
+        None,
+    ),
+    (b'{"id": "b", "r": 3.4028235e38, "d": -0.00} \t ', None, None),  # the largest FLOAT; JSON space after
+    (
+        b'{"id": "c", "s": {"x": 2, "zz": 1, "inner": {"e": 1, "yy": null}}, "items": [{"qty": 3, "note": "n"}]}',
+        None,
+        None,
+    ),
+    (b'{"id": "d", "r": "Infinity", "s": "{\\"x\\": 5}"}', None, None),  # the text Infinity; JSON text into a STRUCT
+    (b'{"id": "e"} garbage', "malformed JSON: text after the object, at character 12", ...),
+    (b' {"id": "f"}{"id": "g"}', "malformed JSON: text after the object, at character 12", ...),
+    (b'{"id": "h", "r": 1e39}', "column r: '1.0E39' is out of FLOAT range", ...),
+    (b'{"id": "i", "r": "-1e39"}', "column r: '-1e39' is out of FLOAT range", ...),
+    (b'{"id": "j", "d": 2.345}', "column d: '2.345' is not a DECIMAL(6,2)", ...),
+    (b'{"id": "k", "d": "12345.6"}', "column d: '12345.6' is not a DECIMAL(6,2)", ...),  # beyond the precision
+    (b'{"id": "l", "s": "x"}', f"column s: 'x' is not a {_S}", ...),
+    (b'{"id": "m", "s": [{"x": 1}]}', f"column s: '[{{\"x\":1}}]' is not a {_S}", ...),
+    (b'{"id": "n", "s": {"x": "abc"}}', "column s.x: 'abc' is not an INT", ...),
+    (b'{"id": "o", "s": {"inner": {"e": "x"}}}', "column s.inner.e: 'x' is not a DOUBLE", ...),
+    (b'{"id": "p", "s": {"note": {"a": 1}}}', "column s.note: object '{\"a\":1}' is not a STRING", None),
+    (b'{"id": "q", "tags": ["t", ["u"]]}', "column tags[1]: array '[\"u\"]' is not a STRING", None),
+    (b'{"id": "r", "items": [{"qty": 1}, {"qty": 1.5}]}', "column items[1].qty: '1.5' is not an INT", ...),
+    (b'{"id": "s", "s": {"x": 1, "zz": 2, "note": [1]}}', "column s.note: array '[1]' is not a STRING", None),
+]
+
+
+def _jackson(v: Any) -> Any:
+    """A JSON value in a STRING element or field: text as it is, else its compact JSON text."""
+    return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+
+
+def _exact_rows(payloads: list[bytes]) -> list[dict[str, Any]]:
+    """The model: each payload's values in EXACT's columns (keys no field has left out)."""
+    rows = []
+    for p in payloads:
+        record = json.loads(p)
+        r, d, s, tags, items = (record.get(c) for c in ("r", "d", "s", "tags", "items"))
+        if isinstance(s, str):
+            s = json.loads(s)
+        rows.append(
+            {
+                "id": record["id"],
+                "r": None if r is None else float(np.float32(float(r))),
+                "d": None if d is None else Decimal(str(d)).quantize(Decimal("0.01")),
+                "s": None
+                if s is None
+                else {
+                    "x": s.get("x"),
+                    "note": None if s.get("note") is None else _jackson(s["note"]),
+                    "inner": None if s.get("inner") is None else {"e": s["inner"].get("e")},
+                },
+                "tags": None if tags is None else [_jackson(t) if not isinstance(t, int) else str(t) for t in tags],
+                "items": None if items is None else [{"qty": i.get("qty")} for i in items],
+            }
+        )
+    return rows
+
+
+@pytest.mark.parametrize("nested_as_text", [False, True])
+def test_json_values_are_read_exactly_or_are_dead_letters_naming_the_part(nested_as_text: bool) -> None:
+    decoder = ArrowJsonDecoder(EXACT, ["id"], nested_as_text=nested_as_text)
+    errors = [(p, as_text if nested_as_text and as_text is not ... else error) for p, error, as_text in EXACT_CASES]
+    payloads = [p for p, _ in errors]
+    decoded = decoder.decode(payloads, lambda i: f"landing/b.json:{i + 1}")
+    assert decoded.rows.to_pylist() == _exact_rows([p for p, e in errors if e is None])
+    expected = [(f"landing/b.json:{i + 1}", e) for i, (_, e) in enumerate(errors) if e is not None]
+    assert [(b.source_position, b.error) for b in decoded.bad] == expected
+    # JSON kept as text: counted per value (p's object, q's array, s's array); a bad record's not
+    assert decoded.nested_as_text == (3 if nested_as_text else 0)
+    # a delete's other values go unread: no dead letter, no JSON kept as text, none counted
+    delete = decoder.decode([b'{"id": "t", "_op": "delete", "s": {"x": "abc", "note": {}}, "tags": [[1]]}'], str)
+    assert delete.rows.to_pylist() == [dict.fromkeys(EXACT.names) | {"id": "t"}]
+    assert delete.ops().to_pylist() == ["DELETE"] and not delete.bad and delete.nested_as_text == 0
+    # keys no struct field has: skipped, counted by their place, a bad record's not
+    unknown = {"s.zz": 1 + nested_as_text, "s.inner.yy": 1, "items.element.note": 1}
+    assert decoded.unknown_fields == unknown
+    # the Spark path's tasks (decode/json_tasks.py) list the same keys per good row, which the batch counts
+    output = pa.schema(
+        [
+            *[pa.field(f.name, f.type) for f in EXACT],
+            pa.field(OP_COLUMN, pa.string()),
+            pa.field(ERROR, pa.string()),
+            pa.field(PAYLOAD, pa.string()),
+            pa.field(POSITION, pa.string()),
+            pa.field(UNKNOWN, pa.list_(pa.string())),
+            pa.field(UNKNOWN_PAYLOAD, pa.string()),
+        ]
+    )
+    batch = JsonTask(decoder, "value", (), (), output).decode(pa.record_batch([pa.array(payloads)], names=["value"]))
+    listed = [k for keys in batch.column(UNKNOWN).to_pylist() if keys for k in keys]
+    assert {k: listed.count(k) for k in listed} == unknown
+    assert [e for e in batch.column(ERROR).to_pylist() if e is not None] == [e for _, e in expected]
+
+
+def test_json_text_after_the_object_and_numbers_beyond_float_leave_the_block_read() -> None:
+    """The block read (one pyarrow read of many records) gives up on such a record, and the
+    record-by-record look makes it the dead letter it makes of it alone; the others are rows."""
+    schema = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("r", pa.float32())])
+    decoder = ArrowJsonDecoder(schema, ["id"])
+    block = [b'{"id": "x%d", "r": %d.5}' % (i, i) for i in range(600)]
+    assert decoder._read_block(b"\n".join(block), len(block)) is not None
+    bad = {
+        100: (b'{"id": "y", "r": 1e39}', "column r: '1.0E39' is out of FLOAT range"),
+        200: (b'{"id": "y", "r": -3.5e38}', "column r: '-3.5E38' is out of FLOAT range"),
+        300: (b'{"id": "y"} x', "malformed JSON: text after the object, at character 12"),
+        400: (b'{"id": "y"} {"id": "z"}', "malformed JSON: text after the object, at character 12"),
+    }
+    for i, (payload, _) in bad.items():
+        one = [*block[:i], payload, *block[i + 1 :]]
+        assert decoder._read_block(b"\n".join(one), len(one)) is None, payload
+        block[i] = payload
+    decoded = decoder.decode(block, str)
+    assert [(b.source_position, b.error) for b in decoded.bad] == [(str(i), e) for i, (_, e) in bad.items()]
+    kept = [i for i in range(600) if i not in bad]
+    assert decoded.rows.to_pylist() == [{"id": f"x{i}", "r": i + 0.5} for i in kept]
+    # the text Infinity, and a number beyond a double (1e400: Jackson's text of it is the quoted
+    # "Infinity"), read as infinity, as in a DOUBLE column: only what a double holds is refused
+    beyond_double = [b'{"id": "z", "r": "Infinity"}', b'{"id": "z", "r": -1e400}', b'{"id": "z", "r": "1e400"}']
+    decoded = decoder.decode(beyond_double, str)
+    assert decoded.rows["r"].to_pylist() == [float("inf"), float("-inf"), float("inf")] and not decoded.bad
 
 
 # -- Debezium ------------------------------------------------------------------------------------

@@ -71,14 +71,17 @@ TYPED_VALUES: list[str | None] = [
 
 
 def test_json_good_rows_are_typed(spark: Any) -> None:
-    values = TYPED_VALUES
+    # ad 2 again as ad 5, its price with no digit beyond the column's scale but a zero
+    exact = json.dumps({"ad_id": "5", "clicks": 3, "ts": MAY_1_MS, "price": "2.340", "day": 19844, "name": 42})
+    values = [*TYPED_VALUES, exact]
     good, bad = decode_json(kafka_frame(spark, values), "value", ADS, ["ad_id"], "upsert", KAFKA_POSITION)
     assert [f.name for f in good.schema.fields] == [*ADS.names, "_op"]
     assert [f.dataType for f in good.schema.fields][: len(ADS.fields)] == [f.dataType for f in ADS.fields]
-    assert bad.count() == 0
+    # a DECIMAL is never rounded (issue 49): 2.345 into DECIMAL(10,2) is a dead letter
+    assert bad_rows(bad) == {"ads/0@1": ("column price: '2.345' is not a DECIMAL(10,2)", TYPED_VALUES[1])}
     rows = {r.ad_id: r for r in good.collect()}
-    assert sorted(rows) == [1, 2, 3, 4]
-    one, two, three, four = rows[1], rows[2], rows[3], rows[4]
+    assert sorted(rows) == [1, 3, 4, 5]
+    one, two, three, four = rows[1], rows[5], rows[3], rows[4]
     assert (one.clicks, one.price, one.ok, one.day, one.name, one.tags, bytes(one.blob), one._op) == (
         12,
         Decimal("1.50"),
@@ -91,12 +94,12 @@ def test_json_good_rows_are_typed(spark: Any) -> None:
     )
     assert epoch_ms(one.ts) == MAY_1_MS  # the offset is honoured
     assert epoch_ms(two.ts) == MAY_1_MS  # integers are epoch milliseconds
-    assert (two.clicks, two.price, two.day, two.name) == (3, Decimal("2.35"), date(2024, 5, 1), "42")
+    assert (two.clicks, two.price, two.day, two.name) == (3, Decimal("2.34"), date(2024, 5, 1), "42")
     assert (three._op, three.name) == ("DELETE", None)  # a delete needs only its key
     assert four._op == "INSERT" and epoch_ms(four.ts) == MAY_1_MS  # no zone: the session's (UTC here)
 
-    appended, _ = decode_json(kafka_frame(spark, values[:2]), "value", ADS, ["ad_id"], "append", KAFKA_POSITION)
-    assert {r._op for r in appended.collect()} == {"INSERT"}
+    appended, _ = decode_json(kafka_frame(spark, [values[0], exact]), "value", ADS, ["ad_id"], "append", KAFKA_POSITION)
+    assert [r._op for r in appended.collect()] == ["INSERT", "INSERT"]
 
 
 # Bad payloads into ADS -> the error each gets.

@@ -10,9 +10,10 @@ reader.
 
 Test data: the records are written here. Their shapes are taken from the values the decoder's
 nested rules were measured on against Spark 3.5.7's from_json (tests/test_arrow_json_nested.py:
-empty arrays and maps, null elements, null map values, a struct's missing fields, a struct
-field's mistyped value kept as null as Spark keeps it) and from the decimal and binary cases of
-tests/test_arrow_json_values.py (rounding to the scale, out of precision, invalid base64).
+empty arrays and maps, null elements, null map values, a struct's missing fields; a struct
+field's mistyped value, which Spark keeps as null, is a dead letter, issue 49) and from the decimal
+and binary cases of tests/test_arrow_json_values.py (zeros beyond the scale, a digit beyond it or
+out of precision: a dead letter, invalid base64).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ COLUMNS = ["id", "amount", "raw", "seen", "tags", "items", "counts", "buyer"]
 
 
 def good(i: int) -> dict[str, Any]:
-    """Shapes both paths read: decimals as text and numbers (rounded to the scale), base64,
+    """Shapes both paths read: decimals as text and numbers (zeros beyond the scale), base64,
     NTZ as text (a zone in it ignored) or epoch milliseconds, empty and null-holding nested values."""
     shapes: list[dict[str, Any]] = [
         {
@@ -56,7 +57,7 @@ def good(i: int) -> dict[str, Any]:
             "counts": {"a": i, "b": -i},
             "buyer": {"name": f"n{i}", "age": i % 90, "address": {"city": "Oslo", "zip": "0150"}},
         },
-        {"amount": 1.555, "seen": 1_767_225_600_000 + i, "tags": [], "items": [], "counts": {}, "buyer": {}},
+        {"amount": "1.550", "seen": 1_767_225_600_000 + i, "tags": [], "items": [], "counts": {}, "buyer": {}},
         {
             "amount": -1.28,  # unscaled -128: one byte in Iceberg's bound
             "seen": "2026-01-02 03:04:05.123456",
@@ -66,7 +67,7 @@ def good(i: int) -> dict[str, Any]:
             "buyer": None,
         },
         {"seen": "2026-01-03T10:00:00+05:00", "buyer": {"address": {"zip": 12345}}, "raw": "aG k="},
-        {"seen": "2026-01-04T00:00", "items": [{"qty": "many"}], "buyer": {"age": "old"}, "tags": "[1]"},
+        {"seen": "2026-01-04T00:00", "items": [{"qty": 4}], "buyer": {"age": 40}, "tags": "[1]"},
         {
             "seen": 1_767_225_600_000 + 4 * 86_400_000,
             "amount": "99999999.99",
@@ -88,6 +89,13 @@ BAD = [
     b'{"amount": 1}',
     b'{"id": "b"}',  # no seen: a key column
     b'{"id": "b", "items": ',
+    # read exactly (issue 49), where Spark rounds, keeps a null field or a struct of nulls
+    b'{"id": "b", "seen": "2026-01-06", "amount": 1.555}',
+    b'{"id": "b", "seen": "2026-01-06", "items": [{"qty": "many"}]}',
+    b'{"id": "b", "seen": "2026-01-06", "buyer": {"age": "old"}}',
+    b'{"id": "b", "seen": "2026-01-06", "buyer": "someone"}',
+    b'{"id": "b", "seen": "2026-01-06", "buyer": {"name": {"first": "x"}}}',
+    b'{"id": "b", "seen": "2026-01-06"} {"id": "c"}',
 ]
 
 
@@ -211,6 +219,15 @@ def test_fast_path_takes_decimal_binary_ntz_and_nested_columns(spark: Any, kafka
     fast_dead = spark.sql(dead.format("nested_fast")).collect()
     assert fast_dead == spark.sql(dead.format("nested_slow")).collect()
     assert len(fast_dead) == sum(1 for _, _, v, _ in recs if v in BAD)
+    errors = {r["payload"]: r["error"] for r in fast_dead}
+    assert [errors[p.decode()] for p in BAD[-6:]] == [
+        "column amount: '1.555' is not a DECIMAL(10,2)",
+        "column items[0].qty: 'many' is not an INT",
+        "column buyer.age: 'old' is not an INT",
+        "column buyer: 'someone' is not a struct<name:string,age:int,address:struct<city:string,zip:string>>",
+        'column buyer.name: object \'{"first":"x"}\' is not a STRING',
+        "malformed JSON: text after the object, at character 34",
+    ]
 
     # Other engines read the fast path's files by their field ids.
     from pyiceberg.table import StaticTable
@@ -255,7 +272,7 @@ def test_identity_of_a_decimal_partitions_alike_on_both_paths(spark: Any, kafka_
     """A decimal's identity partition is computed in pyarrow; its values (text and JSON, with
     the scale's digits) are those the Spark path commits."""
     topic = create_topic(kafka_broker, partitions=1)
-    amounts = ["1.5", -1.28, 0, "99999999.99", 7.005, "-0.01"]
+    amounts = ["1.5", -1.28, 0, "99999999.99", "7.010", "-0.01"]
     recs = [
         (
             0,

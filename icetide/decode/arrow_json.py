@@ -8,8 +8,16 @@ in pieces (`ArrowJsonDecoder._isolated`: the records that do not look like a JSO
 the runs between read by pyarrow or halved) and decoded record by record, with the dead-letter
 texts the golden files hold.
 
+A payload is one JSON object, with JSON whitespace (space, tab, CR, LF) around it only: text
+after the object makes the record bad (`malformed JSON: text after the object, at character N`,
+issue 49), where Spark's reader ignored it.
+
 Conversions (as in the former Spark SQL JSON decoder): integers from JSON numbers or integral text, in range;
-FLOAT/DOUBLE from numbers or numeric text; BOOLEAN from true/false or Spark's boolean words;
+FLOAT/DOUBLE from numbers or numeric text, a number within a double but beyond FLOAT making the
+record bad (`column r: '1.0E39' is out of FLOAT range`, issue 49: Spark wrote infinity); a number
+beyond a double (1e400, whose text as Jackson writes it is the quoted "Infinity"; "1e400" as
+text) reads as infinity in FLOAT as in DOUBLE, as Spark reads it, and so does the text Infinity;
+BOOLEAN from true/false or Spark's boolean words;
 STRING from the raw text of any JSON scalar, as Spark keeps it (`json_values.spark_text`: a double
 as Java writes it, 1e7 as "1.0E7", and so in error messages); an object or array in a STRING
 column makes the record bad (issue 49: its JSON text is no text the record held), unless the
@@ -18,16 +26,22 @@ counts each such value (`Decoded.nested_as_text`); TIMESTAMP from integral epoch
 milliseconds (up to 15 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session
 time zone); DATE from an integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
 time and a zone in the text ignored. DECIMAL, BINARY and FIXED as decode/arrow_json_values.py
-says, ARRAY, STRUCT and MAP as decode/arrow_json_nested.py says (with the deliberate differences
-from decode_json listed there); a table with such a column, or TIMESTAMP_NTZ, is decoded record
-by record (see `unsupported_columns`). TIME alone is `undecodable_columns` (Spark has no such
-type, so neither has a table icetide creates through Spark, nor decode_json a rule for it).
+says (a DECIMAL exactly: a non-zero digit beyond the scale makes the record bad, where Spark
+rounded), ARRAY, STRUCT and MAP as decode/arrow_json_nested.py `exact_value` says (exactly: a
+struct field that does not fit, text that is no object for a STRUCT, an object or array in a
+STRING element or field without `nested_as_text` make the record bad, the error naming the part,
+as `column s.x: 'abc' is not an INT` or `column tags[1]: object '{...}' is not a STRING`; with
+the deliberate differences from decode_json listed there); a table with such a column, or
+TIMESTAMP_NTZ, is decoded record by record (see `unsupported_columns`). TIME alone is
+`undecodable_columns` (Spark has no such type, so neither has a table icetide creates through
+Spark, nor decode_json a rule for it).
 
 Ops (as the former Spark SQL JSON decoder): a record's `_op` (spaces trimmed, any case) is INSERT, UPSERT or DELETE,
 else the record is bad; without one it is INSERT in "append" mode and UPSERT in "upsert" mode. A
 DELETE needs only its key: its other values go unread (a value that does not fit is null).
 Keys of a good record that are no column (nor `_op`) are counted, null-valued ones too, as
-decode_json counts them.
+decode_json counts them; so are the keys no field has in its struct values, which are skipped, as
+"column.key" ("column.element.key" in an array, "column.value.key" in a map's values).
 Payload limits and value ranges are icetide.decode.limits, as on the Spark path; a number
 longer than 1000 characters is malformed JSON, as Spark's reader (Jackson) has it.
 Known difference: timestamp text is read as ISO-8601 (`2024-05-01`, `2024-05-01 10:00`,
@@ -38,6 +52,7 @@ make a record bad here.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,6 +79,7 @@ from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
 __all__ = ["ArrowJsonDecoder", "BadRecord", "Decoded"]
 
 _DECODER = json.JSONDecoder()
+_JSON_SPACE = " \t\n\r"
 _QUOTED_INFINITY = ('"Infinity"', '"-Infinity"')
 # A piece of a refused block this small goes record by record: a pyarrow read of a piece has a
 # fixed cost of 0.4-1 ms (about 50-100 records' worth of the record-by-record look), and a piece
@@ -111,8 +127,9 @@ class ArrowJsonDecoder:
         nested_as_text: bool = False,
     ) -> None:
         """`op_mode` as decode_json's: the `_op` of a record without one (INSERT when "append",
-        UPSERT when "upsert"). `nested_as_text`: an object or array in a STRING column is kept as
-        its JSON text (counted), not a bad record. ValueError for a table with `undecodable_columns`."""
+        UPSERT when "upsert"). `nested_as_text`: an object or array in a STRING column, or in a
+        STRING element or field of a nested column, is kept as its JSON text (counted), not a bad
+        record. ValueError for a table with `undecodable_columns`."""
         if op_mode not in ("append", "upsert"):
             raise ConfigError(f"decode: op_mode {op_mode!r} is not one of upsert, append")
         missing = undecodable_columns(schema)
@@ -126,6 +143,9 @@ class ArrowJsonDecoder:
         self.limits = limits or PayloadLimits()
         self.nested_as_text = nested_as_text
         self._known = frozenset([*schema.names, OP_COLUMN])
+        self._floats = [i for i, f in enumerate(schema) if pa.types.is_float32(f.type)]
+        plans = [(f.name, nested.key_plan(f.type)) for f in schema if nested.supported(f.type)]
+        self._structs = [(name, plan) for name, plan in plans if plan is not None]
         self._record_by_record = bool(unsupported_columns(schema))
         self._block = PyarrowBlock(schema, key, self.default_op, time_zone, self.limits)
 
@@ -300,16 +320,20 @@ class ArrowJsonDecoder:
         `unknown`, and its objects and arrays kept as JSON text (`nested_as_text`) into `as_text`,
         by column."""
         default = self.default_op
-        stripped = text.strip()
+        stripped = text.strip(_JSON_SPACE)
         if not stripped:
             return None, "malformed JSON: empty payload", default
         try:
             decoder = _CHECKED_DECODER if _LONG_DIGITS_TEXT.search(stripped) else _DECODER
-            obj, _ = decoder.raw_decode(stripped)  # text after the first JSON value is ignored
+            obj, end = decoder.raw_decode(stripped)
         except ValueError:
-            obj = None
+            obj, end = None, 0
         if not isinstance(obj, dict):
             return None, "malformed JSON" if stripped.startswith("{") else "malformed JSON: not an object", default
+        if end != len(stripped):  # issue 49: no record read exactly (Spark's reader ignores such text)
+            after = stripped[end:]  # where the text starts in the payload, as the Debezium decoder says
+            at = len(text) - len(text.lstrip(_JSON_SPACE)) + len(stripped) - len(after.lstrip(_JSON_SPACE))
+            return None, f"malformed JSON: text after the object, at character {at}", default
         op = default
         raw_op = obj.get(OP_COLUMN)
         if raw_op is not None:
@@ -320,6 +344,8 @@ class ArrowJsonDecoder:
         typed: list[Any] = []
         errors: dict[str, str] = {}
         kept_as_text: list[str] = []
+        deleting = op == DELETE  # a delete's values but its key go unread (a value that does not fit is null)
+        reading: nested.Reading | None = None  # of its ARRAY, STRUCT and MAP values, made at the first
         for f in self.schema:
             value = obj.get(f.name)
             if value is None:
@@ -331,20 +357,32 @@ class ArrowJsonDecoder:
                 continue
             raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
             if isinstance(value, dict | list) and pa.types.is_string(f.type):
-                if op == DELETE and f.name not in self.key:  # a delete's other values go unread
+                if deleting and f.name not in self.key:
                     typed.append(None)
                 elif self.nested_as_text:
                     typed.append(raw)  # its JSON text, as Spark's reader keeps it
                     kept_as_text.append(f.name)
                 else:
                     typed.append(None)
-                    kind = "object" if isinstance(value, dict) else "array"
-                    errors[f.name] = f"column {f.name}: {kind} '{_quoted(raw)}' is not a STRING"
+                    errors[f.name] = _unfit(f.name, raw, f.type, "object" if isinstance(value, dict) else "array")
                 continue
             if json_values.supported(f.type):
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
-                converted = nested.value(raw, f.type, self.time_zone)
+                if reading is None:
+                    reading = nested.Reading(self.time_zone, exact=True, as_text=self.nested_as_text)
+                kept = reading.kept
+                try:
+                    converted = nested.exact_value(raw, f.type, reading)
+                except nested.Unfit as part:  # a struct field, or JSON where a STRING is
+                    typed.append(None)
+                    if not deleting or f.name in self.key:
+                        errors[f.name] = _unfit(f.name + part.path, part.raw, part.type, part.shape, part.beyond)
+                    continue
+                kept = reading.kept - kept
+                if kept and deleting and f.name not in self.key:  # as an object in a STRING column of a delete
+                    converted, kept = None, 0
+                kept_as_text += [f.name] * kept
             elif pa.types.is_floating(f.type) and raw in _QUOTED_INFINITY:
                 converted = scalar_value(
                     raw[1:-1], f.type, self.time_zone
@@ -352,20 +390,56 @@ class ArrowJsonDecoder:
             else:
                 converted = scalar_value(raw, f.type, self.time_zone)
             typed.append(converted)
-            if converted is None and (op != DELETE or f.name in self.key):  # a delete's other values go unread
-                shown = type_name(f.type)
-                article = "an" if shown[:1].upper() in "AEIOU" else "a"
-                errors[f.name] = f"column {f.name}: '{_quoted(raw)}' is not {article} {shown}"
+            if converted is None and (not deleting or f.name in self.key):
+                errors[f.name] = _unfit(f.name, raw, f.type)
+        # a finite number a FLOAT would hold as infinity (issue 49): looked for here, at no cost per field
+        for i in self._floats:
+            v = typed[i]
+            if v is not None and lim.FLOAT32_OUT <= abs(v) < math.inf:
+                name = self.schema.names[i]
+                typed[i] = None
+                if not deleting or name in self.key:
+                    errors[name] = _unfit(
+                        name, json_values.spark_text(obj[name]), self.schema.field(i).type, beyond=True
+                    )
         if errors:  # key columns first, then the others, each in schema order (as the former Spark SQL JSON decoder)
             ordered = [n for n in self.schema.names if n in self.key] + [n for n in self.schema.names]
             return None, next(errors[n] for n in ordered if n in errors), op
         if unknown is not None:
-            for name in obj.keys() - self._known:
+            # keys inside struct values are looked for where a struct skipped one (or a delete left
+            # a value unread): the same keys, found at no cost for the other records
+            inside = self._structs and (deleting or (reading is not None and reading.skipped))
+            for name in self.unknown_keys(obj) if inside else obj.keys() - self._known:
                 unknown[name] = unknown.get(name, 0) + 1
         if as_text is not None:
             for name in kept_as_text:
                 as_text[name] = as_text.get(name, 0) + 1
         return typed, None, op
+
+    def unknown_keys(self, obj: dict[str, Any]) -> list[str]:
+        """A record's keys that are no column (nor `_op`), in its order, then the keys that no
+        field has of the structs in its values, as "column.key" (decode/arrow_json_nested.py
+        `unknown_keys`): skipped, and counted with the others."""
+        found = [k for k in obj if k not in self._known]
+        if not self._structs:
+            return found
+        for name, plan in self._structs:
+            value = obj.get(name)
+            if value is not None:
+                found += sorted(nested.unknown_keys(value, plan, name))
+        return list(dict.fromkeys(found))  # a top-level key "s.x" is the same name as s's key x
+
+
+def _unfit(column: str, raw: str, t: pa.DataType, shape: str | None = None, beyond: bool = False) -> str:
+    """The error of a value that does not fit column (or part of a column) `column` of type `t`:
+    `shape` "object" or "array" for JSON where a STRING is, `beyond` for a number beyond FLOAT."""
+    if shape is not None:
+        return f"column {column}: {shape} '{_quoted(raw)}' is not a STRING"
+    shown = type_name(t)
+    if beyond:
+        return f"column {column}: '{_quoted(raw)}' is out of {shown} range"
+    article = "an" if shown[:1].upper() in "AEIOU" else "a"
+    return f"column {column}: '{_quoted(raw)}' is not {article} {shown}"
 
 
 def _quoted(raw: str) -> str:

@@ -5,8 +5,10 @@ of decode/arrow_json.py's decoder, which looks at records one by one only where 
 payload that is not one JSON object on one line, a line past the payload limits
 (icetide.decode.limits), a number longer than Spark's reader takes, an unknown op, a value of
 another JSON type than the parse schema's (an object or array in a STRING column: pyarrow's read
-refuses it), or a value that does not fit its column (out of range, text that is not a timestamp,
-a null key or NOT NULL column). The record-by-record look then decides, with the dead letter naming the value.
+refuses it), or a value that does not fit its column (out of range, a finite number beyond FLOAT,
+text that is not a timestamp, a null key or NOT NULL column). The record-by-record look then
+decides, with the dead letter naming the value. Text after a record's object fails the read, or
+adds a row (a second object), so it goes to that look too.
 """
 
 from __future__ import annotations
@@ -223,6 +225,12 @@ class PyarrowBlock:
         if pa.types.is_string(t) or pa.types.is_boolean(t) or pa.types.is_float64(t):
             return a
         if pa.types.is_float32(t):
+            if a.null_count < len(a):
+                mm = pc.min_max(a)  # a finite double beyond FLOAT is refused (issue 49), not infinity
+                if not -lim.FLOAT32_OUT < mm["min"].as_py() <= mm["max"].as_py() < lim.FLOAT32_OUT:
+                    beyond = pc.and_(pc.is_finite(a), pc.greater_equal(pc.abs(a), lim.FLOAT32_OUT))
+                    if pc.any(beyond).as_py():
+                        return None
             return a.cast(t, safe=False)
         if pa.types.is_integer(t):
             if t.bit_width < 64 and a.null_count < len(a):

@@ -1,8 +1,9 @@
 """ARRAY, STRUCT and MAP values of the pyarrow JSON decoder (decode/arrow_json.py), one at a time.
 
 the former Spark SQL JSON decoder reads such a column with `from_json(raw, T)` (PERMISSIVE) of the field's raw
-text; this module is that, in Python, as Spark 3.5.7 does it (measured against decode_json in
-tests/test_arrow_json_nested.py). The first JSON value of the text counts (leading JSON
+text; `value` is that, in Python, as Spark 3.5.7 does it (measured against decode_json in
+tests/test_arrow_json_nested.py), and the Debezium decoder reads a Connect field's text into such
+a column with it (decode/connect_conversions.py). The first JSON value of the text counts (leading JSON
 whitespace skipped, the rest ignored). Then, by Spark's JSON reader (JacksonParser) with partial
 results, which Spark 3.5 enables:
 - ARRAY: must be a JSON array, every element fit its type; one element that does not makes the
@@ -20,13 +21,27 @@ integral number of epoch seconds, or timestamp text as the top-level column has 
 TIMESTAMP_NTZ (timestamp text without a zone); BINARY (base64 text, padded, whitespace only
 between groups of four).
 
+The JSON decoder reads such a column with `exact_value` instead (issue 49: a value read exactly,
+or a dead letter, never one Spark repaired), by the rules above but that:
+- the text is one JSON value (JSON whitespace around it only), and a STRUCT's an object: other
+  text does not fit (Spark: a struct of nulls);
+- a struct field whose value does not fit makes the record bad, naming it (`column s.x: 'abc' is
+  not an INT`; in an array `column a[1].x`, in a map `column m["k"].x`), as an element of an
+  array in a struct field does (`column s.tags: '["x"]' is not an array<int>`) (Spark: null);
+- an object or array in a STRING element or field makes the record bad (`column s.note: object
+  '{...}' is not a STRING`), unless the decoder's `nested_as_text` keeps its JSON text, counted
+  (Spark: its JSON text);
+- a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up), a FLOAT no number
+  a double holds beyond FLOAT's range (Spark: infinity; beyond a double it is infinity, as at the top);
+- the keys no struct field has are still skipped, and counted by the decoder (`unknown_keys`).
+
 Deliberate differences from decode_json, where Spark fails the whole batch or keeps a value no
-other icetide path would (tests/test_arrow_json_nested.py asserts them):
+other icetide path would (tests/test_arrow_json_nested.py asserts them; the repairs above are
+deliberate differences too, their golden entries rewritten):
 - text other than NaN/Infinity in an array<double>/array<float> element (Spark: internal error
   _LEGACY_ERROR_TEMP_2133) and date-shaped text that is no date ("2024-13-45", Spark:
-  CAST_INVALID_INPUT) in an array<date> element: here the value does not fit, so the record is
-  a dead letter naming the column; inside a struct the field is null (as Spark has it for the
-  double; the bad date fails Spark's batch there too);
+  CAST_INVALID_INPUT) in an array<date> element or a struct's DATE field: here the value does not
+  fit, so the record is a dead letter naming the column or the field;
 - a nested TIMESTAMP or DATE outside years 0001-9999 (epoch seconds such as 1700000000000): Spark
   keeps it, here it does not fit, as for a top-level column (icetide.decode.limits);
 - a MAP whose key type is not STRING: decode_json cannot read such a table (Spark's from_json
@@ -37,8 +52,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import json
+import math
 import re
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -68,6 +83,35 @@ class _Object(list[tuple[str, Any]]):
 
 class _Unfit(Exception):
     """The value does not fit its type (Spark's reader throws)."""
+
+
+class Unfit(_Unfit):
+    """In an exact reading (`exact_value`): the part of a value at `path` (".b", "[0]", '["k"]'
+    after the column's name) does not fit; `raw` is its text, `t` the type it should have been.
+    `shape` ("object", "array") when it is JSON that a STRING does not take; `beyond` when it is a
+    finite number beyond FLOAT."""
+
+    def __init__(self, path: str, raw: str, t: pa.DataType, *, shape: str | None = None, beyond: bool = False) -> None:
+        super().__init__(path)
+        self.path, self.raw, self.type, self.shape, self.beyond = path, raw, t, shape, beyond
+
+    def within(self, outer: str) -> Unfit:
+        """This, seen from the value that holds it at `outer`."""
+        self.path = outer + self.path
+        return self
+
+
+class Reading:
+    """How a record's nested values are read: as Spark's from_json (`value`, for the Debezium
+    decoder), or exactly (`exact`: `exact_value`, the JSON decoder's), keeping objects and arrays
+    in STRING elements and fields as JSON text with `as_text` (nested_as_text). It counts, over
+    the values read with it, the texts so kept (`kept`), and says whether a key no struct field
+    has was skipped (`skipped`: then `unknown_keys` names them)."""
+
+    __slots__ = ("as_text", "exact", "kept", "skipped", "zone")
+
+    def __init__(self, zone: str, *, exact: bool = False, as_text: bool = False) -> None:
+        self.zone, self.exact, self.as_text, self.kept, self.skipped = zone, exact, as_text, 0, False
 
 
 _PAIRS = json.JSONDecoder(
@@ -103,7 +147,8 @@ def _element_supported(t: pa.DataType) -> bool:
 
 def value(raw: str, t: pa.DataType, time_zone: str) -> Any:
     """`from_json(raw, t)` in PERMISSIVE mode for a list, struct or map type `t`; None when the
-    value does not fit (a struct fits unless blank: text that is no object gives a struct of nulls)."""
+    value does not fit (a struct fits unless blank: text that is no object gives a struct of nulls).
+    The Debezium decoder's reading of a Connect field's text (decode/connect_conversions.py)."""
     try:
         parsed, _ = _PAIRS.raw_decode(raw.lstrip(_JSON_SPACE))
     except (ValueError, RecursionError):
@@ -113,82 +158,194 @@ def value(raw: str, t: pa.DataType, time_zone: str) -> Any:
             return None  # Spark's from_json: null for blank text
         if not isinstance(parsed, _Object):
             return {t.field(i).name: None for i in range(t.num_fields)}
-        return _struct(parsed, t, time_zone)
+        return _struct(parsed, t, Reading(time_zone))
     if parsed is None:
         return None
     try:
-        return _convert(parsed, t, time_zone)
+        return _convert(parsed, t, Reading(time_zone))
     except _Unfit:
         return None
 
 
-def _convert(e: Any, t: pa.DataType, zone: str) -> Any:
+def exact_value(raw: str, t: pa.DataType, reading: Reading) -> Any:
+    """The JSON decoder's reading of a list, struct or map column (issue 49), with `reading` (made
+    `exact`, one per record, which counts what it keeps as text and sees skipped keys): the
+    value, or None when it does not fit as a whole. Raises `Unfit` naming the part of it that
+    does not fit: a struct field, or an object or array where a STRING is.
+
+    Unlike `value`: `raw` must be one JSON value (JSON whitespace around it), a struct must be an
+    object, no field is left null because its value does not fit, a DECIMAL takes no digit
+    beyond its scale, a FLOAT no finite number beyond its range, and a STRING takes an object or
+    array only with `as_text`. Keys no struct field has are skipped (`unknown_keys`)."""
+    text = raw.strip(_JSON_SPACE)
+    try:
+        parsed, end = _PAIRS.raw_decode(text)
+    except (ValueError, RecursionError):
+        return None
+    if end != len(text):
+        return None  # text after the JSON value
+    try:
+        return _convert(parsed, t, reading)
+    except Unfit:
+        raise
+    except _Unfit:
+        return None
+
+
+_STRUCT, _LIST, _MAP = 0, 1, 2
+KeyPlan = tuple[int, Any]  # (_STRUCT, {field: KeyPlan or None}), (_LIST, KeyPlan) or (_MAP, KeyPlan)
+
+
+def key_plan(t: pa.DataType) -> KeyPlan | None:
+    """Where the structs of type `t` are, for `unknown_keys` (plain dicts: no pyarrow call per
+    value); None when `t` holds no struct."""
+    if pa.types.is_struct(t):
+        return _STRUCT, {t.field(i).name: key_plan(t.field(i).type) for i in range(t.num_fields)}
+    inner = key_plan(t.value_type) if pa.types.is_list(t) else key_plan(t.item_type) if pa.types.is_map(t) else None
+    if inner is None:
+        return None
+    return (_LIST if pa.types.is_list(t) else _MAP), inner
+
+
+def unknown_keys(v: Any, plan: KeyPlan, path: str) -> set[str]:
+    """The keys of JSON value `v` (as json.loads reads it; text is read as JSON at the top, as
+    `exact_value` reads it) that no field has of a struct in the type of `plan` (`key_plan`), each
+    as a path from `path`: "column.key", "column.element.key" in a list, "column.value.key" in a map."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except (ValueError, RecursionError):
+            return set()
+    found: set[str] = set()
+    _unknown_into(v, plan, path, found)
+    return found
+
+
+def _unknown_into(v: Any, plan: KeyPlan, path: str, found: set[str]) -> None:
+    kind, inner = plan
+    if kind == _STRUCT:
+        if type(v) is dict:
+            for k, x in v.items():
+                if k not in inner:
+                    found.add(f"{path}.{k}")
+                elif x is not None and inner[k] is not None:
+                    _unknown_into(x, inner[k], f"{path}.{k}", found)
+    elif kind == _LIST:
+        if type(v) is list:
+            for x in v:
+                if x is not None:
+                    _unknown_into(x, inner, f"{path}.element", found)
+    elif type(v) is dict:
+        for x in v.values():
+            if x is not None:
+                _unknown_into(x, inner, f"{path}.value", found)
+
+
+def _convert(e: Any, t: pa.DataType, r: Reading) -> Any:
     """One JSON value (not null) as Spark's JSON reader converts it to `t`; _Unfit when it does not fit."""
     if pa.types.is_list(t):
         if type(e) is not list:
             raise _Unfit
         element = t.value_type
-        return [None if v is None else _convert(v, element, zone) for v in e]
+        if not r.exact:
+            return [None if v is None else _convert(v, element, r) for v in e]
+        out = []
+        for i, v in enumerate(e):
+            try:
+                out.append(None if v is None else _convert(v, element, r))
+            except Unfit as unfit:
+                raise unfit.within(f"[{i}]") from None
+        return out
     if pa.types.is_struct(t):
         if not isinstance(e, _Object):
             raise _Unfit
-        return _struct(e, t, zone)
+        return _struct(e, t, r)
     if pa.types.is_map(t):
         if not isinstance(e, _Object):
             raise _Unfit
         entries: dict[Any, Any] = {}
         for k, v in e:
-            entries[_key(k, t.key_type, zone)] = None if v is None else _convert(v, t.item_type, zone)
+            key = _key(k, t.key_type, r)
+            try:
+                entries[key] = None if v is None else _convert(v, t.item_type, r)
+            except Unfit as unfit:
+                raise unfit.within(f"[{json.dumps(k, ensure_ascii=False)}]") from None
         return list(entries.items())
-    converted = _scalar(e, t, zone)
+    converted = _scalar(e, t, r)
     if converted is None:
         raise _Unfit
     return converted
 
 
-def _struct(pairs: _Object, t: pa.StructType, zone: str) -> dict[str, Any]:
-    """A struct from an object's pairs: a field that does not fit is null (Spark's partial results)."""
+def _struct(pairs: _Object, t: pa.StructType, r: Reading) -> dict[str, Any]:
+    """A struct from an object's pairs: a field that does not fit is null (Spark's partial
+    results), or, read exactly, `Unfit` naming it (of repeated keys, the last counts)."""
     types = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
     row: dict[str, Any] = dict.fromkeys(types)
-    for k, v in pairs:
+    for k, v in dict(pairs).items() if r.exact else pairs:
         if k not in types:
+            r.skipped = True
             continue
         if v is None:
             row[k] = None
             continue
-        # Spark leaves a field that does not fit as it was: null, or an earlier repeated key's value
-        with contextlib.suppress(_Unfit):
-            row[k] = _convert(v, types[k], zone)
+        try:
+            row[k] = _convert(v, types[k], r)
+        except Unfit as unfit:
+            raise unfit.within(f".{k}") from None
+        except _Unfit:
+            if r.exact:
+                raise Unfit(f".{k}", _shown(v), types[k], beyond=_beyond_float(v, types[k])) from None
+            # Spark leaves a field that does not fit as it was: null, or an earlier repeated key's value
     return row
 
 
-def _key(k: str, t: pa.DataType, zone: str) -> Any:
+def _shown(e: Any) -> str:
+    """A JSON value's text as a dead letter quotes it: text as it is, else as Jackson writes it."""
+    return e if isinstance(e, str) else _text(e)
+
+
+def _beyond_float(e: Any, t: pa.DataType) -> bool:
+    """Whether `e` is a finite number that a FLOAT (`t`) would hold as infinity."""
+    if not pa.types.is_float32(t) or not (type(e) is int or isinstance(e, Decimal)):
+        return False
+    x = float(e)
+    return lim.FLOAT32_OUT <= abs(x) < math.inf
+
+
+def _key(k: str, t: pa.DataType, r: Reading) -> Any:
     """A map key (JSON object keys are text) of key type `t`; _Unfit when it does not convert."""
     if pa.types.is_string(t):
         return k
     converted: Any = None
     if pa.types.is_integer(t):
         if _INTEGER_TEXT.match(k.strip()):
-            converted = _scalar(int(k), t, zone)
+            converted = _scalar(int(k), t, r)
     elif pa.types.is_floating(t) or pa.types.is_decimal128(t):
         number = json_values.big_decimal(k.strip())
         if number is not None:
-            converted = _scalar(number, t, zone)
+            converted = _scalar(number, t, r)
         elif k.strip() in _INFINITE:
-            converted = _scalar(k.strip(), t, zone)
+            converted = _scalar(k.strip(), t, r)
     elif pa.types.is_boolean(t):
         converted = {"true": True, "false": False}.get(k.strip().lower())
     else:
-        converted = _scalar(k, t, zone)
+        converted = _scalar(k, t, r)
     if converted is None:
         raise _Unfit
     return converted
 
 
-def _scalar(e: Any, t: pa.DataType, zone: str) -> Any:
+def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
     """A scalar element as Spark's JSON reader converts it, or None when it does not fit."""
     if pa.types.is_string(t):
-        return e if isinstance(e, str) else _text(e)
+        if isinstance(e, str):
+            return e
+        if r.exact and isinstance(e, list):  # an _Object is a list too
+            if not r.as_text:
+                raise Unfit("", _text(e), t, shape="object" if isinstance(e, _Object) else "array")
+            r.kept += 1
+        return _text(e)
     if pa.types.is_integer(t):
         if type(e) is not int:
             return None
@@ -198,18 +355,19 @@ def _scalar(e: Any, t: pa.DataType, zone: str) -> Any:
         return e - 256 if e > 127 and t.bit_width == 8 else e
     if pa.types.is_floating(t):
         if type(e) is int or isinstance(e, Decimal):
-            return float(e)
+            return None if r.exact and _beyond_float(e, t) else float(e)
         return _INFINITE.get(e) if isinstance(e, str) else None
     if pa.types.is_boolean(t):
         return e if type(e) is bool else None
     if pa.types.is_decimal128(t):
+        fit = json_values.exact_decimal if r.exact else json_values.fit_decimal
         if type(e) is int:
-            return json_values.fit_decimal(Decimal(e), t)
+            return fit(Decimal(e), t)
         if isinstance(e, Decimal):
-            return json_values.fit_decimal(e, t)
+            return fit(e, t)
         if isinstance(e, str):
             number = json_values.big_decimal(e.replace(",", ""))  # the en-US parser of Spark's reader
-            return None if number is None else json_values.fit_decimal(number, t)
+            return None if number is None else fit(number, t)
         return None
     if not isinstance(e, str):
         if pa.types.is_timestamp(t) and t.tz is not None and type(e) is int:
@@ -220,7 +378,7 @@ def _scalar(e: Any, t: pa.DataType, zone: str) -> Any:
     if pa.types.is_timestamp(t):
         if t.tz is None:  # TIMESTAMP_NTZ: text with a zone does not fit here (it does at the top)
             return None if _ZONED.search(e.strip()) else wall_time_text(e)
-        return timestamp_text(e, zone)
+        return timestamp_text(e, r.zone)
     if pa.types.is_binary(t):
         return _base64(e)
     return None

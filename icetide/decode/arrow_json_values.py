@@ -4,6 +4,9 @@ Each function is what the former Spark SQL JSON decoder does to a field's raw te
 - DECIMAL: `try_cast(raw AS DECIMAL(p,s))`: the text trimmed of characters up to U+0020 (Java's
   `String.trim`), then Java's BigDecimal grammar (Unicode digits count, no `NaN`, `Infinity` or
   `_`), rounded half up to the scale; more integral digits than `p - s` after rounding does not fit.
+  The JSON decoder reads a DECIMAL exactly (`exact_decimal`, issue 49): a non-zero digit beyond the
+  scale does not fit (2.345 into DECIMAL(10,2); 1.500 is 1.50), where Spark rounds. The Debezium
+  decoder's conversions (decode/connect_*.py) keep `decimal_value` and `fit_decimal` as Spark has them.
 - BINARY: `try_to_binary(raw, 'base64')`: the base64 alphabet (not the URL-safe one), Java
   whitespace skipped before the padding and nothing but `=` after it, at most two `=`, and with
   them a multiple of four characters; without padding any length but 4n+1. Trailing bits are ignored.
@@ -148,9 +151,11 @@ def simple_string(t: pa.DataType) -> str:
 
 
 def value(raw: str, t: pa.DataType) -> Any:
-    """The value of raw text `raw` in a column of type `t` (`supported`), or None when it does not fit."""
+    """The value of raw text `raw` in a column of type `t` (`supported`), or None when it does not
+    fit; a DECIMAL exactly (`exact_decimal`)."""
     if pa.types.is_decimal128(t):
-        return decimal_value(raw, t)
+        number = big_decimal(raw.strip(_JAVA_TRIM))
+        return None if number is None else exact_decimal(number, t)
     data = binary_value(raw)
     if pa.types.is_fixed_size_binary(t) and data is not None and len(data) != t.byte_width:
         return None  # FIXED(n): Spark sees BINARY, and the Iceberg writer takes n bytes only
@@ -172,6 +177,13 @@ def fit_decimal(number: Decimal, t: pa.Decimal128Type) -> Decimal | None:
     if rounded and rounded.adjusted() >= t.precision - t.scale:
         return None
     return rounded if rounded else rounded.copy_abs()  # no negative zero
+
+
+def exact_decimal(number: Decimal, t: pa.Decimal128Type) -> Decimal | None:
+    """`number` at the scale of `t` when that changes no digit of it (trailing zeros beyond the
+    scale go), else None: the JSON decoder's DECIMAL, which never rounds (issue 49)."""
+    fitted = fit_decimal(number, t)
+    return fitted if fitted is not None and fitted == number else None
 
 
 def big_decimal(text: str) -> Decimal | None:

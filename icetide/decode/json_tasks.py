@@ -121,15 +121,15 @@ class JsonTask:
         return pa.RecordBatch.from_arrays(columns, schema=self.output)
 
     def _unknown(self, payloads: list[bytes | None], good_at: list[int]) -> list[tuple[list[str], str | None]]:
-        """Per good record: its top-level keys that are no column (null values too, as Spark's
-        json_object_keys lists them) and its payload when it has any (for typing new columns)."""
-        known = set(self.decoder.schema.names) | {OP_COLUMN}
+        """Per good record: its keys that are no column (null values too, as Spark's
+        json_object_keys lists them; then those inside its struct values, `ArrowJsonDecoder.unknown_keys`)
+        and its payload when it has any (for typing new columns)."""
         out: list[tuple[list[str], str | None]] = []
         for i in good_at:
             payload = payloads[i]
             assert payload is not None
             text = payload.decode("utf-8")
-            keys = [k for k in _DECODER.raw_decode(text.strip())[0] if k not in known]
+            keys = self.decoder.unknown_keys(_DECODER.raw_decode(text.strip())[0])
             out.append((keys, text if keys else None))
         return out
 

@@ -9,7 +9,9 @@ things as the Spark SQL decoders they replaced did, so a record is bad where it 
 - timestamps and dates: years 0001 to 9999 (in UTC for TIMESTAMP). Iceberg and Arrow hold wider
   ranges, but Python's datetime, which reads file statistics and partition values, does not.
 
-Integers and decimals out of their type's range were already bad records (try_cast).
+Integers and decimals out of their type's range were already bad records (try_cast). The JSON
+decoder also refuses a number within a double but beyond FLOAT (`FLOAT32_OUT`), which a FLOAT
+column would hold as infinity (issue 49); one beyond a double is infinity in DOUBLE and FLOAT alike.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ MIN_EPOCH_MS, MAX_EPOCH_MS = MIN_EPOCH_MICROS // 1000, MAX_EPOCH_MICROS // 1000
 # The values of a signed integer column of each bit width.
 INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 MIN_EPOCH_DAYS, MAX_EPOCH_DAYS = -719_162, 2_932_896  # 0001-01-01, 9999-12-31
+# Halfway from the largest FLOAT to 2**128: a double this large or larger rounds to infinity as a FLOAT.
+FLOAT32_OUT = 2.0**128 - 2.0**103
 
 # A JSON escape of a lone surrogate: a high one not followed by a low one, or a low one not
 # preceded by a high one; the escape itself not escaped (an even run of backslashes before it).
