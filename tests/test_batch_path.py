@@ -1,5 +1,6 @@
 """How a batch ran, as typed values (pipeline/batch_path.py): the lists are an interface (dashboards
-alert on them), the metrics line carries them as plain strings, and Prometheus counts them. Pure Python, no Spark."""
+alert on them), the metrics line carries them as plain strings, the pipeline's state keeps them
+for `icetide status`, and Prometheus counts them. Pure Python, no Spark."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.batches import BatchMetrics, batch_metrics
 from icetide.pipeline.prometheus import PipelineMetrics, scrape_lines
 from icetide.pipeline.staging import Fallback
+from icetide.sink.pipeline_state import PipelineState
 
 
 def test_the_values_are_the_documented_lists() -> None:
@@ -64,6 +66,17 @@ def test_the_metrics_line_carries_path_fallback_and_flags_as_strings() -> None:
     assert (fast["path"], fast["fallback"], fast["fallback_detail"]) == ("avro_fast", None, None)
     assert (fast["overlapped"], fast["columnar"], fast["records_as_columns"]) == (True, True, 7)
     assert fast["path"] == BatchPath.AVRO_FAST  # a line read back compares equal to the enum
+
+
+def test_the_pipeline_state_keeps_how_the_batch_ran_and_reads_states_without_it() -> None:
+    state = PipelineState("p", 3, {"0": 9}, "t", batch_path=BatchPath.SPARK, fallback=FallbackReason.CHANGE_OPS)
+    text = state.to_json()
+    assert (json.loads(text)["batch_path"], json.loads(text)["fallback"]) == ("spark", "change_ops")
+    assert PipelineState.from_json("p", text) == state
+    plain = PipelineState("p", 3, {"0": 9}, "t")  # UpsertSink.write by a user's job: the layout as before
+    assert set(json.loads(plain.to_json())) == {"version", "batch_id", "source_position", "committed_at"}
+    again = PipelineState.from_json("p", plain.to_json())
+    assert (again.batch_path, again.fallback) == (None, None)
 
 
 def test_prometheus_counts_each_path_and_fallback_and_the_flags() -> None:

@@ -30,6 +30,7 @@ import yaml
 
 from icetide.config import PipelineConfig, load_config
 from icetide.errors import ConfigError, IcetideError, one_line
+from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.sync import SyncBatchMetrics, SyncRunner
 from tests.commands import crash_tour, run_cli, warehouse_reader
 from tests.debezium_messages import messages
@@ -470,6 +471,15 @@ def test_every_table_equals_its_source_after_kill_9(
     listed = {s["table"]: s for s in json.loads(status.stdout)}
     assert {f"lake.{namespace}.{t}" for t in streams} < set(listed)
     assert all(listed[f"lake.{namespace}.{t}"]["lag"] == 0 for t in streams)
+    # How each table's last batch ran, from its state: the fast path, or the Spark path and why.
+    ran = {
+        (listed[f"lake.{namespace}.{t}"]["batch_path"], listed[f"lake.{namespace}.{t}"]["fallback"]) for t in streams
+    }
+    reasons = {r.value for r in FallbackReason}
+    assert all(
+        ran_as in {("sync_fast", None)} or (ran_as[0] == "sync_spark" and ran_as[1] in reasons) for ran_as in ran
+    ), ran
+    assert listed[f"lake.{namespace}.dead_letter"]["batch_path"] is None  # written by the pipeline's dead letters
 
 
 def test_a_failed_fast_path_job_names_the_tables_of_the_batch(spark: Any, kafka_broker: str, warehouse: str) -> None:

@@ -135,15 +135,24 @@ def test_landing_files_on_the_fast_path_equal_the_model_and_the_spark_path(
 
 def test_a_landing_folder_resumes_on_the_fast_path_after_the_spark_path(spark: Any, tmp_path: Path) -> None:
     """A pipeline that ran with `fast_path: off` and is started again with it on reads only the
-    files landed since, and the table equals the model of every file."""
+    files landed since, and the table equals the model of every file. The pipeline's state on the
+    table (what `icetide status TABLE --json` lists) says how its last batch ran."""
+    from icetide.maintenance.health import table_health
+
+    def last_ran() -> tuple[str | None, str | None]:
+        [state] = json.loads(table_health(spark, "lake.filesfast.resume").to_json())["pipelines"]
+        return state["batch_path"], state["fallback"]
+
     landing = tmp_path / "landing"
     first, _ = land_files(landing, 3, seed=5)
     doc = pipeline_doc("files_resume", landing)
     doc["table"]["name"] = "lake.filesfast.resume"
     doc["dead_letter"] = "lake.filesfast.resume_dead_letter"
     _, before = run(spark, {**doc, "fast_path": "off"})
+    assert last_ran() == ("spark", "fast_path_off")
     more, _ = land_files(landing, 3, seed=6, first=3)
     _, after = run(spark, doc)
+    assert last_ran() == ("json_fast", None)
     assert {(b.path, b.fallback) for b in before.batches} == {("spark", "fast_path_off")}
     assert {(b.path, b.fallback) for b in after.batches} == {("json_fast", None)}
     assert sum(b.records_in for b in after.batches) == sum(len(lines) for lines in more)

@@ -156,7 +156,13 @@ class Runner(BatchPipeline[PlannedBatch]):
             written = self.sink.stage(good, batch_id=batch_id, input_cached=True, order_by=decoded.order_by)
             result = commit_tables(
                 batch_id,
-                lambda: self.sink.commit_written(written, plan.position, truncate=decoded.truncated),
+                lambda: self.sink.commit_written(
+                    written,
+                    plan.position,
+                    truncate=decoded.truncated,
+                    batch_path=BatchPath.SPARK,
+                    fallback=fallback.reason,
+                ),
             )
         except IcetideError:
             raise
@@ -225,7 +231,10 @@ class Runner(BatchPipeline[PlannedBatch]):
 
     def commit_staged(self, batch_id: int, plan: PlannedBatch, out: StagedBatch, timings: Timings) -> BatchMetrics:
         name = self.sink.table_name
-        result = commit_tables(batch_id, lambda: out.commit_table(name, self.sink, batch_id, plan.position))
+        path = self.fast_path()
+        result = commit_tables(
+            batch_id, lambda: out.commit_table(name, self.sink, batch_id, plan.position, batch_path=path)
+        )
         return batch_metrics(
             BatchMetrics,
             self.config.pipeline,
@@ -238,7 +247,7 @@ class Runner(BatchPipeline[PlannedBatch]):
             lost_ranges=len(lost_rows(plan)),
             source_plan_seconds=timings.plan_seconds,
             unknown_fields=out.unknown_fields,
-            path=self.fast_path(),
+            path=path,
             records_as_columns=out.records_as_columns,
             nested_as_text=out.nested_as_text,
         )

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import IcetideError, TransientError
-from icetide.pipeline.batch_path import FallbackReason
+from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.sink.batch import BatchResult
 
 if TYPE_CHECKING:
@@ -56,12 +56,14 @@ class StagedBatch:
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # per task (JsonTaskResult.timings)
     created_tables: tuple[str, ...] = ()  # tables the batch made from its own messages (many tables)
 
-    def commit_table(self, name: str, sink: UpsertSink, batch_id: int, position: Any) -> BatchResult:
-        """Commit table `name`'s staged files (none: a metadata-only commit) with the batch id and
-        the source position it holds after them."""
+    def commit_table(
+        self, name: str, sink: UpsertSink, batch_id: int, position: Any, *, batch_path: BatchPath
+    ) -> BatchResult:
+        """Commit table `name`'s staged files (none: a metadata-only commit) with the batch id, the
+        source position it holds after them and the fast path that wrote them."""
         files = self.files.get(name, [])
         committing = time.monotonic()
-        outcome = sink.commit_files(batch_id, files, position)
+        outcome = sink.commit_files(batch_id, files, position, batch_path=batch_path)
         return BatchResult.of_files(
             batch_id,
             files,

@@ -221,10 +221,14 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
 
     def commit_staged(self, batch_id: int, plan: TopicsPlan, out: StagedBatch, timings: Timings) -> SyncBatchMetrics:
         """Commit the fast path's tables, each with its position; the batch's metrics."""
+        path = self.fast_path()
         results = commit_tables(
             batch_id,
             lambda: self.commit_each(
-                batch_id, plan, set(out.records), lambda n, p: out.commit_table(n, self.sink_for(n), batch_id, p)
+                batch_id,
+                plan,
+                set(out.records),
+                lambda n, p: out.commit_table(n, self.sink_for(n), batch_id, p, batch_path=path),
             ),
         )
         source_lag = self.lag()
@@ -244,7 +248,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
             unknown_fields=out.unknown_fields,
             source_plan_seconds=timings.plan_seconds,
             created_tables=out.created_tables,
-            path=self.fast_path(),
+            path=path,
             records_as_columns=out.records_as_columns,
         )
 

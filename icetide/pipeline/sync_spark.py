@@ -120,7 +120,7 @@ def run_spark_batch(
                 batch_id,
                 plan,
                 set(decoded),
-                lambda n, p: commit_table(runner, n, p, written, decoded, batch_id),
+                lambda n, p: commit_table(runner, n, p, written, decoded, batch_id, fallback),
             ),
         )
     except IcetideError:
@@ -301,13 +301,17 @@ def commit_table(
     written: dict[str, WrittenBatch],
     decoded: dict[str, TableBatch],
     batch_id: int,
+    fallback: Fallback,
 ) -> BatchResult:
-    """Commit one table's written share of the batch (a metadata-only commit without one)."""
+    """Commit one table's written share of the batch (a metadata-only commit without one), with
+    the path that ran it and why (`fallback`)."""
+    path, reason = BatchPath.SYNC_SPARK, fallback.reason
     batch = written.get(name)
     if batch is None:
-        outcome = runner.sink_for(name).commit_files(batch_id, [], position)
+        outcome = runner.sink_for(name).commit_files(batch_id, [], position, batch_path=path, fallback=reason)
         return BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
-    return runner.sinks[name].commit_written(batch, position, truncate=decoded[name].truncated)
+    sink = runner.sinks[name]
+    return sink.commit_written(batch, position, truncate=decoded[name].truncated, batch_path=path, fallback=reason)
 
 
 def _below(held: dict[tuple[str, int], int], topic: Column, partition: Column, offset: Column) -> Column:
