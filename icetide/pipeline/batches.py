@@ -10,17 +10,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from icetide.errors import TerminalError
+from icetide.errors import TooManyBadRecordsError
 from icetide.faults import crash_point
 from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.sink.batch import BatchResult
 
 log = logging.getLogger(__name__)
-
-
-class TooManyBadRecordsError(TerminalError):
-    """A batch's share of bad records exceeded max_bad_fraction; nothing of it was committed."""
 
 
 @dataclass(frozen=True)

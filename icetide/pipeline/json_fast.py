@@ -51,7 +51,7 @@ from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.decode.arrow_json_block import BadRecord, Decoded
 from icetide.decode.arrow_json_scalars import undecodable_columns
 from icetide.decode.json_evolution import addable
-from icetide.errors import IcetideError, one_line
+from icetide.errors import ExecutorSourceError, IcetideError, one_line
 from icetide.pipeline.adapter import SourceAdapter, payload_limits
 from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
@@ -63,7 +63,7 @@ from icetide.sink.keys import distinct_keys, keys_meet
 from icetide.sink.sink import UpsertSink
 from icetide.sink.transforms import computable
 from icetide.sink.writer import WriterConfig, with_partition_values, write_appends, write_changes
-from icetide.sources.base import ExecutorSourceError, raise_source_error_in
+from icetide.sources.base import raise_source_error_in
 from icetide.sources.files import json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories

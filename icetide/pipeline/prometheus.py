@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from icetide.errors import ConfigError, IcetideError
+from icetide.errors import ConfigError, NotInstalledError
 
 if TYPE_CHECKING:
     from icetide.config import MetricsConfig
@@ -41,10 +41,6 @@ log = logging.getLogger(__name__)
 
 INSTALL_LINE = "pip install 'prometheus-client==0.26.0'"
 COMMIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
-class NotInstalledError(IcetideError):
-    """An optional dependency is missing; the message is the line that installs it."""
 
 
 class CommittedBatch(Protocol):

@@ -33,13 +33,12 @@ from icetide.decode.json_runs import JsonRuns
 from icetide.decode.limits import spark_text
 from icetide.decode.route import identifier_part
 from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
-from icetide.errors import SourceError, one_line
+from icetide.errors import ExecutorSourceError, SourceAccessError, SourceError, WriteError, one_line
 from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
 from icetide.pipeline.staging import Fallback
 from icetide.secrets import redacted_repr
-from icetide.sink.writer import WriteError, WriterConfig, write_changes
-from icetide.sources.base import ExecutorSourceError, SourceAccessError
+from icetide.sink.writer import WriterConfig, write_changes
 from icetide.sources.files import LINES_PER_FILE, json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
