@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from icetide.stateful.stage import ChangelogStage, StageOptions
     from icetide.table.catalog import create_table
 
-__version__ = "0.1.0"
+    __version__: str
 
 # Imported on first use, so `import icetide` (and the CLI's --help) stays fast and light.
 _LAZY = {
@@ -119,6 +119,16 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # Written in one place, pyproject.toml; read from the installed package's metadata.
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("icetide")
+        except PackageNotFoundError:  # a source tree that was never installed
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'icetide' has no attribute {name!r}")
