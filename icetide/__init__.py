@@ -17,35 +17,61 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import (
+    BadOperationError,
+    CatalogUnavailableError,
     CommitConflictError,
     CommitFailedError,
     CommitStateUnknownError,
+    CompactionConflictError,
     ConfigError,
+    DataLossError,
+    DeletionVectorError,
     DependencyError,
+    DriverStoppedError,
     IcetideError,
+    JavaNotFoundError,
+    NotInstalledError,
+    PipelineAlreadyRunningError,
+    PipelineStateAtRiskError,
     SchemaError,
+    SchemaEvolutionError,
+    SnapshotGoneError,
+    SourceAccessError,
     SourceError,
+    TerminalError,
+    TooManyBadRecordsError,
+    TransientError,
     UnsupportedSparkError,
+    WriteError,
 )
 
 if TYPE_CHECKING:
     from icetide.config import PipelineConfig, load_config
-    from icetide.maintenance.actions import rewrite_manifests
-    from icetide.maintenance.compaction import compact, compaction
-    from icetide.maintenance.expire import expire_snapshots
-    from icetide.maintenance.health import table_health
-    from icetide.maintenance.maintain import MaintenancePolicy, maintain
-    from icetide.maintenance.orphans import remove_orphan_files
-    from icetide.maintenance.position_deletes import convert_equality_deletes
+    from icetide.maintenance.actions import ManifestRewriteResult, rewrite_manifests
+    from icetide.maintenance.compaction import CompactionJob, compact, compaction
+    from icetide.maintenance.expire import ExpireResult, expire_snapshots
+    from icetide.maintenance.health import HealthThresholds, TableHealth, table_health
+    from icetide.maintenance.maintain import MaintenancePolicy, MaintenanceReport, maintain
+    from icetide.maintenance.orphans import OrphanResult, remove_orphan_files
+    from icetide.maintenance.position_deletes import DeleteConversionResult, convert_equality_deletes
+    from icetide.maintenance.results import CompactionResult
+    from icetide.pipeline.batch_path import BatchPath, FallbackReason
+    from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics
     from icetide.pipeline.entry import run
     from icetide.pipeline.runner import Runner
+    from icetide.pipeline.supervision import RestartMetrics
+    from icetide.pipeline.sync import SyncRunner
+    from icetide.pipeline.two_stage import TwoStageRunner
     from icetide.sink.batch import BatchResult
     from icetide.sink.pipeline_state import PipelineState
     from icetide.sink.sink import UpsertSink
     from icetide.spark.session import spark_conf, spark_session
+    from icetide.stateful.enrich import Enrichment
+    from icetide.stateful.merge import MergeSpec
+    from icetide.stateful.stage import ChangelogStage, StageOptions
     from icetide.table.catalog import create_table
 
-__version__ = "0.1.0"
+    __version__: str
 
 # Imported on first use, so `import icetide` (and the CLI's --help) stays fast and light.
 _LAZY = {
@@ -57,16 +83,32 @@ _LAZY = {
     "create_table": "icetide.table.catalog",
     "run": "icetide.pipeline.entry",
     "Runner": "icetide.pipeline.runner",
+    "SyncRunner": "icetide.pipeline.sync",
+    "RunSummary": "icetide.pipeline.batches",
+    "BatchMetrics": "icetide.pipeline.batches",
+    "SyncBatchMetrics": "icetide.pipeline.batches",
+    "BatchPath": "icetide.pipeline.batch_path",
+    "FallbackReason": "icetide.pipeline.batch_path",
+    "RestartMetrics": "icetide.pipeline.supervision",
     "load_config": "icetide.config",
     "compaction": "icetide.maintenance.compaction",
     "compact": "icetide.maintenance.compaction",
+    "CompactionJob": "icetide.maintenance.compaction",
+    "CompactionResult": "icetide.maintenance.results",
     "maintain": "icetide.maintenance.maintain",
     "MaintenancePolicy": "icetide.maintenance.maintain",
+    "MaintenanceReport": "icetide.maintenance.maintain",
     "expire_snapshots": "icetide.maintenance.expire",
+    "ExpireResult": "icetide.maintenance.expire",
     "remove_orphan_files": "icetide.maintenance.orphans",
+    "OrphanResult": "icetide.maintenance.orphans",
     "convert_equality_deletes": "icetide.maintenance.position_deletes",
+    "DeleteConversionResult": "icetide.maintenance.position_deletes",
     "rewrite_manifests": "icetide.maintenance.actions",
+    "ManifestRewriteResult": "icetide.maintenance.actions",
     "table_health": "icetide.maintenance.health",
+    "TableHealth": "icetide.maintenance.health",
+    "HealthThresholds": "icetide.maintenance.health",
     "PipelineConfig": "icetide.config",
     "ChangelogStage": "icetide.stateful.stage",
     "StageOptions": "icetide.stateful.stage",
@@ -77,32 +119,75 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # Written in one place, pyproject.toml; read from the installed package's metadata.
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("icetide")
+        except PackageNotFoundError:  # a source tree that was never installed
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'icetide' has no attribute {name!r}")
 
 
 __all__ = [
+    "BadOperationError",
+    "BatchMetrics",
+    "BatchPath",
     "BatchResult",
+    "CatalogUnavailableError",
     "ChangelogStage",
     "CommitConflictError",
     "CommitFailedError",
     "CommitStateUnknownError",
+    "CompactionConflictError",
+    "CompactionJob",
+    "CompactionResult",
     "ConfigError",
+    "DataLossError",
+    "DeleteConversionResult",
+    "DeletionVectorError",
     "DependencyError",
+    "DriverStoppedError",
     "Enrichment",
+    "ExpireResult",
+    "FallbackReason",
+    "HealthThresholds",
     "IcetideError",
+    "JavaNotFoundError",
     "MaintenancePolicy",
+    "MaintenanceReport",
+    "ManifestRewriteResult",
     "MergeSpec",
+    "NotInstalledError",
+    "OrphanResult",
+    "PipelineAlreadyRunningError",
     "PipelineConfig",
     "PipelineState",
+    "PipelineStateAtRiskError",
+    "RestartMetrics",
+    "RunSummary",
     "Runner",
     "SchemaError",
+    "SchemaEvolutionError",
+    "SnapshotGoneError",
+    "SourceAccessError",
     "SourceError",
     "StageOptions",
+    "SyncBatchMetrics",
+    "SyncRunner",
+    "TableHealth",
+    "TerminalError",
+    "TooManyBadRecordsError",
+    "TransientError",
     "TwoStageRunner",
     "UnsupportedSparkError",
     "UpsertSink",
+    "WriteError",
     "__version__",
     "compact",
     "compaction",

@@ -13,6 +13,7 @@ from contextlib import nullcontext, suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import icetide
 from icetide.cli_maintain import cmd_maintain
 from icetide.cli_session import routing_pipeline, table_session
 from icetide.errors import ConfigError, IcetideError, one_line
@@ -260,10 +261,22 @@ def _add_catalog_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _PrintVersion(argparse.Action):
+    """`--version`: the installed package's version, read only when asked (a metadata lookup)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"icetide {icetide.__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="icetide", description="Exactly-once streaming upserts into Iceberg.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logs, with Java stack traces")
+    parser.add_argument("--version", action=_PrintVersion, help="print icetide's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="stream generated ad events into an embedded lakehouse and summarise")
     demo.add_argument("--warehouse", default="warehouse", help="warehouse folder (default: ./warehouse)")

@@ -1,8 +1,24 @@
-"""The exceptions icetide raises: one root, and markers that say whether a retry can help."""
+"""The exceptions icetide raises: one root, and markers that say whether a retry can help.
+
+Every error icetide raises on purpose is here, under `IcetideError`; the module that raises one
+imports it from here (and its old home still names it, for code that imported it from there). An
+error that subclasses a builtin too (`WriteError`, `BadOperationError`, `DeletionVectorError`)
+keeps that base, so `except ValueError` around the code that raises it still catches it.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from icetide.maintenance.results import CompactionResult
+
+# Prefixed to the message of an error raised inside a Spark task, so the driver can find it again in
+# the text of the Py4J / PythonException that wraps it (sink/spark_write.py, sources/base.py).
+EXECUTOR_ERROR_MARKER = "[icetide] "  # WriteError
+EXECUTOR_SOURCE_ERROR_MARKER = "[icetide-source] "  # ExecutorSourceError
+EXECUTOR_SOURCE_ACCESS_MARKER = "[icetide-source-access] "  # ExecutorSourceAccessError: no retry can help
 
 
 class IcetideError(Exception):
@@ -57,6 +73,10 @@ class UnsupportedSparkError(TerminalError):
     """The installed PySpark is a version icetide does not run on; the message names the ones it does."""
 
 
+class NotInstalledError(IcetideError):
+    """An optional dependency is missing; the message is the line that installs it."""
+
+
 class DependencyError(TransientError):
     """A JVM dependency could not be fetched from its Maven repository (unreachable, or other bytes
     than the pinned ones); the message names its coordinates and the repository."""
@@ -67,6 +87,19 @@ class CommitConflictError(TransientError):
 
     Nothing was committed and the batch's files were deleted; writing the batch again is safe.
     """
+
+
+class CompactionConflictError(CommitConflictError):
+    """A compaction commit was rejected because of a concurrent change to its files.
+
+    The message names Iceberg's conflict (e.g. "found new delete for replaced data file").
+    Nothing of the conflicting groups was committed and their new files were deleted; planning
+    again is safe. `result` holds what the job did commit (partial progress) and skipped.
+    """
+
+    def __init__(self, message: str, *, result: CompactionResult) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class CommitFailedError(TerminalError):
@@ -91,12 +124,61 @@ class SourceError(TransientError):
     """A source could not be read."""
 
 
+class ExecutorSourceError(SourceError):
+    """A SourceError raised inside a Spark task; its message carries the marker for the driver."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXECUTOR_SOURCE_ERROR_MARKER + message)
+
+
+class SourceAccessError(TerminalError):
+    """A source (or the schema registry it needs) refused icetide's credentials: terminal."""
+
+
+class ExecutorSourceAccessError(SourceAccessError):
+    """A SourceAccessError raised inside a Spark task; its message carries the marker for the driver."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXECUTOR_SOURCE_ACCESS_MARKER + message)
+
+
 class DataLossError(TerminalError):
     """Source records were removed (retention, a recreated topic) before the pipeline read them.
 
     Raised with `on_data_loss: fail` (the default); `on_data_loss: skip` records each lost range
     in the dead-letter table instead and goes on.
     """
+
+
+class TooManyBadRecordsError(TerminalError):
+    """A batch's share of bad records exceeded max_bad_fraction; nothing of it was committed."""
+
+
+class PipelineAlreadyRunningError(TerminalError):
+    """Another process runs this pipeline on this table; its host and pid are in the message."""
+
+
+class PipelineStateAtRiskError(TerminalError):
+    """Expiring would drop the only record of a pipeline's last batch; nothing was expired."""
+
+
+class SnapshotGoneError(TransientError):
+    """A snapshot a job started from is no longer an ancestor of the current one (rollback, expiry)."""
+
+
+class WriteError(IcetideError, RuntimeError):
+    """A task could not write its rows; the message (after the marker) is for the user."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXECUTOR_ERROR_MARKER + message)
+
+
+class BadOperationError(IcetideError, ValueError):
+    """A row carries an `_op` that is not INSERT, UPSERT or DELETE."""
+
+
+class DeletionVectorError(IcetideError, ValueError):
+    """Bytes that are not a valid deletion vector or Puffin file."""
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -173,7 +173,7 @@ def test_each_table_equals_its_source_after_kill_9(
     restarted = crash_tour(config_path, [(point, "2")])
     if routing:
         paths = [json.loads(line).get("path") for line in restarted.stdout.splitlines() if line.startswith("{")]
-        assert "fast" in paths, paths  # the sync fast path read Avro too
+        assert "sync_avro_fast" in paths, paths  # the sync fast path read Avro too
     other = warehouse_reader(spark, "avrocheck", warehouse)
     for t in streams:
         assert same(rows_of(other, f"avrocheck.{namespace}.{t}", KEYS[t]), model_of(records[t])), t
@@ -260,5 +260,6 @@ def test_long_runs_are_read_as_columns_and_equal_the_model(
     events = sum(1 for recs in records.values() for _, _, v, _ in recs if v is not None)
     as_columns = sum(b.records_as_columns for b in summary.batches)
     assert as_columns > events // 2, (as_columns, events, [b.path for b in summary.batches])
+    assert {b.path for b in summary.batches} == {"sync_avro_fast" if routing else "avro_fast"}
     for t in streams:
         assert same(rows_of(spark, f"lake.{namespace}.{t}", KEYS[t]), model_of(records[t])), t

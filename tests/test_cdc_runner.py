@@ -120,9 +120,9 @@ def test_cdc_stream_creates_its_table_and_lands_as_the_source_says(
     truncating = {t // MAX_RECORDS + 1 for t in truncates}
     for b in summary.batches:
         if b.batch_id in truncating:
-            assert b.path.startswith("spark: "), b
+            assert (b.path, b.fallback) == ("spark", "record_for_spark") and "op 't'" in b.fallback_detail, b
         else:
-            assert b.path == "fast", b
+            assert (b.path, b.fallback, b.fallback_detail) == ("debezium_fast", None, None), b
 
 
 @pytest.mark.parametrize("point", [pytest.param("after_write", marks=pytest.mark.guarantee), "random"])
@@ -160,8 +160,8 @@ def test_dead_letters_hold_the_whole_record_when_the_schema_was_split_off(spark:
     summary = Runner(config, spark).run(once=True, handle_signals=False)
     assert sum(b.bad_records for b in summary.batches) == len(bad)
     first, last = summary.batches[0], summary.batches[-1]
-    assert (first.path, first.bad_records) == ("fast", 2), first
-    assert (last.path, last.bad_records) == ("fast", 1), last
+    assert (first.path, first.bad_records) == ("debezium_fast", 2), first
+    assert (last.path, last.bad_records) == ("debezium_fast", 1), last
     letters = spark.table(f"{config.table.name}_dead_letter").collect()
     assert sorted(r["payload"].encode() for r in letters) == sorted(bad)
     assert any(r["error"].startswith("column weight") for r in letters)
@@ -186,7 +186,7 @@ def test_a_failed_fast_path_job_names_the_pipeline_and_its_table(spark: Any, kaf
     produce(kafka_broker, topic, inserts[:5])
     config = PipelineConfig.from_dict(doc("unwritable", kafka_broker, topic))
     first = Runner(config, spark).run(once=True, handle_signals=False)
-    assert [b.path for b in first.batches] == ["fast"]
+    assert [b.path for b in first.batches] == ["debezium_fast"]
     data = Path(warehouse) / "cdc" / "unwritable" / "data"
     shutil.rmtree(data)
     data.write_text("a file where the table's data directory was")
@@ -240,8 +240,8 @@ def test_bad_records_stay_on_the_fast_path_with_the_spark_paths_dead_letters(spa
         # alike on both paths (the Spark path counted change rows before)
         counted[kind] = [b.records_in for b in summary.batches]
         assert sum(counted[kind]) == len(mixed), kind
-        expected = "fast" if kind == "fast" else "spark: fast_path: off"
-        assert {b.path for b in summary.batches} == {expected}, summary.batches
+        expected = ("debezium_fast", None) if kind == "fast" else ("spark", "fast_path_off")
+        assert {(b.path, b.fallback) for b in summary.batches} == {expected}, summary.batches
         assert sum(1 for b in summary.batches if b.bad_records) >= 3, summary.batches
         dead = spark.table(f"{config.table.name}_dead_letter").collect()
         letters[kind] = sorted((r["payload"], r["error"], r["source_position"]) for r in dead)
@@ -284,7 +284,7 @@ def test_a_debezium_batch_read_again_after_its_dead_letters_committed_writes_eac
     config_path.write_text(yaml.safe_dump(doc("held", kafka_broker, topic, warehouse=str(warehouse))))
     done = crash_tour(config_path, [("after_dead_letter", "2")], between=lambda: produce(kafka_broker, topic, more))
     paths = [json.loads(line).get("path") for line in done.stdout.splitlines() if line.startswith("{")]
-    assert paths and set(paths) == {"fast"}, paths
+    assert paths and set(paths) == {"debezium_fast"}, paths
     other = warehouse_reader(spark, "cdcheld", warehouse)
     assert rows_of(other, "cdcheld.cdc.held") == model_of(records + more_good)
     dead = other.table("cdcheld.cdc.held_dead_letter").collect()
@@ -377,7 +377,9 @@ def test_long_runs_of_json_messages_are_read_as_columns_and_equal_the_model(
     summary = runner.run(once=True, handle_signals=False)
     events = sum(1 for _, _, v, _ in records if v is not None)
     assert sum(b.records_as_columns for b in summary.batches) > events // 2, [b.path for b in summary.batches]
-    assert {b.path for b in summary.batches} == {"fast"}
+    assert {b.path for b in summary.batches} == {"sync_fast" if routing else "debezium_fast"}
+    assert any(b.columnar for b in summary.batches)
+    assert all(b.columnar == (b.records_as_columns > 0) for b in summary.batches)
     assert rows_of(spark, table) == model_of(records)
     slow = f"{name}_spark"
     # In batches as large as the fast path's (the default MAX_RECORDS would take 150 batches).

@@ -30,6 +30,7 @@ import yaml
 
 from icetide.config import PipelineConfig, load_config
 from icetide.errors import ConfigError, IcetideError, one_line
+from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.sync import SyncBatchMetrics, SyncRunner
 from tests.commands import crash_tour, run_cli, warehouse_reader
 from tests.debezium_messages import messages
@@ -323,7 +324,7 @@ def test_the_fast_path_writes_what_the_spark_path_writes(spark: Any, kafka_broke
         produce(kafka_broker, topics[t], recs)
     reader = warehouse_reader(spark, "lake", warehouse)
     keys = {"orders": "order_number", "customers": "id", "products": "id"}
-    paths: dict[str, list[str]] = {}
+    paths: dict[str, list[tuple[str, str | None, str | None]]] = {}
     for kind, extra in (("fast", {}), ("spark", {"fast_path": "off"})):
         namespace = f"{kind}{unique()}"
         trigger = {"interval": "1s", "max_records": 30}
@@ -332,7 +333,7 @@ def test_the_fast_path_writes_what_the_spark_path_writes(spark: Any, kafka_broke
         paths[kind] = []
         while (metrics := runner.run_batch()) is not None:
             assert isinstance(metrics, SyncBatchMetrics)
-            paths[kind].append(metrics.path)
+            paths[kind].append((metrics.path, metrics.fallback, metrics.fallback_detail))
             for t in streams:
                 name = f"lake.{namespace}.{t}"
                 held = runner.state.tables[name].position[topics[t]]["0"]
@@ -340,8 +341,9 @@ def test_the_fast_path_writes_what_the_spark_path_writes(spark: Any, kafka_broke
         runner.topics.close()
         for t in streams:
             assert same(rows_of(reader, f"lake.{namespace}.{t}", keys[t]), model(t, len(records[t])))
-    assert set(paths["spark"]) == {"spark: fast_path: off"}
-    assert "fast" in paths["fast"] and any("op 't'" in p for p in paths["fast"]), paths["fast"]
+    assert set(paths["spark"]) == {("sync_spark", "fast_path_off", "fast_path: off")}
+    assert ("sync_fast", None, None) in paths["fast"], paths["fast"]
+    assert any(p[:2] == ("sync_spark", "record_for_spark") and "op 't'" in p[2] for p in paths["fast"]), paths["fast"]
 
 
 def test_a_topic_of_two_tables_a_new_topic_while_running_and_a_column_added_to_one_table(
@@ -455,7 +457,7 @@ def test_every_table_equals_its_source_after_kill_9(
     restarted = crash_tour(config_path, stops)
     paths = [json.loads(line).get("path") for line in restarted.stdout.splitlines() if line.startswith("{")]
     if stops[0][0] != "random":  # a random kill may come when only the Spark path's batch is left, or none
-        assert "fast" in paths, paths  # the restart's batches after the bad records
+        assert "sync_fast" in paths, paths  # the restart's batches after the bad records
     other = warehouse_reader(spark, "killcheck", warehouse)
     keys = {"orders": "order_number", "customers": "id", "products": "id"}
     for t in streams:
@@ -467,6 +469,15 @@ def test_every_table_equals_its_source_after_kill_9(
     listed = {s["table"]: s for s in json.loads(status.stdout)}
     assert {f"lake.{namespace}.{t}" for t in streams} < set(listed)
     assert all(listed[f"lake.{namespace}.{t}"]["lag"] == 0 for t in streams)
+    # How each table's last batch ran, from its state: the fast path, or the Spark path and why.
+    ran = {
+        (listed[f"lake.{namespace}.{t}"]["batch_path"], listed[f"lake.{namespace}.{t}"]["fallback"]) for t in streams
+    }
+    reasons = {r.value for r in FallbackReason}
+    assert all(
+        ran_as in {("sync_fast", None)} or (ran_as[0] == "sync_spark" and ran_as[1] in reasons) for ran_as in ran
+    ), ran
+    assert listed[f"lake.{namespace}.dead_letter"]["batch_path"] is None  # written by the pipeline's dead letters
 
 
 def test_a_failed_fast_path_job_names_the_tables_of_the_batch(spark: Any, kafka_broker: str, warehouse: str) -> None:
@@ -561,8 +572,8 @@ def test_bad_records_stay_on_the_sync_fast_path_with_the_spark_paths_dead_letter
                 good = [r for r in with_bad(records[t], bad[t], every=4)[:read] if r[1] is not None or r[2] is None]
                 assert same(rows_of(reader, name, keys[t]), model_of(good)), (kind, name, metrics.batch_id)
         runner.topics.close()
-        expected = "fast" if kind == "fast" else "spark: fast_path: off"
-        assert {b.path for b in batches} == {expected}, batches
+        expected = ("sync_fast", None) if kind == "fast" else ("sync_spark", "fast_path_off")
+        assert {(b.path, b.fallback) for b in batches} == {expected}, batches
         assert sum(b.bad_records for b in batches) == sum(len(b) for b in bad.values()), batches
         assert sum(1 for b in batches if b.bad_records) >= 3, batches
         letters[kind] = dead_letters(reader, f"lake.{namespace}.dead_letter")
@@ -589,7 +600,7 @@ def test_fast_path_dead_letters_are_written_once_across_kill_9(spark: Any, kafka
     config_path.write_text(yaml.safe_dump(doc))
     restarted = crash_tour(config_path, [("after_dead_letter", "2"), ("after_table_commit", "3")])
     paths = [json.loads(line).get("path") for line in restarted.stdout.splitlines() if line.startswith("{")]
-    assert paths and set(paths) == {"fast"}, paths
+    assert paths and set(paths) == {"sync_fast"}, paths
     other = warehouse_reader(spark, "killcheck", warehouse)
     keys = {"orders": "order_number", "customers": "id"}
     for t in streams:

@@ -339,7 +339,7 @@ def test_text_shaped_like_a_date_that_is_none_is_a_dead_letter(
     name = f"shaped_{len(bad)}"
     summaries: list[RunSummary] = []
     run_pipeline(spark, doc(name, kafka_broker, topic), summaries)
-    assert [b.path for b in summaries[0].batches] == ["fast"]
+    assert [b.path for b in summaries[0].batches] == ["json_fast"]
     assert spark.table(f"lake.fast.{name}").count() == len(good)
     dead = spark.table(f"lake.fast.{name}_dead_letter").collect()
     assert [r["error"].split(":")[0] for r in dead] == ["column day" if b"day" in bad else "column event_time"]
@@ -401,7 +401,7 @@ def test_a_batch_read_again_after_its_dead_letters_committed_writes_each_once(
         config_path, [("after_dead_letter", "2")], between=lambda: produce(kafka_broker, topic, recs[600:])
     )
     batches = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert batches[0]["batch_id"] == 3 and all(b["path"] == "fast" for b in batches)
+    assert batches[0]["batch_id"] == 3 and all(b["path"] == "json_fast" for b in batches)
     other = warehouse_reader(spark, "fheldcheck", warehouse)
     ids = [r[0] for r in other.table("fheldcheck.fast.fheld").select("event_id").collect()]
     assert len(ids) == len(set(ids)) and set(ids) == expected(recs)
@@ -473,6 +473,7 @@ def test_a_backlog_is_written_while_the_batch_before_commits(
     assert all(b.source_plan_seconds > 0 for b in summary.batches)  # the plan is timed on both settings
     full = len(summary.batches) - 1  # every batch but the last was full: a backlog behind it
     assert next_written[:full] == [overlap] * full
+    assert [b.overlapped for b in summary.batches][:full] == [overlap] * full  # the metrics line says so
     ids = [r[0] for r in spark.table(f"lake.fast.{name}").select("event_id").collect()]
     assert len(ids) == len(set(ids)) and set(ids) == expected(recs)
     dead = [r["source_position"] for r in spark.table(f"lake.fast.{name}_dead_letter").collect()]

@@ -197,7 +197,7 @@ def test_fast_path_takes_decimal_binary_ntz_and_nested_columns(spark: Any, kafka
     summaries: list[RunSummary] = []
     fast = run_pipeline(spark, doc("nested_fast", kafka_broker, topic), summaries)
     slow = run_pipeline(spark, doc("nested_slow", kafka_broker, topic, fast_path="off"), summaries)
-    assert [b.path for b in summaries[0].batches] == ["fast"]
+    assert [b.path for b in summaries[0].batches] == ["json_fast"]
     assert fast.fast is not None and fast.sink.last_plan is None  # the fast path wrote it
     assert slow.fast is None and slow.sink.last_plan is not None
 
@@ -263,7 +263,7 @@ def test_a_batch_of_only_bad_records_commits_only_dead_letters(spark: Any, kafka
     produce(kafka_broker, topic, [(0, f"k{i}".encode(), bad, None) for i, bad in enumerate(BAD[:3])])
     summaries: list[RunSummary] = []
     run_pipeline(spark, doc("nested_bad", kafka_broker, topic), summaries)
-    assert [b.path for b in summaries[0].batches] == ["fast"]
+    assert [b.path for b in summaries[0].batches] == ["json_fast"]
     assert spark.table("lake.types.nested_bad").count() == 0
     assert spark.table("lake.types.nested_bad_dead_letter").count() == 3
 
@@ -289,7 +289,7 @@ def test_identity_of_a_decimal_partitions_alike_on_both_paths(spark: Any, kafka_
         run_pipeline(
             spark, doc(name, kafka_broker, topic, table={**table, "partition_by": ["amount"]}, **extra), summaries
         )
-    assert [b.path for b in summaries[0].batches] == ["fast"]
+    assert [b.path for b in summaries[0].batches] == ["json_fast"]
     partitions = "SELECT partition.amount AS a, record_count FROM lake.types.{}.partitions ORDER BY a"
     fast_partitions = spark.sql(partitions.format("dec_fast")).collect()
     assert (

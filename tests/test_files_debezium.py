@@ -134,8 +134,8 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
     # A line that is not JSON is read as the Spark path's tasks read it (decode/debezium_message.py
     # `final`): the same dead letter, and its batch stays on the fast path.
     paths = [(b.path, b.bad_records) for b in ran["fast"].batches]
-    assert paths == [("fast", 0), ("fast", 1)], paths
-    assert {b.path for b in ran["spark"].batches} == {"spark: fast_path: off"}
+    assert paths == [("debezium_fast", 0), ("debezium_fast", 1)], paths
+    assert {(b.path, b.fallback) for b in ran["spark"].batches} == {("spark", "fast_path_off")}
     assert [b.records_in for b in ran["fast"].batches] == [b.records_in for b in ran["spark"].batches]
     assert [b.bad_records for b in ran["fast"].batches] == [b.bad_records for b in ran["spark"].batches]
     dead = dead_letters(spark, "lake.dbzfiles.fast_dead_letter")
@@ -154,7 +154,7 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
         assert again[name].batches[0].batch_id == ran[name].batches[-1].batch_id + 1
     paths = [(b.path, b.bad_records) for b in again["fast"].batches]
-    assert paths == [("fast", 1), ("fast", 0)], paths
+    assert paths == [("debezium_fast", 1), ("debezium_fast", 0)], paths
     assert dead_letters(spark, "lake.dbzfiles.fast_dead_letter") == dead_letters(
         spark, "lake.dbzfiles.spark_dead_letter"
     )

@@ -101,14 +101,15 @@ def test_landing_files_on_the_fast_path_equal_the_model_and_the_spark_path(
     fast, fast_run = run(spark, doc("fast"))
     _, slow_run = run(spark, doc("slow", fast_path="off"))
     assert len(fast_run.batches) >= 4
-    fast_paths = [b.path for b in fast_run.batches]
+    fast_paths = [(b.path, b.fallback, b.fallback_detail) for b in fast_run.batches]
     if mode == "upsert":
-        assert set(fast_paths) == {"fast"}
+        assert set(fast_paths) == {("json_fast", None, None)}
         assert fast.sink.last_plan is None  # no batch went through the sink
     else:  # the last part- file still carries deletes
-        assert fast_paths.count("spark: records carry _op changes") == 1
-        assert set(fast_paths) == {"fast", "spark: records carry _op changes"}
-    assert {b.path for b in slow_run.batches} == {"spark: fast_path: off"}
+        changes = ("spark", "change_ops", "records carry _op changes")
+        assert fast_paths.count(changes) == 1
+        assert set(fast_paths) == {("json_fast", None, None), changes}
+    assert {(b.path, b.fallback) for b in slow_run.batches} == {("spark", "fast_path_off")}
     records = sum(len(lines) for lines in files)
     assert sum(b.records_in for b in fast_run.batches) == sum(b.records_in for b in slow_run.batches) == records
 
@@ -134,17 +135,26 @@ def test_landing_files_on_the_fast_path_equal_the_model_and_the_spark_path(
 
 def test_a_landing_folder_resumes_on_the_fast_path_after_the_spark_path(spark: Any, tmp_path: Path) -> None:
     """A pipeline that ran with `fast_path: off` and is started again with it on reads only the
-    files landed since, and the table equals the model of every file."""
+    files landed since, and the table equals the model of every file. The pipeline's state on the
+    table (what `icetide status TABLE --json` lists) says how its last batch ran."""
+    from icetide.maintenance.health import table_health
+
+    def last_ran() -> tuple[str | None, str | None]:
+        [state] = json.loads(table_health(spark, "lake.filesfast.resume").to_json())["pipelines"]
+        return state["batch_path"], state["fallback"]
+
     landing = tmp_path / "landing"
     first, _ = land_files(landing, 3, seed=5)
     doc = pipeline_doc("files_resume", landing)
     doc["table"]["name"] = "lake.filesfast.resume"
     doc["dead_letter"] = "lake.filesfast.resume_dead_letter"
     _, before = run(spark, {**doc, "fast_path": "off"})
+    assert last_ran() == ("spark", "fast_path_off")
     more, _ = land_files(landing, 3, seed=6, first=3)
     _, after = run(spark, doc)
-    assert {b.path for b in before.batches} == {"spark: fast_path: off"}
-    assert {b.path for b in after.batches} == {"fast"}
+    assert last_ran() == ("json_fast", None)
+    assert {(b.path, b.fallback) for b in before.batches} == {("spark", "fast_path_off")}
+    assert {(b.path, b.fallback) for b in after.batches} == {("json_fast", None)}
     assert sum(b.records_in for b in after.batches) == sum(len(lines) for lines in more)
     assert table_rows(spark, "lake.filesfast.resume", COLUMNS, KEY) == expected(first + more)
 
@@ -199,7 +209,8 @@ def test_an_object_in_a_string_column_is_a_dead_letter_on_both_paths_or_its_text
     expected_dead = [(f"{path}:{n}", json.dumps(NESTED_LINES[n - 1]), e) for n, e in NESTED_ERRORS.items()]
     for name, extra in (("fast", {}), ("spark", {"fast_path": "off"})):
         _, summary = run(spark, doc(name, **extra))
-        assert [b.path for b in summary.batches] == ["fast" if name == "fast" else "spark: fast_path: off"]
+        expected = ("json_fast", None) if name == "fast" else ("spark", "fast_path_off")
+        assert [(b.path, b.fallback) for b in summary.batches] == [expected]
         assert [b.nested_as_text for b in summary.batches] == [0]
         assert table_rows(spark, f"lake.filesfast.nested_{name}", columns, KEY) == model(good)
         dead = dead_letters(spark, f"lake.filesfast.nested_{name}_dead_letter")
@@ -238,7 +249,9 @@ def test_csv_files_stay_on_the_spark_path(spark: Any, tmp_path: Path) -> None:
     doc["table"]["name"] = "lake.filesfast.csv"
     doc["dead_letter"] = "lake.filesfast.csv_dead_letter"
     _, summary = run(spark, doc)
-    assert [b.path for b in summary.batches] == ["spark: source.files.format: csv"]
+    assert [(b.path, b.fallback, b.fallback_detail) for b in summary.batches] == [
+        ("spark", "files_format", "source.files.format: csv")
+    ]
     assert len(table_rows(spark, "lake.filesfast.csv", COLUMNS, KEY)) == 1
 
 

@@ -101,12 +101,15 @@ def test_json_keys_added_mid_stream_become_columns_older_rows_null(spark: Any, k
     assert all(set(b.unknown_fields) <= {"x.y"} for b in summary.batches)
     # The fast path writes the batches that add nothing; a batch with fields to add is written
     # by the Spark path, in the commit that adds them (pipeline/json_fast.py).
-    paths = [b.path for b in summary.batches]
-    assert "fast" in paths and any(p.startswith("spark: schema_evolution: fields to add") for p in paths), paths
+    paths = [(b.path, b.fallback) for b in summary.batches]
+    assert ("json_fast", None) in paths and ("spark", "schema_evolution") in paths, paths
+    assert all(
+        b.fallback_detail.startswith("schema_evolution: fields to add") for b in summary.batches if b.fallback
+    ), summary.batches
     more = [record(i, 2, score=i, channel="late", **({"x.y": 2} if i % 2 else {})) for i in range(90, 130)]
     produce(kafka_broker, topic, more)
     summary = Runner(config, spark).run(once=True, handle_signals=False)
-    assert {b.path for b in summary.batches} == {"fast"}  # the columns exist; the dotted key stays counted
+    assert {b.path for b in summary.batches} == {"json_fast"}  # the columns exist; the dotted key stays counted
     assert sum(b.unknown_fields.get("x.y", 0) for b in summary.batches) == 20
     assert table_rows(spark, name, columns, KEY) == model_of(records + more, columns, bad)
 

@@ -17,7 +17,6 @@ import pytest
 
 from icetide.config import PipelineConfig
 from icetide.pipeline.runner import Runner, RunSummary
-from icetide.pipeline.staging import Fallback
 from icetide.table.iceberg import load_table
 from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg, pyiceberg_rows
@@ -96,8 +95,8 @@ def test_upserts_on_the_fast_path_equal_the_model_and_the_spark_path(
     fast_name, slow_name = f"fast_{deletes}", f"slow_{deletes}"
     fast, fast_run = run(spark, doc(fast_name, kafka_broker, topic, table=table))
     slow, slow_run = run(spark, doc(slow_name, kafka_broker, topic, table=table, fast_path="off"))
-    assert len(fast_run.batches) >= 4 and {b.path for b in fast_run.batches} == {"fast"}
-    assert {b.path for b in slow_run.batches} == {"spark: fast_path: off"}
+    assert len(fast_run.batches) >= 4 and {b.path for b in fast_run.batches} == {"json_fast"}
+    assert {(b.path, b.fallback) for b in slow_run.batches} == {("spark", "fast_path_off")}
     assert fast.sink.last_plan is None and slow.sink.last_plan is not None  # the fast path wrote it
     assert sum(b.records_in for b in fast_run.batches) == sum(b.records_in for b in slow_run.batches) == 700
     assert sum(b.delete_rows for b in fast_run.batches) > 0
@@ -130,7 +129,7 @@ def test_keys_across_partitions_follow_order_by_on_the_fast_path(spark: Any, kaf
     produce(kafka_broker, topic, recs)
     _, fast_run = run(spark, doc("ordered_fast", kafka_broker, topic, order_by="clicks"))
     run(spark, doc("ordered_slow", kafka_broker, topic, order_by="clicks", fast_path="off"))
-    assert {b.path for b in fast_run.batches} == {"fast"}
+    assert {b.path for b in fast_run.batches} == {"json_fast"}
     assert clicks_by_id(spark, "lake.upfast.ordered_fast") == model(recs, "clicks")
     assert table_rows(spark, "lake.upfast.ordered_fast", COLUMNS, KEY) == table_rows(
         spark, "lake.upfast.ordered_slow", COLUMNS, KEY
@@ -147,7 +146,7 @@ def test_a_table_written_before_keeps_its_rows_under_the_fast_paths_deletes(spar
     run(spark, doc("resumed", kafka_broker, topic, fast_path="off"))
     produce(kafka_broker, topic, more)
     _, summary = run(spark, doc("resumed", kafka_broker, topic))
-    assert {b.path for b in summary.batches} == {"fast"}
+    assert {b.path for b in summary.batches} == {"json_fast"}
     assert sum(b.records_in for b in summary.batches) == 200
     assert clicks_by_id(spark, "lake.upfast.resumed") == model(first + more, None)
 
@@ -167,7 +166,8 @@ def test_a_spec_the_key_does_not_serve_is_refused_as_on_the_spark_path(spark: An
     assert runner.fast is not None
     with pytest.raises(SchemaError, match=r"partition field 'ad_id'.*not in the key"):
         runner.run(once=True, handle_signals=False)
-    assert "not in the key" in (runner.fast.unavailable() or Fallback("")).reason
+    fallback = runner.fast.unavailable()
+    assert fallback is not None and fallback.reason == "partition_spec" and "not in the key" in fallback.detail
     assert spark.table("lake.upfast.by_ad").count() == 0
 
 
@@ -192,7 +192,7 @@ def test_upserts_stage_in_several_tasks_while_keys_stay_in_their_partitions(
     run(spark, doc("tasks_slow", kafka_broker, topic, fast_path="off"))
     run(spark, doc("tasks_default", kafka_broker, topic))  # no write_parallelism: one task
     assert not any("-t00001-" in f for f in data_files(spark, "lake.upfast.tasks_default"))
-    assert {b.path for b in fast_run.batches} == {"fast"}
+    assert {b.path for b in fast_run.batches} == {"json_fast"}
     assert fast.fast is not None and not fast.fast.one_task_upserts
     assert any("-t00001-" in f for f in data_files(spark, "lake.upfast.tasks_fast")), "one task wrote every file"
     assert clicks_by_id(spark, "lake.upfast.tasks_fast") == model(recs, None)
@@ -214,7 +214,7 @@ def test_a_key_in_two_tasks_sends_the_batch_and_the_next_to_one_task(
     recs = changes(500, partition_of=lambda i: i % 3)
     produce(kafka_broker, topic, recs)
     fast, fast_run = run(spark, doc("met_fast", kafka_broker, topic, order_by="clicks", write_parallelism=2))
-    assert {b.path for b in fast_run.batches} == {"fast"}
+    assert {b.path for b in fast_run.batches} == {"json_fast"}
     assert fast.fast is not None and fast.fast.one_task_upserts
     files = data_files(spark, "lake.upfast.met_fast")
     assert files and not any("-t00001-" in f for f in files)

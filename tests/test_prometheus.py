@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,13 @@ def test_runner_serves_prometheus_metrics(spark: Any, tmp_path: Path) -> None:
     assert value("icetide_nested_as_text_total") == 0  # json: {nested_as_text: true} not asked for
     assert value("icetide_batches_total", (*table, ("outcome", "committed"))) == 3
     assert value("icetide_batches_total", (*table, ("outcome", "noop"))) == 0
+    # How each batch ran: labels from fixed lists (pipeline/batch_path.py), as in the metrics line.
+    ran = Counter((str(b.path), str(b.fallback or "none")) for b in summary.batches)
+    assert ran == {("json_fast", "none"): 3}, ran  # landing JSON files take the JSON fast path
+    for (path, fallback), count in ran.items():
+        assert value("icetide_batch_paths_total", (*table, ("fallback", fallback), ("path", path))) == count
+    assert value("icetide_overlapped_commits_total") == sum(b.overlapped for b in summary.batches)
+    assert value("icetide_records_as_columns_total") == 0  # JSON: no run is read as columns
     assert value("icetide_commit_seconds_count") == 3
     assert math.isclose(
         value("icetide_commit_seconds_sum"), sum(b.commit_seconds for b in summary.batches), abs_tol=0.01

@@ -182,8 +182,8 @@ def test_a_batch_read_again_after_its_dead_letters_committed_writes_each_once(
     )
     done = crash_tour(config_path, [("after_dead_letter", "2")], between=lambda: produce(kafka_broker, topic, more))
     batches = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    path = "fast" if fast_path == "auto" else "spark: fast_path: off"
-    assert batches[0]["batch_id"] == 3 and all(b["path"] == path for b in batches)
+    path = ("json_fast", None) if fast_path == "auto" else ("spark", "fast_path_off")
+    assert batches[0]["batch_id"] == 3 and all((b["path"], b["fallback"]) == path for b in batches)
     other = warehouse_reader(spark, "kheldcheck", warehouse)
     assert table_rows(other, "kheldcheck.kafka.kheld", COLUMNS, KEY) == model_of(first + more)
     dead = [r["source_position"] for r in other.table("kheldcheck.kafka.kheld_dead_letter").collect()]

@@ -114,9 +114,10 @@ def test_a_backlog_of_many_tables_is_written_while_the_batch_before_commits(
     batches = summary.batches
     assert [b.batch_id for b in batches] == list(range(1, len(batches) + 1))
     assert len(batches) >= 6 and all(b.committed for b in batches)
-    paths = [getattr(b, "path", "") for b in batches]
-    assert "fast" in paths and any(p.startswith("spark") for p in paths), paths  # the dead letter's batch
+    paths = [b.path for b in batches]
+    assert "sync_fast" in paths and "sync_spark" in paths, paths  # the dead letter's batch
     assert any(next_written) == overlap, next_written
+    assert any(b.overlapped for b in batches) == overlap, batches  # the metrics line says so
     reader = warehouse_reader(spark, "lake", warehouse)
     _check_tables(reader, namespace, models)
     for t in models:

@@ -20,9 +20,16 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, ConfigError, one_line
+from icetide.errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
+    CompactionConflictError,
+    ConfigError,
+    SnapshotGoneError,
+    one_line,
+)
 from icetide.maintenance.deletes import LiveDataFile, removable_deletes
-from icetide.maintenance.inventory import SnapshotChanges, SnapshotGoneError, TableFiles
+from icetide.maintenance.inventory import SnapshotChanges, TableFiles
 from icetide.maintenance.planning import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionOptions,
@@ -47,19 +54,6 @@ log = logging.getLogger(__name__)
 SUMMARY_OPERATION = "icetide.maintenance"
 SUMMARY_PLANNED_SNAPSHOT = "icetide.compaction.planned-snapshot-id"
 SUMMARY_COMMIT_ID = "icetide.compaction.commit-id"
-
-
-class CompactionConflictError(CommitConflictError):
-    """A compaction commit was rejected because of a concurrent change to its files.
-
-    The message names Iceberg's conflict (e.g. "found new delete for replaced data file").
-    Nothing of the conflicting groups was committed and their new files were deleted; planning
-    again is safe. `result` holds what the job did commit (partial progress) and skipped.
-    """
-
-    def __init__(self, message: str, *, result: CompactionResult) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 class CompactionJob:

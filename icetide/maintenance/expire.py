@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import ConfigError, TerminalError
+from icetide.errors import ConfigError, PipelineStateAtRiskError
 from icetide.sink.committer import SUMMARY_BATCH, SUMMARY_PIPELINE
 from icetide.sink.pipeline_state import PipelineState, all_pipeline_states
 from icetide.spark.py4j_collections import java_list
@@ -35,10 +35,6 @@ log = logging.getLogger(__name__)
 # Iceberg's own defaults, for a table without the properties (TableProperties in Iceberg's API).
 ICEBERG_MAX_SNAPSHOT_AGE_MS_DEFAULT = 5 * 24 * 3600 * 1000
 ICEBERG_MIN_SNAPSHOTS_TO_KEEP_DEFAULT = 1
-
-
-class PipelineStateAtRiskError(TerminalError):
-    """Expiring would drop the only record of a pipeline's last batch; nothing was expired."""
 
 
 @dataclass(frozen=True)

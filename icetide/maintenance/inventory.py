@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from icetide.errors import ConfigError, TransientError, one_line
+from icetide.errors import ConfigError, SnapshotGoneError, one_line
 from icetide.maintenance.deletes import LiveDataFile
 from icetide.maintenance.planning import DataFileRef, DeleteRef, PartitionKey
 from icetide.spark.py4j_collections import java_iter
@@ -38,10 +38,6 @@ def delete_key(delete_file: Any) -> str:
 def _referenced(delete_file: Any) -> str | None:
     referenced = delete_file.referencedDataFile()
     return None if referenced is None else str(referenced)
-
-
-class SnapshotGoneError(TransientError):
-    """A snapshot a job started from is no longer an ancestor of the current one (rollback, expiry)."""
 
 
 @dataclass

@@ -10,16 +10,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from icetide.errors import TerminalError
+from icetide.errors import TooManyBadRecordsError
 from icetide.faults import crash_point
+from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.supervision import RestartMetrics
 from icetide.sink.batch import BatchResult
 
 log = logging.getLogger(__name__)
-
-
-class TooManyBadRecordsError(TerminalError):
-    """A batch's share of bad records exceeded max_bad_fraction; nothing of it was committed."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,11 @@ class BatchMetrics:
     plan_seconds: float = 0.0  # the sink's preparation and distribution plan (its statistics job)
     refresh_seconds: float = 0.0  # reading the table's committed state (before writing, before committing)
     source_plan_seconds: float = 0.0  # planning the batch: the table's committed position, then the source's plan
-    path: str = "spark"  # "fast": staged by one Spark job of Python tasks; else "spark: <why>" (pipeline/staging.py)
+    path: BatchPath = BatchPath.SPARK  # how the batch ran (pipeline/batch_path.py)
+    fallback: FallbackReason | None = None  # on a Spark path: why no fast path took it
+    fallback_detail: str | None = None  # the fallback in words: which column, table or record
+    overlapped: bool = False  # committed on the commit thread while the next batch was read and written
+    columnar: bool = False  # some of its records were decoded a run at a time, as columns (records_as_columns)
     records_as_columns: int = 0  # records the fast path read a run at a time, as columns (Avro: decode/event_runs.py)
     nested_as_text: int = 0  # objects and arrays in STRING columns kept as their JSON text (json: nested_as_text)
 
@@ -146,7 +147,7 @@ def batch_metrics(kind: type[M], pipeline: str, batch_id: int, results: Mapping[
     """The metrics line (`kind`: BatchMetrics or SyncBatchMetrics) of a batch whose tables' commits
     returned `results`: the totals over its tables (the seconds of the slowest table), rounded, and
     the time it finished. `batch` gives what only the pipeline knows (records_in, bad_records,
-    read_decode_seconds, source_lag, path, ...)."""
+    read_decode_seconds, source_lag, path, fallback, ...)."""
     values = list(results.values())
 
     def slowest(name: str) -> float:
@@ -165,6 +166,7 @@ def batch_metrics(kind: type[M], pipeline: str, batch_id: int, results: Mapping[
         totals["tables_committed"] = sum(1 for r in values if r.committed)
         totals["table_rows"] = {n: r.rows_written for n, r in sorted(results.items()) if r.rows_written}
     batch["read_decode_seconds"] = round(batch["read_decode_seconds"], 3)
+    batch["columnar"] = batch.get("records_as_columns", 0) > 0
     if "unknown_fields" in batch:
         batch["unknown_fields"] = dict(sorted(batch["unknown_fields"].items()))
     return kind(pipeline=pipeline, batch_id=batch_id, finished_at=datetime.now(UTC).isoformat(), **totals, **batch)

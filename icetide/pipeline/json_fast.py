@@ -51,8 +51,9 @@ from icetide.decode.arrow_json import ArrowJsonDecoder
 from icetide.decode.arrow_json_block import BadRecord, Decoded
 from icetide.decode.arrow_json_scalars import undecodable_columns
 from icetide.decode.json_evolution import addable
-from icetide.errors import IcetideError, one_line
+from icetide.errors import ExecutorSourceError, IcetideError, one_line
 from icetide.pipeline.adapter import SourceAdapter, payload_limits
+from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
 from icetide.pipeline.staging import Fallback, StagedBatch
 from icetide.pipeline.task_shares import split_files, split_partitions, split_ranges
@@ -62,7 +63,7 @@ from icetide.sink.keys import distinct_keys, keys_meet
 from icetide.sink.sink import UpsertSink
 from icetide.sink.transforms import computable
 from icetide.sink.writer import WriterConfig, with_partition_values, write_appends, write_changes
-from icetide.sources.base import ExecutorSourceError, raise_source_error_in
+from icetide.sources.base import raise_source_error_in
 from icetide.sources.files import json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
@@ -258,14 +259,16 @@ class JsonFastPath:
     def applies(config: PipelineConfig) -> Fallback | None:
         """Why the pipeline's config rules the fast path out, or None."""
         if config.fast_path == "off":
-            return Fallback("fast_path: off")
+            return Fallback(FallbackReason.FAST_PATH_OFF, "fast_path: off")
         if config.capture_source:
-            return Fallback("stage 1 of a two-stage pipeline (records keep their source position and op)")
+            return Fallback(
+                FallbackReason.TWO_STAGE, "stage 1 of a two-stage pipeline (records keep their source position and op)"
+            )
         if config.format != "json":
-            return Fallback(f"format: {config.format}")
+            return Fallback(FallbackReason.FORMAT, f"format: {config.format}")
         if config.source_kind == "files" and config.source["files"].get("format", "json") != "json":
             # Spark's CSV and Parquet readers type the columns: there is no decoder to run in a task.
-            return Fallback(f"source.files.format: {config.source['files']['format']}")
+            return Fallback(FallbackReason.FILES_FORMAT, f"source.files.format: {config.source['files']['format']}")
         return None
 
     def unavailable(self) -> Fallback | None:
@@ -275,13 +278,13 @@ class JsonFastPath:
         version = self.sink.writer_config_version()
         if self._checked is not None and self._checked[0] == version:
             return self._checked[1]
-        reason = self._check(jtable)
-        if reason:
-            log.info("JSON fast path off for %s: %s", self.sink.table_name, reason)
-        self._checked = (version, Fallback(reason) if reason else None)
-        return self._checked[1]
+        fallback = self._check(jtable)
+        if fallback is not None:
+            log.info("JSON fast path off for %s: %s", self.sink.table_name, fallback.detail)
+        self._checked = (version, fallback)
+        return fallback
 
-    def _check(self, jtable: Any) -> str | None:
+    def _check(self, jtable: Any) -> Fallback | None:
         from zoneinfo import ZoneInfo
 
         schema = self.sink.writer_config(0, ()).table_schema
@@ -290,23 +293,34 @@ class JsonFastPath:
         # the same decoder in its tasks and the same writer, so the fast path has nothing to add.
         missing = undecodable_columns(schema)
         if missing:
-            return f"column types the Python JSON decoder does not produce: {', '.join(missing)}"
+            return Fallback(
+                FallbackReason.COLUMN_TYPES,
+                f"column types the Python JSON decoder does not produce: {', '.join(missing)}",
+            )
         try:
             ZoneInfo(self.time_zone)
         except (ValueError, KeyError):
-            return f"session time zone {self.time_zone!r} is not a zone name"
+            return Fallback(
+                FallbackReason.SESSION_TIME_ZONE, f"session time zone {self.time_zone!r} is not a zone name"
+            )
         for pf in partition_fields(jtable):
             source = schema.field(pf.transform.column).type if pf.transform else pa.null()
             if not computable(pf.transform, source):
-                return f"partition field {pf.name} ({pf.transform}) is computed in the JVM"
+                return Fallback(
+                    FallbackReason.PARTITION_TRANSFORM,
+                    f"partition field {pf.name} ({pf.transform}) is computed in the JVM",
+                )
         if self.config.mode == "upsert":  # its deletes go under every spec with live files too
             try:
                 plan = self.sink.plan_writers(0)
             except IcetideError as exc:  # a spec the key does not serve: the Spark path says so
-                return one_line(exc)
+                return Fallback(FallbackReason.PARTITION_SPEC, one_line(exc))
             for _, transform in plan.partitions:
                 if transform is not None and not computable(transform, schema.field(transform.column).type):
-                    return f"partition transform {transform} of an earlier spec is computed in the JVM"
+                    return Fallback(
+                        FallbackReason.PARTITION_TRANSFORM,
+                        f"partition transform {transform} of an earlier spec is computed in the JVM",
+                    )
         return None
 
     def task_config(self, batch_id: int) -> JsonTaskConfig:
@@ -399,7 +413,7 @@ class JsonFastPath:
         )
         if any(r.changes for r in results):
             self.discard(batch_id)
-            return Fallback("records carry _op changes")
+            return Fallback(FallbackReason.CHANGE_OPS, "records carry _op changes")
         if config.key_check and keys_meet([r.keys for r in results if r.keys is not None]):
             # Two tasks each wrote a change of one key: an equality delete does not apply to the
             # data files of its own commit, so both rows would stay. Written again in one task.
@@ -416,7 +430,9 @@ class JsonFastPath:
         added = self._to_add(unknown)
         if added:
             self.discard(batch_id)
-            return Fallback(f"schema_evolution: fields to add as columns: {', '.join(added)}")
+            return Fallback(
+                FallbackReason.SCHEMA_EVOLUTION, f"schema_evolution: fields to add as columns: {', '.join(added)}"
+            )
         files = [WrittenFile.from_row(f) for r in results for f in r.files]
         write_seconds = max((r.write_seconds for r in results), default=0.0)
         return StagedBatch(

@@ -10,6 +10,10 @@ Series (all names start with `icetide_`):
 - `nested_as_text_total` {pipeline, table}: objects and arrays in STRING columns kept as their JSON
   text (`json: {nested_as_text: true}`) instead of dead letters
 - `batches_total` {pipeline, table, outcome="committed"|"noop"} (noop: already committed before)
+- `batch_paths_total` {pipeline, table, path, fallback}: how each batch ran, the metrics line's
+  `path` and `fallback` ("none" on a fast path); both from fixed lists (pipeline/batch_path.py)
+- `overlapped_commits_total` {pipeline, table}: batches committed while the next one was written
+- `records_as_columns_total` {pipeline, table}: records decoded a run at a time, as columns
 - `commit_seconds` histogram {pipeline, table}: the catalog commit of each batch
 - `last_commit_timestamp_seconds`, `seconds_since_last_commit` {pipeline, table}
 - `source_lag` {pipeline, source, partition}: records (Kafka) or files (landing folder) not yet read
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from icetide.errors import ConfigError, IcetideError
+from icetide.errors import ConfigError, NotInstalledError
 
 if TYPE_CHECKING:
     from icetide.config import MetricsConfig
@@ -37,10 +41,6 @@ log = logging.getLogger(__name__)
 
 INSTALL_LINE = "pip install 'prometheus-client==0.26.0'"
 COMMIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
-class NotInstalledError(IcetideError):
-    """An optional dependency is missing; the message is the line that installs it."""
 
 
 class CommittedBatch(Protocol):
@@ -58,6 +58,19 @@ class CommittedBatch(Protocol):
     def commit_seconds(self) -> float: ...
     @property
     def nested_as_text(self) -> int: ...
+
+
+class RanBatch(Protocol):
+    """How a batch ran, as its metrics line says (icetide.pipeline.batches.BatchMetrics)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def fallback(self) -> str | None: ...
+    @property
+    def overlapped(self) -> bool: ...
+    @property
+    def records_as_columns(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -103,6 +116,21 @@ class _Series:
             registry=r,
         )
         self.batches = pc.Counter("icetide_batches", "Batches run, by outcome", [*table, "outcome"], registry=r)
+        self.paths = pc.Counter(
+            "icetide_batch_paths",
+            "Batches run, by the path that ran them and why no fast path took them (fallback: none on a fast path)",
+            [*table, "path", "fallback"],
+            registry=r,
+        )
+        self.overlapped = pc.Counter(
+            "icetide_overlapped_commits",
+            "Batches committed on the commit thread while the next batch was read and written",
+            table,
+            registry=r,
+        )
+        self.as_columns = pc.Counter(
+            "icetide_records_as_columns", "Records decoded a run at a time, as columns", table, registry=r
+        )
         self.commit = pc.Histogram(
             "icetide_commit_seconds", "Catalog commit time of a batch", table, buckets=COMMIT_BUCKETS, registry=r
         )
@@ -150,6 +178,8 @@ class PipelineMetrics:
         self._series.since_commit.labels(**labels).set_function(self._seconds_since_commit)
         self._series.restarts.labels(pipeline=pipeline)  # present from the start, at 0
         self._series.maintenance.labels(**labels)
+        self._series.overlapped.labels(**labels)
+        self._series.as_columns.labels(**labels)
         for outcome in ("committed", "noop"):
             self._series.batches.labels(**labels, outcome=outcome)
 
@@ -202,6 +232,14 @@ class PipelineMetrics:
             self._set_last_commit(time.time())
         if partition_lag is not None:
             self.record_lag(partition_lag)
+
+    def record_path(self, batch: RanBatch) -> None:
+        """Count how one batch ran: its path and fallback, an overlapped commit, records read as columns."""
+        s, labels = self._series, {"pipeline": self.pipeline, "table": self.table}
+        s.paths.labels(**labels, path=str(batch.path), fallback=str(batch.fallback or "none")).inc()
+        if batch.overlapped:
+            s.overlapped.labels(**labels).inc()
+        s.as_columns.labels(**labels).inc(batch.records_as_columns)
 
     def record_bad(self, count: int) -> None:
         """Count bad records that reached no table of the pipeline (a sync's unroutable ones)."""

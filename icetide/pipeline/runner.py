@@ -14,9 +14,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from icetide.config import PipelineConfig
+from icetide.config import AVRO_FORMATS, PipelineConfig
 from icetide.errors import ConfigError, IcetideError
 from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
+from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.batches import BatchMetrics, RunSummary, batch_metrics, commit_tables, warn_unknown_fields
 from icetide.pipeline.json_fast import JsonFastPath
 from icetide.pipeline.overlap import InFlight
@@ -24,7 +25,6 @@ from icetide.pipeline.prometheus import pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.staging import (
     DATA_LOSSES,
-    FAST_PATH,
     Fallback,
     NewTables,
     StagedBatch,
@@ -98,7 +98,7 @@ class Runner(BatchPipeline[PlannedBatch]):
             if self.no_fast is None:
                 self.fast = JsonFastPath(spark, config, self.sink, self.source)
         if self.no_fast is not None:
-            log.debug("fast path not used: %s", self.no_fast.reason)
+            log.debug("fast path not used: %s", self.no_fast.detail)
         self._first_position: dict[str, Any] | None = None
         self.prometheus = pipeline_metrics(
             config.metrics, pipeline=config.pipeline, table=t.name, source=config.source_kind
@@ -156,7 +156,13 @@ class Runner(BatchPipeline[PlannedBatch]):
             written = self.sink.stage(good, batch_id=batch_id, input_cached=True, order_by=decoded.order_by)
             result = commit_tables(
                 batch_id,
-                lambda: self.sink.commit_written(written, plan.position, truncate=decoded.truncated),
+                lambda: self.sink.commit_written(
+                    written,
+                    plan.position,
+                    truncate=decoded.truncated,
+                    batch_path=BatchPath.SPARK,
+                    fallback=fallback.reason,
+                ),
             )
         except IcetideError:
             raise
@@ -179,7 +185,9 @@ class Runner(BatchPipeline[PlannedBatch]):
             unknown_fields=decoded.unknown_fields,
             lost_ranges=len(lost_rows(plan)),
             source_plan_seconds=timings.plan_seconds,
-            path=fallback.path,
+            path=BatchPath.SPARK,
+            fallback=fallback.reason,
+            fallback_detail=fallback.detail,
             nested_as_text=decoded.nested_as_text,
         )
 
@@ -188,7 +196,7 @@ class Runner(BatchPipeline[PlannedBatch]):
         from icetide.sources.kafka import OffsetRange
 
         if not plan.items:
-            return Fallback("data losses only")
+            return Fallback(FallbackReason.DATA_LOSSES, "data losses only")
         if self.fast is None and self.changes is None:
             assert self.no_fast is not None
             return self.no_fast
@@ -208,7 +216,7 @@ class Runner(BatchPipeline[PlannedBatch]):
         if isinstance(out, NewTables):  # (its one route's table exists: the runner made it)
             out = out.fallback()
         if isinstance(out, Fallback):
-            log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
+            log.info("batch %s runs on the Spark path: %s", batch_id, out.detail)
             return out
         prefix = f"{name}."  # the metrics line of one table names its fields alone
         unknown = {k.removeprefix(prefix): n for k, n in out.unknown_fields.items()}
@@ -223,7 +231,10 @@ class Runner(BatchPipeline[PlannedBatch]):
 
     def commit_staged(self, batch_id: int, plan: PlannedBatch, out: StagedBatch, timings: Timings) -> BatchMetrics:
         name = self.sink.table_name
-        result = commit_tables(batch_id, lambda: out.commit_table(name, self.sink, batch_id, plan.position))
+        path = self.fast_path()
+        result = commit_tables(
+            batch_id, lambda: out.commit_table(name, self.sink, batch_id, plan.position, batch_path=path)
+        )
         return batch_metrics(
             BatchMetrics,
             self.config.pipeline,
@@ -236,10 +247,16 @@ class Runner(BatchPipeline[PlannedBatch]):
             lost_ranges=len(lost_rows(plan)),
             source_plan_seconds=timings.plan_seconds,
             unknown_fields=out.unknown_fields,
-            path=FAST_PATH,
+            path=path,
             records_as_columns=out.records_as_columns,
             nested_as_text=out.nested_as_text,
         )
+
+    def fast_path(self) -> BatchPath:
+        """The fast path this pipeline's batches take when they can."""
+        if self.changes is None:
+            return BatchPath.JSON_FAST
+        return BatchPath.AVRO_FAST if self.config.format in AVRO_FORMATS else BatchPath.DEBEZIUM_FAST
 
     # -- the loop's steps (pipeline/loop.py) -------------------------------------------------
 
@@ -269,9 +286,10 @@ class Runner(BatchPipeline[PlannedBatch]):
         return [self.config.maintained_table]
 
     def observe(self, metrics: BatchMetrics) -> None:
-        """The batch and the source's lag per partition in the Prometheus series."""
+        """The batch, how it ran and the source's lag per partition in the Prometheus series."""
         if self.prometheus is not None:
             self.prometheus.record_batch(metrics, self._partition_lag)
+            self.prometheus.record_path(metrics)
 
 
 __all__ = ["BatchMetrics", "RunSummary", "Runner"]

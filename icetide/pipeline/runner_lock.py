@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from icetide.errors import TerminalError
+from icetide.errors import PipelineAlreadyRunningError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,10 +49,6 @@ log = logging.getLogger(__name__)
 LEASE_PROPERTY_PREFIX = "icetide.runner."
 RUNNER_LEASE_SECONDS = 120.0
 LEASE_SETTLE_SECONDS = 1.0
-
-
-class PipelineAlreadyRunningError(TerminalError):
-    """Another process runs this pipeline on this table; its host and pid are in the message."""
 
 
 @dataclass(frozen=True)

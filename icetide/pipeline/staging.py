@@ -3,10 +3,11 @@ that it did not stage it (`Fallback`, with its reason).
 
 Every pipeline stages a batch on a fast path (one Spark job of Python tasks that read, decode and
 write the files) where it can, and otherwise on the Spark path (decode in Spark, write through
-the sink). A fast path that cannot take a pipeline, a table or a batch returns a `Fallback`; its
-reason is logged and carried into the batch's metrics line as `path: "spark: <reason>"`. Both fast
-paths (pipeline/json_fast.py, pipeline/sync_fast.py) stage a `StagedBatch`, which the runner of
-one table and of many commit table by table with `commit_table`.
+the sink). A fast path that cannot take a pipeline, a table or a batch returns a `Fallback`: its
+reason, one FallbackReason (pipeline/batch_path.py), is the batch's `fallback` in its metrics line,
+and its detail, the words that name the column, table or record, is logged and kept beside it as
+`fallback_detail`. Both fast paths (pipeline/json_fast.py, pipeline/sync_fast.py) stage a
+`StagedBatch`, which the runner of one table and of many commit table by table with `commit_table`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icetide.errors import IcetideError, TransientError
+from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.sink.batch import BatchResult
 
 if TYPE_CHECKING:
@@ -25,20 +27,15 @@ if TYPE_CHECKING:
     from icetide.sink.committer import WrittenFile
     from icetide.sink.sink import UpsertSink
 
-FAST_PATH = "fast"
 TABLES_NAMED = 3  # a failure's line names this many of the batch's tables, then counts the rest
 
 
 @dataclass(frozen=True)
 class Fallback:
-    """Why a batch runs on the Spark path."""
+    """Why a batch runs on the Spark path: one reason from a fixed list, and its detail in words."""
 
-    reason: str
-
-    @property
-    def path(self) -> str:
-        """The metrics line's `path` of a batch that fell back for this reason."""
-        return f"spark: {self.reason}"
+    reason: FallbackReason
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -59,12 +56,14 @@ class StagedBatch:
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # per task (JsonTaskResult.timings)
     created_tables: tuple[str, ...] = ()  # tables the batch made from its own messages (many tables)
 
-    def commit_table(self, name: str, sink: UpsertSink, batch_id: int, position: Any) -> BatchResult:
-        """Commit table `name`'s staged files (none: a metadata-only commit) with the batch id and
-        the source position it holds after them."""
+    def commit_table(
+        self, name: str, sink: UpsertSink, batch_id: int, position: Any, *, batch_path: BatchPath
+    ) -> BatchResult:
+        """Commit table `name`'s staged files (none: a metadata-only commit) with the batch id, the
+        source position it holds after them and the fast path that wrote them."""
         files = self.files.get(name, [])
         committing = time.monotonic()
-        outcome = sink.commit_files(batch_id, files, position)
+        outcome = sink.commit_files(batch_id, files, position, batch_path=batch_path)
         return BatchResult.of_files(
             batch_id,
             files,
@@ -84,11 +83,11 @@ class NewTables:
 
     def fallback(self) -> Fallback:
         """The batch for the Spark path, which creates them itself."""
-        return Fallback(f"new tables: {', '.join(sorted(self.samples))}")
+        return Fallback(FallbackReason.NEW_TABLES, f"new tables: {', '.join(sorted(self.samples))}")
 
 
 # Lost source ranges become dead letters on the Spark path, which records them.
-DATA_LOSSES = Fallback("the batch has data losses (dead letters)")
+DATA_LOSSES = Fallback(FallbackReason.DATA_LOSSES, "the batch has data losses (dead letters)")
 
 
 def batch_place(pipeline: str, tables: Sequence[str]) -> str:

@@ -9,6 +9,7 @@ the hooks each pipeline implements. The run loop (pipeline/loop.py) drives `step
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -159,7 +160,12 @@ class BatchPipeline(ABC, Generic[Plan]):
             due = overlap and self._last_plan_full and not self.config.maintenance_due(batch_id)
             position = self.overlap_position(batch_id, plan, staged) if due else None
             if position is not None:
-                commits.submit(batch_id, position, lambda: self.commit_staged(batch_id, plan, staged, timings))
+
+                def commit_overlapped() -> BatchMetrics:
+                    metrics = self.commit_staged(batch_id, plan, staged, timings)
+                    return dataclasses.replace(metrics, overlapped=True)
+
+                commits.submit(batch_id, position, commit_overlapped)
             else:
                 commits.add(self.commit_staged(batch_id, plan, staged, timings))
         except BaseException:

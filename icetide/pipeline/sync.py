@@ -22,16 +22,16 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.config import PipelineConfig
+from icetide.config import AVRO_FORMATS, PipelineConfig
 from icetide.errors import ConfigError, SourceError
 from icetide.faults import crash_point
+from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.batches import BatchMetrics, SyncBatchMetrics, batch_metrics, commit_tables, warn_unknown_fields
 from icetide.pipeline.overlap import InFlight
 from icetide.pipeline.prometheus import PipelineMetrics, TableCounts, pipeline_metrics
 from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.staging import (
     DATA_LOSSES,
-    FAST_PATH,
     Fallback,
     NewTables,
     StagedBatch,
@@ -75,7 +75,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
         if not_fast is None:
             self.fast = SyncFastPath(spark, config, kafka.reader_settings(), kafka.read_timeout_seconds)
         else:
-            log.debug("sync fast path not used: %s", not_fast.reason)
+            log.debug("sync fast path not used: %s", not_fast.detail)
         self.dead_letters = SyncDeadLetters(spark, config)
         # deletes: vectors keeps one key index per table: the process holds at most this much of them
         process_key_indexes().set_limit(config.table.key_index_memory)
@@ -160,7 +160,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
             return self._not_fast
         out = self._write_fast(batch_id, plan, self._planned_from)
         if isinstance(out, Fallback):
-            log.info("batch %s runs on the Spark path: %s", batch_id, out.reason)
+            log.info("batch %s runs on the Spark path: %s", batch_id, out.detail)
         return out
 
     def discard(self, batch_id: int) -> None:
@@ -177,7 +177,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
         return plan.ends
 
     def run_spark_path(self, batch_id: int, plan: TopicsPlan, timings: Timings, fallback: Fallback) -> SyncBatchMetrics:
-        return run_spark_batch(self, batch_id, plan, timings.plan_seconds, timings.started, fallback.path)
+        return run_spark_batch(self, batch_id, plan, timings.plan_seconds, timings.started, fallback)
 
     def create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None:
         """Create table `name` from the pipeline's `table.schema`, else from the schema and key of
@@ -221,10 +221,14 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
 
     def commit_staged(self, batch_id: int, plan: TopicsPlan, out: StagedBatch, timings: Timings) -> SyncBatchMetrics:
         """Commit the fast path's tables, each with its position; the batch's metrics."""
+        path = self.fast_path()
         results = commit_tables(
             batch_id,
             lambda: self.commit_each(
-                batch_id, plan, set(out.records), lambda n, p: out.commit_table(n, self.sink_for(n), batch_id, p)
+                batch_id,
+                plan,
+                set(out.records),
+                lambda n, p: out.commit_table(n, self.sink_for(n), batch_id, p, batch_path=path),
             ),
         )
         source_lag = self.lag()
@@ -244,9 +248,13 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
             unknown_fields=out.unknown_fields,
             source_plan_seconds=timings.plan_seconds,
             created_tables=out.created_tables,
-            path=FAST_PATH,
+            path=path,
             records_as_columns=out.records_as_columns,
         )
+
+    def fast_path(self) -> BatchPath:
+        """The fast path this pipeline's batches take when they can."""
+        return BatchPath.SYNC_AVRO_FAST if self.config.format in AVRO_FORMATS else BatchPath.SYNC_FAST
 
     def _write_fast(self, batch_id: int, plan: TopicsPlan, state: SyncState) -> StagedBatch | Fallback:
         """The batch's files, written by the fast path (tables it routes to that do not exist yet
@@ -291,12 +299,12 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
                 self.sink_for(name)
             elif not samples and self.config.table_config(name).schema is None:
                 # The Spark path looks further (and says so when no message can make the table).
-                return Fallback(f"no keyed message of new table {name} among the samples")
+                return Fallback(FallbackReason.NEW_TABLES, f"no keyed message of new table {name} among the samples")
             else:
                 try:
                     self.create_table(name, lambda samples=samples: samples)  # type: ignore[misc]
                 except SourceError as exc:  # no schema among the few samples: the Spark path reads more
-                    return Fallback(f"new table {name}: {exc}")
+                    return Fallback(FallbackReason.NEW_TABLES, f"new table {name}: {exc}")
                 created.append(name)
         return None
 
@@ -385,7 +393,10 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
         return [*self.table_names(), self.dead_letters.table.name]
 
     def observe(self, metrics: BatchMetrics) -> None:
-        """Each table's series were recorded with its commit (`record_metrics`)."""
+        """How the batch ran, in the pipeline's series (labelled with its dead-letter table); each
+        table's series were recorded with its commit (`record_metrics`)."""
+        if self.prometheus is not None:
+            self.prometheus.record_path(metrics)
 
 
 __all__ = ["Position", "SyncBatchMetrics", "SyncRunner"]

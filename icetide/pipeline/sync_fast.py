@@ -35,6 +35,7 @@ import pyarrow as pa
 from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
+from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.staging import Fallback, NewTables, StagedBatch
 from icetide.pipeline.sync_task import SOURCE_ORDER, SyncTable, SyncTaskConfig, SyncTaskResult, run_tasks
 from icetide.sink.committer import WrittenFile
@@ -100,17 +101,19 @@ class SyncFastPath:
     def applies(config: PipelineConfig) -> Fallback | None:
         """Why the pipeline's config rules the fast path out, or None."""
         if config.fast_path == "off":
-            return Fallback("fast_path: off")
+            return Fallback(FallbackReason.FAST_PATH_OFF, "fast_path: off")
         if not config.reads_debezium:
-            return Fallback(f"format: {config.format}")
-        if config.source_kind == "files" and config.format != "debezium":
-            return Fallback(f"format: {config.format} from landing files")  # (refused at load)
+            return Fallback(FallbackReason.FORMAT, f"format: {config.format}")
+        if config.source_kind == "files" and config.format != "debezium":  # (refused at load)
+            return Fallback(FallbackReason.FORMAT, f"format: {config.format} from landing files")
         if config.source_kind not in ("kafka", "files"):
-            return Fallback(f"source: {config.source_kind}")
+            return Fallback(FallbackReason.SOURCE, f"source: {config.source_kind}")
         if config.capture_source:
-            return Fallback("stage 1 of a two-stage pipeline (records keep their source position and op)")
+            return Fallback(
+                FallbackReason.TWO_STAGE, "stage 1 of a two-stage pipeline (records keep their source position and op)"
+            )
         if config.order_by == "_source_ts":
-            return Fallback("order_by: _source_ts")
+            return Fallback(FallbackReason.ORDER_BY_SOURCE_TS, "order_by: _source_ts")
         return None
 
     def table(self, sink: UpsertSink) -> SyncTable | Fallback:
@@ -119,30 +122,35 @@ class SyncFastPath:
         version = sink.writer_config_version()
         cached = self._tables.get(sink.table_name)
         if cached is None or cached[0] != version:
-            try:
-                built: SyncTable | Fallback = self._build(sink)
-            except (IcetideError, NotHere) as exc:
-                built = Fallback(one_line(exc))
+            built = self._build(sink)
             if isinstance(built, Fallback):
-                log.info("sync fast path off for %s: %s", sink.table_name, built.reason)
+                log.info("sync fast path off for %s: %s", sink.table_name, built.detail)
             cached = self._tables[sink.table_name] = (version, built)
         return cached[1]
 
     def _build(self, sink: UpsertSink) -> SyncTable | Fallback:
         c = self.config
         order_by = c.order_by or SOURCE_ORDER
-        plan = sink.plan_writers(
-            0, order_by=order_by, changelog=c.changelog or c.mode == "append", keep_inserts=c.mode == "append"
-        )
+        try:
+            plan = sink.plan_writers(
+                0, order_by=order_by, changelog=c.changelog or c.mode == "append", keep_inserts=c.mode == "append"
+            )
+        except IcetideError as exc:  # a spec the key does not serve: the Spark path says so
+            return Fallback(FallbackReason.PARTITION_SPEC, one_line(exc))
         writer = plan.writer
         schema = writer.table_schema
         if order_by != SOURCE_ORDER and order_by not in schema.names:
-            return Fallback(f"order_by {order_by} is not a column")
-        TableRows(schema, writer.key, c.mode, self.conversions)  # NotHere for a column type it does not produce
+            return Fallback(FallbackReason.ORDER_BY_COLUMN, f"order_by {order_by} is not a column")
+        try:
+            TableRows(schema, writer.key, c.mode, self.conversions)
+        except NotHere as exc:  # a column type the decoder does not produce
+            return Fallback(FallbackReason.COLUMN_TYPES, one_line(exc))
         for _, transform in plan.partitions:
             source = schema.field(transform.column).type if transform is not None else pa.null()
             if not computable(transform, source):
-                return Fallback(f"partition transform {transform} is computed in the JVM")
+                return Fallback(
+                    FallbackReason.PARTITION_TRANSFORM, f"partition transform {transform} is computed in the JVM"
+                )
         return SyncTable(writer=writer, partitions=plan.partitions)
 
     def write(
@@ -161,11 +169,11 @@ class SyncFastPath:
         `sinks`: the pipeline's existing tables; `feeding`: table -> the topics that feed it;
         `held`: table -> offsets below which it already holds its records."""
         tables: dict[str, SyncTable] = {}
-        elsewhere: dict[str, str] = {}
+        elsewhere: dict[str, Fallback] = {}
         for name, sink in sinks.items():
             built = self.table(sink)
             if isinstance(built, Fallback):
-                elsewhere[name] = built.reason
+                elsewhere[name] = built
             else:
                 writer = dataclasses.replace(built.writer, batch_id=batch_id)
                 tables[name] = dataclasses.replace(built, writer=writer, held=held.get(name, {}))
@@ -200,7 +208,7 @@ class SyncFastPath:
             raise IcetideError(f"writing batch {batch_id} failed: {one_line(exc)}; nothing was committed") from exc
         elapsed = time.monotonic() - started
         written = [(name, f) for r in results for name, share in r.tables.items() for f in share.files]
-        reason = next((r.not_here for r in results if r.not_here), None)
+        reason = next((r.not_here for r in results if r.not_here is not None), None)
         new_tables: dict[str, list[tuple[bytes | None, bytes]]] = {}
         for r in results:
             for name, samples in r.new_tables.items():
@@ -209,12 +217,14 @@ class SyncFastPath:
         for i, r in enumerate(results):
             for name in r.tables:
                 if fed_by.setdefault(name, i) != i:
-                    reason = reason or f"table {name} was fed by two tasks (its topics changed)"
+                    reason = reason or Fallback(
+                        FallbackReason.TABLE_FED_BY_TWO_TASKS, f"table {name} was fed by two tasks (its topics changed)"
+                    )
         if reason is not None or new_tables:
             self._delete(written, sinks)
             if any(r.wrote for r in results):
                 self.discard(batch_id, sinks.values())
-            return Fallback(reason) if reason is not None else NewTables(new_tables)
+            return reason if reason is not None else NewTables(new_tables)
         files: dict[str, list[WrittenFile]] = {}
         for name, f in written:
             files.setdefault(name, []).append(WrittenFile.from_row(f))

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.adapter import avro_transcoding, payload_limits
+from icetide.pipeline.batch_path import BatchPath
 from icetide.pipeline.batches import SyncBatchMetrics, batch_metrics, commit_tables
+from icetide.pipeline.staging import Fallback
 from icetide.pipeline.sync_state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
 from icetide.sink.batch import BatchResult, WrittenBatch
@@ -61,9 +63,10 @@ class TableBatch:
 
 
 def run_spark_batch(
-    runner: SyncRunner, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float, path: str
+    runner: SyncRunner, batch_id: int, plan: TopicsPlan, plan_seconds: float, started: float, fallback: Fallback
 ) -> SyncBatchMetrics:
-    """Run the batch on the Spark path: route, then decode, write and commit each table with its own plan."""
+    """Run the batch on the Spark path (no fast path took it, for `fallback`): route, then decode,
+    write and commit each table with its own plan."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -114,7 +117,10 @@ def run_spark_batch(
         results = commit_tables(
             batch_id,
             lambda: runner.commit_each(
-                batch_id, plan, set(decoded), lambda n, p: commit_table(runner, n, p, written, decoded, batch_id)
+                batch_id,
+                plan,
+                set(decoded),
+                lambda n, p: commit_table(runner, n, p, written, decoded, batch_id, fallback),
             ),
         )
     except IcetideError:
@@ -141,7 +147,9 @@ def run_spark_batch(
         lost_ranges=len(plan.losses),
         source_plan_seconds=plan_seconds,
         created_tables=tuple(created),
-        path=path,
+        path=BatchPath.SYNC_SPARK,
+        fallback=fallback.reason,
+        fallback_detail=fallback.detail,
     )
 
 
@@ -293,13 +301,17 @@ def commit_table(
     written: dict[str, WrittenBatch],
     decoded: dict[str, TableBatch],
     batch_id: int,
+    fallback: Fallback,
 ) -> BatchResult:
-    """Commit one table's written share of the batch (a metadata-only commit without one)."""
+    """Commit one table's written share of the batch (a metadata-only commit without one), with
+    the path that ran it and why (`fallback`)."""
+    path, reason = BatchPath.SYNC_SPARK, fallback.reason
     batch = written.get(name)
     if batch is None:
-        outcome = runner.sink_for(name).commit_files(batch_id, [], position)
+        outcome = runner.sink_for(name).commit_files(batch_id, [], position, batch_path=path, fallback=reason)
         return BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
-    return runner.sinks[name].commit_written(batch, position, truncate=decoded[name].truncated)
+    sink = runner.sinks[name]
+    return sink.commit_written(batch, position, truncate=decoded[name].truncated, batch_path=path, fallback=reason)
 
 
 def _below(held: dict[tuple[str, int], int], topic: Column, partition: Column, offset: Column) -> Column:

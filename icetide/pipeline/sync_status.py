@@ -12,6 +12,7 @@ from icetide.config import PipelineConfig
 from icetide.errors import SourceError
 from icetide.pipeline.sync_state import Position, SyncState, TableState, parse_position
 from icetide.sink.committer import Committer
+from icetide.sink.pipeline_state import read_pipeline_state
 from icetide.table.catalog import table_exists
 from icetide.table.iceberg import load_table
 
@@ -36,6 +37,8 @@ class TableStatus:
     data_files: int
     delete_files: int
     dead_letter: bool = False
+    batch_path: str | None = None  # how its last batch ran (pipeline/batch_path.py), as its state says
+    fallback: str | None = None  # on a Spark path, why no fast path took that batch
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -54,7 +57,7 @@ def pipeline_status(spark: SparkSession, config: PipelineConfig, *, with_lag: bo
         states = table_states(config, spark)
         for s in sorted(states, key=lambda s: s.name):
             lag = _lag(topics, s.effective()) if topics is not None else None
-            out.append(_status(spark, s.name, s.batch_id or None, s.position, lag, s.committed_at))
+            out.append(_status(spark, config.pipeline, s.name, s.batch_id or None, s.position, lag, s.committed_at))
         dl = (
             Committer(spark, config.dead_letter, config.pipeline).last_committed()
             if table_exists(spark, config.dead_letter)
@@ -64,6 +67,7 @@ def pipeline_status(spark: SparkSession, config: PipelineConfig, *, with_lag: bo
         out.append(
             _status(
                 spark,
+                config.pipeline,
                 config.dead_letter,
                 dl.batch_id if dl else None,
                 position,
@@ -88,6 +92,7 @@ def _lag(topics: Any, position: Position) -> int | None:
 
 def _status(
     spark: SparkSession,
+    pipeline: str,
     name: str,
     batch: int | None,
     position: Position,
@@ -100,6 +105,7 @@ def _status(
         return TableStatus(name, batch, position, lag, committed_at, None, 0, 0, dead_letter)
     jtable = load_table(spark, name)
     jtable.refresh()
+    state = read_pipeline_state(jtable, pipeline)
     snapshot = jtable.currentSnapshot()
     summary = dict(snapshot.summary()) if snapshot is not None else {}
     spark.catalog.refreshTable(name)  # a cached table object would count an old snapshot
@@ -114,6 +120,8 @@ def _status(
         data_files=int(summary.get("total-data-files", 0)),
         delete_files=int(summary.get("total-delete-files", 0)),
         dead_letter=dead_letter,
+        batch_path=state.batch_path if state is not None else None,
+        fallback=state.fallback if state is not None else None,
     )
 
 

@@ -4,7 +4,8 @@ them: sources/files.py `json_lines`), decode every Debezium event in Python
 (decode/debezium_arrow.py), route it to its table, skip what that table already holds, and write
 each table's rows as data and equality-delete files with the table's own writer config. Only
 file metadata, dead letters, counts and, for tables that do not exist yet, sample messages go
-back to the driver; a record only the Spark path takes sends the whole batch there (`not_here`).
+back to the driver; a record only the Spark path takes sends the whole batch there (`not_here`,
+with the reason).
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ from icetide.decode.json_runs import JsonRuns
 from icetide.decode.limits import spark_text
 from icetide.decode.route import identifier_part
 from icetide.decode.schema_registry import HEADER_BYTES, MAGIC_BYTE
-from icetide.errors import SourceError, one_line
+from icetide.errors import ExecutorSourceError, SourceAccessError, SourceError, WriteError, one_line
+from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
+from icetide.pipeline.staging import Fallback
 from icetide.secrets import redacted_repr
-from icetide.sink.writer import WriteError, WriterConfig, write_changes
-from icetide.sources.base import ExecutorSourceError, SourceAccessError
+from icetide.sink.writer import WriterConfig, write_changes
 from icetide.sources.files import LINES_PER_FILE, json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
@@ -68,7 +70,7 @@ class SyncTaskConfig:
     read_timeout: float
     template: str
     tables: dict[str, SyncTable]
-    elsewhere: dict[str, str]  # existing tables the fast path cannot write -> why
+    elsewhere: dict[str, Fallback]  # existing tables the fast path cannot write -> why
     op_mode: str
     conversions: Conversions
     limits: Any
@@ -96,7 +98,7 @@ class SyncTaskResult:
 
     tables: dict[str, TableShare] = field(default_factory=dict)
     bad: list[BadRecord] = field(default_factory=list)  # the dead letters of every table
-    not_here: str | None = None
+    not_here: Fallback | None = None  # why the batch is for the Spark path
     new_tables: dict[str, list[tuple[bytes | None, bytes]]] = field(default_factory=dict)
     records: int = 0
     decode_seconds: float = 0.0
@@ -326,12 +328,14 @@ def sync_task(config: SyncTaskConfig, items: list[OffsetRange] | list[str], tag:
                     for message in messages[start : max(end, start + 1)]:
                         one(message, destinations, fixed, feed, at)
                     start = max(end, start + 1)
-    except NotHere as exc:
-        return SyncTaskResult(not_here=str(exc), records=records)
+    except NotHere as exc:  # a table the fast path cannot write names its own reason
+        not_here = result.not_here or Fallback(FallbackReason.RECORD_FOR_SPARK, str(exc))
+        return SyncTaskResult(not_here=not_here, records=records)
     except (SourceError, SourceAccessError):
         raise  # the source's failure (the schema registry's too), as on the Spark path
     except Exception as exc:  # a record the decoder did not foresee: the Spark path reads the batch
-        return SyncTaskResult(not_here=f"the fast decoder failed: {one_line(exc)}", records=records)
+        failed = Fallback(FallbackReason.DECODER_FAILED, f"the fast decoder failed: {one_line(exc)}")
+        return SyncTaskResult(not_here=failed, records=records)
     result.records = records
     result.decode_seconds = time.thread_time() - started
     if result.new_tables:
@@ -345,7 +349,8 @@ def sync_task(config: SyncTaskConfig, items: list[OffsetRange] | list[str], tag:
             share.files = write_changes(collected.table(), table.writer, table.partitions, tag)
     except (NotHere, WriteError, ValueError, TypeError, pa.ArrowException) as exc:
         # Files already written are found again by their batch prefix and deleted by the driver.
-        return SyncTaskResult(not_here=f"writing failed: {one_line(exc)}", records=records, wrote=True)
+        failed = Fallback(FallbackReason.WRITE_FAILED, f"writing failed: {one_line(exc)}")
+        return SyncTaskResult(not_here=failed, records=records, wrote=True)
     result.write_seconds = time.perf_counter() - writing
     return result
 
@@ -392,7 +397,9 @@ def _destination(
     table = config.tables.get(name)
     if table is None:
         if name in config.elsewhere:
-            raise NotHere(f"table {name}: {config.elsewhere[name]}")
+            table_fallback = config.elsewhere[name]
+            result.not_here = Fallback(table_fallback.reason, f"table {name}: {table_fallback.detail}")
+            raise NotHere(result.not_here.detail)
         result.new_tables.setdefault(name, [])
         return _Destination(share, None)
     collected = rows.get(name)

@@ -13,15 +13,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetide.arrow_sort import sort_indices
+from icetide.errors import BadOperationError
 
 OP_COLUMN = "_op"
 ARRIVAL_COLUMN = "_icetide_arrival"
 INSERT, UPSERT, DELETE = "INSERT", "UPSERT", "DELETE"
 OPS = (INSERT, UPSERT, DELETE)
-
-
-class BadOperationError(ValueError):
-    """A row carries an `_op` that is not INSERT, UPSERT or DELETE."""
 
 
 @dataclass(frozen=True)

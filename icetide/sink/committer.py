@@ -10,6 +10,7 @@ commits by other writers and snapshot expiry (Iceberg issue 5846).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -169,11 +170,13 @@ class Committer:
         truncate: bool = False,
         schema_change: SchemaChange | None = None,
         registry: dict[str, Any] | None = None,
+        batch_path: str | None = None,
+        fallback: str | None = None,
     ) -> CommitOutcome:
         """Commit the batch's files atomically, once; a repeated or older batch id commits nothing.
 
-        The pipeline's state (PipelineState: `source_position`, and a dead-letter table's
-        `registry`) lands in the same commit.
+        The pipeline's state (PipelineState: `source_position`, a dead-letter table's `registry`,
+        and how a pipeline ran the batch, `batch_path` and `fallback`) lands in the same commit.
 
         With `truncate`, the same transaction first removes every row committed before (a source's
         TRUNCATE), so the table holds only this batch's rows: exactly once, like the batch itself.
@@ -193,7 +196,10 @@ class Committer:
         if self.vectors is not None:
             self.vectors.take_seconds()  # what came before this call is not this batch's
         try:
-            return self._commit(batch_id, files, source_position, truncate, schema_change, registry)
+            recorded = PipelineState(
+                self.pipeline_id, batch_id, source_position, "", registry, batch_path=batch_path, fallback=fallback
+            )
+            return self._commit(batch_id, files, recorded, truncate, schema_change)
         finally:
             if self.vectors is not None:
                 self._index_seconds = self.vectors.take_seconds()
@@ -202,10 +208,9 @@ class Committer:
         self,
         batch_id: int,
         files: Sequence[WrittenFile],
-        source_position: Any,
+        recorded: PipelineState,
         truncate: bool,
         schema_change: SchemaChange | None,
-        registry: dict[str, Any] | None,
     ) -> CommitOutcome:
         retries, min_wait, max_wait, total_timeout = self._retry_settings()
         started = time.monotonic()
@@ -242,7 +247,7 @@ class Committer:
                     deletes = []
             try:
                 snapshot_id = self._attempt(
-                    batch_id, base.currentSnapshot(), data, deletes, source_position, truncate, schema_change, registry
+                    batch_id, base.currentSnapshot(), data, deletes, recorded, truncate, schema_change
                 )
                 self._forget_cached_table()
                 self._vectors_landed(batch_id, files)
@@ -358,10 +363,9 @@ class Committer:
         current: Any,
         data: list[Any],
         deletes: list[Any],
-        source_position: Any,
+        recorded: PipelineState,
         truncate: bool = False,
         schema_change: SchemaChange | None = None,
-        registry: dict[str, Any] | None = None,
     ) -> int:
         j = jvm(self.spark)
         table = self.table
@@ -380,7 +384,7 @@ class Committer:
             delta = txn.newAppend()
             for f in data:
                 delta.appendFile(f)
-            return self._finish(txn, delta, batch_id, source_position, registry)
+            return self._finish(txn, delta, recorded)
         delta = txn.newRowDelta()
         # Any data or deletes another writer adds while this commit is in flight (inside Iceberg's
         # own retries too) fail validation, so the batch check above runs again on fresh metadata.
@@ -404,7 +408,7 @@ class Committer:
                 delta.addDeletes(f)
             for f in staged.removed:
                 delta.removeDeletes(f)
-        return self._finish(txn, delta, batch_id, source_position, registry)
+        return self._finish(txn, delta, recorded)
 
     def _check_deletes_reach_every_spec(self, batch_id: int, deletes: list[Any]) -> None:
         """Refuse a commit whose equality deletes miss a partition spec that has live data files.
@@ -426,16 +430,16 @@ class Committer:
                 "was written, and its deletes would not reach them; nothing was committed, write the batch again"
             )
 
-    def _finish(
-        self, txn: Any, delta: Any, batch_id: int, source_position: Any, registry: dict[str, Any] | None
-    ) -> int:
-        """Summary and pipeline-state property, committed as one transaction; the new snapshot id."""
-        position_text = json.dumps(source_position, sort_keys=True)
+    def _finish(self, txn: Any, delta: Any, recorded: PipelineState) -> int:
+        """Summary and pipeline-state property (`recorded`, stamped with the time now), committed
+        as one transaction; the new snapshot id."""
+        batch_id = recorded.batch_id
+        position_text = json.dumps(recorded.source_position, sort_keys=True)
         delta.set(SUMMARY_PIPELINE, self.pipeline_id)
         delta.set(SUMMARY_BATCH, str(batch_id))
         delta.set(SUMMARY_POSITION, position_text)
         delta.commit()
-        state = PipelineState(self.pipeline_id, batch_id, source_position, datetime.now(UTC).isoformat(), registry)
+        state = dataclasses.replace(recorded, committed_at=datetime.now(UTC).isoformat())
         txn.updateProperties().set(state_property(self.pipeline_id), state.to_json()).commit()
         fault_point("before_commit_call")
         txn.commitTransaction()  # the one call that decides the outcome

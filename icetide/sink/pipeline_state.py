@@ -24,7 +24,11 @@ class PipelineState:
       next offset}}`, landing files `{"max_mtime_ms", "files", "listed_at_ms"}`; on a dead-letter
       table, the position up to which the pipeline's bad records are committed;
     - `registry`: on the dead-letter table of a pipeline of many tables, the tables it feeds
-      and, per topic, the offsets each table's data starts from (icetide.pipeline.sync_state).
+      and, per topic, the offsets each table's data starts from (icetide.pipeline.sync_state);
+    - `batch_path`, `fallback`: how the pipeline ran that batch, its metrics line's `path` and
+      `fallback` (icetide.pipeline.batch_path), for `icetide status`; absent (None) for a batch
+      committed through `UpsertSink.write` by a job of the user's own, and before icetide kept them.
+      Optional keys that an earlier icetide of the same version ignores.
 
     Version 0 (no `version` key) kept a dead-letter table's state in `source_position`, as
     `{"plan": {..., "position": P}}` (one table) or `{"position": P, "tables": R}` (many);
@@ -37,6 +41,8 @@ class PipelineState:
     committed_at: str
     registry: dict[str, Any] | None = None
     version: int = STATE_VERSION
+    batch_path: str | None = None
+    fallback: str | None = None
 
     def to_json(self) -> str:
         """The table-property form."""
@@ -48,6 +54,10 @@ class PipelineState:
         }
         if self.registry is not None:
             out["registry"] = self.registry
+        if self.batch_path is not None:
+            out["batch_path"] = str(self.batch_path)
+        if self.fallback is not None:
+            out["fallback"] = str(self.fallback)
         return json.dumps(out, sort_keys=True)
 
     @classmethod
@@ -64,7 +74,17 @@ class PipelineState:
         if version == 0:
             position, registry = _version_0(position)
         committed_at = str(data.get("committed_at", ""))
-        return cls(pipeline_id, int(data["batch_id"]), position, committed_at, registry, STATE_VERSION)
+        path, fallback = data.get("batch_path"), data.get("fallback")
+        return cls(
+            pipeline_id,
+            int(data["batch_id"]),
+            position,
+            committed_at,
+            registry,
+            STATE_VERSION,
+            batch_path=str(path) if path is not None else None,
+            fallback=str(fallback) if fallback is not None else None,
+        )
 
 
 def _version_0(position: Any) -> tuple[Any, dict[str, Any] | None]:

@@ -249,9 +249,12 @@ class UpsertSink:
         *,
         truncate: bool = False,
         registry: dict[str, Any] | None = None,
+        batch_path: str | None = None,
+        fallback: str | None = None,
     ) -> BatchResult:
-        """Commit a batch `stage` wrote, with the pipeline's state (`source_position`, `registry`);
-        `truncate` as for `write`. A skipped batch commits nothing."""
+        """Commit a batch `stage` wrote, with the pipeline's state (`source_position`, `registry`,
+        and how a pipeline ran it: `batch_path`, `fallback`); `truncate` as for `write`. A skipped
+        batch commits nothing."""
         batch_id = written.batch_id
         if written.skipped:
             skipped = "already committed"
@@ -261,7 +264,14 @@ class UpsertSink:
         if change:
             log.info("batch %s evolves the schema of %s: %s", batch_id, self.table_name, change.describe())
         outcome = self.commit_files(
-            batch_id, written.files, source_position, truncate=truncate, schema_change=change, registry=registry
+            batch_id,
+            written.files,
+            source_position,
+            truncate=truncate,
+            schema_change=change,
+            registry=registry,
+            batch_path=batch_path,
+            fallback=fallback,
         )
         if change:
             self._check_table()
@@ -289,6 +299,8 @@ class UpsertSink:
         truncate: bool = False,
         schema_change: SchemaChange | None = None,
         registry: dict[str, Any] | None = None,
+        batch_path: str | None = None,
+        fallback: str | None = None,
     ) -> CommitOutcome:
         """Commit files written for `batch_id` (by `stage` or by a pipeline's own tasks) with the
         pipeline's state, exactly once (sink/committer.py `Committer.commit`); no files: a
@@ -300,6 +312,8 @@ class UpsertSink:
             truncate=truncate,
             schema_change=schema_change,
             registry=registry,
+            batch_path=batch_path,
+            fallback=fallback,
         )
 
     def delete_files(self, files: Sequence[WrittenFile], *, reason: str) -> None:

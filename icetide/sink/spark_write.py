@@ -9,11 +9,11 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from icetide.errors import IcetideError, SchemaError, one_line
+from icetide.errors import EXECUTOR_ERROR_MARKER, IcetideError, SchemaError, one_line
 from icetide.sink.changelog import ARRIVAL_COLUMN, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.committer import WrittenFile
 from icetide.sink.distribution import SlotPlan, distribute, is_small_batch, plan_estimated_bytes
-from icetide.sink.writer import EXECUTOR_ERROR_MARKER, WRITTEN_FILE_DDL, WriterConfig, writer_function
+from icetide.sink.writer import WRITTEN_FILE_DDL, WriterConfig, writer_function
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -24,8 +24,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from icetide.arrow_sort import sort_indices
+from icetide.errors import BadOperationError, WriteError
 from icetide.filesystems import filesystem_for
-from icetide.sink.changelog import ARRIVAL_COLUMN, BadOperationError, collapse
+from icetide.sink.changelog import ARRIVAL_COLUMN, collapse
 from icetide.sink.metrics import FileStats, content_file_json, partition_json_value
 from icetide.sink.transforms import arrow_partition_values
 from icetide.spark.worker_imports import keep_zip_directories
@@ -33,7 +34,6 @@ from icetide.table.spec import PartitionTransform
 
 log = logging.getLogger(__name__)
 
-EXECUTOR_ERROR_MARKER = "[icetide] "
 WRITER_ID = f"{socket.gethostname()}:{os.getpid()}"  # which process wrote a file, for debugging
 DATA, EQUALITY_DELETES = "data", "equality_deletes"
 
@@ -52,13 +52,6 @@ WRITTEN_FILE_DDL = (
     "content string, path string, partition array<string>, record_count long, file_size long, writer string, "
     "metadata_json string"
 )
-
-
-class WriteError(RuntimeError):
-    """A task could not write its rows; the message (after the marker) is for the user."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(EXECUTOR_ERROR_MARKER + message)
 
 
 @dataclass(frozen=True)

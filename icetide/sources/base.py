@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Protocol
 
-from icetide.errors import IcetideError, SourceError, TerminalError
+from icetide.errors import (
+    EXECUTOR_SOURCE_ACCESS_MARKER,
+    EXECUTOR_SOURCE_ERROR_MARKER,
+    ExecutorSourceError,
+    IcetideError,
+    SourceAccessError,
+    SourceError,
+)
+from icetide.errors import ExecutorSourceAccessError as ExecutorSourceAccessError  # still importable from here
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-# Prefixed to the message of a SourceError raised inside a Spark task, so the driver can find it again
-# in the text of the Py4J / PythonException that wraps it (see `source_error_in`).
-EXECUTOR_SOURCE_ERROR_MARKER = "[icetide-source] "
-# The same for a source failure no retry can help (refused credentials): `SourceAccessError`.
-EXECUTOR_SOURCE_ACCESS_MARKER = "[icetide-source-access] "
 
 
 class BatchSource(Protocol):
@@ -29,24 +31,6 @@ class BatchSource(Protocol):
     def plan(self, position: Any, limit: int, /) -> tuple[list[Any], dict[str, Any]]: ...
 
     def read(self, spark: SparkSession, items: list[Any], /) -> DataFrame: ...
-
-
-class ExecutorSourceError(SourceError):
-    """A SourceError raised inside a Spark task; its message carries the marker for the driver."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(EXECUTOR_SOURCE_ERROR_MARKER + message)
-
-
-class SourceAccessError(TerminalError):
-    """A source (or the schema registry it needs) refused icetide's credentials: terminal."""
-
-
-class ExecutorSourceAccessError(SourceAccessError):
-    """A SourceAccessError raised inside a Spark task; its message carries the marker for the driver."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(EXECUTOR_SOURCE_ACCESS_MARKER + message)
 
 
 def source_error_in(exc: BaseException) -> IcetideError | None:

@@ -47,9 +47,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from icetide.config_values import reject_unknown_keys
-from icetide.errors import ConfigError, DataLossError, SourceError
+from icetide.errors import ConfigError, DataLossError, ExecutorSourceError, SourceError
 from icetide.filesystems import filesystem_for
-from icetide.sources.base import ExecutorSourceError
 from icetide.spark.worker_imports import keep_zip_directories
 
 if TYPE_CHECKING:

@@ -15,8 +15,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from icetide.errors import ConfigError
-from icetide.sources.base import ExecutorSourceError
+from icetide.errors import ConfigError, ExecutorSourceError
 from icetide.sources.head_split import HEAD_ID_SUFFIX, HEAD_SUFFIX, HeadSplitter, JsonHeadSplit
 from icetide.spark.worker_imports import keep_zip_directories
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from icetide.errors import DeletionVectorError
+
 DV_MAGIC = bytes([0xD1, 0xD3, 0x39, 0x64])
 PUFFIN_MAGIC = b"PFA1"
 BLOB_TYPE = "deletion-vector-v1"
@@ -35,10 +37,6 @@ _SERIAL_COOKIE_NO_RUN = 12346
 _SERIAL_COOKIE = 12347
 _NO_OFFSET_THRESHOLD = 4
 _ARRAY_MAX = 4096  # Roaring's array containers hold up to this many values
-
-
-class DeletionVectorError(ValueError):
-    """Bytes that are not a valid deletion vector or Puffin file."""
 
 
 # ---------------------------------------------------------------- Roaring, 32 bits
