@@ -22,6 +22,7 @@ INIT = Path(icetide.__file__)
 # injected failure, which must look like any unforeseen exception, not like an IcetideError.
 SIGNALS = {
     "icetide.decode.arrow_json_nested._Unfit",
+    "icetide.decode.arrow_json_nested.Unfit",
     "icetide.decode.avro_container.NotColumnar",
     "icetide.decode.connect_values.NotHere",
     "icetide.decode.connect_values.DeadLetter",

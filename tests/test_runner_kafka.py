@@ -188,3 +188,33 @@ def test_a_batch_read_again_after_its_dead_letters_committed_writes_each_once(
     assert table_rows(other, "kheldcheck.kafka.kheld", COLUMNS, KEY) == model_of(first + more)
     dead = [r["source_position"] for r in other.table("kheldcheck.kafka.kheld_dead_letter").collect()]
     assert len(dead) == len(set(dead)) == sum(1 for i in range(210) if i % 17 == 0)
+
+
+def test_bad_bytes_and_objects_from_kafka_are_dead_letters_on_both_paths(spark: Any, kafka_broker: str) -> None:
+    """Issue 49 through a Kafka topic: the decoder cases of tests/test_bad_input_refused.py (written
+    there by hand: bytes that are not UTF-8 in a value, in the key column's value and in a field
+    name; an object and an array in a STRING column) as messages, run by the runner on the fast
+    path and on the Spark path. The table equals the model of the good messages, and the dead
+    letters are the bad ones, one by one: position, payload (U+FFFD for bad bytes) and error."""
+    from tests.test_bad_input_refused import JSON_CASES
+
+    topic = create_topic(kafka_broker, partitions=1)
+    produce(kafka_broker, topic, [(0, None, payload, None) for payload, _ in JSON_CASES])
+    good = [json.loads(p) for p, error in JSON_CASES if error is None]
+    model = ReferenceModel(["id"], ["id", "note", "n"], None)
+    model.apply(1, [{"id": r["id"], "note": r["note"], "n": r.get("n")} for r in good])
+    expected_dead = [
+        (f"{topic}/0@{i}", payload.decode("utf-8", "replace"), error)
+        for i, (payload, error) in enumerate(JSON_CASES)
+        if error is not None
+    ]
+    for name, extra in (("refused_fast", {}), ("refused_spark", {"fast_path": "off"})):
+        d = doc(name, kafka_broker, topic, **extra)
+        d["table"] = {"name": f"lake.kafka.{name}", "schema": "id STRING NOT NULL, note STRING, n BIGINT"}
+        d["table"]["key"] = ["id"]
+        summary = Runner(PipelineConfig.from_dict(d), spark).run(once=True, handle_signals=False)
+        assert [b.path for b in summary.batches] == (["json_fast"] if name == "refused_fast" else ["spark"])
+        assert sum(b.bad_records for b in summary.batches) == len(expected_dead)
+        assert table_rows(spark, f"lake.kafka.{name}", ["id", "note", "n"], ["id"]) == model.rows
+        dead = spark.table(f"lake.kafka.{name}_dead_letter").select("source_position", "payload", "error").collect()
+        assert sorted(tuple(r) for r in dead) == sorted(expected_dead)
