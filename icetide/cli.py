@@ -20,9 +20,6 @@ from icetide.errors import ConfigError, IcetideError, one_line
 from icetide.secrets import install_log_redaction, scrub
 
 if TYPE_CHECKING:
-    pass
-
-if TYPE_CHECKING:
     from icetide.config import PipelineConfig
 
 log = logging.getLogger("icetide.cli")
