@@ -427,10 +427,8 @@ def test_avro_strings_that_are_not_utf8_are_dead_letters_naming_the_field(regist
     assert got == [("UPSERT", 1, "lisi"), ("UPSERT", 1, "zhangsan"), ("DELETE", 1, "zhangsan")]
 
     compiled = reader.compiled(int.from_bytes(good[0][1:HEADER_BYTES], "big"))
-    try:
-        records = run_reader().decode(compiled.writer, [memoryview(v)[HEADER_BYTES:] for v in good])
-    except NotColumnar as exc:
-        pytest.skip(f"no columnar Avro reader here: {exc}")
+    # the columnar reader (DuckDB, a dependency of the project) reads the good run, refuses the bad one
+    records = run_reader().decode(compiled.writer, [memoryview(v)[HEADER_BYTES:] for v in good])
     assert [r["after"]["name"] if r["after"] else None for r in records.to_pylist()] == ["lisi", "zhangsan", None]
     with pytest.raises(NotColumnar):
         run_reader().decode(compiled.writer, [memoryview(v)[HEADER_BYTES:] for v in values])
