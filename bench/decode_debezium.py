@@ -25,8 +25,8 @@ import pyarrow as pa
 from bench.common import machine, median, parser, render_table, report
 from bench.ingest import event
 from bench.ingest_debezium import debezium_event
-from icetide.decode.debezium_arrow import Conversions, TableRows, source_order
-from icetide.decode.debezium_message import EnvelopeReader
+from icetide.decode.debezium.message import EnvelopeReader
+from icetide.decode.debezium.rows import Conversions, TableRows, source_order
 from icetide.decode.limits import PayloadLimits
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")

@@ -1,4 +1,4 @@
-"""The Spark path's JSON decoding: the Python decoder run in the tasks (decode/json_tasks.py).
+"""The Spark path's JSON decoding: the Python decoder run in the tasks (decode/json/tasks.py).
 Until the Spark SQL JSON decoder it replaced was deleted (issue 23, item 3), this bench ran the two
 side by side on the same frame; that comparison is recorded in docs/benchmarks.md.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.common import bench_session, in_temp_warehouse, machine, median, parser, render_table, report, timed
 from bench.ingest import SCHEMA, event
-from icetide.decode.json_tasks import decode_json
+from icetide.decode.json.tasks import decode_json
 
 KEY = ["event_id", "event_time"]
 PRODUCED_MS = 1_767_225_600_000
@@ -60,7 +60,7 @@ def run(warehouse: str, events: int, passes: int, partitions: int, bad_every: in
     frame.count()
     good, bad = one_pass(frame, schema)  # warm-up
     seconds = [timed(lambda: one_pass(frame, schema))[0] for _ in range(passes)]
-    table = [["Python in the tasks (json_tasks.py)", f"{median(seconds):.2f}", f"{events / median(seconds):,.0f}"]]
+    table = [["Python in the tasks (decode/json/tasks.py)", f"{median(seconds):.2f}", f"{events / median(seconds):,.0f}"]]
     return (
         f"{events:,} records ({good:,} good, {bad:,} dead letters) in {partitions} partitions, median of {passes} "
         f"passes, local[*]; {machine()}\n\n" + render_table(["decoder", "seconds", "records/s"], table) + "\n"

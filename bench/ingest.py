@@ -140,7 +140,7 @@ def produce(bootstrap: str, topic: str, start: int, count: int, rate: float | No
 
 
 def pipeline(bootstrap: str, topic: str, name: str, interval: str, max_records: int) -> Any:
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
 
     return PipelineConfig.from_dict(
         {
@@ -170,7 +170,7 @@ def cpu_timed(fn: Any, runs: int = 3) -> tuple[list[float], float]:
 
 
 def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, max_records: int, runs: int) -> str:
-    from icetide.pipeline.runner import Runner
+    from icetide.pipeline.table_runner import Runner
     from tests.kafka_broker import create_topic, tansu_broker
 
     cores = os.cpu_count() or 1

@@ -15,7 +15,7 @@ alternating rounds, by the same two pipelines:
 rows/s per core: rows over the CPU seconds of this benchmark's processes (driver, Spark JVM,
 Python workers, broker) during the drain; producing is not counted. Then the decoders alone, in
 this process on the same messages: the sync fast path's event from a JSON message
-(decode/debezium_arrow.py EnvelopeReader) and from an Avro record (decode/avro.py, fastavro),
+(decode/debezium/rows.py EnvelopeReader) and from an Avro record (decode/avro/decoder.py, fastavro),
 and fastavro's `schemaless_reader` by itself, in microseconds per message (median of 3 passes).
 """
 
@@ -79,10 +79,10 @@ def decode_micros(registry_url: str, count: int) -> dict[str, float]:
 
     from bench.ingest import event
     from bench.ingest_debezium import debezium_event
-    from icetide.config import RegistrySettings
-    from icetide.decode.avro import AvroMessages, AvroSettings
-    from icetide.decode.debezium_arrow import Conversions, TableRows, source_order
-    from icetide.decode.debezium_message import EnvelopeReader
+    from icetide.config.pipeline import RegistrySettings
+    from icetide.decode.avro.decoder import AvroMessages, AvroSettings
+    from icetide.decode.debezium.message import EnvelopeReader
+    from icetide.decode.debezium.rows import Conversions, TableRows, source_order
     from icetide.decode.limits import PayloadLimits
     from tests.avro_messages import AvroEncoder
 
@@ -150,7 +150,7 @@ def decode_micros(registry_url: str, count: int) -> dict[str, float]:
 
 
 def config(bootstrap: str, topic: str, name: str, fmt: str, path: str, registry_url: str, schema: str, n: int) -> Any:
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
 
     kafka: dict[str, Any] = {"bootstrap_servers": bootstrap, "starting_offsets": "earliest"}
     doc: dict[str, Any] = {
@@ -181,8 +181,8 @@ def run_avro(events: int, warehouse: str, broker_log: Any, max_records: int, rou
     """Alternating rounds of Debezium JSON and Debezium Avro through the runner and the sync."""
     from bench.common import bench_session
     from bench.ingest import process_cpu_seconds
-    from icetide.pipeline.runner import Runner
-    from icetide.pipeline.sync import SyncRunner
+    from icetide.pipeline.sync.runner import SyncRunner
+    from icetide.pipeline.table_runner import Runner
     from tests.kafka_broker import create_topic, tansu_broker
     from tests.schema_registry_server import SchemaRegistryServer
 

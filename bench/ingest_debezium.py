@@ -121,7 +121,7 @@ def config(
     mode: str = "upsert",
     fast_path: str = "auto",
 ) -> Any:
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
 
     return PipelineConfig.from_dict(
         {
@@ -145,7 +145,7 @@ def config(
 def run_debezium(events: int, warehouse: str, broker_log: Any, max_records: int, rounds: int, schema: str) -> str:
     """Alternating rounds of the plain JSON and the Debezium-with-schema pipelines on the same rows."""
     from bench.ingest import event, process_cpu_seconds
-    from icetide.pipeline.runner import Runner
+    from icetide.pipeline.table_runner import Runner
     from tests.kafka_broker import create_topic, tansu_broker
 
     with tansu_broker(broker_log) as bootstrap:

@@ -13,7 +13,7 @@ path's figure against the other's in the same round.
 
 `--debezium`: the same rows as Debezium JSON-converter messages with their schema (a file sink of
 the converter's output; bench/ingest_debezium.py `debezium_event`), drained in upsert mode on the
-fast path (pipeline/sync_task.py reading the files) and on the Spark path.
+fast path (executor/sync_task.py reading the files) and on the Spark path.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def land(folder: Path, events: int, files: int, debezium: bool = False) -> None:
 
 
 def pipeline(name: str, folder: Path, mode: str, fast_path: str, max_files: int, debezium: bool = False) -> Any:
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
 
     return PipelineConfig.from_dict(
         {
@@ -77,7 +77,7 @@ def pipeline(name: str, folder: Path, mode: str, fast_path: str, max_files: int,
 
 def drain(spark: Any, config: Any) -> tuple[float, float, int, set[str]]:
     """(wall seconds, busy core-seconds, rows committed, paths) of one drain of the folder."""
-    from icetide.pipeline.runner import Runner
+    from icetide.pipeline.table_runner import Runner
 
     runner = Runner(config, spark)
     busy, started = machine_busy_seconds(), time.perf_counter()

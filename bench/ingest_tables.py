@@ -55,7 +55,7 @@ def _config(
     max_records: int,
     fast_path: str = "auto",
 ) -> Any:
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
 
     return PipelineConfig.from_dict(
         {
@@ -85,8 +85,8 @@ def run_tables(
     (`fast_path`: every pipeline's, `off` to measure the Spark paths)."""
     from bench.common import bench_session
     from bench.ingest import event, process_cpu_seconds
-    from icetide.pipeline.runner import Runner
-    from icetide.pipeline.sync import SyncRunner
+    from icetide.pipeline.sync.runner import SyncRunner
+    from icetide.pipeline.table_runner import Runner
     from tests.kafka_broker import tansu_broker
 
     total = tables * per_table

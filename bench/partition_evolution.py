@@ -51,10 +51,10 @@ def _write_batch(spark: Any, sink: Any, df: Any, batch_id: int, design: str) -> 
     """
     from pyspark.sql import functions as F
 
-    from icetide.sink.changelog import ARRIVAL_COLUMN, OP_COLUMN, UPSERT
-    from icetide.sink.committer import WrittenFile
-    from icetide.sink.distribution import distribute, plan_estimated_bytes
-    from icetide.sink.writer import WRITTEN_FILE_DDL, SpecLayout, writer_function
+    from icetide.commit.committer import WrittenFile
+    from icetide.executor.writer import WRITTEN_FILE_DDL, SpecLayout, writer_function
+    from icetide.write.collapse import ARRIVAL_COLUMN, OP_COLUMN, UPSERT
+    from icetide.write.distribution import distribute, plan_estimated_bytes
 
     # As UpsertSink.write and the runners do before staging: read the table afresh, so the plan
     # has the spec the ALTER TABLE made (plan_writers plans from the metadata the sink holds).

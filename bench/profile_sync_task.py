@@ -50,9 +50,9 @@ def _produce(bootstrap: str, topic: str, count: int) -> int:
 
 def _task_config(runner: Any, batch_id: int) -> Any:
     """The SyncTaskConfig `SyncFastPath.write` would build for the runner's one table."""
-    from icetide.pipeline.adapter import avro_transcoding, payload_limits
-    from icetide.pipeline.staging import Fallback
-    from icetide.pipeline.sync_task import SyncTaskConfig
+    from icetide.executor.sync_task import SyncTaskConfig
+    from icetide.pipeline.spark_path import avro_transcoding, payload_limits
+    from icetide.pipeline.staged import Fallback
 
     fast, c = runner.changes, runner.config
     built = fast.table(runner.sink)
@@ -76,9 +76,9 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
     from bench.common import bench_session
     from bench.ingest import SCHEMA
     from bench.ingest_debezium import config as pipeline_config
-    from icetide.pipeline import sync_task as task_module
-    from icetide.pipeline.block_reader import no_cycle_collection
-    from icetide.pipeline.runner import Runner
+    from icetide.executor import sync_task as task_module
+    from icetide.executor.kafka_blocks import no_cycle_collection
+    from icetide.pipeline.table_runner import Runner
     from icetide.sources.kafka_reader import OffsetRange
     from tests.kafka_broker import create_topic, tansu_broker
 

@@ -406,7 +406,7 @@ def find_costs(sizes: Sequence[int], keys: int, repeats: int = 5) -> str:
     of `keys` keys of which a fifth are live. No Spark, no table: only how the lookup scales."""
     import pyarrow as pa
 
-    from icetide.sink.key_index import KeyIndex
+    from icetide.write.key_index import KeyIndex
 
     rng = np.random.default_rng(1)
     rows = []

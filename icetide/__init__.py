@@ -46,7 +46,8 @@ from icetide.errors import (
 )
 
 if TYPE_CHECKING:
-    from icetide.config import PipelineConfig, load_config
+    from icetide.commit.pipeline_state import PipelineState
+    from icetide.config.pipeline import PipelineConfig, load_config
     from icetide.maintenance.actions import ManifestRewriteResult, rewrite_manifests
     from icetide.maintenance.compaction import CompactionJob, compact, compaction
     from icetide.maintenance.expire import ExpireResult, expire_snapshots
@@ -58,39 +59,38 @@ if TYPE_CHECKING:
     from icetide.pipeline.batch_path import BatchPath, FallbackReason
     from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics
     from icetide.pipeline.entry import run
-    from icetide.pipeline.runner import Runner
     from icetide.pipeline.supervision import RestartMetrics
-    from icetide.pipeline.sync import SyncRunner
+    from icetide.pipeline.sync.runner import SyncRunner
+    from icetide.pipeline.table_runner import Runner
     from icetide.pipeline.two_stage import TwoStageRunner
-    from icetide.sink.batch import BatchResult
-    from icetide.sink.pipeline_state import PipelineState
     from icetide.sink.sink import UpsertSink
     from icetide.spark.session import spark_conf, spark_session
     from icetide.stateful.enrich import Enrichment
     from icetide.stateful.merge import MergeSpec
     from icetide.stateful.stage import ChangelogStage, StageOptions
     from icetide.table.catalog import create_table
+    from icetide.write.batch import BatchResult
 
     __version__: str
 
 # Imported on first use, so `import icetide` (and the CLI's --help) stays fast and light.
 _LAZY = {
-    "BatchResult": "icetide.sink.batch",
+    "BatchResult": "icetide.write.batch",
     "UpsertSink": "icetide.sink.sink",
-    "PipelineState": "icetide.sink.pipeline_state",
+    "PipelineState": "icetide.commit.pipeline_state",
     "spark_session": "icetide.spark.session",
     "spark_conf": "icetide.spark.session",
     "create_table": "icetide.table.catalog",
     "run": "icetide.pipeline.entry",
-    "Runner": "icetide.pipeline.runner",
-    "SyncRunner": "icetide.pipeline.sync",
+    "Runner": "icetide.pipeline.table_runner",
+    "SyncRunner": "icetide.pipeline.sync.runner",
     "RunSummary": "icetide.pipeline.batches",
     "BatchMetrics": "icetide.pipeline.batches",
     "SyncBatchMetrics": "icetide.pipeline.batches",
     "BatchPath": "icetide.pipeline.batch_path",
     "FallbackReason": "icetide.pipeline.batch_path",
     "RestartMetrics": "icetide.pipeline.supervision",
-    "load_config": "icetide.config",
+    "load_config": "icetide.config.pipeline",
     "compaction": "icetide.maintenance.compaction",
     "compact": "icetide.maintenance.compaction",
     "CompactionJob": "icetide.maintenance.compaction",
@@ -109,7 +109,7 @@ _LAZY = {
     "table_health": "icetide.maintenance.health",
     "TableHealth": "icetide.maintenance.health",
     "HealthThresholds": "icetide.maintenance.health",
-    "PipelineConfig": "icetide.config",
+    "PipelineConfig": "icetide.config.pipeline",
     "ChangelogStage": "icetide.stateful.stage",
     "StageOptions": "icetide.stateful.stage",
     "MergeSpec": "icetide.stateful.merge",

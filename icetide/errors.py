@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from icetide.maintenance.results import CompactionResult
 
 # Prefixed to the message of an error raised inside a Spark task, so the driver can find it again in
-# the text of the Py4J / PythonException that wraps it (sink/spark_write.py, sources/base.py).
+# the text of the Py4J / PythonException that wraps it (write/spark_write.py, sources/base.py).
 EXECUTOR_ERROR_MARKER = "[icetide] "  # WriteError
 EXECUTOR_SOURCE_ERROR_MARKER = "[icetide-source] "  # ExecutorSourceError
 EXECUTOR_SOURCE_ACCESS_MARKER = "[icetide-source-access] "  # ExecutorSourceAccessError: no retry can help

@@ -59,7 +59,7 @@ def demo_warehouse(spark: Any, warehouse: Path, batches: int = 2, events: int = 
     """Fill `warehouse` with the demo table lake.demo.ad_events as `icetide demo` does (its
     `run_demo`), in the test's Spark: a session whose catalog `lake` is that warehouse. The demo
     command itself is tested in test_demo.py; this spares a driver JVM to tests of other commands."""
-    from icetide.demo import run_demo
+    from icetide.cli.demo import run_demo
 
     other = spark.newSession()
     other.conf.set("spark.sql.catalog.lake.warehouse", str(warehouse))

@@ -24,9 +24,9 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("ICETIDE_UPDATE_GOLDEN") == "1"
 # The decoders the files were written by, as their header names them.
 SPARK_SQL_JSON = "icetide.decode.json (Spark SQL JSON decoder, tests/spark_sql_json.py decode_json)"
-PYTHON_JSON = "icetide.decode.arrow_json.ArrowJsonDecoder and icetide.decode.json_tasks.decode_json"
+PYTHON_JSON = "icetide.decode.json.records.ArrowJsonDecoder and icetide.decode.json.tasks.decode_json"
 SPARK_SQL_DEBEZIUM = "icetide.decode.debezium.decode_debezium (Spark SQL Debezium decoder)"
-PYTHON_DEBEZIUM = "icetide.decode.debezium_tasks.decode_debezium (Python Debezium decoder in Spark's tasks)"
+PYTHON_DEBEZIUM = "icetide.decode.debezium.tasks.decode_debezium (Python Debezium decoder in Spark's tasks)"
 
 
 def spelled(v: Any) -> Any:

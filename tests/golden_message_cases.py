@@ -11,7 +11,7 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from icetide.decode.connect import parse_envelope_schema, table_schema
+from icetide.decode.debezium.connect_schema import parse_envelope_schema, table_schema
 from icetide.decode.limits import PayloadLimits
 from tests.debezium_messages import ProductsStream, lines
 

@@ -1,7 +1,7 @@
 """The pyarrow JSON decoder's ARRAY, STRUCT, MAP and TIMESTAMP_NTZ values against what the Spark SQL
-JSON decoder gave on the same payloads (the rules of decode/arrow_json_nested.py were measured so,
+JSON decoder gave on the same payloads (the rules of decode/json/nested.py were measured so,
 on Spark 3.5.7), frozen in tests/golden/json/arrow_json_nested.json: the pyarrow decoder alone and
-`decode_json` in Spark's tasks (decode/json_tasks.py) must both give it. And the values on which
+`decode_json` in Spark's tasks (decode/json/tasks.py) must both give it. And the values on which
 the Spark SQL decoder failed the whole batch (the golden file records it), which the Python decoder
 makes dead letters. Where this decoder reads a value exactly and Spark repaired it (a struct field
 that does not fit left null, text that is no object read as a struct of nulls, an object or array
@@ -21,9 +21,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
-from icetide.decode.arrow_json_scalars import undecodable_columns
-from icetide.decode.json_tasks import decode_json
+from icetide.decode.json.records import ArrowJsonDecoder, Decoded
+from icetide.decode.json.scalars import undecodable_columns
+from icetide.decode.json.tasks import decode_json
 from tests.frozen import PYTHON_JSON, frozen, stored
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
 
@@ -85,7 +85,7 @@ VALUES: dict[str, list[str]] = {
 }
 # column -> (JSON text, what the Python decoder makes of it) where decode_json fails the whole
 # batch (Spark's internal error _LEGACY_ERROR_TEMP_2133, CAST_INVALID_INPUT) or keeps a date or
-# time outside years 0001-9999: deliberate differences (decode/arrow_json_nested.py).
+# time outside years 0001-9999: deliberate differences (decode/json/nested.py).
 SPARK_FAILS: dict[str, list[tuple[str, str]]] = {
     "ad": [('["1.5"]', "column ad: '[\"1.5\"]' is not an array<double>"), ('["inf"]', "")],
     "af": [('["1.5", 2]', "column af: '[\"1.5\",2]' is not an array<float>")],

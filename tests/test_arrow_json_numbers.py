@@ -1,6 +1,6 @@
 """Numbers as Spark spells them: a JSON number read into a STRING column, or quoted in an error,
 is the text Spark's from_json keeps (Jackson's: a double as Java writes it, 1e7 as "1.0E7"), in the
-pyarrow JSON decoder and in `decode_json` in Spark's tasks (decode/json_tasks.py) as in the Spark SQL
+pyarrow JSON decoder and in `decode_json` in Spark's tasks (decode/json/tasks.py) as in the Spark SQL
 JSON decoder (same payloads, same batch; its output frozen in tests/golden/json/arrow_json_numbers.json)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
-from icetide.decode.arrow_json_scalars import raw_text
-from icetide.decode.json_tasks import decode_json
+from icetide.decode.json.records import ArrowJsonDecoder, Decoded
+from icetide.decode.json.scalars import raw_text
+from icetide.decode.json.tasks import decode_json
 from tests.frozen import PYTHON_JSON, frozen
 from tests.test_arrow_json_nested import _plain, utc_process  # noqa: F401 (a fixture)
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
@@ -45,7 +45,7 @@ _ARROW = pa.schema(
     ]
 )
 # Not here: 4.9e-324, which Java 17 writes "4.9E-324" and this decoder "5.0E-324" (the shortest
-# digits; decode/arrow_json_values.py's known difference).
+# digits; decode/json/values.py's known difference).
 NUMBERS = [
     *("1e7", "1E7", "1.5e-5", "0.001", "0.0001", "1e-3", "123456789012.5", "1e400", "-1e400", "1E2", "100.0"),
     *("1.0", "-0.0", "0", "-0", "1e22", "1e21", "12345678.9", "0.30000000000000004", "9999999.0", "10000000.5"),
@@ -87,5 +87,5 @@ def test_numbers_are_spelled_as_the_spark_sql_decoder_spelled_them(spark: Any) -
 
 
 def test_the_debezium_decoders_raw_text_keeps_pythons_spelling() -> None:
-    """decode/debezium_arrow.py and connect_conversions.py share `raw_text`: unchanged."""
+    """decode/debezium/rows.py and decode/debezium/conversions.py share `raw_text`: unchanged."""
     assert raw_text(1e7) == "10000000.0" and raw_text(1.5e-5) == "1.5e-05" and raw_text(float("inf")) == "Infinity"

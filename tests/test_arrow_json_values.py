@@ -1,7 +1,7 @@
 """The pyarrow JSON decoder's DECIMAL, BINARY and ARRAY values and its op modes, against what the
-Spark SQL JSON decoder gave on the same payloads (the rules of decode/arrow_json_values.py were
+Spark SQL JSON decoder gave on the same payloads (the rules of decode/json/values.py were
 measured so), frozen in tests/golden/json/arrow_json_values.json: the pyarrow decoder alone and
-`decode_json` in Spark's tasks (decode/json_tasks.py) must both give it."""
+`decode_json` in Spark's tasks (decode/json/tasks.py) must both give it."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.arrow_json import ArrowJsonDecoder, Decoded
-from icetide.decode.arrow_json_scalars import undecodable_columns, unsupported_columns
-from icetide.decode.arrow_json_values import java_double_text
-from icetide.decode.json_tasks import decode_json
+from icetide.decode.json.records import ArrowJsonDecoder, Decoded
+from icetide.decode.json.scalars import undecodable_columns, unsupported_columns
+from icetide.decode.json.tasks import decode_json
+from icetide.decode.json.values import java_double_text
 from icetide.errors import ConfigError
 from tests.frozen import PYTHON_JSON, frozen
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame

@@ -1,4 +1,4 @@
-"""icetide.arrow_sort on the installed pyarrow (17 on the Spark 3.5 venv, 26 on the default one)."""
+"""icetide.write.arrow_sort on the installed pyarrow (17 on the Spark 3.5 venv, 26 on the default one)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import warnings
 
 import pyarrow as pa
 
-from icetide.arrow_sort import sort_indices
+from icetide.write.arrow_sort import sort_indices
 
 
 def test_nulls_go_where_asked_without_a_warning() -> None:

@@ -16,13 +16,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from icetide.config import RegistrySettings
-from icetide.decode.avro import AvroMessages, AvroSettings
-from icetide.decode.avro_schema import compile_schema
-from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows
-from icetide.decode.debezium_message import EnvelopeReader
+from icetide.config.pipeline import RegistrySettings
+from icetide.decode.avro.decoder import AvroMessages, AvroSettings
+from icetide.decode.avro.schema import compile_schema
+from icetide.decode.avro.schema_registry import RegistryAccessError, RegistryUnavailableError, registry_schemas
+from icetide.decode.debezium.message import EnvelopeReader
+from icetide.decode.debezium.rows import Conversions, NotHere, TableRows
 from icetide.decode.limits import PayloadLimits
-from icetide.decode.schema_registry import RegistryAccessError, RegistryUnavailableError, registry_schemas
 from icetide.errors import ConfigError, TerminalError, TransientError
 from icetide.sources.base import source_error_in
 from tests.schema_registry_server import SchemaRegistryServer
@@ -283,7 +283,7 @@ ALL_TYPES = {
 
 
 def test_type_mapping_follows_connect_names_then_avro_logical_types(registry: SchemaRegistryServer) -> None:
-    from icetide.decode.connect import column_ddl
+    from icetide.decode.debezium.connect_schema import column_ddl
 
     compiled = compile_schema(1, json.dumps(ALL_TYPES))
     reader = messages(registry.url, envelope=False)
@@ -482,7 +482,7 @@ def test_paimon_all_types_avro_reads_as_debezium_json_converter_wrote_it(registr
         key_message = reader.key_message(key)
         assert key_message is not None and json.loads(key_message)["payload"] == key_line["payload"]
         # The Python decoder reads the Avro event as it reads Debezium's own JSON message.
-        from icetide.decode.connect import column_ddl
+        from icetide.decode.debezium.connect_schema import column_ddl
 
         envelope = reader.envelope(key, value)
         assert envelope is not None and envelope.schema is not None
@@ -531,7 +531,7 @@ def test_key_changes_and_truncates_keep_the_debezium_rules(registry: SchemaRegis
 
 
 def test_pipeline_files_name_the_bad_key() -> None:
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
 
     base: dict[str, Any] = {
         "pipeline": "p",
@@ -544,7 +544,7 @@ def test_pipeline_files_name_the_bad_key() -> None:
     assert config.reads_debezium and config.schema_registry is not None
     assert config.schema_registry.url == "http://127.0.0.1:8081"
     assert "sekrit-pw" not in repr(config)
-    from icetide.secrets import scrub
+    from icetide.config.secrets import scrub
 
     in_url = PipelineConfig.from_dict({**base, "schema_registry": {"url": "http://user:hunter22@127.0.0.1:8081"}})
     assert in_url.schema_registry is not None and in_url.schema_registry.url == "http://127.0.0.1:8081"

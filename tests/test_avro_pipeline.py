@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.errors import TerminalError, TransientError
-from icetide.pipeline.runner import Runner
+from icetide.pipeline.table_runner import Runner
 from tests.avro_messages import AvroEncoder
 from tests.commands import crash_tour, warehouse_reader
 from tests.kafka_broker import produce
@@ -229,12 +229,12 @@ def test_format_avro_reads_flat_records_and_deletes_on_tombstones(
 def test_long_runs_are_read_as_columns_and_equal_the_model(
     spark: Any, kafka_broker: str, registry: SchemaRegistryServer, routing: bool
 ) -> None:
-    """Streams long enough for runs of one schema id (decode/event_runs.py MIN_RUN), with updates,
+    """Streams long enough for runs of one schema id (decode/debezium/event_runs.py MIN_RUN), with updates,
     deletes and their tombstones, and a DATE column: the one-table runner and a database sync
     (routing by the source block's table) read most records as columns, and every table equals its
     model."""
-    from icetide.decode.event_runs import MIN_RUN
-    from icetide.pipeline.sync import SyncRunner
+    from icetide.decode.debezium.event_runs import MIN_RUN
+    from icetide.pipeline.sync.runner import SyncRunner
 
     tables = ("orders", "customers") if routing else ("orders",)
     streams = {t: s for t, s in inventory_streams().items() if t in tables}

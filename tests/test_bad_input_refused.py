@@ -8,7 +8,7 @@ FLOAT, a DECIMAL digit beyond the scale, a STRUCT from text that is no object, a
 does not fit, an object or array in a STRING element or field: each a dead letter naming the
 part; the keys no struct field has skipped and counted). The
 decoders here are the ones every path runs (the fast path and Spark's tasks alike:
-decode/arrow_json.py for JSON, decode/debezium_message.py with decode/debezium_arrow.py for
+decode/json/records.py for JSON, decode/debezium/message.py with decode/debezium/rows.py for
 Debezium), so these tests need no Spark; tests/test_files_fast.py runs landing files that are not
 UTF-8, and objects in a STRING column, through both paths of a pipeline. The table is compared
 with a reference model and the dead letters one by one.
@@ -38,13 +38,13 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.arrow_json import ArrowJsonDecoder
-from icetide.decode.avro_container import NotColumnar, run_reader
-from icetide.decode.debezium_arrow import NotHere
-from icetide.decode.json_evolution import UNKNOWN, UNKNOWN_PAYLOAD
-from icetide.decode.json_tasks import ERROR, PAYLOAD, POSITION, JsonTask
-from icetide.decode.schema_registry import HEADER_BYTES
-from icetide.sink.changelog import OP_COLUMN
+from icetide.decode.avro.container import NotColumnar, run_reader
+from icetide.decode.avro.schema_registry import HEADER_BYTES
+from icetide.decode.debezium.rows import NotHere
+from icetide.decode.json.evolution import UNKNOWN, UNKNOWN_PAYLOAD
+from icetide.decode.json.records import ArrowJsonDecoder
+from icetide.decode.json.tasks import ERROR, PAYLOAD, POSITION, JsonTask
+from icetide.write.collapse import OP_COLUMN
 from tests.debezium_messages import apply_changes, messages
 from tests.schema_registry_server import SchemaRegistryServer
 from tests.test_avro import FLINK_SCHEMA, flink_events, serializer, table_rows
@@ -223,7 +223,7 @@ def test_json_values_are_read_exactly_or_are_dead_letters_naming_the_part(nested
     # keys no struct field has: skipped, counted by their place, a bad record's not
     unknown = {"s.zz": 1 + nested_as_text, "s.inner.yy": 1, "items.element.note": 1}
     assert decoded.unknown_fields == unknown
-    # the Spark path's tasks (decode/json_tasks.py) list the same keys per good row, which the batch counts
+    # the Spark path's tasks (decode/json/tasks.py) list the same keys per good row, which the batch counts
     output = pa.schema(
         [
             *[pa.field(f.name, f.type) for f in EXACT],

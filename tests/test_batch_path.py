@@ -9,11 +9,11 @@ import urllib.request
 from collections import Counter
 from dataclasses import replace
 
+from icetide.commit.pipeline_state import PipelineState
+from icetide.ops.prometheus import PipelineMetrics, scrape_lines
 from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.batches import BatchMetrics, batch_metrics
-from icetide.pipeline.prometheus import PipelineMetrics, scrape_lines
-from icetide.pipeline.staging import Fallback
-from icetide.sink.pipeline_state import PipelineState
+from icetide.pipeline.staged import Fallback
 
 
 def test_the_values_are_the_documented_lists() -> None:

@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.maintenance.maintain import maintain
-from icetide.pipeline.runner import Runner
+from icetide.pipeline.table_runner import Runner
 from icetide.spark.session import COMMIT_LOCK_IMPL
 from icetide.table.iceberg import load_table
 from tests.commands import ROOT, catalog_reader, run_cli, stop_with_signal

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.errors import IcetideError, one_line
-from icetide.pipeline.runner import Runner
+from icetide.pipeline.table_runner import Runner
 from tests.commands import crash_tour, warehouse_reader
 from tests.debezium_messages import ProductsStream, apply_changes
 from tests.kafka_broker import create_topic, produce
@@ -144,7 +144,7 @@ def test_dead_letters_hold_the_whole_record_when_the_schema_was_split_off(spark:
     """Bad records among compact messages (whose schema the reader splits off) reach the
     dead-letter table as they were sent, byte for byte; the good ones land. The fast path writes
     every batch's dead letters itself: the message cut short is read, as on the Spark path's tasks,
-    by the final reader (decode/debezium_message.py), whose dead letter says where it ends."""
+    by the final reader (decode/debezium/message.py), whose dead letter says where it ends."""
     records, _ = cdc_stream(seed=3, count=30)
     good = [r for r in records if r[2] is not None and json.loads(r[2])["payload"]["op"] in "cr"]
     bad_value = json.loads(good[0][2])  # type: ignore[arg-type]
@@ -323,7 +323,7 @@ def test_a_double_java_17_wrote_otherwise_lands_with_its_shortest_digits(spark: 
 
 def long_stream(seed: int, count: int) -> list[tuple[int, bytes | None, bytes | None, None]]:
     """Products changes as the JSON converter writes them, long enough for runs of one schema head
-    (decode/json_runs.py): inserts, updates, deletes and their tombstones, no key moves or truncates
+    (decode/debezium/json_runs.py): inserts, updates, deletes and their tombstones, no key moves or truncates
     (those the runs hand to the one-by-one reader, which cdc_stream's tests cover)."""
     rng = random.Random(seed)
     stream = ProductsStream()
@@ -358,8 +358,8 @@ def test_long_runs_of_json_messages_are_read_as_columns_and_equal_the_model(
     equal the model, and the Spark path's table of the same stream. The sync reads one `topic`
     into a table-name template (it once read nothing: only `topics` and `topic_pattern` were
     listed)."""
-    from icetide.decode.event_runs import MIN_RUN
-    from icetide.pipeline.sync import SyncRunner
+    from icetide.decode.debezium.event_runs import MIN_RUN
+    from icetide.pipeline.sync.runner import SyncRunner
 
     records = long_stream(71, 4 * MIN_RUN)
     topic = create_topic(kafka_broker, partitions=1)

@@ -3,7 +3,7 @@
 import pyarrow as pa
 import pytest
 
-from icetide.sink.changelog import ARRIVAL_COLUMN, OP_COLUMN, BadOperationError, collapse
+from icetide.write.collapse import ARRIVAL_COLUMN, OP_COLUMN, BadOperationError, collapse
 
 
 def batch(rows: list[tuple[int, str | None, int | None, str | None]]) -> pa.Table:

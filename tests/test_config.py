@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from icetide.config import PipelineConfig, load_config, parse_duration, parse_size
+from icetide.config.pipeline import PipelineConfig, load_config, parse_duration, parse_size
 from icetide.errors import ConfigError
 
 GOOD: dict[str, Any] = {

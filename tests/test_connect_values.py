@@ -1,4 +1,4 @@
-"""Numbers, NaN and Infinity in Debezium rows as the Spark path reads them (decode/connect_values.py):
+"""Numbers, NaN and Infinity in Debezium rows as the Spark path reads them (decode/debezium/connect_values.py):
 the Python decoder against the Spark decoder on values the frozen conversion cases lack
 (tests/golden/debezium_conversions/)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from icetide.decode.connect_values import field_text, float32_of, time_of_day_text
+from icetide.decode.debezium.connect_values import field_text, float32_of, time_of_day_text
 from tests.test_debezium_arrow import _FULL_TYPES_TABLE, DEAD_LETTER, REFUSED, SAME, compare_each, full_types
 
 # (column, the value's JSON text as sent, expected): see tests/test_debezium_arrow.py CONVERSIONS
@@ -88,7 +88,7 @@ NUMBERS_AS_SENT: list[tuple[str, str, str]] = [
     ("datetime6_c", "NaN", DEAD_LETTER),
     ("datetime6_c", "true", DEAD_LETTER),
     ("datetime6_c", '"-1"', SAME),
-    ("datetime6_c", '"1e3"', DEAD_LETTER),  # text, not a time to Spark's cast (decode/spark_datetime.py)
+    ("datetime6_c", '"1e3"', DEAD_LETTER),  # text, not a time to Spark's cast (decode/spark_compat/datetime_casts.py)
     ("datetime6_c", '"2020-07-17T18:00:22.5Z"', SAME),
     ("nanos_c", '"1595008822123456789"', SAME),
     ("nanos_c", '"-1001"', SAME),
@@ -175,7 +175,7 @@ def test_field_text_spells_numbers_as_jackson() -> None:
     assert field_text(Decimal("1e400")) == '"Infinity"'
     assert field_text([Decimal("1.50"), "\x1f", None]) == '[1.5,"\\u001F",null]'
     # the shortest digits, as Java 19 on writes them; Java 17 wrote 9.999999999999999E22, 4.9E-324
-    # and 1.15292150460684698E18 (a deliberate difference, decode/connect_values.py)
+    # and 1.15292150460684698E18 (a deliberate difference, decode/debezium/connect_values.py)
     assert field_text(Decimal("1e23")) == "1.0E23"
     assert field_text(Decimal("4.9e-324")) == "5.0E-324"
     assert field_text(Decimal("1152921504606846976.0")) == "1.152921504606847E18"
@@ -204,8 +204,8 @@ def test_a_decimal_of_38_digits_keeps_them_all() -> None:
 
     import pyarrow as pa
 
-    from icetide.decode import connect as C
-    from icetide.decode.connect_conversions import Conversions
+    from icetide.decode.debezium import connect_schema as C
+    from icetide.decode.debezium.conversions import Conversions
 
     f = C.ConnectField("d", "bytes", C.DECIMAL, parameters={"scale": "2"})
     convert = Conversions().converter(f, pa.decimal128(38, 4), "d")
@@ -219,14 +219,14 @@ def test_a_decimal_of_38_digits_keeps_them_all() -> None:
 
 def test_values_of_the_declared_form_pass_in_one_call_and_the_rest_are_checked() -> None:
     """Conversions.converter returns a value of the declared form that the column stores as it is
-    at once (decode/connect_conversions.py `_read_as_is`); every other value is read by the column
+    at once (decode/debezium/conversions.py `_read_as_is`); every other value is read by the column
     and checked against the declared type, as before the shortcut."""
     import pyarrow as pa
     import pytest
 
-    from icetide.decode import connect as C
-    from icetide.decode.connect_conversions import Conversions
-    from icetide.decode.connect_values import DeadLetter
+    from icetide.decode.debezium import connect_schema as C
+    from icetide.decode.debezium.connect_values import DeadLetter
+    from icetide.decode.debezium.conversions import Conversions
 
     read = Conversions().converter
     int32_into_bigint = read(C.ConnectField("n", "int32"), pa.int64(), "n")

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 import yaml
 
-from icetide.config import PipelineConfig, load_config
+from icetide.config.pipeline import PipelineConfig, load_config
 from icetide.errors import ConfigError, IcetideError, one_line
 from icetide.pipeline.batch_path import FallbackReason
-from icetide.pipeline.sync import SyncBatchMetrics, SyncRunner
+from icetide.pipeline.sync.runner import SyncBatchMetrics, SyncRunner
 from tests.commands import crash_tour, run_cli, warehouse_reader
 from tests.debezium_messages import messages
 from tests.kafka_broker import produce
@@ -253,7 +253,7 @@ def test_each_table_equals_its_model_after_every_batch(spark: Any, kafka_broker:
     assert sorted(runner.table_names()) == sorted(f"lake.{namespace}.{t}" for t in streams)
     partitioning = spark.sql(f"DESCRIBE TABLE EXTENDED lake.{namespace}.orders").collect()
     assert any("bucket(4, order_number)" in str(r) for r in partitioning)
-    from icetide.pipeline.sync_status import pipeline_status
+    from icetide.pipeline.sync.status import pipeline_status
 
     statuses = {s.table: s for s in pipeline_status(spark, config)}
     for t in streams:

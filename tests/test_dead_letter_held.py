@@ -1,5 +1,5 @@
 """What a batch read again after a crash finds the dead-letter table holding already (pipeline/
-dead_letter.py `Held`), and the position a dead-letter commit records, in the cases a review of
+dead_letter_table.py `Held`), and the position a dead-letter commit records, in the cases a review of
 the scheme named: a recreated topic seen or not seen by the dead-letter table, a batch that stops
 short of the dead-letter position, files named by a dead-letter position (docs/design.md,
 "Pipeline state"); and the dead letters a fast path holds, written by the driver. The end-to-end
@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from icetide.pipeline.dead_letter import DEAD_LETTER_KEY, DEAD_LETTER_SCHEMA, DeadLetterTable, Held
-from icetide.pipeline.sync_state import advance
+from icetide.pipeline.dead_letter_table import DEAD_LETTER_KEY, DEAD_LETTER_SCHEMA, DeadLetterTable, Held
+from icetide.pipeline.sync.state import advance
 from icetide.sources.files import FileSource, FileSourceConfig
 from icetide.table.catalog import create_table
 
@@ -76,9 +76,9 @@ def test_a_reset_the_dead_letters_recorded_keeps_their_position_in_the_new_log(t
     """Killed after the dead letters of the batch that found a reset (new log read to 0:40); the
     batch read again stops at 0:25 (another partition took its share of max_records): the
     dead-letter position stays at 0:40, as a position in the new log."""
-    from icetide.config import PipelineConfig
-    from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
-    from icetide.sink.pipeline_state import PipelineState
+    from icetide.commit.pipeline_state import PipelineState
+    from icetide.config.pipeline import PipelineConfig
+    from icetide.pipeline.spark_path import PlannedBatch, SourceAdapter
 
     doc = {
         "pipeline": "p",

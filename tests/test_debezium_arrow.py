@@ -1,4 +1,4 @@
-"""The Python Debezium decoder of the sync fast path (decode/debezium_arrow.py) against the Spark
+"""The Python Debezium decoder of the sync fast path (decode/debezium/rows.py) against the Spark
 SQL decoder (decode/debezium.py), message by message: for every record the Python side either
 gives exactly the Spark side's good row (table columns, `_op`, `_source_order`) or refuses it with
 NotHere. The Spark side is what the Spark SQL decoder gave for each batch, frozen in
@@ -22,12 +22,12 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icetide.decode.connect import parse_envelope_schema, table_schema
-from icetide.decode.debezium_arrow import Conversions, DeadLetter, NotHere, TableRows, source_order
-from icetide.decode.debezium_message import EnvelopeReader
-from icetide.decode.debezium_tasks import decode_debezium
+from icetide.decode.debezium.connect_schema import parse_envelope_schema, table_schema
+from icetide.decode.debezium.message import EnvelopeReader
+from icetide.decode.debezium.rows import Conversions, DeadLetter, NotHere, TableRows, source_order
+from icetide.decode.debezium.tasks import decode_debezium
 from icetide.decode.limits import PayloadLimits, spark_text
-from icetide.sink.changelog import DELETE
+from icetide.write.collapse import DELETE
 from tests.debezium_messages import ProductsStream, lines, messages
 from tests.frozen import PYTHON_DEBEZIUM, frozen, stored, unspelled
 

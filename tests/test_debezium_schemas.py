@@ -1,4 +1,4 @@
-"""Schema-aware Debezium decoding (decode/debezium_tasks.py, the Python decoder in Spark's tasks) on
+"""Schema-aware Debezium decoding (decode/debezium/tasks.py, the Python decoder in Spark's tasks) on
 real connector output (tests/data/debezium, sources in its SOURCES.md), plus hand-made messages
 for the types no public test data carries (marked as such)."""
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from pyspark.sql import types as T
 
-from icetide.config import DebeziumSettings
-from icetide.decode.connect import parse_envelope_schema, table_schema
-from icetide.decode.debezium_tasks import decode_debezium
+from icetide.config.pipeline import DebeziumSettings
+from icetide.decode.debezium.connect_schema import parse_envelope_schema, table_schema
+from icetide.decode.debezium.tasks import decode_debezium
 from tests.debezium_messages import ProductsStream, apply_changes, lines, messages
 
 KAFKA_POSITION = ["topic", "partition", "offset"]
@@ -343,8 +343,9 @@ def test_paimon_schema_evolution_stream_adds_widens_and_refuses(spark: Any, tabl
 
 def test_each_distinct_schema_is_parsed_once(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The 16 messages of Flink's products stream share one schema: a task's reader parses it once
-    (decode/debezium_message.py), and so does the driver, for the batch's schemas (decode/debezium_tasks.py)."""
-    from icetide.decode import debezium_message, debezium_tasks
+    (decode/debezium/message.py), and so does the driver, for the batch's schemas (decode/debezium/tasks.py)."""
+    from icetide.decode.debezium import message as debezium_message
+    from icetide.decode.debezium import tasks as debezium_tasks
     from icetide.decode.limits import PayloadLimits
 
     parsed: list[bytes] = []

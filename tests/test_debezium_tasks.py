@@ -1,4 +1,4 @@
-"""decode/debezium_tasks.py: the Python Debezium decoder in Spark's tasks gives what the Spark SQL
+"""decode/debezium/tasks.py: the Python Debezium decoder in Spark's tasks gives what the Spark SQL
 decoder (decode/debezium.py) gave, with every option of `decode_debezium` (its outputs frozen in
 tests/golden/debezium_differential/debezium_tasks.json), but for a double Java 17 wrote with other
 digits than the shortest, which it writes with the shortest, on purpose."""
@@ -14,8 +14,8 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icetide.decode import debezium_tasks
-from icetide.decode.connect import parse_envelope_schema, table_schema
+from icetide.decode.debezium import tasks as debezium_tasks
+from icetide.decode.debezium.connect_schema import parse_envelope_schema, table_schema
 from icetide.errors import SchemaEvolutionError
 from tests.debezium_messages import ProductsStream
 from tests.frozen import PYTHON_DEBEZIUM, frozen, spelled, stored
@@ -80,7 +80,7 @@ def _as_frozen(case: str, frame: Any, schema: T.StructType, key: list[str], **op
 def test_a_double_java_17_wrote_otherwise_lands_with_its_shortest_digits(spark: Any) -> None:
     """1e23 into a STRING column, which the Spark SQL decoder (deleted) wrote as Java 17 does,
     "9.999999999999999E22", lands with its shortest digits, "1.0E23", as Java 19 on writes it: a
-    deliberate difference (decode/connect_values.py `field_text`); the rest of its batch decodes as
+    deliberate difference (decode/debezium/connect_values.py `field_text`); the rest of its batch decodes as
     without it, and as the Spark SQL decoder gave it but for those digits (the golden file's case "a
     record the Python decoder does not read")."""
     stream = ProductsStream()
@@ -109,7 +109,7 @@ def test_a_double_java_17_wrote_otherwise_lands_with_its_shortest_digits(spark: 
 
 def test_a_change_the_decoder_cannot_read_exactly_is_a_dead_letter_saying_why(spark: Any) -> None:
     """A value the decoder cannot convert exactly as the former Spark SQL decoder did (a time in
-    year 10000 whose zone may bring it into range: decode/spark_datetime.py `Unsure`) makes its
+    year 10000 whose zone may bring it into range: decode/spark_compat/datetime_casts.py `Unsure`) makes its
     record a dead letter with its payload and the reason ("not decoded: ..."). A key-moving update
     whose upsert half is such a value leaves no change at all: its delete half, added first, is
     undone (TableRows.undo). The records beside it land. Hand-made schemaless events: no connector

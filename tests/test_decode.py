@@ -285,7 +285,7 @@ def test_a_delete_needs_only_its_key_on_both_paths(spark: Any) -> None:
     (decode_json checks them only for other ops); the pyarrow decoder of the fast path agrees."""
     import pyarrow as pa
 
-    from icetide.decode.arrow_json import ArrowJsonDecoder
+    from icetide.decode.json.records import ArrowJsonDecoder
 
     schema = T.StructType(
         [

@@ -23,12 +23,12 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icetide.decode.debezium_tasks import decode_debezium
+from icetide.decode.debezium.tasks import decode_debezium
 from tests.test_debezium_arrow import FILES, KAFKA_POSITION, file_schema, kafka_frame
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "debezium"
 UPDATE = os.environ.get("ICETIDE_UPDATE_GOLDEN") == "1"
-# Files the Python decoder does not read yet, with the reason decode/debezium_tasks.py logs: the
+# Files the Python decoder does not read yet, with the reason decode/debezium/tasks.py logs: the
 # Spark SQL decoder reads them (closing a gap is a visible change here).
 CASES = sorted({(name, table, key) for name, table, key, _ in FILES})
 

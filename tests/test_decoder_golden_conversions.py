@@ -14,12 +14,12 @@ ea61af6; `ICETIDE_UPDATE_GOLDEN=1` rewrites the files: do that only for a change
 meant, and say so in the commit.
 
 Each group is decoded as one batch by `decode_debezium` (the Python decoder in Spark's tasks,
-decode/debezium_tasks.py), which must give the golden output: by the Spark SQL decoder when the
+decode/debezium/tasks.py), which must give the golden output: by the Spark SQL decoder when the
 group has a case the Python decoder does not read yet (the fallback), and by itself once those
 cases are left out (replaced by tombstones, so that every other case keeps its offset).
 
-Each case is also decoded alone by the Python decoder of its format (decode/debezium_arrow.py,
-decode/arrow_json.py), which must give exactly the golden output, or not decode it: the cases it
+Each case is also decoded alone by the Python decoder of its format (decode/debezium/rows.py,
+decode/json/records.py), which must give exactly the golden output, or not decode it: the cases it
 does not decode yet are NOT_YET below, by reason, so that closing a gap is a visible change here.
 """
 
@@ -34,9 +34,9 @@ from typing import Any
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.connect import parse_envelope_schema, table_schema
-from icetide.decode.debezium_arrow import NotHere
-from icetide.decode.debezium_tasks import decode_debezium
+from icetide.decode.debezium.connect_schema import parse_envelope_schema, table_schema
+from icetide.decode.debezium.rows import NotHere
+from icetide.decode.debezium.tasks import decode_debezium
 from tests.debezium_messages import ProductsStream
 from tests.test_debezium_arrow import (
     _FULL_TYPES_TABLE,

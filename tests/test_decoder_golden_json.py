@@ -1,6 +1,6 @@
 """The JSON half of tests/test_decoder_golden_conversions.py (see its docstring): the Spark SQL
 decoder's output on the payloads of tests/test_decode.py and tests/test_fast_append.py, frozen in
-tests/golden/json/. `decode_json` (now the Python decoder in Spark's tasks, decode/json_tasks.py)
+tests/golden/json/. `decode_json` (now the Python decoder in Spark's tasks, decode/json/tasks.py)
 must give it for each group decoded as one batch, and `ArrowJsonDecoder` for each case alone."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icetide.decode.arrow_json import ArrowJsonDecoder
-from icetide.decode.debezium_arrow import NotHere
-from icetide.decode.json_tasks import decode_json
+from icetide.decode.debezium.rows import NotHere
+from icetide.decode.json.records import ArrowJsonDecoder
+from icetide.decode.json.tasks import decode_json
 from tests.test_debezium_arrow import KAFKA_POSITION, arrow_schema, kafka_frame
 from tests.test_decode import ADS, BAD_CASES, LACKING_VALUES, TYPED_VALUES
 from tests.test_decoder_golden import _spelling

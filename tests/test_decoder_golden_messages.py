@@ -7,7 +7,7 @@ golden files (tests/golden/debezium_conversions/messages-*.json) before decode/d
 hand its batch to that decoder.
 
 Each group is decoded as one batch (one Kafka offset per case, from 0) by `decode_debezium` (the
-Python decoder in Spark's tasks, decode/debezium_tasks.py), which must give the golden output,
+Python decoder in Spark's tasks, decode/debezium/tasks.py), which must give the golden output,
 case by case (good rows with `_op` and `_source_order`, dead letters' errors, each dead letter
 holding its record's text), the batch's truncates and the fields the table lacks, and never send
 the batch to the Spark SQL decoder. Where it differs on purpose, DELIBERATE says how, and why is
@@ -33,9 +33,9 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icetide.decode.debezium_arrow import NotHere
-from icetide.decode.debezium_message import EnvelopeReader
-from icetide.decode.debezium_tasks import decode_debezium
+from icetide.decode.debezium.message import EnvelopeReader
+from icetide.decode.debezium.rows import NotHere
+from icetide.decode.debezium.tasks import decode_debezium
 from icetide.decode.limits import PayloadLimits, spark_text
 from tests.golden_message_cases import (
     LIMITS,

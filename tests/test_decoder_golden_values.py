@@ -1,5 +1,5 @@
 """The value conversions the Python Debezium decoder once left to the Spark SQL decoder (NotHere in
-decode/connect_conversions.py and decode/connect_values.py), frozen as a golden file before that
+decode/debezium/conversions.py and decode/debezium/connect_values.py), frozen as a golden file before that
 decoder goes (issue 23, item 3), then read by the Python decoder alone.
 
 tests/golden/debezium_conversions/values_not_here.json was written by the Spark SQL decoder
@@ -15,7 +15,7 @@ case, on its real schema plus hand-made fields (`_EXTRA`) for Connect types no m
 tests/data carries in this shape (arrays, maps, a Debezium geometry struct as
 paimon_mysql_all_types.jsonl has it, VariableScaleDecimal), and schemaless messages.
 
-Each case must decode, in one batch through `decode_debezium` (decode/debezium_tasks.py) with no
+Each case must decode, in one batch through `decode_debezium` (decode/debezium/tasks.py) with no
 fallback, and alone through the Python decoder, to its golden output, or to its DELIBERATE output
 where matching the Spark SQL decoder is not sensible (asserted to differ from the golden one).
 """
@@ -31,9 +31,9 @@ from pyspark.sql import Row
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from icetide.decode.debezium_arrow import Conversions, TableRows, source_order
-from icetide.decode.debezium_message import EnvelopeReader
-from icetide.decode.debezium_tasks import decode_debezium
+from icetide.decode.debezium.message import EnvelopeReader
+from icetide.decode.debezium.rows import Conversions, TableRows, source_order
+from icetide.decode.debezium.tasks import decode_debezium
 from icetide.decode.limits import PayloadLimits
 from tests.debezium_messages import messages
 from tests.test_debezium_arrow import spark_rows
@@ -351,9 +351,9 @@ def _declared_string(number: str) -> str:
 # Where the Python decoder gives another output than the Spark SQL decoder on purpose: case id ->
 # what differs from its golden output (a column's value in its one row, or the dead letters).
 # A time without a date into a TIMESTAMP: Spark's cast dates it today (the golden file holds the day
-# it was written); here it is a dead letter (decode/spark_datetime.py).
+# it was written); here it is a dead letter (decode/spark_compat/datetime_casts.py).
 # A double whose Java 17 text is not its shortest digits (1e23: "9.999999999999999E22", the golden
-# text): written with the shortest, as Java 19 on writes it (decode/connect_values.py `field_text`).
+# text): written with the shortest, as Java 19 on writes it (decode/debezium/connect_values.py `field_text`).
 DELIBERATE: dict[str, dict[str, Any]] = {
     "timestamp_c='18:00:22'": {"dead_letters": ["column timestamp_c: '18:00:22' is not a TIMESTAMP"]},
     "timestamp_c='T18:00:22Z'": {"dead_letters": ["column timestamp_c: 'T18:00:22Z' is not a TIMESTAMP"]},
@@ -378,7 +378,7 @@ def deliberate(case: str, golden: Output) -> Output:
 
 
 def python_alone(offset: int, value: bytes | None) -> Output:
-    """What the Python decoder (decode/debezium_arrow.py `TableRows`) makes of one message at `offset`."""
+    """What the Python decoder (decode/debezium/rows.py `TableRows`) makes of one message at `offset`."""
     schema = to_arrow_schema(TABLE)
     rows = TableRows(schema, KEY, "upsert", Conversions())
     envelope = None if value is None else EnvelopeReader(PayloadLimits()).read(value)

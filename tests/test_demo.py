@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from icetide.demo import run_demo
+from icetide.cli.demo import run_demo
 from icetide.sources.generator import AdEventsConfig, ad_events
 
 

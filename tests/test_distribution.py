@@ -2,7 +2,7 @@
 
 import pytest
 
-from icetide.sink.distribution import (
+from icetide.write.distribution import (
     MIN_TASK_BYTES,
     SMALL_BATCH_MARGIN,
     PartitionStats,

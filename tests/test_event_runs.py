@@ -1,5 +1,5 @@
-"""Avro records read a run at a time into columns (decode/event_runs.py) against the per-record
-decoder it must equal (decode/avro.py `AvroMessages.envelope` + decode/debezium_arrow.py
+"""Avro records read a run at a time into columns (decode/debezium/event_runs.py) against the per-record
+decoder it must equal (decode/avro/decoder.py `AvroMessages.envelope` + decode/debezium/rows.py
 `TableRows.add`): a run gives exactly the per-record changes, or is refused and read that way.
 
 Records are produced by confluent-kafka's own AvroSerializer through the test registry
@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from icetide.decode.avro import AvroMessages
-from icetide.decode.avro_container import NotColumnar, container, encoded_sizes, run_reader
-from icetide.decode.debezium_arrow import NotHere, TableRows, source_order
+from icetide.decode.avro.container import NotColumnar, container, encoded_sizes, run_reader
+from icetide.decode.avro.decoder import AvroMessages
+from icetide.decode.debezium.rows import NotHere, TableRows, source_order
 from tests.schema_registry_server import SchemaRegistryServer
 from tests.test_avro import FLINK_SCHEMA, flink_events, messages, serializer, source, table_rows
 from tests.test_json_runs import BENCH_COLUMNS
@@ -205,7 +205,7 @@ def test_paimon_all_types_read_as_the_records_read_them(registry: SchemaRegistry
     reader = messages(registry.url)
     envelope = reader.envelope(None, values[0])
     assert envelope is not None and envelope.schema is not None
-    from icetide.decode.connect import column_ddl
+    from icetide.decode.debezium.connect_schema import column_ddl
 
     arrow = {"INT": pa.int32(), "BIGINT": pa.int64(), "FLOAT": pa.float32(), "DOUBLE": pa.float64()}
     arrow |= {"BOOLEAN": pa.bool_(), "STRING": pa.string(), "DATE": pa.date32(), "TIMESTAMP": TS}
@@ -364,11 +364,11 @@ def test_without_duckdb_runs_are_refused_with_one_warning(monkeypatch: Any, capl
     """No duckdb installed: every run is refused (read record by record), and the process says so once."""
     import sys
 
-    import icetide.decode.avro_container as ac
+    import icetide.decode.avro.container as ac
 
     monkeypatch.setitem(sys.modules, "duckdb", None)  # `import duckdb` raises ImportError
     monkeypatch.setattr(ac, "_READER", None)
-    with caplog.at_level("WARNING", logger="icetide.decode.avro_container"):
+    with caplog.at_level("WARNING", logger="icetide.decode.avro.container"):
         for _ in range(3):
             with pytest.raises(NotColumnar, match="duckdb is not installed"):
                 run_reader()

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import icetide
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.errors import ConfigError, IcetideError, SchemaError, SchemaEvolutionError
 from icetide.maintenance.compaction import compact
 from icetide.table.iceberg import load_table
@@ -332,7 +332,7 @@ def test_plan_change_rules() -> None:
     """The evolution rules on types alone (no Spark session)."""
     from pyspark.sql import types as T
 
-    from icetide.sink.evolution import fits_column, plan_change, widened
+    from icetide.write.evolution import fits_column, plan_change, widened
 
     assert widened(T.LongType(), T.IntegerType()) == T.LongType()
     assert widened(T.DoubleType(), T.FloatType()) == T.DoubleType()

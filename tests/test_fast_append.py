@@ -15,15 +15,15 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from icetide.config import PipelineConfig
-from icetide.decode.arrow_json import ArrowJsonDecoder
+from icetide.config.pipeline import PipelineConfig
+from icetide.decode.json.records import ArrowJsonDecoder
 from icetide.errors import ConfigError
+from icetide.executor.task_shares import split_partitions, split_ranges
 from icetide.pipeline.batches import TooManyBadRecordsError
-from icetide.pipeline.runner import Runner, RunSummary
-from icetide.pipeline.task_shares import split_partitions, split_ranges
-from icetide.sink.transforms import arrow_partition_values
+from icetide.pipeline.table_runner import Runner, RunSummary
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.table.spec import PartitionTransform
+from icetide.write.transforms import arrow_partition_values
 from tests.commands import crash_tour, warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows

@@ -27,10 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from icetide.pipeline.runner import RunSummary
-from icetide.sink.transforms import computable
+from icetide.pipeline.table_runner import RunSummary
 from icetide.table.iceberg import load_table
 from icetide.table.spec import PartitionTransform
+from icetide.write.transforms import computable
 from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_with_iceberg
 from tests.test_fast_append import run_pipeline

@@ -8,7 +8,7 @@ write them. The later files are `ProductsStream` changes in that message's schem
 (updates, a key-moving update, deletes), with a line that is not JSON.
 
 The same folder runs through two pipelines: the fast path (the sync fast path's task reading the
-files, pipeline/sync_task.py) and the Spark path (`fast_path: off`). Both tables must equal the
+files, executor/sync_task.py) and the Spark path (`fast_path: off`). Both tables must equal the
 reference model of the whole stream, and each other's dead letters (position "file:line", payload,
 error) and record counts, batch by batch, also after more files land and the pipelines run again.
 """
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from icetide.config import PipelineConfig
-from icetide.pipeline.runner import Runner, RunSummary
+from icetide.config.pipeline import PipelineConfig
+from icetide.pipeline.table_runner import Runner, RunSummary
 from tests.debezium_messages import ProductsStream, apply_changes, lines
 
 COLUMNS = ["id", "name", "description", "weight"]
@@ -47,7 +47,7 @@ def stream_files(stream: ProductsStream, rows: dict[int, dict[str, Any]], first:
     for f in range(3):
         out = []
         # The first file's inserts are a run of one schema head long enough to be read as
-        # columns (decode/event_runs.py MIN_RUN); the others' are read message by message.
+        # columns (decode/debezium/event_runs.py MIN_RUN); the others' are read message by message.
         for i in range(first + 1000 * f, first + 1000 * f + (300 if f == 0 else 10)):
             after = {"id": i, "name": f"part {i}", "description": "made here", "weight": i / 4}
             out.append(stream.change("c", None, after).decode())
@@ -131,7 +131,7 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
     model = model_of(landed)
     for name in ("fast", "spark"):
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
-    # A line that is not JSON is read as the Spark path's tasks read it (decode/debezium_message.py
+    # A line that is not JSON is read as the Spark path's tasks read it (decode/debezium/message.py
     # `final`): the same dead letter, and its batch stays on the fast path.
     paths = [(b.path, b.bad_records) for b in ran["fast"].batches]
     assert paths == [("debezium_fast", 0), ("debezium_fast", 1)], paths

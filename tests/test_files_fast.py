@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.errors import SourceError, is_transient
-from icetide.pipeline.prometheus import scrape_lines
-from icetide.pipeline.runner import Runner, RunSummary
-from icetide.pipeline.task_shares import split_files
+from icetide.executor.task_shares import split_files
+from icetide.ops.prometheus import scrape_lines
+from icetide.pipeline.table_runner import Runner, RunSummary
 from icetide.table.iceberg import load_table
 from tests.model import ReferenceModel, table_rows
 from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc

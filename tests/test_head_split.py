@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from icetide.decode.connect import parse_envelope_schema, table_schema
-from icetide.decode.debezium_tasks import decode_debezium
+from icetide.decode.debezium.connect_schema import parse_envelope_schema, table_schema
+from icetide.decode.debezium.tasks import decode_debezium
 from icetide.decode.limits import PayloadLimits
 from icetide.sources.head_split import HeadSplitter, JsonHeadSplit, rejoin
 from icetide.sources.kafka_reader import SPLIT_RECORD_ARROW_SCHEMA, OffsetRange, RangeReader

@@ -9,10 +9,10 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.decode import decode_json
-from icetide.decode.json_evolution import addable, infer_ddl
-from icetide.pipeline.runner import Runner
+from icetide.decode.json.evolution import addable, infer_ddl
+from icetide.pipeline.table_runner import Runner
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows
 

@@ -1,6 +1,6 @@
-"""Debezium JSON-converter messages read a run at a time as columns (decode/json_runs.py) against
-the per-message decoder it must equal (decode/debezium_message.py `EnvelopeReader.read` +
-decode/debezium_arrow.py `TableRows.add`): a run gives exactly the per-message changes and unknown
+"""Debezium JSON-converter messages read a run at a time as columns (decode/debezium/json_runs.py) against
+the per-message decoder it must equal (decode/debezium/message.py `EnvelopeReader.read` +
+decode/debezium/rows.py `TableRows.add`): a run gives exactly the per-message changes and unknown
 fields, or is refused and read that way.
 
 Messages: bench/ingest_debezium.py's MySQL events (the JSON converter's layout, schema in every
@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from icetide.decode.avro_container import NotColumnar
-from icetide.decode.debezium_arrow import Conversions, NotHere, TableRows, source_order
-from icetide.decode.debezium_message import EnvelopeReader
-from icetide.decode.json_runs import JsonRuns
+from icetide.decode.avro.container import NotColumnar
+from icetide.decode.debezium.json_runs import JsonRuns
+from icetide.decode.debezium.message import EnvelopeReader
+from icetide.decode.debezium.rows import Conversions, NotHere, TableRows, source_order
 from icetide.decode.limits import PayloadLimits
 from tests.test_debezium_arrow import FILES, arrow_schema, file_schema
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from icetide.config import PipelineConfig
-from icetide.pipeline.runner import Runner, RunSummary
+from icetide.config.pipeline import PipelineConfig
+from icetide.pipeline.table_runner import Runner, RunSummary
 from icetide.table.iceberg import load_table
 from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg, pyiceberg_rows

@@ -21,9 +21,9 @@ import tests.test_compaction as seed
 from icetide.errors import ConfigError
 from icetide.filesystems import filesystem_for
 from icetide.maintenance.compaction import compact
-from icetide.sink.key_index import KeyIndex
-from icetide.sink.key_index_copy import COPY_EVERY_BATCHES, copy_folder
 from icetide.table.iceberg import load_table
+from icetide.write.key_index import KeyIndex
+from icetide.write.key_index_copy import COPY_EVERY_BATCHES, copy_folder
 from tests.commands import ROOT
 from tests.test_compaction import COLUMNS, UPSERT_DDL, Table
 from tests.test_v3_deletes import one_dv_per_data_file, v3_table

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 import tests.test_compaction as seed
-from icetide.config import PipelineConfig
-from icetide.config_table import KEY_INDEX_MEMORY_DEFAULT
+from icetide.config.pipeline import PipelineConfig
+from icetide.config.table import KEY_INDEX_MEMORY_DEFAULT
 from icetide.errors import ConfigError
-from icetide.pipeline.sync import SyncRunner
-from icetide.sink.key_index_memory import KeyIndexMemory, process_key_indexes
+from icetide.pipeline.sync.runner import SyncRunner
+from icetide.write.key_index_memory import KeyIndexMemory, process_key_indexes
 from tests.test_compaction import Table
 from tests.test_key_index_copy import count_builds, vectors_sink
 from tests.test_v3_deletes import one_dv_per_data_file, v3_table

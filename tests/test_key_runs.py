@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from icetide.sink.key_runs import KeyRuns, file_and_position, where_of
+from icetide.write.key_runs import KeyRuns, file_and_position, where_of
 
 
 def _table(keys: list[Any], composite: bool) -> pa.Table:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.errors import DataLossError
-from icetide.pipeline.runner import Runner
+from icetide.pipeline.table_runner import Runner
 from icetide.sources.files import FileSource, FileSourceConfig, LandedFile
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from icetide.cli_progress import ProgressBars, ProgressLines, progress_view
+from icetide.cli.progress import ProgressBars, ProgressLines, progress_view
 from icetide.maintenance.health import HealthThresholds
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
 from icetide.maintenance.progress import ProgressEvent

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from icetide.commit.pipeline_state import PipelineState, state_property
 from icetide.maintenance.actions import remove_dangling_deletes, rewrite_manifests
 from icetide.maintenance.compaction import compact
 from icetide.maintenance.expire import PipelineStateAtRiskError, expire_snapshots
 from icetide.maintenance.orphans import in_flight, remove_orphan_files, safe_pipeline_name
-from icetide.sink.pipeline_state import PipelineState, state_property
 from icetide.table.iceberg import load_table
 from tests.test_compaction import A_ROWS, B_ROWS, Table, rows_of
 

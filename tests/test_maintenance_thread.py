@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.pipeline.maintenance_thread import THREAD_NAME
-from icetide.pipeline.runner import Runner, RunSummary
+from icetide.pipeline.table_runner import Runner, RunSummary
 from icetide.table.iceberg import load_table
 from tests.model import table_rows
 from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 import icetide
-from icetide.sink.metrics import FIELD_ID_KEY, measured_fields, serialize_bound
+from icetide.executor.file_metrics import FIELD_ID_KEY, measured_fields, serialize_bound
 
 SCHEMA = (
     "id BIGINT NOT NULL, day DATE NOT NULL, n INT, flag BOOLEAN, ts TIMESTAMP, amount DECIMAL(12, 3), "
@@ -34,7 +34,7 @@ def check_metrics_against_footers(
     """The metrics of every file the table's snapshots added against what Iceberg's footer reader
     (`ParquetUtil.fileMetrics`) finds in them. Every count and bound icetide reported must be
     Iceberg's; with `exact` it must report every count Iceberg does (no nested columns), else
-    it may leave out only the fields inside lists and maps (sink/metrics.py says why)."""
+    it may leave out only the fields inside lists and maps (executor/file_metrics.py says why)."""
     jvm = spark._jvm
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_name)
     config = jvm.org.apache.iceberg.MetricsConfig.forTable(table)

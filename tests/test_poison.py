@@ -21,11 +21,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from icetide.config import PipelineConfig
-from icetide.decode.arrow_json import ArrowJsonDecoder
+from icetide.config.pipeline import PipelineConfig
+from icetide.decode.json.records import ArrowJsonDecoder
 from icetide.decode.limits import MAX_DATE, MAX_TIMESTAMP, MIN_DATE, MIN_TIMESTAMP, PayloadLimits, nesting_depth
 from icetide.errors import ConfigError
-from icetide.pipeline.runner import Runner
+from icetide.pipeline.table_runner import Runner
 from tests.kafka_broker import create_topic, produce
 
 MAX_RECORD_BYTES = 6000
@@ -371,7 +371,7 @@ def run_pipeline(spark: Any, bootstrap: str, topic: str, name: str, fmt: str, **
 def check(recs: list[Record], fmt: str, landed: Landed) -> None:
     """Every record once: in the table with the model's values, or a dead letter with the model's
     error; but a Debezium message whose value is the text `null` (spaces around it at most), which
-    is a tombstone (decode/debezium_message.py `_not_an_object`, as the Spark path read it): neither."""
+    is a tombstone (decode/debezium/message.py `_not_an_object`, as the Spark path read it): neither."""
 
     def tombstone(r: Record) -> bool:
         return fmt == "debezium" and r.random is not None and r.random.strip(b" ") == b"null"
@@ -423,7 +423,7 @@ def test_pipelines_keep_going_and_lose_nothing(spark: Any, kafka_broker: str, re
 def test_spark_decoders_against_the_model(spark: Any, recs: list[Record]) -> None:
     from pyspark.sql import types as T
 
-    from icetide.config import DebeziumSettings
+    from icetide.config.pipeline import DebeziumSettings
     from icetide.decode import decode_debezium, decode_json
 
     types = [T.StringType(), T.TimestampType(), T.LongType(), T.IntegerType(), T.DoubleType(), T.DateType()]

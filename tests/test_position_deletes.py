@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from icetide.executor.file_metrics import FIELD_ID_KEY
 from icetide.maintenance.compaction import CompactionConflictError, compact, compaction
 from icetide.maintenance.health import HealthThresholds
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
@@ -24,8 +25,7 @@ from icetide.maintenance.position_deletes import (
     deleted_positions,
     equality_delete_conversion,
 )
-from icetide.sink.keys import columns_by_field_id
-from icetide.sink.metrics import FIELD_ID_KEY
+from icetide.write.keys import columns_by_field_id
 from tests.test_compaction import A_ROWS, B_ROWS, Table, rows_of
 
 # ---------------------------------------------------------------- pure rules, no Spark

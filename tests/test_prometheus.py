@@ -8,9 +8,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from icetide.config import PipelineConfig
-from icetide.pipeline.prometheus import record_restart, scrape_lines
-from icetide.pipeline.runner import Runner
+from icetide.config.pipeline import PipelineConfig
+from icetide.ops.prometheus import record_restart, scrape_lines
+from icetide.pipeline.table_runner import Runner
 from tests.test_runner_files import land_files, pipeline_doc
 
 

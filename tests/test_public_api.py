@@ -21,24 +21,24 @@ INIT = Path(icetide.__file__)
 # the Spark path, a run not readable as columns, an index to build again), and the test harness's
 # injected failure, which must look like any unforeseen exception, not like an IcetideError.
 SIGNALS = {
-    "icetide.decode.arrow_json_nested._Unfit",
-    "icetide.decode.arrow_json_nested.Unfit",
-    "icetide.decode.avro_container.NotColumnar",
-    "icetide.decode.connect_values.NotHere",
-    "icetide.decode.connect_values.DeadLetter",
-    "icetide.decode.debezium_message.NotJson",
-    "icetide.decode.debezium_message.RepeatedKey",
-    "icetide.decode.schema_registry.BadAvroRecord",
-    "icetide.decode.spark_datetime.Unsure",
+    "icetide.decode.json.nested._Unfit",
+    "icetide.decode.json.nested.Unfit",
+    "icetide.decode.avro.container.NotColumnar",
+    "icetide.decode.debezium.connect_values.NotHere",
+    "icetide.decode.debezium.connect_values.DeadLetter",
+    "icetide.decode.debezium.message.NotJson",
+    "icetide.decode.debezium.message.RepeatedKey",
+    "icetide.decode.avro.schema_registry.BadAvroRecord",
+    "icetide.decode.spark_compat.datetime_casts.Unsure",
     "icetide.faults.InjectedFault",
-    "icetide.sink.key_index.IndexOutOfDate",
-    "icetide.sink.key_index_copy.CopyMismatch",
+    "icetide.write.key_index.IndexOutOfDate",
+    "icetide.write.key_index_copy.CopyMismatch",
 }
 # Errors (IcetideError subclasses) still defined outside errors.py: decode/ is being reorganised
 # (issue 44, item 1) and they move to errors.py with it.
 ERRORS_ELSEWHERE = {
-    "icetide.decode.schema_registry.RegistryUnavailableError",
-    "icetide.decode.schema_registry.RegistryAccessError",
+    "icetide.decode.avro.schema_registry.RegistryUnavailableError",
+    "icetide.decode.avro.schema_registry.RegistryAccessError",
 }
 # Raised inside Spark tasks and turned back into SourceError / SourceAccessError on the driver.
 NOT_EXPORTED_ERRORS = {"ExecutorSourceError", "ExecutorSourceAccessError"}

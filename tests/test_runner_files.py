@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from icetide.config import PipelineConfig
-from icetide.pipeline.runner import Runner
+from icetide.config.pipeline import PipelineConfig
+from icetide.pipeline.table_runner import Runner
 from tests.commands import crash_tour, stop_with_signal, warehouse_reader
 from tests.model import ReferenceModel, table_rows
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from icetide.config import PipelineConfig
-from icetide.pipeline.runner import Runner
+from icetide.config.pipeline import PipelineConfig
+from icetide.pipeline.table_runner import Runner
 from tests.commands import crash_tour, warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import ReferenceModel, table_rows

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.errors import ConfigError
-from icetide.pipeline.runner_lock import PipelineAlreadyRunningError, RunnerLock, hold_local, local_warehouse
+from icetide.ops.runner_lock import PipelineAlreadyRunningError, RunnerLock, hold_local, local_warehouse
 from tests.commands import ROOT, run_cli, warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import table_rows
@@ -47,7 +47,7 @@ def test_local_lock_is_exclusive_between_processes_and_reentrant_within_one(tmp_
         [
             sys.executable,
             "-c",
-            "import sys; from tests.test_runner_lock import _config; from icetide.pipeline.runner_lock import "
+            "import sys; from tests.test_runner_lock import _config; from icetide.ops.runner_lock import "
             "RunnerLock; from pathlib import Path; RunnerLock(_config(Path(sys.argv[1]))).acquire()",
             str(tmp_path / "wh"),
         ],
@@ -137,8 +137,8 @@ def test_table_lease_refuses_a_live_holder_and_takes_over_an_expired_one(
     spark: Any, table_name: str, monkeypatch: Any
 ) -> None:
     """The lease used for catalogs without a local folder, on a real table."""
-    from icetide.pipeline import runner_lock
-    from icetide.pipeline.runner_lock import TableLease
+    from icetide.ops import runner_lock
+    from icetide.ops.runner_lock import TableLease
     from icetide.table.catalog import create_table
     from icetide.table.iceberg import load_table
 
@@ -185,8 +185,8 @@ def test_a_lease_whose_holder_died_on_this_machine_is_taken_over_at_once(
     expire. A holder in another pid namespace (another container) is not second-guessed."""
     import json
 
-    from icetide.pipeline import runner_lock
-    from icetide.pipeline.runner_lock import TableLease
+    from icetide.ops import runner_lock
+    from icetide.ops.runner_lock import TableLease
     from icetide.table.catalog import create_table
     from icetide.table.iceberg import load_table
 

@@ -1,4 +1,4 @@
-"""decode/spark_datetime.py against Spark 3.5.7's own `DateTimeUtils.stringToTimestamp` (session
+"""decode/spark_compat/datetime_casts.py against Spark 3.5.7's own `DateTimeUtils.stringToTimestamp` (session
 zone UTC unless named): the expected values were printed by a Java program calling that class from
 the jars in this project's virtualenv (a review, 2026-11-26), for the spellings where the Python
 port first differed."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from icetide.decode import spark_datetime
+from icetide.decode.spark_compat import datetime_casts as spark_datetime
 
 # (text, session zone, Spark's epoch microseconds; None: Spark gives null)
 SPARK_3_5_7 = [

@@ -53,8 +53,8 @@ def test_pipeline_state_of_every_version_reads_as_one_typed_value() -> None:
 
     import pytest
 
+    from icetide.commit.pipeline_state import STATE_VERSION, PipelineState
     from icetide.errors import TerminalError
-    from icetide.sink.pipeline_state import STATE_VERSION, PipelineState
 
     plan = {"items": [{"topic": "t", "partition": 0, "start": 3, "end": 9}], "position": {"0": 9}, "records_planned": 6}
     forms = {

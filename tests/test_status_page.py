@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import icetide
-from icetide.cli_status import pipeline_page, table_status
-from icetide.pipeline.sync_status import TableStatus
+from icetide.cli.status import pipeline_page, table_status
+from icetide.pipeline.sync.status import TableStatus
 from icetide.sources.generator import AdEventsConfig, ad_events
 from tests.ad_events import stream_ad_events
 from tests.browser import Chromium

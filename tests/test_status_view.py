@@ -10,12 +10,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from icetide.cli_status import partitions_table, source_lag
+from icetide.cli.status import partitions_table, source_lag
+from icetide.cli.status_page import PipelineRow, TableView, status_page
 from icetide.maintenance.health import PartitionHealth, TableHealth
 from icetide.maintenance.next_pass import NextPass, PlannedGroup, snapshots_due
 from icetide.maintenance.planning import SkippedGroup
 from icetide.maintenance.timeline import snapshot_event
-from icetide.status_page import PipelineRow, TableView, status_page
 
 LABELS = ["2026-01-01 05:00", "2026-01-01 04:00", "2025-12-31 23:00"]
 LONG = "2026-01-01 05:00, bucket[16]=3, truncate[4]=abcd"
@@ -170,7 +170,7 @@ def test_page_of_an_empty_table_still_renders() -> None:
 
 
 def test_lag_of_the_pipeline_of_the_file_is_measured(tmp_path: Path) -> None:
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
     from tests.test_runner_files import land_files, pipeline_doc
 
     landing = tmp_path / "landing"

@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM stop a run after the batch in flight (icetide/pipeline/stop_signals.py).
+"""SIGINT and SIGTERM stop a run after the batch in flight (icetide/ops/stop_signals.py).
 
 CI once saw `icetide run` hang for good after SIGTERM: the handler called `stop.set()` while the
 run loop's main thread was inside `stop.wait()`, holding the lock `set` takes. These tests send
@@ -24,7 +24,7 @@ ROUNDS = 3000  # a handler that set the event itself deadlocked in 3 of 4 runs o
 CHILD = textwrap.dedent(
     """
     import faulthandler, logging, signal, sys, threading
-    from icetide.pipeline.stop_signals import StopSignals
+    from icetide.ops.stop_signals import StopSignals
 
     logging.basicConfig(level=logging.WARNING)
     faulthandler.register(signal.SIGUSR1, all_threads=True)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from icetide.config import RestartConfig
+from icetide.config.pipeline import RestartConfig
 from icetide.errors import CommitConflictError, ConfigError, SourceError
 from icetide.pipeline.supervision import RestartMetrics, supervise
 

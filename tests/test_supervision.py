@@ -95,7 +95,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 def _run_once(config: dict[str, Any], spark: Any) -> list[Any]:
     """`icetide run --once` of `config` in the test's Spark (whose warehouse the config names): a
     run whose outcome needs no command line starts no driver JVM. Its batches."""
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
     from icetide.pipeline.entry import runner_for
 
     batches: list[Any] = []
@@ -259,7 +259,7 @@ def test_terminal_error_stops_at_once(broker: Broker, tmp_path: Path) -> None:
 
 
 def test_restart_and_data_loss_settings_are_validated_at_load() -> None:
-    from icetide.config import PipelineConfig, RestartConfig
+    from icetide.config.pipeline import PipelineConfig, RestartConfig
     from icetide.errors import ConfigError
 
     base = doc("kcfg", "127.0.0.1:1", "t")

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.errors import CommitConflictError
-from icetide.pipeline.sync import SyncRunner
-from icetide.pipeline.sync_fast import SyncFastPath
+from icetide.pipeline.sync.fast_path import SyncFastPath
+from icetide.pipeline.sync.runner import SyncRunner
 from icetide.sink.sink import UpsertSink
 from tests.kafka_broker import produce
 from tests.test_db_sync import (
@@ -243,7 +243,7 @@ def test_a_table_that_fails_to_write_leaves_no_file_of_the_batch(
     monkeypatch.setattr(UpsertSink, "stage", failing)
     monkeypatch.setattr(UpsertSink, "delete_files", recording)
     runner = SyncRunner(PipelineConfig.from_dict(doc), spark)
-    with caplog.at_level("WARNING", logger="icetide.pipeline.sync_spark"), pytest.raises(OSError, match="orders"):
+    with caplog.at_level("WARNING", logger="icetide.pipeline.sync.spark_path"), pytest.raises(OSError, match="orders"):
         runner.run(once=True, handle_signals=False)
     runner.topics.close()
     assert f"writing lake.{namespace}.products failed too: injected" in caplog.text

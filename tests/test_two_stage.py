@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.pipeline.two_stage import TwoStageRunner
 from icetide.stateful.merge import MergeSpec
 from tests.commands import crash_tour, stop_with_signal, warehouse_reader

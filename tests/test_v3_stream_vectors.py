@@ -74,8 +74,8 @@ def test_a_table_with_equality_deletes_turns_to_vectors(spark: Any, table_name: 
     table would differ from the model); once they are folded into DVs, an index built file by
     file equals the one that followed every commit."""
     from icetide.maintenance.position_deletes import convert_equality_deletes
-    from icetide.sink.key_index import KeyIndex
     from icetide.table.iceberg import load_table
+    from icetide.write.key_index import KeyIndex
 
     t = v3_table(spark, table_name)
     rng = random.Random(8)
@@ -119,7 +119,7 @@ def test_a_vectors_table_beside_a_plain_table_stays_equal(spark: Any, table_name
 
 
 def test_deletes_in_pipeline_files() -> None:
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
     from tests.test_config import GOOD, with_
     from tests.test_v3_tables import SYNC
 

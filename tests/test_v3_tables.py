@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import icetide
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.errors import ConfigError, SchemaError
 from icetide.maintenance.upgrade import upgrade_format_version
 from icetide.table.iceberg import format_version, load_table

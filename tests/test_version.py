@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import icetide
-from icetide.cli import build_parser
+from icetide.cli.main import build_parser
 
 ROOT = Path(icetide.__file__).resolve().parent.parent
 

@@ -9,10 +9,10 @@ Example::
 
 from __future__ import annotations
 
-from icetide.decode.debezium_changes import SOURCE_TS_COLUMN
-from icetide.decode.debezium_tasks import decode_debezium
+from icetide.decode.debezium.changes import SOURCE_TS_COLUMN
+from icetide.decode.debezium.tasks import decode_debezium
 from icetide.decode.frames import BAD_COLUMNS, BAD_DDL, EpochUnit, OpMode, source_position
-from icetide.decode.json_tasks import decode_json
+from icetide.decode.json.tasks import decode_json
 
 __all__ = [
     "BAD_COLUMNS",

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, get_args
 
 from icetide.errors import ConfigError
-from icetide.sink.changelog import OP_COLUMN
+from icetide.write.collapse import OP_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -1,6 +1,6 @@
 """What a record must be to be written: payload limits and the value ranges every writer can hold.
 
-The decoders (JSON: decode/arrow_json.py; Debezium: decode/debezium_message.py) check the same
+The decoders (JSON: decode/json/records.py; Debezium: decode/debezium/message.py) check the same
 things as the Spark SQL decoders they replaced did, so a record is bad where it was bad there:
 
 - the payload: at most `max_record_bytes` bytes, valid UTF-8, no JSON string escape of a lone
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
-from icetide.config import (
+from icetide.config.pipeline import (
     DEFAULT_MAX_NESTING_DEPTH,
     DEFAULT_MAX_RECORD_BYTES,
     MAX_NESTING_DEPTH_LIMIT,

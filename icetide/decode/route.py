@@ -16,7 +16,7 @@ import re
 import string
 from typing import TYPE_CHECKING
 
-from icetide.config import table_name_placeholders
+from icetide.config.pipeline import table_name_placeholders
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from icetide.commit.failures import CONFLICTS, UNKNOWN, short_message
 from icetide.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -43,7 +44,6 @@ from icetide.maintenance.planning import (
 from icetide.maintenance.progress import ProgressCallback, notify
 from icetide.maintenance.results import CompactionResult, GroupResult, StagedGroup
 from icetide.maintenance.rewrite_files import rewrite_files
-from icetide.table.commit_errors import CONFLICTS, UNKNOWN, short_message
 from icetide.table.iceberg import java_exception_class, java_message, load_table, table_property
 
 if TYPE_CHECKING:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from icetide.commit.committer import SUMMARY_BATCH, SUMMARY_PIPELINE
+from icetide.commit.pipeline_state import PipelineState, all_pipeline_states
 from icetide.errors import ConfigError, PipelineStateAtRiskError
-from icetide.sink.committer import SUMMARY_BATCH, SUMMARY_PIPELINE
-from icetide.sink.pipeline_state import PipelineState, all_pipeline_states
 from icetide.spark.py4j_collections import java_list
 from icetide.table.catalog import MAX_SNAPSHOT_AGE_MS, MIN_SNAPSHOTS_TO_KEEP
 from icetide.table.iceberg import load_table

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.sink.pipeline_state import PipelineState, all_pipeline_states
+from icetide.commit.pipeline_state import PipelineState, all_pipeline_states
 from icetide.table.iceberg import load_table, spec_transforms, table_property
 from icetide.table.partition_labels import label_of_values, partition_title
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow.fs as pafs
 
+from icetide.commit.pipeline_state import all_pipeline_states
 from icetide.errors import ConfigError
+from icetide.executor.writer import file_prefix
 from icetide.filesystems import filesystem_for
 from icetide.maintenance.progress import ProgressCallback, notify
-from icetide.sink.pipeline_state import all_pipeline_states
-from icetide.sink.writer import file_prefix
 from icetide.spark.py4j_collections import java_iter
 from icetide.table.iceberg import jvm, load_table
 

@@ -30,7 +30,7 @@ a `delete` snapshot that adds delete files) and retries, as it does for any writ
 Reading happens on the driver with pyarrow, key columns only. Equality deletes on float or
 nested columns, or holding nulls, are left for compaction (`fold_deletes="rewrite"`).
 
-On format v3 the positions go into deletion vectors instead (`icetide.sink.vectors`):
+On format v3 the positions go into deletion vectors instead (`icetide.write.vectors`):
 one per data file, merged with the file's earlier DV (or position deletes from before an upgrade),
 which the same commit removes. A DV that another commit added to one of the data files
 meanwhile makes Iceberg reject the commit (one DV per file), and the next run plans again.
@@ -48,18 +48,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from icetide.commit.failures import CONFLICTS, UNKNOWN, short_message
 from icetide.errors import CommitFailedError, CommitStateUnknownError, ConfigError
+from icetide.executor.file_metrics import FIELD_ID_KEY
 from icetide.filesystems import filesystem_for
 from icetide.maintenance.compaction import SUMMARY_COMMIT_ID, SUMMARY_OPERATION, SUMMARY_PLANNED_SNAPSHOT
 from icetide.maintenance.deletes import applies
 from icetide.maintenance.inventory import TableFiles
 from icetide.maintenance.planning import DataFileRef, DeleteRef, partition_label
 from icetide.maintenance.progress import ProgressCallback, notify
-from icetide.sink.keys import read_by_field_id
-from icetide.sink.metrics import FIELD_ID_KEY
-from icetide.sink.vectors import PlannedVector, plan_vector, write_vectors
-from icetide.table.commit_errors import CONFLICTS, UNKNOWN, short_message
 from icetide.table.iceberg import format_version, java_exception_class, java_message, jvm, load_table
+from icetide.write.keys import read_by_field_id
+from icetide.write.vectors import PlannedVector, plan_vector, write_vectors
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from icetide.commit.committer import SUMMARY_BATCH, SUMMARY_PIPELINE
 from icetide.maintenance.compaction import SUMMARY_OPERATION
-from icetide.sink.committer import SUMMARY_BATCH, SUMMARY_PIPELINE
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

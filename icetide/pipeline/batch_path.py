@@ -21,7 +21,7 @@ class BatchPath(StrEnum):
     JSON_FAST = "json_fast"
     """`format: json`, one table: Kafka ranges or landing files (pipeline/json_fast.py)."""
     DEBEZIUM_FAST = "debezium_fast"
-    """`format: debezium`, one table: the sync fast path's tasks with one route (pipeline/sync_fast.py)."""
+    """`format: debezium`, one table: the sync fast path's tasks with one route (pipeline/sync/fast_path.py)."""
     AVRO_FAST = "avro_fast"
     """`format: debezium-avro` or `avro`, one table: the same tasks, records read from Confluent's wire format."""
     SYNC_FAST = "sync_fast"
@@ -29,9 +29,9 @@ class BatchPath(StrEnum):
     SYNC_AVRO_FAST = "sync_avro_fast"
     """`format: debezium-avro` or `avro`, many tables: the same, records read from Confluent's wire format."""
     SPARK = "spark"
-    """One table on the Spark path (pipeline/runner.py `run_spark_path`)."""
+    """One table on the Spark path (pipeline/table_runner.py `run_spark_path`)."""
     SYNC_SPARK = "sync_spark"
-    """Many tables on the Spark path: a plan per table (pipeline/sync_spark.py)."""
+    """Many tables on the Spark path: a plan per table (pipeline/sync/spark_path.py)."""
 
     @property
     def fast(self) -> bool:

@@ -14,7 +14,7 @@ from icetide.errors import TooManyBadRecordsError
 from icetide.faults import crash_point
 from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.supervision import RestartMetrics
-from icetide.sink.batch import BatchResult
+from icetide.write.batch import BatchResult
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,9 @@ class BatchMetrics:
     fallback_detail: str | None = None  # the fallback in words: which column, table or record
     overlapped: bool = False  # committed on the commit thread while the next batch was read and written
     columnar: bool = False  # some of its records were decoded a run at a time, as columns (records_as_columns)
-    records_as_columns: int = 0  # records the fast path read a run at a time, as columns (Avro: decode/event_runs.py)
+    records_as_columns: int = (
+        0  # records the fast path read a run at a time, as columns (decode/debezium/event_runs.py)
+    )
     nested_as_text: int = 0  # objects and arrays in STRING columns kept as their JSON text (json: nested_as_text)
 
     def to_json(self) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from icetide.config import PipelineConfig, load_config
+from icetide.config.pipeline import PipelineConfig, load_config
+from icetide.ops.runner_lock import RunnerLock
 from icetide.pipeline.batches import RunSummary
-from icetide.pipeline.runner import Runner
-from icetide.pipeline.runner_lock import RunnerLock
-from icetide.pipeline.sync import SyncRunner
+from icetide.pipeline.sync.runner import SyncRunner
+from icetide.pipeline.table_runner import Runner
 from icetide.pipeline.two_stage import TwoStageRunner
 
 if TYPE_CHECKING:

@@ -2,11 +2,11 @@
 pass per Spark task.
 
 For `format: json`, each Spark task reads its share of the batch: Kafka offset ranges with
-librdkafka (pipeline/block_reader.py), or whole landing files, in plan order, line by line as
+librdkafka (executor/kafka_blocks.py), or whole landing files, in plan order, line by line as
 the Spark path reads them (sources/files.py `json_lines`, positions "file:line"). It decodes the
-payloads (decode/arrow_json.py: a block in one pyarrow read where its column types allow, else
+payloads (decode/json/records.py: a block in one pyarrow read where its column types allow, else
 record by record, every column type included), computes the partition values in pyarrow
-(sink/transforms.py) and writes the files right there with the sink's rolling writer. Rows never
+(write/transforms.py) and writes the files right there with the sink's rolling writer. Rows never
 cross into the JVM; a task returns only its files' Iceberg metadata and its bad records. The
 driver then commits exactly as the runner's Spark path does: dead letters first (with the plan),
 then the files with the batch id and the position. Files are named like the sink's
@@ -15,7 +15,7 @@ restart.
 
 `mode: append` writes data files only, in as many tasks as the batch fills. `mode: upsert`
 collapses each key's changes to its last (by `order_by`, then arrival) and writes data and
-equality-delete files under every live spec, as the sink's writer tasks do (sink/writer.py
+equality-delete files under every live spec, as the sink's writer tasks do (executor/writer.py
 `write_changes`). An equality delete does not apply to the data files of its own commit, so every
 change of a key in a batch must meet in one task's collapse: upsert tasks take whole Kafka
 partitions (landing files' upserts run in one task), each returns its distinct keys, and a batch in which two tasks
@@ -47,33 +47,33 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icetide.decode.arrow_json import ArrowJsonDecoder
-from icetide.decode.arrow_json_block import BadRecord, Decoded
-from icetide.decode.arrow_json_scalars import undecodable_columns
-from icetide.decode.json_evolution import addable
+from icetide.commit.committer import WrittenFile
+from icetide.config.secrets import redacted_repr
+from icetide.decode.json.block import BadRecord, Decoded
+from icetide.decode.json.evolution import addable
+from icetide.decode.json.records import ArrowJsonDecoder
+from icetide.decode.json.scalars import undecodable_columns
 from icetide.errors import ExecutorSourceError, IcetideError, one_line
-from icetide.pipeline.adapter import SourceAdapter, payload_limits
+from icetide.executor.kafka_blocks import BlockReader, no_cycle_collection
+from icetide.executor.task_shares import split_files, split_partitions, split_ranges
+from icetide.executor.writer import WriterConfig, with_partition_values, write_appends, write_changes
 from icetide.pipeline.batch_path import FallbackReason
-from icetide.pipeline.block_reader import BlockReader, no_cycle_collection
-from icetide.pipeline.staging import Fallback, StagedBatch
-from icetide.pipeline.task_shares import split_files, split_partitions, split_ranges
-from icetide.secrets import redacted_repr
-from icetide.sink.committer import WrittenFile
-from icetide.sink.keys import distinct_keys, keys_meet
+from icetide.pipeline.spark_path import SourceAdapter, payload_limits
+from icetide.pipeline.staged import Fallback, StagedBatch
 from icetide.sink.sink import UpsertSink
-from icetide.sink.transforms import computable
-from icetide.sink.writer import WriterConfig, with_partition_values, write_appends, write_changes
 from icetide.sources.base import raise_source_error_in
 from icetide.sources.files import json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields, spark_schema
 from icetide.table.spec import PartitionTransform
+from icetide.write.keys import distinct_keys, keys_meet
+from icetide.write.transforms import computable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def fast_json_task(config: JsonTaskConfig, work: list[OffsetRange] | list[str], 
 
 
 def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskResult) -> Generator[Decoded]:
-    """The task's Kafka ranges, decoded a block at a time (pipeline/block_reader.py)."""
+    """The task's Kafka ranges, decoded a block at a time (executor/kafka_blocks.py)."""
     decoder = config.decoder
     with BlockReader(config.consumer_settings, config.read_timeout, ranges) as reader:
         try:
@@ -448,7 +448,7 @@ class JsonFastPath:
 
     def _to_add(self, unknown: dict[str, int]) -> list[str]:
         """With `schema_evolution`, the batch's unknown fields the Spark path would add as columns
-        (decode/json_evolution.py `addable`); a batch with any is written there, in the same
+        (decode/json/evolution.py `addable`); a batch with any is written there, in the same
         commit as the new columns. Fields it would not add stay counted, as on the Spark path."""
         if not self.config.schema_evolution or not unknown:
             return []

@@ -2,7 +2,7 @@
 commits and maintenance, in one place.
 
 A batch's steps, in their order, are pipeline/steps.py's `BatchPipeline.step`; what differs
-between a pipeline of one table (pipeline/runner.py) and one of many (pipeline/sync.py) is in its
+between a pipeline of one table (pipeline/table_runner.py) and one of many (pipeline/sync/runner.py) is in its
 hooks. The loop sees a pipeline through `BatchSteps`.
 The loop decides when the next batch runs, holds the batch committing while the next one is
 written (pipeline/overlap.py), reports each committed batch (the run's summary, Prometheus, the
@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
+from icetide.ops.prometheus import PipelineMetrics
+from icetide.ops.runner_lock import RunnerLock, lock_config
+from icetide.ops.stop_signals import StopSignals
 from icetide.pipeline.batches import BatchMetrics, RunSummary
 from icetide.pipeline.maintenance_thread import MaintenanceThread, maintenance_policy
 from icetide.pipeline.overlap import CommitOverlap
-from icetide.pipeline.prometheus import PipelineMetrics
-from icetide.pipeline.runner_lock import RunnerLock, lock_config
-from icetide.pipeline.stop_signals import StopSignals
 from icetide.pipeline.supervision import RestartMetrics, supervise
 
 if TYPE_CHECKING:

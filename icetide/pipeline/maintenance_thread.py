@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from icetide.config import MaintenanceConfig
+from icetide.config.pipeline import MaintenanceConfig
 from icetide.maintenance.maintain import MaintenancePolicy, MaintenanceReport, maintain_tables
 
 if TYPE_CHECKING:

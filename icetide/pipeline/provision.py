@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from icetide.config import PipelineConfig, TableConfig
+from icetide.config.pipeline import PipelineConfig, TableConfig
 from icetide.table.catalog import create_table
 
 if TYPE_CHECKING:

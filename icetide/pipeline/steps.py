@@ -1,5 +1,5 @@
-"""One batch's steps, the same for a pipeline of one table (pipeline/runner.py) and of many
-(pipeline/sync.py): plan, stage on the fast path (or fall back to the Spark path, with the
+"""One batch's steps, the same for a pipeline of one table (pipeline/table_runner.py) and of many
+(pipeline/sync/runner.py): plan, stage on the fast path (or fall back to the Spark path, with the
 reason), commit the dead letters, then the tables, in place or overlapped with the next batch.
 
 `BatchPipeline.step` is the order of those steps, written once; what differs between one table
@@ -18,18 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from icetide.config import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 from icetide.errors import SourceError
 from icetide.pipeline.batches import BatchMetrics, RunSummary
 from icetide.pipeline.loop import PipelineLoop
 from icetide.pipeline.overlap import CommitOverlap, InFlight
-from icetide.pipeline.staging import Fallback, StagedBatch
+from icetide.pipeline.staged import Fallback, StagedBatch
 from icetide.pipeline.supervision import RestartMetrics
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from icetide.pipeline.prometheus import PipelineMetrics
+    from icetide.ops.prometheus import PipelineMetrics
 
 Plan = TypeVar("Plan")
 
@@ -197,7 +197,7 @@ class BatchPipeline(ABC, Generic[Plan]):
         source held no more than that when the batch was planned, so what was available when the
         run started has been processed even if producers keep writing.
 
-        Only one runner holds a pipeline at a time (icetide.pipeline.runner_lock); a second one
+        Only one runner holds a pipeline at a time (icetide.ops.runner_lock); a second one
         raises PipelineAlreadyRunningError before touching anything.
 
         Transient failures (TransientError: commit conflicts past the retry budget, source

@@ -1,6 +1,6 @@
 """Supervision of a run: transient failures restart it after a backoff, terminal ones end it.
 
-Shared by the one-table runner (pipeline/runner.py) and the many-table sync (pipeline/sync.py).
+Shared by the one-table runner (pipeline/table_runner.py) and the many-table sync (pipeline/sync/runner.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-from icetide.config import RestartConfig
+from icetide.config.pipeline import RestartConfig
 from icetide.errors import is_transient, one_line
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ its bad records and the source ranges lost before it was read are committed to t
 table with the position they are committed up to, less what that table already holds from a
 batch a crash interrupted (`Held`, planned in `held`). A pipeline without a dead-letter table
 logs its bad records' count instead. The scheme is the one a pipeline of many tables keeps
-(pipeline/dead_letter.py; docs/design.md, "Pipeline state").
+(pipeline/dead_letter_table.py; docs/design.md, "Pipeline state").
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icetide.decode.arrow_json_block import BadRecord
+from icetide.commit.pipeline_state import PipelineState
 from icetide.decode.frames import BAD_DDL
-from icetide.pipeline.adapter import PlannedBatch, SourceAdapter
+from icetide.decode.json.block import BadRecord
 from icetide.pipeline.batches import commit_dead_letters
-from icetide.pipeline.dead_letter import BadRow, DeadLetterTable
-from icetide.sink.pipeline_state import PipelineState
+from icetide.pipeline.dead_letter_table import BadRow, DeadLetterTable
+from icetide.pipeline.spark_path import PlannedBatch, SourceAdapter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from icetide.config import PipelineConfig
+    from icetide.config.pipeline import PipelineConfig
 
 log = logging.getLogger(__name__)
 

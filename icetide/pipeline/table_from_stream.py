@@ -2,7 +2,7 @@
 
 For `format: debezium` pipelines whose file gives no `table.schema` and `table.key`: the
 columns come from the first message's `after` (else `before`) Connect schema, typed as the
-README's table says (icetide.decode.connect.column_ddl), and the key from the message key's
+README's table says (icetide.decode.debezium.connect_schema.column_ddl), and the key from the message key's
 schema, which lists the source table's primary key. `table.partition_by` still applies.
 """
 
@@ -12,8 +12,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from icetide.config import PipelineConfig, TableConfig
-from icetide.decode.connect import EnvelopeSchema, column_ddl, parse_envelope_schema, parse_key_schema
+from icetide.config.pipeline import PipelineConfig, TableConfig
+from icetide.decode.debezium.connect_schema import EnvelopeSchema, column_ddl, parse_envelope_schema, parse_key_schema
 from icetide.errors import ConfigError, SourceError
 from icetide.sources.base import raise_source_error_in
 from icetide.table.catalog import create_table, table_exists
@@ -21,7 +21,7 @@ from icetide.table.catalog import create_table, table_exists
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from icetide.pipeline.adapter import SourceAdapter
+    from icetide.pipeline.spark_path import SourceAdapter
 
 log = logging.getLogger(__name__)
 

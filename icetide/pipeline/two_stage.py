@@ -16,18 +16,18 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from icetide.config import PipelineConfig, TableConfig
+from icetide.commit.committer import APPEND_TABLE_PROPERTIES
+from icetide.config.pipeline import PipelineConfig, TableConfig
 from icetide.errors import ConfigError
-from icetide.pipeline.adapter import EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN
 from icetide.pipeline.batches import RunSummary
 from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.raw_retention import RawRetentionResult, apply_raw_retention
-from icetide.pipeline.runner import Runner
-from icetide.sink.changelog import OP_COLUMN
-from icetide.sink.committer import APPEND_TABLE_PROPERTIES
+from icetide.pipeline.spark_path import EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN
+from icetide.pipeline.table_runner import Runner
 from icetide.stateful.settings import StatefulSettings
 from icetide.stateful.stage import ChangelogStage, StageOptions
 from icetide.table.iceberg import load_table, spark_schema
+from icetide.write.collapse import OP_COLUMN
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from icetide.pipeline.batches import BatchMetrics
     from icetide.pipeline.supervision import RestartMetrics
-    from icetide.sink.batch import BatchResult
+    from icetide.write.batch import BatchResult
 
 log = logging.getLogger(__name__)
 

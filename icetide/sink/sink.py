@@ -10,17 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icetide.commit.committer import CommitOutcome, Committer, WrittenFile
+from icetide.commit.pipeline_state import PipelineState
 from icetide.errors import ConfigError
+from icetide.executor.writer import SpecLayout, WriterConfig, file_prefix, remove_files, write_appends
 from icetide.faults import crash_point
-from icetide.sink.batch import BatchResult, WriterPlan, WrittenBatch
-from icetide.sink.committer import CommitOutcome, Committer, WrittenFile
-from icetide.sink.conform import conform_batch
-from icetide.sink.distribution import DISTRIBUTIONS, SlotPlan
-from icetide.sink.evolution import SchemaChange
-from icetide.sink.pipeline_state import PipelineState
-from icetide.sink.spark_write import write_files
-from icetide.sink.spec_layouts import EarlierSpecs, check_spec_serves_upserts
-from icetide.sink.writer import SpecLayout, WriterConfig, file_prefix, remove_files, write_appends
 from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import (
     arrow_schema,
@@ -30,6 +24,12 @@ from icetide.table.iceberg import (
     partition_fields,
     table_property,
 )
+from icetide.write.batch import BatchResult, WriterPlan, WrittenBatch
+from icetide.write.conform import conform_batch
+from icetide.write.distribution import DISTRIBUTIONS, SlotPlan
+from icetide.write.evolution import SchemaChange
+from icetide.write.spark_write import write_files
+from icetide.write.spec_layouts import EarlierSpecs, check_spec_serves_upserts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,11 +73,11 @@ class UpsertSink:
     With `schema_evolution=True`, a batch column the table lacks adds a nullable column and a
     wider type widens a column (int to bigint, float to double, decimal precision), in the same
     Iceberg transaction as the batch's data; a change Iceberg cannot make without converting
-    values raises SchemaEvolutionError and commits nothing (see icetide/sink/evolution.py).
+    values raises SchemaEvolutionError and commits nothing (see icetide/write/evolution.py).
     After a partition spec change, each batch's equality deletes are written under every spec
     that still has live data files, so upserts and deletes reach rows written under older specs.
     With `deletes="vectors"` (format v3 tables) the commit carries deletion vectors for the rows
-    the batch replaces instead of equality deletes (icetide/sink/stream_vectors.py).
+    the batch replaces instead of equality deletes (icetide/write/stream_vectors.py).
 
     Example::
 
@@ -303,7 +303,7 @@ class UpsertSink:
         fallback: str | None = None,
     ) -> CommitOutcome:
         """Commit files written for `batch_id` (by `stage` or by a pipeline's own tasks) with the
-        pipeline's state, exactly once (sink/committer.py `Committer.commit`); no files: a
+        pipeline's state, exactly once (commit/committer.py `Committer.commit`); no files: a
         metadata-only commit that moves the state."""
         return self.committer.commit(
             batch_id,

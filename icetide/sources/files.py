@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from icetide.config_values import reject_unknown_keys
+from icetide.config.values import reject_unknown_keys
 from icetide.errors import ConfigError, DataLossError, ExecutorSourceError, SourceError
 from icetide.filesystems import filesystem_for
 from icetide.spark.worker_imports import keep_zip_directories

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from icetide.config_values import reject_unknown_keys
+from icetide.config.secrets import redacted_repr
+from icetide.config.values import reject_unknown_keys
 from icetide.errors import ConfigError
-from icetide.secrets import redacted_repr
 
 EARLIEST, LATEST = "earliest", "latest"
 DEFAULT_GROUP_ID = "icetide"

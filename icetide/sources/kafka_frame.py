@@ -36,7 +36,7 @@ def read_ranges(
     With `split`, the values' heads are split off where they are read, and two more columns
     say how (value_head_id bigint, value_head string: icetide.sources.head_split). With
     `transcode`, keys and values are rewritten first, and `value_error` string says why a
-    value could not be (icetide.decode.avro).
+    value could not be (icetide.decode.avro.decoder).
     Each task opens its own consumer, assigns the range's start and reads up to its end;
     offsets deleted by retention are skipped (logged on the executor). A task that makes no
     progress for read_timeout_seconds fails with a SourceError naming topic/partition@offset

@@ -58,7 +58,7 @@ VALUE_ERROR_COLUMN = "value_error"
 
 class ValueTranscoder(Protocol):
     """Rewrites a block of records' keys and values where they are read (e.g. Avro to the JSON
-    converter's messages: icetide.decode.avro); picklable, it runs in the read task."""
+    converter's messages: icetide.decode.avro.decoder); picklable, it runs in the read task."""
 
     def transcode_block(
         self, keys: Sequence[bytes | None], values: Sequence[bytes | None]

@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
+from icetide.config.secrets import redact, remember_secret, scrub
 from icetide.errors import ConfigError
-from icetide.secrets import redact, remember_secret, scrub
 from icetide.spark.jars import iceberg_runtime_jar, icetide_jar, jdbc_driver_jar, pyspark_jars
 from icetide.spark.java import check_java, java_executable
 from icetide.spark.session import COMMIT_LOCK_IMPL, LOG4J_CONFIG, catalog_conf

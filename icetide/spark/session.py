@@ -8,9 +8,9 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from icetide.config import check_catalog_for_warehouse
+from icetide.config.pipeline import check_catalog_for_warehouse
+from icetide.config.secrets import redact
 from icetide.errors import CatalogUnavailableError, ConfigError, one_line
-from icetide.secrets import redact
 from icetide.spark.jars import iceberg_runtime, icetide_jar, jdbc_driver_artifact, session_jars
 from icetide.spark.java import check_java
 from icetide.spark.jvm_stderr import filtered_jvm_stderr

@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.errors import ConfigError, SchemaError
 from icetide.faults import crash_point
-from icetide.sink.batch import BatchResult
-from icetide.sink.changelog import DELETE, INSERT, OP_COLUMN, UPSERT
 from icetide.sink.sink import UpsertSink
 from icetide.spark.jars import spark_line
 from icetide.spark.state_store import PROVIDER_CLASS, provider_loaded, state_store_provider
@@ -41,6 +39,8 @@ from icetide.stateful.merge import (
     last_op,
     merged_columns,
 )
+from icetide.write.batch import BatchResult
+from icetide.write.collapse import DELETE, INSERT, OP_COLUMN, UPSERT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -1,0 +1,1 @@
+"""The command line: `icetide run`, `status`, `maintain`, `demo`, `catalog`, and the status page."""

@@ -1,0 +1,1 @@
+"""Pipeline files: the typed config, validated at load, and the secrets it redacts."""

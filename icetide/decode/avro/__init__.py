@@ -1,0 +1,1 @@
+"""Avro with a Schema Registry: schemas, container blocks, the decoder."""

@@ -1,0 +1,1 @@
+"""Debezium change events: Kafka Connect schemas and their per-field conversions, messages, rows and tasks."""

@@ -1,0 +1,98 @@
+"""Decimal text of Connect values, as the former Spark SQL decoder built it, for the
+Python decoder's conversions (decode/debezium/conversions.py).
+
+A Connect Decimal is read as text first: a number (decimal.format=NUMERIC, or the string and
+double handling modes) as its text, or base64 big-endian two's-complement bytes (precise mode) as
+its unscaled value with the schema's scale; io.debezium.data.VariableScaleDecimal as a struct of
+its scale and such bytes. That text then goes into the column as any text does, but a DECIMAL
+column takes it only without rounding (`text_decimal`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pyarrow as pa
+
+from icetide.decode.debezium.connect_values import (
+    DeadLetter,
+    decimal_number,
+    decimal_unscaled,
+    field_text,
+    java_decimal_text,
+    java_fullmatch,
+)
+from icetide.decode.json import nested
+from icetide.decode.json import values as json_values
+
+_DECIMAL_38 = 10**38
+_VARIABLE_SCALE = pa.struct([("scale", pa.int32()), ("value", pa.string())])
+
+
+def connect_decimal_text(v: Any, scale: int, name: str) -> str:
+    """The text of a Connect Decimal of `scale` (the former Spark SQL decoder `_number_or_base64` with
+    `_exact_number`): a number read again from the payload as DECIMAL(38, scale) when the scale
+    is 0 to 38 (else its own text), or base64 bytes. DeadLetter where Spark's text is null."""
+    number = decimal_number(v, name)
+    if number is None:
+        return unscaled_text(base64_unscaled(v, name), scale)
+    if not 0 <= scale <= 38:
+        return field_text(v)
+    unscaled = decimal_unscaled(number, scale)
+    if unscaled is None:
+        raise DeadLetter(why=f"column {name}: a decimal number beyond DECIMAL(38,{scale})")
+    return java_decimal_text(unscaled, scale)
+
+
+def schemaless_decimal_text(v: Any, scale: int, name: str) -> str:
+    """The text of a decimal without a schema (decimal.handling.mode=precise): a number as its own
+    text (not read again), or base64 bytes with the column's scale."""
+    if decimal_number(v, name, read_again=False) is None:
+        return unscaled_text(base64_unscaled(v, name), scale)
+    return field_text(v)
+
+
+def variable_scale_text(v: Any, name: str, time_zone: str) -> str:
+    """The text of an io.debezium.data.VariableScaleDecimal (`{"scale": s, "value": base64}`):
+    read as `from_json(text, 'scale INT, value STRING')`; DeadLetter without a scale of 0 to 38."""
+    parts = nested.value(field_text(v), _VARIABLE_SCALE, time_zone)
+    scale = parts["scale"] if parts is not None else None
+    if scale is None or not 0 <= scale <= 38 or parts["value"] is None:
+        raise DeadLetter(why=f"column {name}: a variable scale decimal without a scale of 0 to 38")
+    return unscaled_text(base64_unscaled(parts["value"], name), scale)
+
+
+def text_decimal(text: str, t: pa.Decimal128Type, name: str) -> Any:
+    """Decimal text into a DECIMAL column (the former Spark SQL decoder `_to_type`): E notation is cast
+    (rounded half up), plain text only when it has no digit to round; DeadLetter otherwise."""
+    plain = re.compile(rf"-?[0-9]*(\.[0-9]{{0,{t.scale}}}0*)?")
+    value = None
+    if "e" in text or "E" in text or java_fullmatch(plain, text):
+        value = json_values.decimal_value(text, t)
+    if value is None:
+        raise DeadLetter(why=f"column {name}: a decimal that does not fit DECIMAL({t.precision},{t.scale})")
+    return value
+
+
+def base64_unscaled(v: Any, name: str) -> int:
+    """The unscaled integer of a precise decimal: base64 big-endian two's complement, at most 16
+    bytes, read as `try_to_binary(v, 'base64')` reads it (no bytes: 0)."""
+    data = json_values.binary_value(field_text(v))
+    if data is None:
+        raise DeadLetter(why=f"column {name}: a decimal that is not base64")
+    if len(data) > 16:
+        raise DeadLetter(why=f"column {name}: a decimal of {len(data)} bytes")
+    unscaled = int.from_bytes(data, "big", signed=True) if data else 0
+    # Spark adds the high 8 bytes times 2**64 to the low 8 in DECIMAL(38,0): past 38 digits, on
+    # the way (a negative value within 2**64 of -10**38) or at the end, its text is null.
+    if abs(unscaled) >= _DECIMAL_38 or abs(unscaled >> 64 << 64) >= _DECIMAL_38:
+        raise DeadLetter(why=f"column {name}: a decimal beyond 38 digits")
+    return unscaled
+
+
+def unscaled_text(unscaled: int, scale: int) -> str:
+    """The decimal text of `_decimal_text` in the former Spark SQL decoder (a negative scale: the digits alone)."""
+    digits = str(abs(unscaled)).rjust(scale + 1, "0") if scale > 0 else str(abs(unscaled))
+    sign = "-" if unscaled < 0 else ""
+    return sign + (digits[: len(digits) - scale] + "." + digits[len(digits) - scale :] if scale > 0 else digits)

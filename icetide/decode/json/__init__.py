@@ -1,0 +1,1 @@
+"""Plain JSON records into a table's columns, exactly or as dead letters."""

@@ -1,0 +1,1 @@
+"""Operations beside a run: Prometheus metrics, the runner lock, stop signals."""
