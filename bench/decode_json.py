@@ -60,7 +60,7 @@ def run(warehouse: str, events: int, passes: int, partitions: int, bad_every: in
     frame.count()
     good, bad = one_pass(frame, schema)  # warm-up
     seconds = [timed(lambda: one_pass(frame, schema))[0] for _ in range(passes)]
-    table = [["Python in the tasks (decode/json/tasks.py)", f"{median(seconds):.2f}", f"{events / median(seconds):,.0f}"]]
+    table = [["Python in the tasks (decode/json)", f"{median(seconds):.2f}", f"{events / median(seconds):,.0f}"]]
     return (
         f"{events:,} records ({good:,} good, {bad:,} dead letters) in {partitions} partitions, median of {passes} "
         f"passes, local[*]; {machine()}\n\n" + render_table(["decoder", "seconds", "records/s"], table) + "\n"

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.json.records import ArrowJsonDecoder, Decoded
+from icetide.decode.json.records import ArrowJsonDecoder, DecodedBlock
 from icetide.decode.json.scalars import undecodable_columns
 from icetide.decode.json.tasks import decode_json
 from tests.frozen import PYTHON_JSON, frozen, stored
@@ -150,7 +150,7 @@ def _tasks_output(spark: Any, payloads: list[bytes]) -> Any:
     return [row for _, row in rows], errors
 
 
-def _python_output(decoded: Decoded) -> Any:
+def _python_output(decoded: DecodedBlock) -> Any:
     rows = sorted((r["id"], {n: _plain(v) for n, v in r.items()}) for r in _pylist(decoded.with_ops()))
     errors = {int(b.source_position.rpartition("@")[2]): b.error for b in decoded.bad}
     return [row for _, row in rows], errors

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.json.records import ArrowJsonDecoder, Decoded
+from icetide.decode.json.records import ArrowJsonDecoder, DecodedBlock
 from icetide.decode.json.scalars import raw_text
 from icetide.decode.json.tasks import decode_json
 from tests.frozen import PYTHON_JSON, frozen
@@ -45,7 +45,7 @@ _ARROW = pa.schema(
     ]
 )
 # Not here: 4.9e-324, which Java 17 writes "4.9E-324" and this decoder "5.0E-324" (the shortest
-# digits; decode/json/values.py's known difference).
+# digits; decode/spark_compat/json_values.py's known difference).
 NUMBERS = [
     *("1e7", "1E7", "1.5e-5", "0.001", "0.0001", "1e-3", "123456789012.5", "1e400", "-1e400", "1E2", "100.0"),
     *("1.0", "-0.0", "0", "-0", "1e22", "1e21", "12345678.9", "0.30000000000000004", "9999999.0", "10000000.5"),
@@ -62,7 +62,7 @@ def _tasks_output(spark: Any, payloads: list[bytes]) -> Any:
     return [row for _, row in rows], errors
 
 
-def _python_output(decoded: Decoded) -> Any:
+def _python_output(decoded: DecodedBlock) -> Any:
     rows = sorted((r["id"], {n: _plain(v) for n, v in r.items()}) for r in decoded.with_ops().to_pylist())
     errors = {int(b.source_position.rpartition("@")[2]): b.error for b in decoded.bad}
     return [row for _, row in rows], errors

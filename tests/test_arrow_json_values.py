@@ -1,5 +1,5 @@
 """The pyarrow JSON decoder's DECIMAL, BINARY and ARRAY values and its op modes, against what the
-Spark SQL JSON decoder gave on the same payloads (the rules of decode/json/values.py were
+Spark SQL JSON decoder gave on the same payloads (the rules of decode/spark_compat/json_values.py were
 measured so), frozen in tests/golden/json/arrow_json_values.json: the pyarrow decoder alone and
 `decode_json` in Spark's tasks (decode/json/tasks.py) must both give it."""
 
@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from icetide.decode.json.records import ArrowJsonDecoder, Decoded
+from icetide.decode.json.records import ArrowJsonDecoder, DecodedBlock
 from icetide.decode.json.scalars import undecodable_columns, unsupported_columns
 from icetide.decode.json.tasks import decode_json
-from icetide.decode.json.values import java_double_text
+from icetide.decode.spark_compat.json_values import java_double_text
 from icetide.errors import ConfigError
 from tests.frozen import PYTHON_JSON, frozen
 from tests.test_debezium_arrow import KAFKA_POSITION, kafka_frame
@@ -100,7 +100,7 @@ def _tasks_output(spark: Any, payloads: list[bytes], schema: T.StructType, key: 
     return [row for _, row in rows], errors
 
 
-def _python_output(decoded: Decoded, key: str) -> Any:
+def _python_output(decoded: DecodedBlock, key: str) -> Any:
     rows = sorted((r[key], {n: _plain(v) for n, v in r.items()}) for r in decoded.with_ops().to_pylist())
     errors = {int(b.source_position.rpartition("@")[2]): b.error for b in decoded.bad}
     return [row for _, row in rows], errors

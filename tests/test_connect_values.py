@@ -1,4 +1,4 @@
-"""Numbers, NaN and Infinity in Debezium rows as the Spark path reads them (decode/debezium/connect_values.py):
+"""Numbers, NaN and Infinity in Debezium rows as the Spark path reads them (decode/spark_compat/connect_text.py):
 the Python decoder against the Spark decoder on values the frozen conversion cases lack
 (tests/golden/debezium_conversions/)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from icetide.decode.debezium.connect_values import field_text, float32_of, time_of_day_text
+from icetide.decode.spark_compat.connect_text import field_text, float32_of, time_of_day_text
 from tests.test_debezium_arrow import _FULL_TYPES_TABLE, DEAD_LETTER, REFUSED, SAME, compare_each, full_types
 
 # (column, the value's JSON text as sent, expected): see tests/test_debezium_arrow.py CONVERSIONS
@@ -175,7 +175,7 @@ def test_field_text_spells_numbers_as_jackson() -> None:
     assert field_text(Decimal("1e400")) == '"Infinity"'
     assert field_text([Decimal("1.50"), "\x1f", None]) == '[1.5,"\\u001F",null]'
     # the shortest digits, as Java 19 on writes them; Java 17 wrote 9.999999999999999E22, 4.9E-324
-    # and 1.15292150460684698E18 (a deliberate difference, decode/debezium/connect_values.py)
+    # and 1.15292150460684698E18 (a deliberate difference, decode/spark_compat/connect_text.py)
     assert field_text(Decimal("1e23")) == "1.0E23"
     assert field_text(Decimal("4.9e-324")) == "5.0E-324"
     assert field_text(Decimal("1152921504606846976.0")) == "1.152921504606847E18"
@@ -225,8 +225,8 @@ def test_values_of_the_declared_form_pass_in_one_call_and_the_rest_are_checked()
     import pytest
 
     from icetide.decode.debezium import connect_schema as C
-    from icetide.decode.debezium.connect_values import DeadLetter
     from icetide.decode.debezium.conversions import Conversions
+    from icetide.decode.spark_compat.connect_text import DeadLetter
 
     read = Conversions().converter
     int32_into_bigint = read(C.ConnectField("n", "int32"), pa.int64(), "n")

@@ -80,7 +80,7 @@ def _as_frozen(case: str, frame: Any, schema: T.StructType, key: list[str], **op
 def test_a_double_java_17_wrote_otherwise_lands_with_its_shortest_digits(spark: Any) -> None:
     """1e23 into a STRING column, which the Spark SQL decoder (deleted) wrote as Java 17 does,
     "9.999999999999999E22", lands with its shortest digits, "1.0E23", as Java 19 on writes it: a
-    deliberate difference (decode/debezium/connect_values.py `field_text`); the rest of its batch decodes as
+    deliberate difference (decode/spark_compat/connect_text.py `field_text`); the rest of its batch decodes as
     without it, and as the Spark SQL decoder gave it but for those digits (the golden file's case "a
     record the Python decoder does not read")."""
     stream = ProductsStream()

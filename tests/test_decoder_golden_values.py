@@ -1,5 +1,5 @@
 """The value conversions the Python Debezium decoder once left to the Spark SQL decoder (NotHere in
-decode/debezium/conversions.py and decode/debezium/connect_values.py), frozen as a golden file before that
+decode/debezium/conversions.py and decode/spark_compat/connect_text.py), frozen as a golden file before that
 decoder goes (issue 23, item 3), then read by the Python decoder alone.
 
 tests/golden/debezium_conversions/values_not_here.json was written by the Spark SQL decoder
@@ -353,7 +353,7 @@ def _declared_string(number: str) -> str:
 # A time without a date into a TIMESTAMP: Spark's cast dates it today (the golden file holds the day
 # it was written); here it is a dead letter (decode/spark_compat/datetime_casts.py).
 # A double whose Java 17 text is not its shortest digits (1e23: "9.999999999999999E22", the golden
-# text): written with the shortest, as Java 19 on writes it (decode/debezium/connect_values.py `field_text`).
+# text): written with the shortest, as Java 19 on writes it (decode/spark_compat/connect_text.py `field_text`).
 DELIBERATE: dict[str, dict[str, Any]] = {
     "timestamp_c='18:00:22'": {"dead_letters": ["column timestamp_c: '18:00:22' is not a TIMESTAMP"]},
     "timestamp_c='T18:00:22Z'": {"dead_letters": ["column timestamp_c: 'T18:00:22Z' is not a TIMESTAMP"]},

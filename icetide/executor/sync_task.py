@@ -26,7 +26,6 @@ from icetide.config.pipeline import table_name_placeholders
 from icetide.config.secrets import redacted_repr
 from icetide.decode.avro.decoder import messages_for
 from icetide.decode.avro.schema_registry import HEADER_BYTES, MAGIC_BYTE
-from icetide.decode.debezium.connect_values import field_text
 from icetide.decode.debezium.event_runs import MIN_RUN, EventRun, NotColumnar
 from icetide.decode.debezium.json_runs import JsonRuns
 from icetide.decode.debezium.message import EnvelopeReader
@@ -34,6 +33,7 @@ from icetide.decode.debezium.rows import Conversions, NotHere, TableRows, source
 from icetide.decode.json.block import BadRecord
 from icetide.decode.limits import spark_text
 from icetide.decode.route import identifier_part
+from icetide.decode.spark_compat.connect_text import field_text
 from icetide.errors import ExecutorSourceError, SourceAccessError, SourceError, WriteError, one_line
 from icetide.executor.kafka_blocks import BlockReader, no_cycle_collection
 from icetide.executor.writer import WriterConfig, write_changes

@@ -49,7 +49,7 @@ import pyarrow as pa
 
 from icetide.commit.committer import WrittenFile
 from icetide.config.secrets import redacted_repr
-from icetide.decode.json.block import BadRecord, Decoded
+from icetide.decode.json.block import BadRecord, DecodedBlock
 from icetide.decode.json.evolution import addable
 from icetide.decode.json.records import ArrowJsonDecoder
 from icetide.decode.json.scalars import undecodable_columns
@@ -171,7 +171,7 @@ def fast_json_task(config: JsonTaskConfig, work: list[OffsetRange] | list[str], 
     return result
 
 
-def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskResult) -> Generator[Decoded]:
+def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskResult) -> Generator[DecodedBlock]:
     """The task's Kafka ranges, decoded a block at a time (executor/kafka_blocks.py)."""
     decoder = config.decoder
     with BlockReader(config.consumer_settings, config.read_timeout, ranges) as reader:
@@ -202,7 +202,7 @@ def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskRes
             result.read_seconds = reader.cpu_seconds
 
 
-def _file_blocks(config: JsonTaskConfig, paths: list[Any], result: JsonTaskResult) -> Generator[Decoded]:
+def _file_blocks(config: JsonTaskConfig, paths: list[Any], result: JsonTaskResult) -> Generator[DecodedBlock]:
     """The task's landing files, in order, decoded a chunk of lines at a time; the lines and their
     positions ("file:line") are the Spark path's (sources/files.py `json_lines`)."""
     for path in paths:

@@ -1,7 +1,7 @@
 """The RocksDB state store provider to name for a stateful query: Spark's own on Spark 4.1, icetide's on 3.5.
 
 Spark 3.5 reloads a streaming aggregation's RocksDB state at every micro-batch (the read store's
-abort forgets the loaded version; see jvm/ReusingRocksDBProvider.java and docs/changelog.md).
+abort forgets the loaded version; see jvm/ReusingRocksDBProvider.java and docs/stateful.md).
 The provider here keeps the committed version loaded. It is part of icetide's jar, built from
 source by `icetide.spark.jars` the first time a session needs it. Without `javac` (a JRE only)
 sessions run with Spark's own provider and the stateful stage says so once. Spark 4.1 fixed the

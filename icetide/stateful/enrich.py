@@ -4,7 +4,7 @@ Dimension tables are ordinary Iceberg tables, typically kept current by a CDC pi
 (`format: debezium`). Every batch reloads each dimension's metadata and reads the snapshot that
 is current at that moment, so a cached, stale version is never used. A row is enriched when it
 is emitted: a dimension change reaches the rows of keys that change afterwards, and rows written
-earlier keep the dimension values of their batch (see docs/changelog.md).
+earlier keep the dimension values of their batch (see docs/stateful.md).
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def aggregations(spec: MergeSpec, values: list[str], order: Column, op: Column) 
 
     Each is a plain min/max/sum/count, most over a struct whose first field orders: one compact
     buffer per column (one for all `first` columns, one for all `last` columns), cheaper in the
-    state store than max_by/min_by pairs (docs/changelog.md).
+    state store than max_by/min_by pairs (docs/stateful.md).
     A struct's last field is the batch time, negated where `max` picks: among equal events the
     earliest batch wins, so an event delivered again changes nothing and is not written again.
     """
@@ -127,7 +127,7 @@ def shared_structs(spec: MergeSpec, values: list[str]) -> dict[str, list[str]]:
     """The columns merged by `first` and by `last`, in `values` order: the columns of one function
     all take the same event's values (the earliest or the latest by order), so they share one
     struct and one aggregate. The benchmark's merge had three `first` aggregates and now has one:
-    about 1.05-1.2x on the stage alone, in noisy side-by-side runs (docs/changelog.md)."""
+    about 1.05-1.2x on the stage alone, in noisy side-by-side runs (docs/stateful.md)."""
     out: dict[str, list[str]] = {}
     for v in values:
         if spec.function(v) in SHARED:

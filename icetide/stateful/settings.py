@@ -1,6 +1,6 @@
 """The pipeline file's stateful keys: `merge`, `enrich`, `state` and `raw`, validated at load.
 
-A pipeline that names a merge engine or an enrichment runs in two stages (docs/changelog.md):
+A pipeline that names a merge engine or an enrichment runs in two stages (docs/stateful.md):
 stage 1 appends the source into `raw.table`; stage 2 streams that table through the stateful
 stage into the pipeline's table, with its Spark checkpoint in `state.checkpoint`.
 """

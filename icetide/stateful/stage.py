@@ -10,7 +10,7 @@ A key seen for the first time is an INSERT (no equality delete). A known key is 
 when its merged row changed in this micro-batch; a key whose events changed nothing is not
 written at all. A key whose latest event is a DELETE is deleted. Replays are safe: the sink
 commits each Spark batch id once, so a batch re-run after a crash between the table commit and
-Spark's checkpoint commit is a no-op (see docs/changelog.md).
+Spark's checkpoint commit is a no-op (see docs/stateful.md).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class ChangelogStage:
             deduplicated = watermarked.dropDuplicatesWithinWatermark(list(o.dedup_by))
         else:
             # The state holds an event's identity until the watermark passes it: two hashes of its
-            # content (96 bits) instead of the whole row keep that state small (docs/changelog.md).
+            # content (96 bits) instead of the whole row keep that state small (docs/stateful.md).
             content = [F.col(f"`{c}`") for c in events.columns if c not in POSITION_COLUMNS]
             hashed = watermarked.withColumn(CONTENT_HASH, F.xxhash64(*content))
             deduplicated = hashed.withColumn(CONTENT_HASH2, F.hash(*content)).dropDuplicatesWithinWatermark(
@@ -333,7 +333,7 @@ class ChangelogStage:
             "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
             # A micro-batch without new events only evicts expired state (update mode emits nothing
             # then); the next batch with events evicts it as well, so skip the empty run (measured
-            # 0.7-1.1 s per 100k-event batch, see docs/changelog.md).
+            # 0.7-1.1 s per 100k-event batch, see docs/stateful.md).
             "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         }
 

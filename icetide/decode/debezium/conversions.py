@@ -27,7 +27,11 @@ import pyarrow as pa
 from icetide.decode import limits as lim
 from icetide.decode.debezium import connect_schema as C
 from icetide.decode.debezium import decimals
-from icetide.decode.debezium.connect_values import (
+from icetide.decode.debezium.declared import declared_check
+from icetide.decode.json import nested
+from icetide.decode.json.scalars import scalar_value, unsupported_columns
+from icetide.decode.spark_compat import datetime_casts, json_values
+from icetide.decode.spark_compat.connect_text import (
     WIDE,
     DeadLetter,
     NotHere,
@@ -42,11 +46,6 @@ from icetide.decode.debezium.connect_values import (
     time_of_day_text,
     wrapped_long,
 )
-from icetide.decode.debezium.declared import declared_check
-from icetide.decode.json import nested
-from icetide.decode.json import values as json_values
-from icetide.decode.json.scalars import scalar_value, unsupported_columns
-from icetide.decode.spark_compat import datetime_casts
 
 __all__ = ["Conversions", "Converter", "DeadLetter", "NotHere", "storage_type", "supported_column"]
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetide.decode.debezium.connect_values import (
+from icetide.decode.json import nested
+from icetide.decode.spark_compat import json_values
+from icetide.decode.spark_compat.connect_text import (
     DeadLetter,
     decimal_number,
     decimal_unscaled,
@@ -23,8 +25,6 @@ from icetide.decode.debezium.connect_values import (
     java_decimal_text,
     java_fullmatch,
 )
-from icetide.decode.json import nested
-from icetide.decode.json import values as json_values
 
 _DECIMAL_38 = 10**38
 _VARIABLE_SCALE = pa.struct([("scale", pa.int32()), ("value", pa.string())])

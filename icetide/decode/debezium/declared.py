@@ -22,8 +22,8 @@ from typing import Any
 
 from icetide.decode import limits as lim
 from icetide.decode.debezium import connect_schema as C
-from icetide.decode.debezium.connect_values import DeadLetter, field_text
 from icetide.decode.json.scalars import RAW_MESSAGE_CHARS
+from icetide.decode.spark_compat.connect_text import DeadLetter, field_text
 
 __all__ = ["declared_check"]
 

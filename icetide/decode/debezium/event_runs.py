@@ -63,9 +63,10 @@ _MIN_DAY, _MAX_DAY = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31, in days f
 # -- Debezium's rules on columns -----------------------------------------------------------------
 
 
-def _text(array: pa.Array | None, rows: int) -> pa.Array:
-    """A source-block field as text (decode/debezium/rows.py `_text`): strings as they are, integers
-    in decimal; null where absent. NotColumnar for other types."""
+def _text_column(array: pa.Array | None, rows: int) -> pa.Array:
+    """A source-block field as text, a column at a time: the rule of decode/debezium/rows.py's
+    `source_order`, whose values it must equal (tests/test_event_runs.py). Strings as they are,
+    integers in decimal; null where absent. NotColumnar for other types."""
     if array is None or pa.types.is_null(array.type):
         return pa.nulls(rows, pa.string())
     if pa.types.is_string(array.type):
@@ -75,8 +76,9 @@ def _text(array: pa.Array | None, rows: int) -> pa.Array:
     raise NotColumnar(f"a source field of type {array.type}")
 
 
-def _lpad(text: pa.Array, width: int) -> pa.Array:
-    """Spark's lpad: padded on the left with zeros, or cut to `width` (ASCII text only)."""
+def _lpad_column(text: pa.Array, width: int) -> pa.Array:
+    """Spark's lpad a column at a time (decode/debezium/rows.py pads one value): padded on the left
+    with zeros, or cut to `width` (ASCII text only)."""
     if pc.any(pc.invert(pc.string_is_ascii(text))).as_py():
         raise NotColumnar("a source position that is not ASCII text")
     return pc.utf8_slice_codeunits(pc.utf8_lpad(text, width=width, padding="0"), 0, width)
@@ -97,16 +99,16 @@ def source_orders(source: pa.StructArray | None, ts_ms: pa.Array | None, offsets
         child = array.field(name)
         return child if array.null_count == 0 else pc.if_else(array.is_valid(), child, pa.nulls(rows, child.type))
 
-    file, pos, row = (_text(field(source, n), rows) for n in ("file", "pos", "row"))
-    lsn = _text(field(source, "lsn"), rows)
-    ts = pc.coalesce(_text(field(source, "ts_ms"), rows), _text(ts_ms, rows))
+    file, pos, row = (_text_column(field(source, n), rows) for n in ("file", "pos", "row"))
+    lsn = _text_column(field(source, "lsn"), rows)
+    ts = pc.coalesce(_text_column(field(source, "ts_ms"), rows), _text_column(ts_ms, rows))
     row = pc.if_else(pc.greater(pc.utf8_length(row.fill_null("")), 0), row, "0")
-    binlog = _join("m", file.fill_null(""), "/", _lpad(pos.fill_null(""), 20), "/", _lpad(row, 10))
-    position = _join("p", _lpad(lsn.fill_null(""), 20))
+    binlog = _join("m", file.fill_null(""), "/", _lpad_column(pos.fill_null(""), 20), "/", _lpad_column(row, 10))
+    position = _join("p", _lpad_column(lsn.fill_null(""), 20))
     timed = pc.match_substring_regex(ts.fill_null(""), r"^[0-9]{1,15}$")
-    when = pc.if_else(timed, _join("t", _lpad(ts.fill_null(""), 15)), "")
+    when = pc.if_else(timed, _join("t", _lpad_column(ts.fill_null(""), 15)), "")
     head = pc.if_else(pc.and_(file.is_valid(), pos.is_valid()), binlog, pc.if_else(lsn.is_valid(), position, when))
-    tail = _lpad(pc.cast(pa.array(offsets, pa.int64()), pa.string()), 20)
+    tail = _lpad_column(pc.cast(pa.array(offsets, pa.int64()), pa.string()), 20)
     return _join(head, "|", tail)
 
 

@@ -42,8 +42,8 @@ from icetide.decode.avro.container import NotColumnar, present
 from icetide.decode.debezium.conversions import NotHere
 from icetide.decode.debezium.event_runs import EventRun
 from icetide.decode.debezium.message import EnvelopeReader
-from icetide.decode.json.values import MAX_NUMBER_LENGTH
 from icetide.decode.limits import PayloadLimits
+from icetide.decode.spark_compat.json_values import MAX_NUMBER_LENGTH
 
 _TYPES = {
     "int8": pa.int64(),

@@ -22,11 +22,11 @@ from typing import Any
 
 from icetide.decode import limits as lim
 from icetide.decode.debezium import connect_schema as C
-from icetide.decode.debezium.connect_values import field_text
 from icetide.decode.debezium.conversions import NotHere
 from icetide.decode.frames import EMPTY_PAYLOAD, MALFORMED, NOT_AN_OBJECT
-from icetide.decode.json.values import MAX_NUMBER_LENGTH, checked_decimal, checked_int
 from icetide.decode.limits import PayloadLimits
+from icetide.decode.spark_compat.connect_text import field_text
+from icetide.decode.spark_compat.json_values import MAX_NUMBER_LENGTH, checked_decimal, checked_int
 
 __all__ = ["Envelope", "EnvelopeReader", "envelope_of", "has_long_number", "head_schema"]
 
@@ -228,7 +228,7 @@ def _not_an_object(value: bytes) -> Envelope | None:
 
 def _payload(body: bytes, braces: int) -> Any:
     """`json.loads(body)`, but numbers that are not integers, and the NaN and Infinity literals,
-    as `Decimal` (connect_values.py); NotJson for text that is not JSON, NotHere for a number longer
+    as `Decimal` (decode/spark_compat/connect_text.py); NotJson for text that is not JSON, NotHere for a number longer
     than Spark reads, RepeatedKey for a key repeated in an object (`braces`: how many "{" bytes `body` has).
 
     Checking each object's keys as the parser makes it costs a Python call per object, so a UTF-8

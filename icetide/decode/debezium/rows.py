@@ -28,7 +28,6 @@ from typing import Any
 import pyarrow as pa
 
 from icetide.decode.debezium import connect_schema as C
-from icetide.decode.debezium.connect_values import field_text, type_error
 from icetide.decode.debezium.conversions import (
     Conversions,
     Converter,
@@ -38,6 +37,7 @@ from icetide.decode.debezium.conversions import (
     supported_column,
 )
 from icetide.decode.debezium.message import Envelope
+from icetide.decode.spark_compat.connect_text import field_text, type_error
 from icetide.write.collapse import DELETE, INSERT, UPSERT
 
 __all__ = [

@@ -17,11 +17,11 @@ from typing import Any
 import pyarrow as pa
 
 from icetide.decode.debezium.changes import SOURCE_ORDER_COLUMN, SOURCE_TS_COLUMN, TRUNCATE_DEAD_LETTER
-from icetide.decode.debezium.connect_values import field_text
 from icetide.decode.debezium.message import Envelope, EnvelopeReader
 from icetide.decode.debezium.rows import Conversions, NotHere, TableRows, source_millis, source_order
 from icetide.decode.json.tasks import ERROR, PAYLOAD, POSITION, position_texts
 from icetide.decode.limits import PayloadLimits, spark_text
+from icetide.decode.spark_compat.connect_text import field_text
 from icetide.errors import one_line
 from icetide.write.collapse import OP_COLUMN
 

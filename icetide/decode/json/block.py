@@ -27,8 +27,8 @@ import pyarrow.json as pj
 
 from icetide.decode import limits as lim
 from icetide.decode.json.scalars import MAX_EPOCH_MS, MIN_EPOCH_MS, TIMESTAMP_TEXT
-from icetide.decode.json.values import MAX_NUMBER_LENGTH
 from icetide.decode.limits import PayloadLimits
+from icetide.decode.spark_compat.json_values import MAX_NUMBER_LENGTH
 from icetide.write.collapse import INSERT, OP_COLUMN, OPS
 
 _ZONED_TEXT = r"(Z|[+-]\d{2}:?\d{2})$"
@@ -51,7 +51,7 @@ class BadRecord:
 
 
 @dataclass(frozen=True)
-class Decoded:
+class DecodedBlock:
     """A block's good rows (table schema, input order), its bad records, and whether a good row's
     `_op` is other than INSERT (which an append fast path cannot honour)."""
 
@@ -103,7 +103,7 @@ class PyarrowBlock:
         fields.append(pa.field(OP_COLUMN, pa.string()))
         return pa.schema(fields)
 
-    def read(self, joined: bytes, count: int) -> Decoded | None:
+    def read(self, joined: bytes, count: int) -> DecodedBlock | None:
         """The whole block (`count` payloads joined by newlines) in one pyarrow read, or None when
         any record needs a closer look."""
         # Exactly one JSON object per line: no payload spans lines, none is blank (pyarrow skips
@@ -164,7 +164,7 @@ class PyarrowBlock:
             if present:
                 unknown[name] = present
         rows = pa.Table.from_arrays(columns, schema=self.schema)
-        return Decoded(rows, [], changes, unknown, op_values, self.default_op)
+        return DecodedBlock(rows, [], changes, unknown, op_values, self.default_op)
 
     @staticmethod
     def _null_valued(name: str, column: pa.ChunkedArray, lines: list[bytes]) -> int:

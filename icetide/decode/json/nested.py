@@ -63,7 +63,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 
 from icetide.decode import limits as lim
-from icetide.decode.json import values as json_values
+from icetide.decode.spark_compat import json_values
 
 _JSON_SPACE = " \t\n\r"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -22,10 +22,10 @@ STRING from the raw text of any JSON scalar, as Spark keeps it (`json_values.spa
 as Java writes it, 1e7 as "1.0E7", and so in error messages); an object or array in a STRING
 column makes the record bad (issue 49: its JSON text is no text the record held), unless the
 decoder is built with `nested_as_text`, which keeps that JSON text, as Spark's reader does, and
-counts each such value (`Decoded.nested_as_text`); TIMESTAMP from integral epoch
+counts each such value (`DecodedBlock.nested_as_text`); TIMESTAMP from integral epoch
 milliseconds (up to 15 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session
 time zone); DATE from an integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
-time and a zone in the text ignored. DECIMAL, BINARY and FIXED as decode/json/values.py
+time and a zone in the text ignored. DECIMAL, BINARY and FIXED as decode/spark_compat/json_values.py
 says (a DECIMAL exactly: a non-zero digit beyond the scale makes the record bad, where Spark
 rounded), ARRAY, STRUCT and MAP as decode/json/nested.py `exact_value` says (exactly: a
 struct field that does not fit, text that is no object for a STRUCT, an object or array in a
@@ -62,8 +62,7 @@ import pyarrow as pa
 from icetide.decode import limits as lim
 from icetide.decode.frames import OpMode
 from icetide.decode.json import nested
-from icetide.decode.json import values as json_values
-from icetide.decode.json.block import BadRecord, Decoded, PyarrowBlock
+from icetide.decode.json.block import BadRecord, DecodedBlock, PyarrowBlock
 from icetide.decode.json.scalars import (
     RAW_MESSAGE_CHARS,
     scalar_value,
@@ -71,12 +70,13 @@ from icetide.decode.json.scalars import (
     undecodable_columns,
     unsupported_columns,
 )
-from icetide.decode.json.values import MAX_NUMBER_LENGTH
 from icetide.decode.limits import PayloadLimits
+from icetide.decode.spark_compat import json_values
+from icetide.decode.spark_compat.json_values import MAX_NUMBER_LENGTH
 from icetide.errors import ConfigError
 from icetide.write.collapse import DELETE, INSERT, OP_COLUMN, OPS, UPSERT
 
-__all__ = ["ArrowJsonDecoder", "BadRecord", "Decoded"]
+__all__ = ["ArrowJsonDecoder", "BadRecord", "DecodedBlock"]
 
 _DECODER = json.JSONDecoder()
 _JSON_SPACE = " \t\n\r"
@@ -98,19 +98,13 @@ _SMALL_RUN = 32
 _LONG_DIGITS_TEXT = re.compile(f"[0-9]{{{MAX_NUMBER_LENGTH + 1}}}")
 
 
-def _checked_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_NUMBER_LENGTH:
-        raise ValueError("number too long")
-    return int(text)
-
-
 def _checked_float(text: str) -> float:
     if len(text) > MAX_NUMBER_LENGTH:
         raise ValueError("number too long")
     return float(text)
 
 
-_CHECKED_DECODER = json.JSONDecoder(parse_int=_checked_int, parse_float=_checked_float)
+_CHECKED_DECODER = json.JSONDecoder(parse_int=json_values.checked_int, parse_float=_checked_float)
 
 
 class ArrowJsonDecoder:
@@ -149,14 +143,14 @@ class ArrowJsonDecoder:
         self._record_by_record = bool(unsupported_columns(schema))
         self._block = PyarrowBlock(schema, key, self.default_op, time_zone, self.limits)
 
-    def _read_block(self, joined: bytes, count: int) -> Decoded | None:
+    def _read_block(self, joined: bytes, count: int) -> DecodedBlock | None:
         """The block in one pyarrow read (decode/json/block.py), or None when a record
         needs the record-by-record look."""
         return None if self._record_by_record else self._block.read(joined, count)
 
     # -- block decoding ----------------------------------------------------------------------
 
-    def decode(self, values: Sequence[bytes | None], position: Callable[[int], str]) -> Decoded:
+    def decode(self, values: Sequence[bytes | None], position: Callable[[int], str]) -> DecodedBlock:
         """Decode `values` (null ones, Kafka tombstones, are skipped); `position(i)` names record i."""
         present = [v for v in values if v is not None]
         if len(present) != len(values):
@@ -170,7 +164,7 @@ class ArrowJsonDecoder:
         count: int,
         values: Callable[[], list[bytes]],
         position: Callable[[int], str],
-    ) -> Decoded:
+    ) -> DecodedBlock:
         """Decode `count` payloads given as `joined`, their `b"\\n".join` (none of them null).
 
         The same result as `decode(values(), position)`; `values()` is called only when the block
@@ -178,21 +172,21 @@ class ArrowJsonDecoder:
         `b"\\n".join(map(Message.value, messages))`) so skips a Python list of them per block.
         """
         if count == 0:
-            return Decoded(self.schema.empty_table(), [], default_op=self.default_op)
+            return DecodedBlock(self.schema.empty_table(), [], default_op=self.default_op)
         fast = self._read_block(joined, count)
         if fast is not None:
             return fast
         return self._isolated(values(), position)
 
-    def _decode(self, values: list[bytes], position: Callable[[int], str]) -> Decoded:
+    def _decode(self, values: list[bytes], position: Callable[[int], str]) -> DecodedBlock:
         if not values:
-            return Decoded(self.schema.empty_table(), [], default_op=self.default_op)
+            return DecodedBlock(self.schema.empty_table(), [], default_op=self.default_op)
         fast = self._read_block(b"\n".join(values), len(values))
         if fast is not None:
             return fast
         return self._isolated(values, position)
 
-    def _isolated(self, values: list[bytes], position: Callable[[int], str]) -> Decoded:
+    def _isolated(self, values: list[bytes], position: Callable[[int], str]) -> DecodedBlock:
         """A block the one pyarrow read refused, decoded as `_per_record` decodes it, in pieces:
         a record that does not look like one JSON object on one line is read alone, record by
         record; the runs between are read in one pyarrow read each, and a run pyarrow refuses is
@@ -229,7 +223,7 @@ class ArrowJsonDecoder:
             ]
         )
 
-    def _records(self, values: list[bytes], start: int, end: int, position: Callable[[int], str]) -> Decoded:
+    def _records(self, values: list[bytes], start: int, end: int, position: Callable[[int], str]) -> DecodedBlock:
         """Records `start` to `end` (exclusive) of `values`, record by record."""
 
         def at(i: int) -> str:
@@ -246,7 +240,7 @@ class ArrowJsonDecoder:
         *,
         tried: bool = False,
         smallest: int = _SMALL_PIECE,
-    ) -> Decoded:
+    ) -> DecodedBlock:
         """Records `start` to `end` (exclusive) of `values`: in one pyarrow read (unless `tried`
         already, or there are `smallest` or fewer), else as two halves, down to _SMALL_PIECE
         records read record by record."""
@@ -263,7 +257,7 @@ class ArrowJsonDecoder:
             [self._pieces(values, start, middle, position), self._pieces(values, middle, end, position)]
         )
 
-    def _concat(self, parts: list[Decoded]) -> Decoded:
+    def _concat(self, parts: list[DecodedBlock]) -> DecodedBlock:
         """Consecutive pieces of a block as one, as the block decoded whole would be."""
         if len(parts) == 1:
             return parts[0]
@@ -274,7 +268,7 @@ class ArrowJsonDecoder:
         op_values = None
         if any(part.op_values is not None for part in parts):
             op_values = pa.concat_arrays([part.ops() for part in parts])
-        return Decoded(
+        return DecodedBlock(
             pa.concat_tables([part.rows for part in parts]),
             [b for part in parts for b in part.bad],
             any(part.changes for part in parts),
@@ -286,7 +280,7 @@ class ArrowJsonDecoder:
 
     # -- record by record --------------------------------------------------------------------
 
-    def _per_record(self, payloads: list[bytes], position: Callable[[int], str]) -> Decoded:
+    def _per_record(self, payloads: list[bytes], position: Callable[[int], str]) -> DecodedBlock:
         names = self.schema.names
         columns: list[list[Any]] = [[] for _ in names]
         bad: list[BadRecord] = []
@@ -310,7 +304,7 @@ class ArrowJsonDecoder:
         changes = any(op != INSERT for op in ops)
         op_values = pa.array(ops, pa.string()) if any(op != self.default_op for op in ops) else None
         rows = pa.Table.from_arrays(arrays, schema=self.schema)
-        return Decoded(rows, bad, changes, unknown, op_values, self.default_op, sum(as_text.values()))
+        return DecodedBlock(rows, bad, changes, unknown, op_values, self.default_op, sum(as_text.values()))
 
     def record(
         self, text: str, unknown: dict[str, int] | None = None, as_text: dict[str, int] | None = None

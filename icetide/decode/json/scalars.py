@@ -4,7 +4,7 @@ decode/json/records.py, record by record), and how the decoders name types and v
 `scalar_value` converts the raw text of a JSON value (`json_values.spark_text`, or `raw_text` for
 the Debezium decoder) to STRING, integers, FLOAT/DOUBLE, BOOLEAN, TIMESTAMP, TIMESTAMP_NTZ and
 DATE: None when it does not fit. The column types the decoder reads block-wise are `supported`;
-those it produces at all are `decodable` (decode/json/values.py and nested.py
+those it produces at all are `decodable` (decode/spark_compat/json_values.py and nested.py
 read the others).
 """
 
@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from icetide.decode import limits as lim
 from icetide.decode.json import nested
-from icetide.decode.json import values as json_values
+from icetide.decode.spark_compat import json_values
 
 RAW_MESSAGE_CHARS = 60  # as the former Spark SQL JSON decoder: how much of a bad value an error message quotes
 TIMESTAMP_TEXT = nested.TIMESTAMP_TEXT.pattern  # for pyarrow's regular expression kernels

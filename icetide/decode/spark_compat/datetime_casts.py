@@ -21,8 +21,9 @@ import re
 from datetime import UTC, date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
+from icetide.decode.spark_compat.json_values import JAVA_TRIM
+
 _TRIM_ALL = "".join(map(chr, [*range(0x21), 0x7F]))  # UTF8String.trimAll: ASCII spaces and controls
-_JAVA_TRIM = "".join(map(chr, range(0x21)))  # String.trim: every character up to U+0020
 _EPOCH = datetime(1970, 1, 1)
 _MICRO = timedelta(microseconds=1)
 _OFFSET = re.compile(r"([+-])(\d{1,2}|\d\d:\d\d|\d\d:\d\d:\d\d|\d{4}|\d{6})")
@@ -141,7 +142,7 @@ def _segments(text: str) -> tuple[list[int], str | None, bool] | None:
     segments[i] = value
     segments[6] *= 10 ** max(0, 6 - micro_digits)
     segments[0] *= sign or 1
-    return segments[:7], None if zone is None else zone.strip(_JAVA_TRIM), just_time
+    return segments[:7], None if zone is None else zone.strip(JAVA_TRIM), just_time
 
 
 def _zone(name: str) -> timezone | ZoneInfo:

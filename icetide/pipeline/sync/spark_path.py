@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from icetide.decode.route import ROUTE_COLUMN, ROUTE_ERROR_COLUMN, with_routes
 from icetide.errors import IcetideError, one_line
@@ -34,10 +35,37 @@ from icetide.table.iceberg import spark_schema
 from icetide.write.batch import BatchResult, WrittenBatch
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
-    from icetide.pipeline.sync.runner import SyncRunner
-    from icetide.sources.kafka_topics import TopicsPlan
+    from icetide.config.pipeline import PipelineConfig
+    from icetide.pipeline.sync.dead_letters import SyncDeadLetters
+    from icetide.pipeline.sync.state import SyncState
+    from icetide.sink.sink import UpsertSink
+    from icetide.sources.kafka_topics import KafkaTopics, TopicsPlan
+
+
+class SyncRunner(Protocol):
+    """What the Spark path uses of the pipeline's runner (pipeline/sync/runner.py `SyncRunner`)."""
+
+    config: PipelineConfig
+    spark: SparkSession
+    topics: KafkaTopics
+    dead_letters: SyncDeadLetters
+    sinks: dict[str, UpsertSink]
+    state: SyncState
+
+    def sink_for(self, name: str) -> UpsertSink: ...
+
+    def create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None: ...
+
+    def commit_each(
+        self, batch_id: int, plan: TopicsPlan, fed: set[str], write: Callable[[str, Position], BatchResult]
+    ) -> dict[str, BatchResult]: ...
+
+    def record_metrics(self, results: dict[str, Any], decoded: dict[str, TableBatch], unrouted: int) -> None: ...
+
+    def lag(self) -> int: ...
+
 
 TABLE_THREADS = 4  # tables decoded, written and committed at once (Spark runs their jobs side by side)
 # A table's share of a batch up to this many records is written by one task, hashed by key, without

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from icetide.decode.json import values as json_values
 from icetide.decode.json.scalars import RAW_MESSAGE_CHARS, type_name
+from icetide.decode.spark_compat import json_values
 
 _LOW64 = -(2**63)
 WIDE = Context(prec=80, Emax=MAX_EMAX, Emin=MIN_EMIN)  # decimal arithmetic that never rounds a DECIMAL(38)
@@ -38,7 +38,6 @@ _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _HUGE_EXPONENT = re.compile(r"[eEpP][+-]?[0-9]{10,}")
 _SPECIAL_DOUBLES = {w: math.inf for w in ("inf", "+inf", "infinity", "+infinity")}
 _SPECIAL_DOUBLES |= {"-inf": -math.inf, "-infinity": -math.inf, "nan": math.nan}
-_JAVA_TRIM = "".join(map(chr, range(0x21)))  # String.trim
 _JAVA_DOUBLE = re.compile(
     r"[+-]?(?:(?P<word>NaN|Infinity)|(?P<dec>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[fFdD]?"
     r"|0[xX](?P<hex>[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP](?P<binexp>[+-]?[0-9]+)[fFdD]?)"
@@ -91,10 +90,10 @@ def java_double(text: str) -> float | None:
     """Spark's cast of text to a DOUBLE (`Cast.castToDouble`): Java's `Double.parseDouble` (after
     its trim of characters up to U+0020: decimal or hexadecimal text, an `f`, `F`, `d` or `D`
     suffix, NaN, Infinity), else the words Spark reads as infinity or NaN; None where it gives null."""
-    match = _JAVA_DOUBLE.fullmatch(text.strip(_JAVA_TRIM))
+    match = _JAVA_DOUBLE.fullmatch(text.strip(json_values.JAVA_TRIM))
     if match is None:
-        return _SPECIAL_DOUBLES.get(text.strip(_JAVA_TRIM).lower())
-    sign = -1.0 if text.strip(_JAVA_TRIM).startswith("-") else 1.0
+        return _SPECIAL_DOUBLES.get(text.strip(json_values.JAVA_TRIM).lower())
+    sign = -1.0 if text.strip(json_values.JAVA_TRIM).startswith("-") else 1.0
     if match["word"]:
         return math.nan if match["word"] == "NaN" else sign * math.inf
     if match["hex"] is not None:
@@ -107,10 +106,10 @@ def java_double(text: str) -> float | None:
 
 def _java_exact(text: str) -> Fraction | None:
     """The exact value of text Java's `Double.parseDouble` reads as a finite number, else None."""
-    match = _JAVA_DOUBLE.fullmatch(text.strip(_JAVA_TRIM))
+    match = _JAVA_DOUBLE.fullmatch(text.strip(json_values.JAVA_TRIM))
     if match is None or match["word"] or _HUGE_EXPONENT.search(text):
         return None
-    sign = -1 if text.strip(_JAVA_TRIM).startswith("-") else 1
+    sign = -1 if text.strip(json_values.JAVA_TRIM).startswith("-") else 1
     if match["hex"] is not None:
         whole, _, fraction = match["hex"].partition(".")
         mantissa = Fraction(int(whole + fraction or "0", 16))

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 MAX_NUMBER_LENGTH = 1000  # Spark's JSON reader (Jackson 2.15) refuses a longer number: malformed JSON
 _BIG_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?")  # \d: any Unicode digit, as Java
-_JAVA_TRIM = "".join(chr(c) for c in range(0x21))  # String.trim: every character up to U+0020
+JAVA_TRIM = "".join(chr(c) for c in range(0x21))  # String.trim: every character up to U+0020
 _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 _JAVA_SPACE = frozenset("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
 _NO_BREAK = frozenset("\u00a0\u2007\u202f")
@@ -154,7 +154,7 @@ def value(raw: str, t: pa.DataType) -> Any:
     """The value of raw text `raw` in a column of type `t` (`supported`), or None when it does not
     fit; a DECIMAL exactly (`exact_decimal`)."""
     if pa.types.is_decimal128(t):
-        number = big_decimal(raw.strip(_JAVA_TRIM))
+        number = big_decimal(raw.strip(JAVA_TRIM))
         return None if number is None else exact_decimal(number, t)
     data = binary_value(raw)
     if pa.types.is_fixed_size_binary(t) and data is not None and len(data) != t.byte_width:
@@ -199,7 +199,7 @@ def big_decimal(text: str) -> Decimal | None:
 
 def decimal_value(raw: str, t: pa.Decimal128Type) -> Decimal | None:
     """`try_cast(raw AS DECIMAL(p,s))`."""
-    number = big_decimal(raw.strip(_JAVA_TRIM))
+    number = big_decimal(raw.strip(JAVA_TRIM))
     return None if number is None else fit_decimal(number, t)
 
 
