@@ -48,6 +48,7 @@ from icetide.errors import (
 if TYPE_CHECKING:
     from icetide.commit.pipeline_state import PipelineState
     from icetide.config.pipeline import PipelineConfig, load_config
+    from icetide.config.secrets import install_log_redaction
     from icetide.maintenance.actions import ManifestRewriteResult, rewrite_manifests
     from icetide.maintenance.compaction import CompactionJob, compact, compaction
     from icetide.maintenance.expire import ExpireResult, expire_snapshots
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from icetide.maintenance.orphans import OrphanResult, remove_orphan_files
     from icetide.maintenance.position_deletes import DeleteConversionResult, convert_equality_deletes
     from icetide.maintenance.results import CompactionResult
+    from icetide.maintenance.upgrade import upgrade_format_version
     from icetide.pipeline.batch_path import BatchPath, FallbackReason
     from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics
     from icetide.pipeline.entry import run
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     from icetide.stateful.stage import ChangelogStage, StageOptions
     from icetide.table.catalog import create_table
     from icetide.write.batch import BatchResult
+    from icetide.write.key_index_memory import process_key_indexes
 
     __version__: str
 
@@ -91,6 +94,9 @@ _LAZY = {
     "FallbackReason": "icetide.pipeline.batch_path",
     "RestartMetrics": "icetide.pipeline.supervision",
     "load_config": "icetide.config.pipeline",
+    "install_log_redaction": "icetide.config.secrets",
+    "upgrade_format_version": "icetide.maintenance.upgrade",
+    "process_key_indexes": "icetide.write.key_index_memory",
     "compaction": "icetide.maintenance.compaction",
     "compact": "icetide.maintenance.compaction",
     "CompactionJob": "icetide.maintenance.compaction",
@@ -194,12 +200,15 @@ __all__ = [
     "convert_equality_deletes",
     "create_table",
     "expire_snapshots",
+    "install_log_redaction",
     "load_config",
     "maintain",
+    "process_key_indexes",
     "remove_orphan_files",
     "rewrite_manifests",
     "run",
     "spark_conf",
     "spark_session",
     "table_health",
+    "upgrade_format_version",
 ]
