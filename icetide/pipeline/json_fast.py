@@ -1,7 +1,7 @@
 """The JSON fast path: Kafka JSON records and landing JSON-lines files to Iceberg files in one
 pass per Spark task.
 
-For `format: json`, each Spark task reads its share of the batch: Kafka offset ranges with
+For `format: json`, each Spark task (executor/json_task.py) reads its share of the batch: Kafka offset ranges with
 librdkafka (executor/kafka_blocks.py), or whole landing files, in plan order, line by line as
 the Spark path reads them (sources/files.py `json_lines`, positions "file:line"). It decodes the
 payloads (decode/json/records.py: a block in one pyarrow read where its column types allow, else
@@ -40,34 +40,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-import uuid
-from collections.abc import Generator, Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from icetide.commit.committer import WrittenFile
-from icetide.config.secrets import redacted_repr
-from icetide.decode.json.block import BadRecord, DecodedBlock
 from icetide.decode.json.evolution import addable
 from icetide.decode.json.records import ArrowJsonDecoder
 from icetide.decode.json.scalars import undecodable_columns
-from icetide.errors import ExecutorSourceError, IcetideError, one_line
-from icetide.executor.kafka_blocks import BlockReader, no_cycle_collection
+from icetide.errors import IcetideError, one_line
+from icetide.executor.json_task import JsonTaskConfig, JsonTaskResult, run_json_tasks, summed_counts
 from icetide.executor.task_shares import split_files, split_partitions, split_ranges
-from icetide.executor.writer import WriterConfig, with_partition_values, write_appends, write_changes
 from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.spark_path import SourceAdapter, payload_limits
 from icetide.pipeline.staged import Fallback, StagedBatch
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
-from icetide.sources.files import json_lines
 from icetide.sources.kafka_reader import OffsetRange
-from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.iceberg import partition_fields, spark_schema
-from icetide.table.spec import PartitionTransform
-from icetide.write.keys import distinct_keys, keys_meet
+from icetide.write.keys import keys_meet
 from icetide.write.transforms import computable
 
 if TYPE_CHECKING:
@@ -79,165 +70,6 @@ log = logging.getLogger(__name__)
 
 MIN_TASK_RECORDS = 25_000  # below this a second task costs more (consumer, worker) than it saves
 RECORD_BYTES = 200  # landing files: a task's share counted in records of about this size
-
-
-@dataclass(frozen=True)
-class JsonTaskConfig:
-    """Everything an append task needs; plain picklable values computed on the driver."""
-
-    consumer_settings: dict[str, str]
-    read_timeout: float
-    decoder: ArrowJsonDecoder
-    writer: WriterConfig
-    partitions: tuple[tuple[str, PartitionTransform | None], ...]  # (batch column, transform), spec order
-    upsert: bool = False  # mode upsert: changes collapsed by key, data and equality-delete files
-    reads_files: bool = False  # a task's work is landing files (paths), not Kafka offset ranges
-    key_check: bool = False  # upserts in more than one task: each returns its distinct keys
-
-    __repr__ = redacted_repr  # the consumer's sasl.password and the like show as ***
-
-
-@dataclass
-class JsonTaskResult:
-    """What one task did: its files (WRITTEN_FILE_SCHEMA dicts), bad records and timings.
-
-    Timings: `read_seconds` is the reader thread's CPU time (librdkafka consume, Message objects,
-    joining payloads), `wait_seconds` how long decoding waited for a block, `decode_seconds` the
-    decoding thread's CPU time, `write_seconds` the wall time of partitioning and writing, and
-    `cpu_seconds` the whole process's CPU time during the task (librdkafka's own threads too).
-    """
-
-    files: list[dict[str, Any]] = field(default_factory=list)
-    bad: list[BadRecord] = field(default_factory=list)
-    records: int = 0
-    changes: bool = False  # a record carries an `_op` other than INSERT: nothing was written
-    keys: pa.Table | None = None  # with `key_check`: the distinct keys of the task's changes
-    unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
-    nested_as_text: int = 0  # objects and arrays kept as JSON text in STRING columns (json: nested_as_text)
-    read_seconds: float = 0.0
-    wait_seconds: float = 0.0
-    decode_seconds: float = 0.0
-    write_seconds: float = 0.0
-    cpu_seconds: float = 0.0
-    started_at: float = 0.0  # time.time() on the executor, for the debug log's task timeline
-    finished_at: float = 0.0
-
-    def timings(self) -> tuple[float, ...]:
-        """(read cpu, wait, decode cpu, write, task cpu) seconds, rounded for a log line."""
-        times = (self.read_seconds, self.wait_seconds, self.decode_seconds, self.write_seconds, self.cpu_seconds)
-        return tuple(round(t, 2) for t in times)
-
-
-def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in counts:
-        for name, n in c.items():
-            out[name] = out.get(name, 0) + n
-    return out
-
-
-def fast_json_task(config: JsonTaskConfig, work: list[OffsetRange] | list[str], tag: str) -> JsonTaskResult:
-    """Read, decode and write one task's Kafka ranges or landing files (on an executor)."""
-    result = JsonTaskResult(started_at=time.time())
-    cpu_started = time.process_time()
-    tables: list[pa.Table] = []
-    blocks = _file_blocks(config, work, result) if config.reads_files else _kafka_blocks(config, work, result)
-    try:
-        for decoded in blocks:
-            result.records += decoded.rows.num_rows + len(decoded.bad)
-            result.bad.extend(decoded.bad)
-            for name, count in decoded.unknown_fields.items():
-                result.unknown_fields[name] = result.unknown_fields.get(name, 0) + count
-            result.nested_as_text += decoded.nested_as_text
-            if decoded.changes and not config.upsert:
-                result.changes = True
-                return result
-            if decoded.rows.num_rows:
-                tables.append(decoded.with_ops() if config.upsert else decoded.rows)
-    finally:
-        blocks.close()
-    writing = time.perf_counter()
-    if tables:
-        table = pa.concat_tables(tables)
-        if config.upsert:
-            if config.key_check:
-                result.keys = distinct_keys(table, config.writer.key)
-            result.files = write_changes(table, config.writer, config.partitions, tag)
-        else:
-            result.files = write_appends(with_partition_values(table, config.partitions), config.writer, tag)
-    result.write_seconds = time.perf_counter() - writing
-    result.cpu_seconds = time.process_time() - cpu_started
-    result.finished_at = time.time()
-    return result
-
-
-def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskResult) -> Generator[DecodedBlock]:
-    """The task's Kafka ranges, decoded a block at a time (executor/kafka_blocks.py)."""
-    decoder = config.decoder
-    with BlockReader(config.consumer_settings, config.read_timeout, ranges) as reader:
-        try:
-            blocks = reader.blocks()
-            while True:
-                waiting = time.perf_counter()
-                block = next(blocks, None)
-                result.wait_seconds += time.perf_counter() - waiting
-                if block is None:
-                    return
-                decoding = time.thread_time()
-                messages, where = block.messages, block.where
-
-                def position(i: int, messages: list[Any] = messages, where: str = where) -> str:
-                    return f"{where}{messages[i].offset()}"
-
-                def values(messages: list[Any] = messages) -> list[Any]:
-                    return [m.value() for m in messages]
-
-                if block.joined is None:
-                    decoded = decoder.decode(values(), position)
-                else:
-                    decoded = decoder.decode_joined(block.joined, len(messages), values, position)
-                result.decode_seconds += time.thread_time() - decoding
-                yield decoded
-        finally:
-            result.read_seconds = reader.cpu_seconds
-
-
-def _file_blocks(config: JsonTaskConfig, paths: list[Any], result: JsonTaskResult) -> Generator[DecodedBlock]:
-    """The task's landing files, in order, decoded a chunk of lines at a time; the lines and their
-    positions ("file:line") are the Spark path's (sources/files.py `json_lines`)."""
-    for path in paths:
-        lines = json_lines(path)
-        while True:
-            reading = time.thread_time()
-            try:
-                batch = next(lines, None)
-            except OSError as exc:
-                raise ExecutorSourceError(f"{path}: cannot read: {exc}") from exc
-            result.read_seconds += time.thread_time() - reading
-            if batch is None:
-                break
-            decoding = time.thread_time()
-            numbers = batch.column("line").to_pylist()
-            values = batch.column("value").cast(pa.binary()).to_pylist()
-
-            def position(i: int, path: str = path, numbers: list[int] = numbers) -> str:
-                return f"{path}:{numbers[i]}"
-
-            decoded = config.decoder.decode(values, position)
-            result.decode_seconds += time.thread_time() - decoding
-            yield decoded
-
-
-def _run_partition(config: JsonTaskConfig, items: Any) -> Any:
-    from pyspark import TaskContext
-
-    keep_zip_directories()
-    ctx = TaskContext.get()
-    for index, ranges in items:
-        attempt = ctx.attemptNumber() if ctx else 0
-        with no_cycle_collection():
-            result = fast_json_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
-        yield result
 
 
 class JsonFastPath:
@@ -393,7 +225,7 @@ class JsonFastPath:
         started, started_at = time.monotonic(), time.time()
         try:
             rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
-            results: list[JsonTaskResult] = rdd.mapPartitions(lambda items: _run_partition(config, items)).collect()
+            results: list[JsonTaskResult] = rdd.mapPartitions(lambda items: run_json_tasks(config, items)).collect()
         except Exception as exc:
             self.discard(batch_id)
             raise_source_error_in(exc)
@@ -426,7 +258,7 @@ class JsonFastPath:
                 self.sink.table_name,
             )
             return self.write(batch_id, items)
-        unknown = _summed(r.unknown_fields for r in results)
+        unknown = summed_counts(r.unknown_fields for r in results)
         added = self._to_add(unknown)
         if added:
             self.discard(batch_id)
