@@ -11,6 +11,12 @@ from icetide.config.values import parse_duration, reject_unknown_keys, require_k
 from icetide.errors import ConfigError
 
 
+# The keys of each block (the docs' reference of pipeline keys is generated from these tables).
+TRIGGER_KEYS = {"interval", "max_records", "max_files", "overlap_commit"}
+METRICS_KEYS = {"prometheus_port", "prometheus_host"}
+RESTART_KEYS = {"max_attempts", "backoff", "max_backoff"}
+
+
 @dataclass(frozen=True)
 class TriggerConfig:
     """How often batches run and how big they get."""
@@ -28,7 +34,7 @@ class TriggerConfig:
             return cls()
         if not isinstance(d, Mapping):
             raise ConfigError("trigger: expected a mapping, e.g. {interval: 5s, max_records: 100000}")
-        reject_unknown_keys(d, {"interval", "max_records", "max_files", "overlap_commit"}, "trigger.")
+        reject_unknown_keys(d, TRIGGER_KEYS, "trigger.")
         overlap = d.get("overlap_commit", True)
         if not isinstance(overlap, bool):
             raise ConfigError(f"trigger.overlap_commit: expected true or false, got {overlap!r}")
@@ -59,7 +65,7 @@ class MetricsConfig:
             return None
         if not isinstance(d, Mapping):
             raise ConfigError("metrics: expected a mapping, e.g. {prometheus_port: 9464}")
-        reject_unknown_keys(d, {"prometheus_port", "prometheus_host"}, "metrics.")
+        reject_unknown_keys(d, METRICS_KEYS, "metrics.")
         port = require_key(d, "prometheus_port", "metrics.")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise ConfigError(f"metrics.prometheus_port: {port!r} is not a port number (0-65535; 0 picks a free one)")
@@ -91,7 +97,7 @@ class RestartConfig:
             return cls()
         if not isinstance(d, Mapping):
             raise ConfigError("restart: expected a mapping, e.g. {max_attempts: 5, backoff: 1s}")
-        reject_unknown_keys(d, {"max_attempts", "backoff", "max_backoff"}, "restart.")
+        reject_unknown_keys(d, RESTART_KEYS, "restart.")
         attempts = d.get("max_attempts", cls.max_attempts)
         if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
             raise ConfigError("restart.max_attempts: expected a whole number, 0 or more")

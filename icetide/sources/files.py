@@ -79,7 +79,7 @@ SOURCE_FILE_COLUMN = "source_file"
 CHUNK_BYTES = 16 * 1024 * 1024
 CSV_DEFAULT_OPTIONS = {"header": "true"}
 
-_CONFIG_KEYS = ("path", "format", "min_age_seconds", "late_window_seconds", "recursive", "glob", "options")
+FILE_SOURCE_KEYS = ("path", "format", "min_age_seconds", "late_window_seconds", "recursive", "glob", "options")
 
 
 @dataclass(frozen=True)
@@ -99,14 +99,14 @@ class FileSourceConfig:
     options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_fields({name: getattr(self, name) for name in _CONFIG_KEYS}, "source.files")
+        _check_fields({name: getattr(self, name) for name in FILE_SOURCE_KEYS}, "source.files")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, prefix: str = "source.files") -> FileSourceConfig:
         """Build from a config block (e.g. YAML `source.files`); errors name the offending key."""
         if not isinstance(d, Mapping):
             raise ConfigError(f"{prefix}: must be a mapping")
-        reject_unknown_keys(d, _CONFIG_KEYS, f"{prefix}.")
+        reject_unknown_keys(d, FILE_SOURCE_KEYS, f"{prefix}.")
         options = d.get("options") or {}
         if not isinstance(options, Mapping):
             raise ConfigError(f"{prefix}.options: must be a mapping of reader options")

@@ -38,7 +38,7 @@ READER_DEFAULTS = {
 }
 
 
-_CONFIG_KEYS = (
+KAFKA_SOURCE_KEYS = (
     "bootstrap_servers",
     "topic",
     "topics",
@@ -95,7 +95,7 @@ class KafkaSourceConfig:
 
     def __post_init__(self) -> None:
         _check_fields(
-            {name: getattr(self, name) for name in _CONFIG_KEYS},
+            {name: getattr(self, name) for name in KAFKA_SOURCE_KEYS},
             "source.kafka",
         )
 
@@ -108,7 +108,7 @@ class KafkaSourceConfig:
         """
         if not isinstance(d, Mapping):
             raise ConfigError(f"{prefix}: must be a mapping")
-        reject_unknown_keys(d, _CONFIG_KEYS, f"{prefix}.")
+        reject_unknown_keys(d, KAFKA_SOURCE_KEYS, f"{prefix}.")
         consumer = d.get("consumer") or {}
         if not isinstance(consumer, Mapping):
             raise ConfigError(f"{prefix}.consumer: must be a mapping of librdkafka settings")

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+ENRICH_KEYS = {"table", "join", "columns"}  # the keys of one `enrich` entry
+
+
 @dataclass(frozen=True)
 class Enrichment:
     """Left-join rows with `table` where row[event column] == dim[dimension column] for each `on` pair,
@@ -36,9 +39,9 @@ class Enrichment:
             raise ConfigError(f"{where}: expected a mapping with table, on, columns")
         if True in d:
             raise ConfigError(f"{where}.on: YAML reads a bare `on` as true; name the join columns with `join:`")
-        extra = sorted(str(k) for k in set(d) - {"table", "join", "columns"})
+        extra = sorted(str(k) for k in set(d) - ENRICH_KEYS)
         if extra:
-            raise ConfigError(f"{where}.{extra[0]}: unknown key (allowed: columns, join, table)")
+            raise ConfigError(f"{where}.{extra[0]}: unknown key (allowed: {', '.join(sorted(ENRICH_KEYS))})")
         table = str(d.get("table") or "")
         if len(table.split(".")) < 3:
             raise ConfigError(f"{where}.table: {table!r} must be <catalog>.<namespace>.<table>")

@@ -34,6 +34,7 @@ COUNTED_AT = "_icetide_counted_at"  # the last batch with a non-zero input to an
 COUNTING = ("sum", "count")  # functions that count a repeated event twice
 SHARED = ("first", "last")  # functions whose columns share one struct: they take one event's values
 RESETTING = ("last", "last_non_null")  # functions that start afresh after the key's latest DELETE
+MERGE_KEYS = {"engine", "columns"}  # the `merge` block's keys
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,9 @@ class MergeSpec:
             return cls(engine=d)
         if not isinstance(d, Mapping):
             raise ConfigError(f"{where.rstrip('.')}: expected an engine name or a mapping with engine and columns")
-        extra = sorted(set(d) - {"engine", "columns"})
+        extra = sorted(set(d) - MERGE_KEYS)
         if extra:
-            raise ConfigError(f"{where}{extra[0]}: unknown key (allowed: columns, engine)")
+            raise ConfigError(f"{where}{extra[0]}: unknown key (allowed: {', '.join(sorted(MERGE_KEYS))})")
         columns = d.get("columns") or {}
         if not isinstance(columns, Mapping):
             raise ConfigError(f"{where}columns: expected a mapping of column -> function")
