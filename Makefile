@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-spark35 demo test test-spark35 lint bench clean check-java system-packages
+.PHONY: install install-spark35 demo test test-spark35 lint docs bench clean check-java system-packages
 
 check-java:
 	@$(PYTHON) -m icetide.spark.java >/dev/null
@@ -67,12 +67,18 @@ test-spark35: install-spark35
 	$(VENV35)/bin/python -m pytest -q -n 2 --dist loadfile --durations=30 -m guarantee tests
 
 lint: install
-	$(BIN)/ruff check icetide tests bench
-	$(BIN)/ruff format --check icetide tests bench
+	$(BIN)/ruff check icetide tests bench docs_hooks
+	$(BIN)/ruff format --check icetide tests bench docs_hooks
 	$(BIN)/mypy
+	@$(MAKE) --no-print-directory docs
+
+# The docs site (mkdocs.yml, docs/) into site/. Strict: a broken link, or a reference page that
+# disagrees with the code (docs_hooks/reference.py), fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: install
 	$(BIN)/python bench/upsert.py
 
 clean:
-	rm -rf $(VENV) $(VENV35) warehouse chk .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV35) warehouse chk site .pytest_cache .mypy_cache .ruff_cache

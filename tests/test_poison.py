@@ -4,7 +4,7 @@ Hypothesis throws random bytes and random JSON (huge and tiny numbers, far times
 deep nesting, oversized payloads, invalid UTF-8, lone surrogate escapes, wrong types, missing
 keys) at the pyarrow decoder and at real pipelines over Tansu: the append fast path, the Spark
 JSON path and the Spark Debezium path. A reference model, written from the documented rules
-(README, icetide/decode/limits.py) rather than from the decoders, says for each record whether it
+(docs/how-to/kafka-upserts.md, icetide/decode/limits.py) rather than from the decoders, says for each record whether it
 lands, with which values, or goes to the dead-letter table, with which error.
 """
 

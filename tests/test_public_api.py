@@ -101,7 +101,7 @@ def test_every_error_is_exported_and_every_exception_is_an_icetide_error() -> No
 
 
 def test_upsert_sink_shows_the_documented_methods() -> None:
-    for_users = {"__call__", "write", "last_committed"}  # the README's: foreachBatch, a batch, where it stands
+    for_users = {"__call__", "write", "last_committed"}  # the docs': foreachBatch, a batch, where it stands
     # The steps icetide's runners drive one by one (stage, then commit; the fast paths' files).
     for_runners = {
         "write_rows",

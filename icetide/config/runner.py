@@ -10,7 +10,6 @@ from typing import Any, Literal
 from icetide.config.values import parse_duration, reject_unknown_keys, require_key
 from icetide.errors import ConfigError
 
-
 # The keys of each block (the docs' reference of pipeline keys is generated from these tables).
 TRIGGER_KEYS = {"interval", "max_records", "max_files", "overlap_commit"}
 METRICS_KEYS = {"prometheus_port", "prometheus_host"}
