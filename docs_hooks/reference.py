@@ -104,7 +104,9 @@ def pipeline_keys_markdown() -> str:
     for block in documented_blocks():
         path = block["path"]
         heading = f"`{path}`" if path else "Top level"
-        out += [f"## {heading}", "", f"{block['title']}.", ""]
+        out += [f"## {heading}", ""]
+        if path:
+            out += [f"{block['title']}.", ""]
         out += ["| key | default | meaning |", "|---|---|---|"]
         for key in sorted(block["keys"]):
             entry = block["keys"][key]
