@@ -187,6 +187,8 @@ API_SECTIONS = {
         "StageOptions",
         "MergeSpec",
         "Enrichment",
+        "process_key_indexes",
+        "install_log_redaction",
     ],
     "Maintenance": [
         "maintain",
@@ -207,7 +209,10 @@ API_SECTIONS = {
         "table_health",
         "TableHealth",
         "HealthThresholds",
+        "upgrade_format_version",
     ],
+    # The root and its two markers first; the other errors follow by name.
+    "Errors": ["IcetideError", "TransientError", "TerminalError"],
 }
 
 
@@ -218,7 +223,7 @@ def python_api_markdown() -> str:
     sections = {title: [n for n in names if n in exported] for title, names in API_SECTIONS.items()}
     listed = {n for names in sections.values() for n in names}
     errors = sorted(n for n in exported if n not in listed and n.endswith("Error"))
-    sections["Errors"] = errors
+    sections["Errors"] += errors
     sections["More"] = sorted(n for n in exported if n not in listed and n not in errors)
     out = []
     for title, names in sections.items():
