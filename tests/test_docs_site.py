@@ -125,3 +125,19 @@ def test_cli_and_api_pages_cover_the_code(site: Path, hook: ModuleType) -> None:
     for name in icetide.__all__:
         if not name.startswith("_"):
             assert f'id="icetide.{name}"' in api, name
+
+
+def test_tutorial_pipeline_file_loads(tmp_path: Path) -> None:
+    import icetide
+
+    text = (ROOT / "docs" / "tutorial" / "first-pipeline.md").read_text()
+    block = re.search(r"## 2\. Write a pipeline file\n.*?```yaml\n(.*?)```", text, flags=re.DOTALL)
+    assert block, "the tutorial has no pipeline file"
+    (tmp_path / "orders.yaml").write_text(block.group(1))
+    config = icetide.load_config(tmp_path / "orders.yaml")
+    assert (config.pipeline, config.table.name, config.dead_letter) == (
+        "orders",
+        "lake.shop.orders",
+        "lake.shop.orders_dead_letter",
+    )
+    assert config.source == {"files": {"path": "landing/", "format": "json", "min_age_seconds": 0}}
