@@ -5,7 +5,7 @@ turns into the metadata's format version. Iceberg retries it on top of concurren
 stream commit that loses the race to it retries on the upgraded metadata, as after any commit.
 What changes on v3: new position deletes must be deletion vectors (icetide's delete folding
 writes them from then on), rows get row lineage (`_row_id`) from the next commit on, and
-readers must support v3 (README: "Format v3").
+readers must support v3 (docs/explanation/deletion-vectors.md).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 For `format: debezium` pipelines whose file gives no `table.schema` and `table.key`: the
 columns come from the first message's `after` (else `before`) Connect schema, typed as the
-README's table says (icetide.decode.debezium.connect_schema.column_ddl), and the key from the message key's
-schema, which lists the source table's primary key. `table.partition_by` still applies.
+type table of docs/how-to/debezium-sync.md says (icetide.decode.debezium.connect_schema.column_ddl),
+and the key from the message key's schema, which lists the source table's primary key.
+`table.partition_by` still applies.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Bounded metadata and history that streaming readers can use (docs/retention.md). Iceberg's own
+# Bounded metadata and history that streaming readers can use (docs/operations.md). Iceberg's own
 # property names, so Spark's `expire_snapshots` procedure and other engines honour them too.
 METADATA_DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 METADATA_PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"

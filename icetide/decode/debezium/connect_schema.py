@@ -131,7 +131,7 @@ def parse_key_schema(text: str) -> list[str]:
 
 
 def column_ddl(f: ConnectField) -> str:
-    """The Spark SQL type a table created from the stream gives this field (README's type table)."""
+    """The Spark SQL type a table created from the stream gives this field (docs/how-to/debezium-sync.md)."""
     logical = f.logical
     if logical == DECIMAL:
         scale = f.scale or 0
