@@ -111,6 +111,7 @@ def _read_as_is(f: C.ConnectField, t: pa.DataType) -> tuple[type, tuple[int, int
 
 
 _DECLARED_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+_NESTED = frozenset({"struct", "array", "map"})
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,20 @@ class Conversions:
         """The converter of column `name` of type `t` for Connect field `f` (None: no schema).
         NotHere for a combination it does not read exactly. A value the column's reading takes
         is a dead letter all the same where it contradicts the type `f` declares
-        (decode/connect_declared.py); one it refuses keeps that reading's error."""
+        (decode/connect_declared.py); one it refuses keeps that reading's error, but for a
+        struct, array or map, whose parts are checked against their declared types first."""
         convert = self._reader(f, t, name)
         check = declared_check(f, name) if f is not None else None
         if check is None:
             return convert
         assert f is not None
+        if f.type in _NESTED:  # its parts checked first: the error names the part and its declared type
+
+            def parts_first(v: Any) -> Any:
+                check(v)
+                return convert(v)
+
+            return parts_first
         same = _read_as_is(f, t)
         if same is None:
 
