@@ -265,3 +265,31 @@ def test_the_columnar_reading_takes_only_what_the_converter_takes() -> None:
     assert column_of(pa.array(["BM4="]), price, pa.decimal128(10, 2), "price", convert).to_pylist() == [Decimal("1.23")]
     with pytest.raises(NotColumnar):
         column_of(pa.array(["BM4=", "BNI="]), price, pa.decimal128(10, 2), "price", convert)
+
+
+def test_without_a_schema_the_column_type_decides_and_an_object_is_no_text() -> None:
+    """Schemaless messages (the JSON converter with schemas.enable=false: Flink's update's payload
+    alone) declare nothing: the table column's type decides, as for plain JSON. An object or array
+    in a STRING column or element is a dead letter (its JSON text was no text the message held),
+    a scalar is its text."""
+    real = messages("flink_mysql_products_schema")
+    update = next(m for m in real if m["payload"]["op"] == "u")["payload"]
+    cases: list[tuple[dict[str, Any], str | None]] = [
+        ({"description": 42, "tags": ["a", 1]}, None),
+        ({"description": {"nested": True}}, "column description: object '{\"nested\":true}' is not a STRING"),
+        ({"description": ["a"]}, "column description: array '[\"a\"]' is not a STRING"),
+        ({"tags": ["a", {"b": 1}]}, "column tags[1]: object '{\"b\":1}' is not a STRING"),
+        ({"dims": {"w": "x"}}, "column dims.w: 'x' is not an INT"),
+    ]
+    reader = EnvelopeReader(PayloadLimits())
+    rows = TableRows(TABLE, ["id"], "upsert", Conversions())
+    dead = []
+    for offset, (change, _) in enumerate(cases):
+        payload = copy.deepcopy(update)
+        payload["after"] = {**payload["after"], **change}
+        envelope = reader.read(json.dumps(payload).encode())
+        assert envelope is not None and envelope.schema is None
+        dead += rows.add(envelope, source_order(envelope.source, envelope.ts_ms, offset), evolving=False)
+    assert dead == [error for _, error in cases if error is not None]
+    (row,) = [r for r in rows.table().to_pylist() if r["_op"] == "UPSERT"]
+    assert (row["description"], row["tags"]) == ("42", ["a", "1"])

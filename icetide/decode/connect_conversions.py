@@ -240,6 +240,18 @@ class Conversions:
             return value
 
         if pa.types.is_string(t):
+            if not declared:  # no schema: an object or array is no text (as in plain JSON, issue 49)
+
+                def schemaless_text(v: Any) -> str:
+                    kind = type(v)
+                    if kind is str:
+                        return v  # type: ignore[no-any-return]
+                    if kind is dict or kind is list:
+                        shape = "object" if kind is dict else "array"
+                        raise DeadLetter(unfit_error(name, field_text(v), t, shape=shape))
+                    return field_text(v)
+
+                return schemaless_text
 
             def text(v: Any) -> str:
                 return v if type(v) is str else field_text(v)
