@@ -32,8 +32,10 @@ or a dead letter, never one Spark repaired), by the rules above but that:
 - an object or array in a STRING element or field makes the record bad (`column s.note: object
   '{...}' is not a STRING`), unless the decoder's `nested_as_text` keeps its JSON text, counted
   (Spark: its JSON text);
-- a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up), a FLOAT no number
-  a double holds beyond FLOAT's range (Spark: infinity; beyond a double it is infinity, as at the top);
+- a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up) and no text with a
+  comma (Spark drops commas: "1,5" is 15), a FLOAT no number a double holds beyond FLOAT's range
+  (Spark: infinity; beyond a double it is infinity, as at the top), a TINYINT no 128..255 (Spark
+  wraps them to -128..-1);
 - the keys no struct field has are still skipped, and counted by the decoder (`unknown_keys`).
 
 Deliberate differences from decode_json, where Spark fails the whole batch or keeps a value no
@@ -328,10 +330,11 @@ def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
     if pa.types.is_integer(t):
         if type(e) is not int:
             return None
-        low, high = _BYTE_RANGE if t.bit_width == 8 else lim.INT_RANGES[t.bit_width]
+        wraps = t.bit_width == 8 and not r.exact  # read exactly, 128..255 do not fit (Spark wraps them)
+        low, high = _BYTE_RANGE if wraps else lim.INT_RANGES[t.bit_width]
         if not low <= e <= high:
             return None
-        return e - 256 if e > 127 and t.bit_width == 8 else e
+        return e - 256 if e > 127 and wraps else e
     if pa.types.is_floating(t):
         if type(e) is int or isinstance(e, Decimal):
             return None if r.exact and _beyond_float(e, t) else float(e)
@@ -344,8 +347,8 @@ def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
             return fit(Decimal(e), t)
         if isinstance(e, Decimal):
             return fit(e, t)
-        if isinstance(e, str):
-            number = json_values.big_decimal(e.replace(",", ""))  # the en-US parser of Spark's reader
+        if isinstance(e, str):  # Spark's reader drops commas (its en-US parser): "1,5" is 15; read exactly, none
+            number = json_values.big_decimal(e if r.exact else e.replace(",", ""))
             return None if number is None else fit(number, t)
         return None
     if not isinstance(e, str):
