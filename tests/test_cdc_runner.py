@@ -206,6 +206,31 @@ def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
     row = {"id": 5000, "name": "bad", "description": None, "weight": 1.0}
     malformed = json.loads(stream.change("c", None, row))
     malformed["payload"]["before"] = "text"
+    # issue 49: values that contradict their declared schema, which the producer changed
+    nested = json.loads(stream.change("c", None, {**row, "description": {"x": "a"}}))
+    decimal = json.loads(stream.change("c", None, {**row, "weight": 1.234}))
+    for message, name, declared in (
+        (nested, "description", {"type": "struct", "fields": [{"type": "int32", "optional": True, "field": "x"}]}),
+        (
+            decimal,
+            "weight",
+            {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2"}},
+        ),
+    ):
+        for part in message["schema"]["fields"]:
+            for f in part.get("fields", []) if part["field"] in ("before", "after") else []:
+                if f["field"] == name:
+                    f.update(declared)
+    declared_errors = [
+        (
+            json.dumps(nested, separators=stream.separators).encode(),
+            "column description.x: text 'a' where the message's schema declares int32",
+        ),
+        (
+            json.dumps(decimal, separators=stream.separators).encode(),
+            "column weight: '1.234' has digits beyond the scale 2 its schema declares",
+        ),
+    ]
     return [
         (stream.change("c", None, {**row, "weight": "heavy"}), "column weight: 'heavy' is not a DOUBLE"),
         (stream.change("r", None, {**row, "id": "x"}), "column id: 'x' is not an INT"),
@@ -214,6 +239,7 @@ def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
         (stream.change("d", None, None), "before is missing for op 'd' (a delete needs the key)"),
         (stream.change("u", row, None), "after is missing for op 'u'"),
         (json.dumps(malformed, separators=stream.separators).encode(), "malformed JSON"),
+        *declared_errors,
     ]
 
 
