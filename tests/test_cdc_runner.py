@@ -221,7 +221,7 @@ def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
             for f in part.get("fields", []) if part["field"] in ("before", "after") else []:
                 if f["field"] == name:
                     f.update(declared)
-    declared_errors = [
+    issue_49 = [
         (
             json.dumps(nested, separators=stream.separators).encode(),
             "column description.x: text 'a' where the message's schema declares int32",
@@ -231,6 +231,15 @@ def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
             "column weight: '1.234' has digits beyond the scale 2 its schema declares",
         ),
     ]
+    # issue 49: bytes that are not UTF-8 in a value and in a field name (the dead letter's payload
+    # holds U+FFFD where they were)
+    in_value = stream.change("c", None, {**row, "name": "badXY"}).replace(b'"badXY"', b'"bad\xff\xfe"')
+    in_name = stream.change("c", None, row).replace(b'"weight":1.0', b'"wei\xc3ght":1.0')
+    at_value, at_name = in_value.index(b"\xff"), in_name.index(b"\xc3")
+    issue_49 += [
+        (in_value, f"payload is not valid UTF-8 at byte {at_value}, in field payload.after.name"),
+        (in_name, f"payload is not valid UTF-8 at byte {at_name}, in the name of field payload.after.wei\ufffdght"),
+    ]
     return [
         (stream.change("c", None, {**row, "weight": "heavy"}), "column weight: 'heavy' is not a DOUBLE"),
         (stream.change("r", None, {**row, "id": "x"}), "column id: 'x' is not an INT"),
@@ -239,7 +248,7 @@ def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
         (stream.change("d", None, None), "before is missing for op 'd' (a delete needs the key)"),
         (stream.change("u", row, None), "after is missing for op 'u'"),
         (json.dumps(malformed, separators=stream.separators).encode(), "malformed JSON"),
-        *declared_errors,
+        *issue_49,
     ]
 
 
@@ -274,7 +283,8 @@ def test_bad_records_stay_on_the_fast_path_with_the_spark_paths_dead_letters(spa
     assert letters["fast"] == letters["spark"]
     assert counted["fast"] == counted["spark"]
     assert sorted(error for _, error, _ in letters["fast"]) == sorted(error for _, error in bad)
-    assert sorted(payload.encode() for payload, _, _ in letters["fast"]) == sorted(value for value, _ in bad)
+    sent = sorted(value.decode("utf-8", "replace").encode() for value, _ in bad)  # U+FFFD for bad bytes
+    assert sorted(payload.encode() for payload, _, _ in letters["fast"]) == sent
 
 
 def test_a_debezium_batch_read_again_after_its_dead_letters_committed_writes_each_once(
