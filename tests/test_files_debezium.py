@@ -5,9 +5,10 @@ The first file is the real MySQL connector output in tests/data/debezium/flink_m
 (Debezium 1.1.1's tutorial `products`: snapshot rows, updates, inserts, a delete; its source is in
 tests/data/debezium/SOURCES.md), saved with a byte-order mark and CRLF line ends as Windows tools
 write them. The later files are `ProductsStream` changes in that message's schema and source block
-(updates, a key-moving update, deletes), with a line that is not JSON and two updates whose schema
-a producer changed so that their values contradict it (a struct field holding text where int32 is
-declared, a Decimal of scale 2 sent with three decimals: issue 49, dead letters naming the field).
+(updates, a key-moving update, deletes), with a line that is not JSON, two updates whose schema a
+producer changed so that their values contradict it (a struct field holding text where int32 is
+declared, a Decimal of scale 2 sent with three decimals) and one whose bytes are not UTF-8
+(issue 49: dead letters naming the field, and the byte).
 
 The same folder runs through two pipelines: the fast path (the sync fast path's task reading the
 files, pipeline/sync_task.py) and the Spark path (`fast_path: off`). Both tables must equal the
@@ -37,7 +38,7 @@ def land(landing: Path, name: str, text: str, *, n: int, bom: bool = False, crlf
     """One landing file, renamed into place with a modification time that orders it after the others."""
     landing.mkdir(parents=True, exist_ok=True)
     body = text.replace("\n", "\r\n") if crlf else text
-    data = (b"\xef\xbb\xbf" if bom else b"") + body.encode()
+    data = (b"\xef\xbb\xbf" if bom else b"") + body.encode("utf-8", "surrogateescape")  # \udcff: byte FF
     tmp = landing / f".{name}"
     tmp.write_bytes(data)
     os.utime(tmp, (1_767_300_000 + n, 1_767_300_000 + n))
@@ -107,6 +108,9 @@ def declared_contradictions(stream: ProductsStream, row: dict[str, Any]) -> list
                         f.update(declared, optional=True)
         message["payload"]["before"][name] = None
         out.append(json.dumps(message, separators=(",", ":")))
+    # and bytes that are not UTF-8 in a value (written by `land` from the escapes \udcff, \udcfe)
+    text = stream.change("u", row, dict(row, name="badXY")).decode()
+    out.append(text.replace('"badXY"', '"bad\udcff\udcfe"'))
     return out
 
 
@@ -143,6 +147,9 @@ def _declared_error(line: str) -> str | None:
     """The dead letter's error of a line `declared_contradictions` wrote, else None."""
     if line == NOT_JSON:
         return None
+    if "\udcff" in line:
+        at = line.encode("utf-8", "surrogateescape").index(b"\xff")
+        return f"payload is not valid UTF-8 at byte {at}, in field payload.after.name"
     after = json.loads(line)["payload"]["after"] or {}
     if isinstance(after.get("description"), dict):
         return DECLARED_ERRORS["description"]
@@ -151,15 +158,27 @@ def _declared_error(line: str) -> str | None:
     return None
 
 
-def expected_dead_letters(landing: Path, landed_files: dict[str, list[str]]) -> list[tuple[str, str]]:
-    """(position, payload) of every dead letter the landed files hold: the line that is not JSON
-    and the updates that contradict their declared schema, in position order."""
+def expected_dead_letters(landing: Path, landed_files: dict[str, list[str]]) -> list[tuple[str, str, str | None]]:
+    """(position, payload, error) of every dead letter the landed files hold, in position order:
+    the line that is not JSON (its error not given here), the updates that contradict their
+    declared schema and the one whose bytes are not UTF-8 (its payload with U+FFFD)."""
     out = []
     for name, file_lines in landed_files.items():
         for n, line in enumerate(file_lines, start=1):
-            if line == NOT_JSON or _declared_error(line) is not None:
-                out.append((f"{landing / name}:{n}", line))
+            error = _declared_error(line)
+            if line == NOT_JSON or error is not None:
+                payload = line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                out.append((f"{landing / name}:{n}", payload, error))
     return sorted(out)
+
+
+def check_letters(dead: list[tuple[Any, ...]], expected: list[tuple[str, str, str | None]]) -> None:
+    """The dead-letter table's (position, payload, error) rows are the expected ones, one by one
+    (an expected error of None: the line that is not JSON, whose error is not checked here)."""
+    assert [(d[0], d[1]) for d in dead] == [(p, payload) for p, payload, _ in expected]
+    assert [d[2] for d, (_, _, e) in zip(dead, expected, strict=True) if e is not None] == [
+        e for _, _, e in expected if e is not None
+    ]
 
 
 def table(spark: Any, name: str) -> dict[int, tuple[Any, ...]]:
@@ -199,16 +218,16 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
     # A line that is not JSON is read as the Spark path's tasks read it (decode/debezium_message.py
     # `final`): the same dead letter, and its batch stays on the fast path; so are the two updates
-    # that contradict their declared schema (issue 49), each counted in the batch's bad_records.
+    # that contradict their declared schema and the one whose bytes are not UTF-8 (issue 49), each
+    # counted in the batch's bad_records.
     paths = [(b.path, b.bad_records) for b in ran["fast"].batches]
-    assert paths == [("debezium_fast", 0), ("debezium_fast", 3)], paths
+    assert paths == [("debezium_fast", 0), ("debezium_fast", 4)], paths
     assert {(b.path, b.fallback) for b in ran["spark"].batches} == {("spark", "fast_path_off")}
     assert [b.records_in for b in ran["fast"].batches] == [b.records_in for b in ran["spark"].batches]
     assert [b.bad_records for b in ran["fast"].batches] == [b.bad_records for b in ran["spark"].batches]
     dead = dead_letters(spark, "lake.dbzfiles.fast_dead_letter")
     assert dead == dead_letters(spark, "lake.dbzfiles.spark_dead_letter")
-    assert [(d[0], d[1]) for d in dead] == expected_dead_letters(landing, landed_files)
-    assert [d[2] for d in dead if d[1] != NOT_JSON] == list(DECLARED_ERRORS.values())
+    check_letters(dead, expected_dead_letters(landing, landed_files))
     assert rows_seen(ran["fast"]) == len(landed)
 
     # More files land; each pipeline goes on from its position, exactly once.
@@ -223,11 +242,11 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
         assert again[name].batches[0].batch_id == ran[name].batches[-1].batch_id + 1
     paths = [(b.path, b.bad_records) for b in again["fast"].batches]
-    assert paths == [("debezium_fast", 3), ("debezium_fast", 0)], paths
+    assert paths == [("debezium_fast", 4), ("debezium_fast", 0)], paths
     assert [b.bad_records for b in again["fast"].batches] == [b.bad_records for b in again["spark"].batches]
     dead = dead_letters(spark, "lake.dbzfiles.fast_dead_letter")
     assert dead == dead_letters(spark, "lake.dbzfiles.spark_dead_letter")
-    assert [(d[0], d[1]) for d in dead] == expected_dead_letters(landing, landed_files)
+    check_letters(dead, expected_dead_letters(landing, landed_files))
     assert sum(b.records_as_columns for b in ran["fast"].batches + again["fast"].batches) > 0  # runs read as columns
 
 
