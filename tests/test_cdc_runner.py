@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
+from icetide.config.pipeline.pipeline import PipelineConfig
 
-from icetide.config.pipeline import PipelineConfig
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.table_runner import Runner
 from tests.commands import crash_tour, warehouse_reader
@@ -206,6 +206,40 @@ def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
     row = {"id": 5000, "name": "bad", "description": None, "weight": 1.0}
     malformed = json.loads(stream.change("c", None, row))
     malformed["payload"]["before"] = "text"
+    # issue 49: values that contradict their declared schema, which the producer changed
+    nested = json.loads(stream.change("c", None, {**row, "description": {"x": "a"}}))
+    decimal = json.loads(stream.change("c", None, {**row, "weight": 1.234}))
+    for message, name, declared in (
+        (nested, "description", {"type": "struct", "fields": [{"type": "int32", "optional": True, "field": "x"}]}),
+        (
+            decimal,
+            "weight",
+            {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2"}},
+        ),
+    ):
+        for part in message["schema"]["fields"]:
+            for f in part.get("fields", []) if part["field"] in ("before", "after") else []:
+                if f["field"] == name:
+                    f.update(declared)
+    issue_49 = [
+        (
+            json.dumps(nested, separators=stream.separators).encode(),
+            "column description.x: text 'a' where the message's schema declares int32",
+        ),
+        (
+            json.dumps(decimal, separators=stream.separators).encode(),
+            "column weight: '1.234' has digits beyond the scale 2 its schema declares",
+        ),
+    ]
+    # issue 49: bytes that are not UTF-8 in a value and in a field name (the dead letter's payload
+    # holds U+FFFD where they were)
+    in_value = stream.change("c", None, {**row, "name": "badXY"}).replace(b'"badXY"', b'"bad\xff\xfe"')
+    in_name = stream.change("c", None, row).replace(b'"weight":1.0', b'"wei\xc3ght":1.0')
+    at_value, at_name = in_value.index(b"\xff"), in_name.index(b"\xc3")
+    issue_49 += [
+        (in_value, f"payload is not valid UTF-8 at byte {at_value}, in field payload.after.name"),
+        (in_name, f"payload is not valid UTF-8 at byte {at_name}, in the name of field payload.after.wei\ufffdght"),
+    ]
     return [
         (stream.change("c", None, {**row, "weight": "heavy"}), "column weight: 'heavy' is not a DOUBLE"),
         (stream.change("r", None, {**row, "id": "x"}), "column id: 'x' is not an INT"),
@@ -214,6 +248,7 @@ def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
         (stream.change("d", None, None), "before is missing for op 'd' (a delete needs the key)"),
         (stream.change("u", row, None), "after is missing for op 'u'"),
         (json.dumps(malformed, separators=stream.separators).encode(), "malformed JSON"),
+        *issue_49,
     ]
 
 
@@ -248,7 +283,8 @@ def test_bad_records_stay_on_the_fast_path_with_the_spark_paths_dead_letters(spa
     assert letters["fast"] == letters["spark"]
     assert counted["fast"] == counted["spark"]
     assert sorted(error for _, error, _ in letters["fast"]) == sorted(error for _, error in bad)
-    assert sorted(payload.encode() for payload, _, _ in letters["fast"]) == sorted(value for value, _ in bad)
+    sent = sorted(value.decode("utf-8", "replace").encode() for value, _ in bad)  # U+FFFD for bad bytes
+    assert sorted(payload.encode() for payload, _, _ in letters["fast"]) == sent
 
 
 def test_a_debezium_batch_read_again_after_its_dead_letters_committed_writes_each_once(
@@ -358,8 +394,9 @@ def test_long_runs_of_json_messages_are_read_as_columns_and_equal_the_model(
     equal the model, and the Spark path's table of the same stream. The sync reads one `topic`
     into a table-name template (it once read nothing: only `topics` and `topic_pattern` were
     listed)."""
+    from icetide.pipeline.sync.runner.runner import SyncRunner
+
     from icetide.decode.debezium.event_runs import MIN_RUN
-    from icetide.pipeline.sync.runner import SyncRunner
 
     records = long_stream(71, 4 * MIN_RUN)
     topic = create_topic(kafka_broker, partitions=1)

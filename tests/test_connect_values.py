@@ -39,7 +39,7 @@ NUMBERS_AS_SENT: list[tuple[str, str, str]] = [
     ("real_c", "Infinity", SAME),
     ("real_c", "-Infinity", SAME),
     ("real_c", "1e400", SAME),
-    ("real_c", "-3.5e38", SAME),
+    ("real_c", "-3.5e38", DEAD_LETTER),  # within a double, beyond FLOAT: refused (issue 49; Spark: -infinity)
     ("real_c", "3.4028235677973366e38", SAME),  # the halfway double: its shortest text is below it
     ("real_c", "1.000000059604644775390625", SAME),
     ("real_c", '"1.000000059604644775390625"', SAME),  # exactly halfway: to even
@@ -47,14 +47,15 @@ NUMBERS_AS_SENT: list[tuple[str, str, str]] = [
     ("double_c", "Infinity", SAME),
     ("double_c", "-1e400", SAME),
     ("double_c", "-" + "9" * 400, SAME),
-    # a Connect Decimal sent as a number or numeric text: read again, exactly, rounded half up
-    ("decimal_c", "12.50001", SAME),
-    ("decimal_c", "12.50005", SAME),
+    # a Connect Decimal sent as a number or numeric text: read again, exactly; a digit beyond the
+    # declared scale is refused (issue 49; Spark rounded it half up)
+    ("decimal_c", "12.50001", DEAD_LETTER),
+    ("decimal_c", "12.50005", DEAD_LETTER),
     ("decimal_c", "1e2", SAME),
     ("decimal_c", "1E-2", SAME),
-    ("decimal_c", "1234.56789", SAME),
+    ("decimal_c", "1234.56789", DEAD_LETTER),
     ("decimal_c", "-0.0", SAME),
-    ("decimal_c", "0.00001", SAME),
+    ("decimal_c", "0.00001", DEAD_LETTER),
     ("decimal_c", "1234", SAME),  # four digits: base64 to Spark
     ("decimal_c", "12", SAME),
     ("decimal_c", "12345678901234567890.1234", DEAD_LETTER),  # the error quotes its double's 17 digits
@@ -68,9 +69,9 @@ NUMBERS_AS_SENT: list[tuple[str, str, str]] = [
     ("decimal_c", '{"a":1}', DEAD_LETTER),
     ("fine_c", "1.5", SAME),
     ("fine_c", "1.00005", DEAD_LETTER),  # scale 6, then a digit DECIMAL(8,4) would round
-    ("coarse_c", "-1.005", SAME),
-    ("decimal_s", "12.345678", SAME),
-    ("whole_s", "-1.5", SAME),
+    ("coarse_c", "-1.005", DEAD_LETTER),
+    ("decimal_s", "12.345678", DEAD_LETTER),
+    ("whole_s", "-1.5", DEAD_LETTER),
     # times of day: up to 19 digits, Java's long arithmetic
     ("time_c", "1e3", DEAD_LETTER),
     ("time_c", "NaN", DEAD_LETTER),
@@ -203,17 +204,25 @@ def test_a_decimal_of_38_digits_keeps_them_all() -> None:
     from decimal import Decimal
 
     import pyarrow as pa
+    import pytest
 
     from icetide.decode.debezium import connect_schema as C
     from icetide.decode.debezium.conversions import Conversions
+    from icetide.decode.spark_compat.connect_text import DeadLetter
 
     f = C.ConnectField("d", "bytes", C.DECIMAL, parameters={"scale": "2"})
     convert = Conversions().converter(f, pa.decimal128(38, 4), "d")
     unscaled = 10**35 + 12345
     sent = base64.b64encode(unscaled.to_bytes(16, "big", signed=True)).decode()
     assert convert(sent) == Decimal(f"{unscaled}E-2")
-    assert convert(Decimal("123456789876543212345678987654321.115")) == Decimal(
+    assert convert(Decimal("123456789876543212345678987654321.120")) == Decimal(
         "123456789876543212345678987654321.1200"
+    )
+    # a digit beyond the declared scale 2 is refused, not rounded (issue 49), however many digits
+    with pytest.raises(DeadLetter) as refused:
+        convert(Decimal("123456789876543212345678987654321.115"))
+    assert refused.value.error == (
+        "column d: '123456789876543212345678987654321.115' has digits beyond the scale 2 its schema declares"
     )
 
 

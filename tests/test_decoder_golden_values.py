@@ -362,7 +362,6 @@ DELIBERATE: dict[str, dict[str, Any]] = {
     "varchar_c=1e+23": {"dead_letters": [_declared_string("1.0E23")]},
     "varchar_c=5e-324": {"dead_letters": [_declared_string("5.0E-324")]},
     "tiny_c=1e+23": {"dead_letters": ["column tiny_c: '1.0E23' is not an INT"]},
-    "arr_s=[1e+23]": {"arr_s": ["1.0E23"]},
 }
 # What the Python decoder does not read yet: NotHere reason -> case ids.
 NOT_YET: dict[str, Any] = {}

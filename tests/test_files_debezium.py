@@ -5,12 +5,16 @@ The first file is the real MySQL connector output in tests/data/debezium/flink_m
 (Debezium 1.1.1's tutorial `products`: snapshot rows, updates, inserts, a delete; its source is in
 tests/data/debezium/SOURCES.md), saved with a byte-order mark and CRLF line ends as Windows tools
 write them. The later files are `ProductsStream` changes in that message's schema and source block
-(updates, a key-moving update, deletes), with a line that is not JSON.
+(updates, a key-moving update, deletes), with a line that is not JSON, two updates whose schema a
+producer changed so that their values contradict it (a struct field holding text where int32 is
+declared, a Decimal of scale 2 sent with three decimals) and one whose bytes are not UTF-8
+(issue 49: dead letters naming the field, and the byte).
 
 The same folder runs through two pipelines: the fast path (the sync fast path's task reading the
 files, executor/sync_task.py) and the Spark path (`fast_path: off`). Both tables must equal the
 reference model of the whole stream, and each other's dead letters (position "file:line", payload,
-error) and record counts, batch by batch, also after more files land and the pipelines run again.
+error) and record and dead-letter counts (`bad_records`, the metric), batch by batch, also after
+more files land and the pipelines run again.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ def land(landing: Path, name: str, text: str, *, n: int, bom: bool = False, crlf
     """One landing file, renamed into place with a modification time that orders it after the others."""
     landing.mkdir(parents=True, exist_ok=True)
     body = text.replace("\n", "\r\n") if crlf else text
-    data = (b"\xef\xbb\xbf" if bom else b"") + body.encode()
+    data = (b"\xef\xbb\xbf" if bom else b"") + body.encode("utf-8", "surrogateescape")  # \udcff: byte FF
     tmp = landing / f".{name}"
     tmp.write_bytes(data)
     os.utime(tmp, (1_767_300_000 + n, 1_767_300_000 + n))
@@ -65,8 +69,49 @@ def stream_files(stream: ProductsStream, rows: dict[int, dict[str, Any]], first:
         out.append(stream.change("d", rows.pop(gone), None).decode())
         if f == 1:
             out.insert(3, NOT_JSON)
+            out += declared_contradictions(stream, rows[sorted(rows)[0]])
         files.append(out)
     return files
+
+
+# Errors of the updates `declared_contradictions` writes, by the field their schema changes.
+DECLARED_ERRORS = {
+    "description": "column description.x: text 'a' where the message's schema declares int32",
+    "weight": "column weight: '1.234' has digits beyond the scale 2 its schema declares",
+}
+
+
+def declared_contradictions(stream: ProductsStream, row: dict[str, Any]) -> list[str]:
+    """Two updates of `row` that are dead letters (issue 49), their schema changed as a producer
+    might: `description` declared a struct whose int32 part holds text, `weight` a Decimal of scale
+    2 sent as a number with three decimals (Spark's reading made a row of each: the struct's JSON
+    text, the number rounded)."""
+    out = []
+    for name, value, declared in (
+        ("description", {"x": "a"}, {"type": "struct", "fields": [{"type": "int32", "optional": True, "field": "x"}]}),
+        (
+            "weight",
+            1.234,
+            {
+                "type": "bytes",
+                "name": "org.apache.kafka.connect.data.Decimal",
+                "version": 1,
+                "parameters": {"scale": "2"},
+            },
+        ),
+    ):
+        message = json.loads(stream.change("u", row, dict(row, **{name: value})))
+        for part in message["schema"]["fields"]:
+            if part["field"] in ("before", "after"):
+                for f in part["fields"]:
+                    if f["field"] == name:
+                        f.update(declared, optional=True)
+        message["payload"]["before"][name] = None
+        out.append(json.dumps(message, separators=(",", ":")))
+    # and bytes that are not UTF-8 in a value (written by `land` from the escapes \udcff, \udcfe)
+    text = stream.change("u", row, dict(row, name="badXY")).decode()
+    out.append(text.replace('"badXY"', '"bad\udcff\udcfe"'))
+    return out
 
 
 def pipeline(name: str, landing: Path, fast_path: str) -> dict[str, Any]:
@@ -93,9 +138,47 @@ def run(spark: Any, doc: dict[str, Any]) -> RunSummary:
 def model_of(all_lines: list[str]) -> dict[int, tuple[Any, ...]]:
     model: dict[int, tuple[Any, ...]] = {}
     for line in all_lines:
-        if line != NOT_JSON:
+        if line != NOT_JSON and _declared_error(line) is None:
             apply_changes(model, json.loads(line)["payload"])
     return model
+
+
+def _declared_error(line: str) -> str | None:
+    """The dead letter's error of a line `declared_contradictions` wrote, else None."""
+    if line == NOT_JSON:
+        return None
+    if "\udcff" in line:
+        at = line.encode("utf-8", "surrogateescape").index(b"\xff")
+        return f"payload is not valid UTF-8 at byte {at}, in field payload.after.name"
+    after = json.loads(line)["payload"]["after"] or {}
+    if isinstance(after.get("description"), dict):
+        return DECLARED_ERRORS["description"]
+    if after.get("weight") == 1.234:  # the stream's own weights are quarters
+        return DECLARED_ERRORS["weight"]
+    return None
+
+
+def expected_dead_letters(landing: Path, landed_files: dict[str, list[str]]) -> list[tuple[str, str, str | None]]:
+    """(position, payload, error) of every dead letter the landed files hold, in position order:
+    the line that is not JSON (its error not given here), the updates that contradict their
+    declared schema and the one whose bytes are not UTF-8 (its payload with U+FFFD)."""
+    out = []
+    for name, file_lines in landed_files.items():
+        for n, line in enumerate(file_lines, start=1):
+            error = _declared_error(line)
+            if line == NOT_JSON or error is not None:
+                payload = line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                out.append((f"{landing / name}:{n}", payload, error))
+    return sorted(out)
+
+
+def check_letters(dead: list[tuple[Any, ...]], expected: list[tuple[str, str, str | None]]) -> None:
+    """The dead-letter table's (position, payload, error) rows are the expected ones, one by one
+    (an expected error of None: the line that is not JSON, whose error is not checked here)."""
+    assert [(d[0], d[1]) for d in dead] == [(p, payload) for p, payload, _ in expected]
+    assert [d[2] for d, (_, _, e) in zip(dead, expected, strict=True) if e is not None] == [
+        e for _, _, e in expected if e is not None
+    ]
 
 
 def table(spark: Any, name: str) -> dict[int, tuple[Any, ...]]:
@@ -122,9 +205,11 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
         else:
             rows[event["after"]["id"]] = event["after"]
     landed = list(real)
+    landed_files: dict[str, list[str]] = {}
     for n, out in enumerate(stream_files(stream, rows, first=10_000), start=1):
         land(landing, f"part-{n:03d}.json", "\n".join(out) + "\n", n=n)
         landed += out
+        landed_files[f"part-{n:03d}.json"] = out
 
     fast, spark_path = pipeline("fast", landing, "auto"), pipeline("spark", landing, "off")
     ran = {name: run(spark, doc) for name, doc in (("fast", fast), ("spark", spark_path))}
@@ -132,15 +217,17 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
     for name in ("fast", "spark"):
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
     # A line that is not JSON is read as the Spark path's tasks read it (decode/debezium/message.py
-    # `final`): the same dead letter, and its batch stays on the fast path.
+    # `final`): the same dead letter, and its batch stays on the fast path; so are the two updates
+    # that contradict their declared schema and the one whose bytes are not UTF-8 (issue 49), each
+    # counted in the batch's bad_records.
     paths = [(b.path, b.bad_records) for b in ran["fast"].batches]
-    assert paths == [("debezium_fast", 0), ("debezium_fast", 1)], paths
+    assert paths == [("debezium_fast", 0), ("debezium_fast", 4)], paths
     assert {(b.path, b.fallback) for b in ran["spark"].batches} == {("spark", "fast_path_off")}
     assert [b.records_in for b in ran["fast"].batches] == [b.records_in for b in ran["spark"].batches]
     assert [b.bad_records for b in ran["fast"].batches] == [b.bad_records for b in ran["spark"].batches]
     dead = dead_letters(spark, "lake.dbzfiles.fast_dead_letter")
     assert dead == dead_letters(spark, "lake.dbzfiles.spark_dead_letter")
-    assert [(d[0], d[1]) for d in dead] == [(f"{landing / 'part-002.json'}:4", NOT_JSON)]
+    check_letters(dead, expected_dead_letters(landing, landed_files))
     assert rows_seen(ran["fast"]) == len(landed)
 
     # More files land; each pipeline goes on from its position, exactly once.
@@ -148,17 +235,18 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
     for n, out in enumerate(more, start=4):
         land(landing, f"part-{n:03d}.json", "\n".join(out) + "\n", n=n)
         landed += out
+        landed_files[f"part-{n:03d}.json"] = out
     again = {name: run(spark, doc) for name, doc in (("fast", fast), ("spark", spark_path))}
     model = model_of(landed)
     for name in ("fast", "spark"):
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
         assert again[name].batches[0].batch_id == ran[name].batches[-1].batch_id + 1
     paths = [(b.path, b.bad_records) for b in again["fast"].batches]
-    assert paths == [("debezium_fast", 1), ("debezium_fast", 0)], paths
-    assert dead_letters(spark, "lake.dbzfiles.fast_dead_letter") == dead_letters(
-        spark, "lake.dbzfiles.spark_dead_letter"
-    )
-    assert len(dead_letters(spark, "lake.dbzfiles.fast_dead_letter")) == 2
+    assert paths == [("debezium_fast", 4), ("debezium_fast", 0)], paths
+    assert [b.bad_records for b in again["fast"].batches] == [b.bad_records for b in again["spark"].batches]
+    dead = dead_letters(spark, "lake.dbzfiles.fast_dead_letter")
+    assert dead == dead_letters(spark, "lake.dbzfiles.spark_dead_letter")
+    check_letters(dead, expected_dead_letters(landing, landed_files))
     assert sum(b.records_as_columns for b in ran["fast"].batches + again["fast"].batches) > 0  # runs read as columns
 
 

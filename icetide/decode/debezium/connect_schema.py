@@ -57,6 +57,13 @@ class ConnectField:
     logical: str | None = None
     optional: bool = True
     parameters: Mapping[str, str] = field(default_factory=dict)
+    # What a struct, array or map declares inside it (the JSON converter's `fields`, `items`,
+    # `keys` and `values`): the fields of a struct; an array's element, a map's key and value
+    # schemas (their `name` empty). None or empty where the schema says nothing.
+    fields: tuple[ConnectField, ...] = ()
+    items: ConnectField | None = None
+    keys: ConnectField | None = None
+    values: ConnectField | None = None
 
     @property
     def scale(self) -> int | None:
@@ -90,15 +97,25 @@ class EnvelopeSchema:
         return [f.name for f in self.fields]
 
 
-def _field(d: Mapping[str, Any]) -> ConnectField:
+def _field(d: Mapping[str, Any], name: str | None = None) -> ConnectField:
+    """A field's schema (a struct's field, or with `name` "" an array's or map's inner schema)."""
     parameters = d.get("parameters") or {}
+    inner = d.get("fields")
     return ConnectField(
-        name=str(d.get("field")),
+        name=str(d.get("field")) if name is None else name,
         type=str(d.get("type")),
         logical=d.get("name") if isinstance(d.get("name"), str) else None,
         optional=bool(d.get("optional", True)),
         parameters={str(k): str(v) for k, v in parameters.items()} if isinstance(parameters, Mapping) else {},
+        fields=tuple(_field(f) for f in inner if isinstance(f, Mapping)) if isinstance(inner, list) else (),
+        items=_inner(d.get("items")),
+        keys=_inner(d.get("keys")),
+        values=_inner(d.get("values")),
     )
+
+
+def _inner(d: Any) -> ConnectField | None:
+    return _field(d, "") if isinstance(d, Mapping) else None
 
 
 def parse_envelope_schema(text: str) -> EnvelopeSchema:

@@ -29,7 +29,7 @@ from icetide.decode.debezium import connect_schema as C
 from icetide.decode.debezium import decimals
 from icetide.decode.debezium.declared import declared_check
 from icetide.decode.json import nested
-from icetide.decode.json.scalars import scalar_value, unsupported_columns
+from icetide.decode.json.scalars import scalar_value, unfit_error, unsupported_columns
 from icetide.decode.spark_compat import datetime_casts, json_values
 from icetide.decode.spark_compat.connect_text import (
     WIDE,
@@ -40,7 +40,6 @@ from icetide.decode.spark_compat.connect_text import (
     exact_number,
     field_text,
     float32_of,
-    java_decimal_text,
     java_double,
     java_fullmatch,
     time_of_day_text,
@@ -112,6 +111,7 @@ def _read_as_is(f: C.ConnectField, t: pa.DataType) -> tuple[type, tuple[int, int
 
 
 _DECLARED_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+_NESTED = frozenset({"struct", "array", "map"})
 
 
 @dataclass(frozen=True)
@@ -126,12 +126,20 @@ class Conversions:
         """The converter of column `name` of type `t` for Connect field `f` (None: no schema).
         NotHere for a combination it does not read exactly. A value the column's reading takes
         is a dead letter all the same where it contradicts the type `f` declares
-        (decode/debezium/declared.py); one it refuses keeps that reading's error."""
+        (decode/debezium/declared.py); one it refuses keeps that reading's error, but for a
+        struct, array or map, whose parts are checked against their declared types first."""
         convert = self._reader(f, t, name)
         check = declared_check(f, name) if f is not None else None
         if check is None:
             return convert
         assert f is not None
+        if f.type in _NESTED:  # its parts checked first: the error names the part and its declared type
+
+            def parts_first(v: Any) -> Any:
+                check(v)
+                return convert(v)
+
+            return parts_first
         same = _read_as_is(f, t)
         if same is None:
 
@@ -170,7 +178,7 @@ class Conversions:
                 return self._schemaless_decimal(t, name)
             if pa.types.is_timestamp(t) and self.time_precision_mode != "connect":
                 return self._adaptive_timestamp(t, name)
-            return self._generic(t, name)
+            return self._generic(t, name, declared=False)
         if logical == C.DECIMAL:
             return self._decimal(f, t, name)
         if logical == C.VARIABLE_SCALE_DECIMAL:
@@ -199,9 +207,12 @@ class Conversions:
 
     # -- conversions --------------------------------------------------------------------------
 
-    def _generic(self, t: pa.DataType, name: str) -> Converter:
+    def _generic(self, t: pa.DataType, name: str, *, declared: bool = True) -> Converter:
         """`convert(raw, t, "ms")` of the Spark path: the arrow_json decoder's rules, Java's for
-        FLOAT and DOUBLE text, Spark's parsers for time and date text (decode/spark_compat/datetime_casts.py)."""
+        FLOAT and DOUBLE text, Spark's parsers for time and date text (decode/spark_compat/datetime_casts.py);
+        but exactly where Spark repaired (issue 49): a DECIMAL without rounding, a FLOAT without
+        a finite value beyond its range, an ARRAY, STRUCT or MAP by `_nested`. `declared`: the
+        message's schema declares the field (else the column's type alone decides)."""
         json_value = functools.partial(scalar_value, time_zone=self.time_zone)
 
         def value_of(raw: str, t: pa.DataType) -> Any:
@@ -229,6 +240,18 @@ class Conversions:
             return value
 
         if pa.types.is_string(t):
+            if not declared:  # no schema: an object or array is no text (as in plain JSON, issue 49)
+
+                def schemaless_text(v: Any) -> str:
+                    kind = type(v)
+                    if kind is str:
+                        return v  # type: ignore[no-any-return]
+                    if kind is dict or kind is list:
+                        shape = "object" if kind is dict else "array"
+                        raise DeadLetter(unfit_error(name, field_text(v), t, shape=shape))
+                    return field_text(v)
+
+                return schemaless_text
 
             def text(v: Any) -> str:
                 return v if type(v) is str else field_text(v)
@@ -262,7 +285,10 @@ class Conversions:
                     x = parsed
                 # an integer that is its double: no doubt
                 if single and not (type(v) is int and math.isfinite(x) and int(x) == v):
-                    return _single(x, v)
+                    y = _single(x, v)
+                    if math.isinf(y) and math.isfinite(x):  # issue 49: Spark wrote infinity
+                        raise DeadLetter(unfit_error(name, field_text(v), t, beyond=True))
+                    return y
                 return x
 
             return floating
@@ -288,12 +314,11 @@ class Conversions:
                 return (value_of(field_text(v), t) - _EPOCH_DAY).days  # type: ignore[no-any-return]
 
             return day
-        if pa.types.is_decimal128(t):
-            return _converted(lambda raw: json_values.decimal_value(raw, t))
+        if pa.types.is_decimal128(t):  # exactly: no digit beyond the scale is rounded away (issue 49)
+            return _converted(lambda raw: json_values.exact_decimal_value(raw, t))
         if pa.types.is_binary(t):
             return _converted(json_values.binary_value)
-        zone = self.time_zone  # an ARRAY, STRUCT or MAP (`supported_column`): from_json of the text
-        return _converted(lambda raw: nested.value(raw, t, zone))
+        return _nested(t, name, self.time_zone, declared=declared)
 
     def _spark_datetime(self, raw: str, t: pa.DataType, name: str) -> date | datetime | None:
         """Text the arrow_json rules do not read as a time or date, as Spark's cast reads it
@@ -327,6 +352,9 @@ class Conversions:
         return adaptive
 
     def _decimal(self, f: C.ConnectField, t: pa.DataType, name: str) -> Converter:
+        """A Connect Decimal into a column: a number or base64 bytes at the declared scale, then
+        at the column's, a digit beyond either a dead letter (the Spark SQL decoder rounded a
+        number to the declared scale, and E notation such as 1.0E-7 to the column's)."""
         scale = f.scale or 0
         if not (0 <= scale <= 38 and pa.types.is_decimal128(t)):
             into = self._of_text(t, name)
@@ -336,19 +364,8 @@ class Conversions:
 
         def decimal(v: Any) -> Any:
             number = decimal_number(v, name)
-            if number is None:
-                unscaled = decimals.base64_unscaled(v, name)
-            else:
-                read = decimal_unscaled(number, scale)
-                if read is None:
-                    raise DeadLetter(why=f"column {name}: a decimal number beyond DECIMAL(38,{scale})")
-                unscaled = read
-                shown = java_decimal_text(unscaled, scale)
-                if "E" in shown:  # Spark casts this text with rounding (the former Spark SQL decoder `_to_type`)
-                    value = json_values.decimal_value(shown, t)
-                    if value is None:
-                        raise DeadLetter(why=f"column {name}: a decimal beyond DECIMAL({precision},{target})")
-                    return value
+            # exactly at the declared scale; then the column's, never rounded (issue 49)
+            unscaled = decimals.base64_unscaled(v, name) if number is None else decimal_unscaled(number, scale, name)
             if scale <= target:
                 unscaled *= 10 ** (target - scale)
             else:
@@ -361,6 +378,28 @@ class Conversions:
             return Decimal(unscaled).scaleb(-target, context=WIDE)  # the default context keeps 28 digits
 
         return decimal
+
+
+def _nested(t: pa.DataType, name: str, zone: str, *, declared: bool) -> Converter:
+    """An ARRAY, STRUCT or MAP column (`supported_column`) from the field's JSON value, read
+    exactly (decode/json/nested.py `exact_value`, the JSON decoder's reading; issue 49):
+    a part that does not fit its element or field type is a dead letter naming it (`column
+    geo.srid: 'x' is not an INT`), never null as Spark's from_json left it. An object or array
+    in a STRING element or field is kept as its JSON text only where the message's schema
+    declares the field (`declared`): its parts have then passed the declared check, so such a
+    part is declared a struct, array or map, as a top-level one into a STRING column is kept;
+    without a schema, the column's type alone decides and it is a dead letter."""
+
+    def read(v: Any) -> Any:
+        try:
+            value = nested.exact_value(field_text(v), t, nested.Reading(zone, exact=True, as_text=declared))
+        except nested.Unfit as part:
+            raise DeadLetter(unfit_error(name + part.path, part.raw, part.type, part.shape, part.beyond)) from None
+        if value is None:
+            raise DeadLetter()
+        return value
+
+    return read
 
 
 def _converted(convert: Callable[[str], Any]) -> Converter:
@@ -382,7 +421,8 @@ def _single(x: float, v: Any) -> float:
     """`x`, the double of value `v`, for a FLOAT column. Spark parses the value's text (Java's for
     a JSON number) straight to a FLOAT; Arrow rounds the double `x` to one. The two can differ
     only where `x` is halfway between two FLOATs (the text may lie on either side of it), or
-    beyond the largest FLOAT: there the text's exact value decides (`float32_of`)."""
+    beyond the largest FLOAT: there the text's exact value decides (`float32_of`). Infinity for
+    a finite `x` is a value beyond FLOAT's range, which the converter refuses (issue 49)."""
     if not math.isfinite(x):
         return x
     if abs(x) <= _FLOAT32_MAX:

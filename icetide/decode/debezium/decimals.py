@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from icetide.decode.json import nested
+from icetide.decode.json.scalars import unfit_error
 from icetide.decode.spark_compat import json_values
 from icetide.decode.spark_compat.connect_text import (
     DeadLetter,
@@ -33,16 +34,14 @@ _VARIABLE_SCALE = pa.struct([("scale", pa.int32()), ("value", pa.string())])
 def connect_decimal_text(v: Any, scale: int, name: str) -> str:
     """The text of a Connect Decimal of `scale` (the former Spark SQL decoder `_number_or_base64` with
     `_exact_number`): a number read again from the payload as DECIMAL(38, scale) when the scale
-    is 0 to 38 (else its own text), or base64 bytes. DeadLetter where Spark's text is null."""
+    is 0 to 38 (else its own text), or base64 bytes. DeadLetter where Spark's text is null, and
+    where the number has a digit beyond `scale` (`decimal_unscaled`; Spark rounded it)."""
     number = decimal_number(v, name)
     if number is None:
         return unscaled_text(base64_unscaled(v, name), scale)
     if not 0 <= scale <= 38:
         return field_text(v)
-    unscaled = decimal_unscaled(number, scale)
-    if unscaled is None:
-        raise DeadLetter(why=f"column {name}: a decimal number beyond DECIMAL(38,{scale})")
-    return java_decimal_text(unscaled, scale)
+    return java_decimal_text(decimal_unscaled(number, scale, name), scale)
 
 
 def schemaless_decimal_text(v: Any, scale: int, name: str) -> str:
@@ -54,9 +53,13 @@ def schemaless_decimal_text(v: Any, scale: int, name: str) -> str:
 
 
 def variable_scale_text(v: Any, name: str, time_zone: str) -> str:
-    """The text of an io.debezium.data.VariableScaleDecimal (`{"scale": s, "value": base64}`):
-    read as `from_json(text, 'scale INT, value STRING')`; DeadLetter without a scale of 0 to 38."""
-    parts = nested.value(field_text(v), _VARIABLE_SCALE, time_zone)
+    """The text of an io.debezium.data.VariableScaleDecimal (`{"scale": s, "value": base64}`),
+    read exactly as a `scale INT, value STRING` struct (decode/json/nested.py `exact_value`:
+    a part that does not fit is a dead letter naming it); DeadLetter without a scale of 0 to 38."""
+    try:
+        parts = nested.exact_value(field_text(v), _VARIABLE_SCALE, nested.Reading(time_zone, exact=True))
+    except nested.Unfit as part:
+        raise DeadLetter(unfit_error(name + part.path, part.raw, part.type, part.shape, part.beyond)) from None
     scale = parts["scale"] if parts is not None else None
     if scale is None or not 0 <= scale <= 38 or parts["value"] is None:
         raise DeadLetter(why=f"column {name}: a variable scale decimal without a scale of 0 to 38")
@@ -64,12 +67,13 @@ def variable_scale_text(v: Any, name: str, time_zone: str) -> str:
 
 
 def text_decimal(text: str, t: pa.Decimal128Type, name: str) -> Any:
-    """Decimal text into a DECIMAL column (the former Spark SQL decoder `_to_type`): E notation is cast
-    (rounded half up), plain text only when it has no digit to round; DeadLetter otherwise."""
+    """Decimal text into a DECIMAL column, exactly: plain or E notation, with no non-zero digit
+    beyond the column's scale (issue 49: the former Spark SQL decoder `_to_type` cast E notation
+    with rounding half up); DeadLetter otherwise."""
     plain = re.compile(rf"-?[0-9]*(\.[0-9]{{0,{t.scale}}}0*)?")
     value = None
     if "e" in text or "E" in text or java_fullmatch(plain, text):
-        value = json_values.decimal_value(text, t)
+        value = json_values.exact_decimal_value(text, t)
     if value is None:
         raise DeadLetter(why=f"column {name}: a decimal that does not fit DECIMAL({t.precision},{t.scale})")
     return value

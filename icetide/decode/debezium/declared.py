@@ -11,11 +11,21 @@ the decoder in the same forms (decode/avro/schema.py), their types fixed by the 
 
 A value in another form contradicts its schema: the record is a dead letter naming the column,
 never a row read by the table column's type (text in an `int32` field landing in a STRING column,
-an object in a `string` field landing as its JSON text).
+an object in a `string` field landing as its JSON text). So is a part of a struct, array or map
+whose schema declares its parts (`column geo.srid: text 'x' where the message's schema declares
+int32`), the JSON converter's form checked down to every element (Kafka's JsonConverter writes
+each part by its own schema, `convertToJson`).
+
+Checked against Kafka's JsonConverter (connect/json, `convertToJson`, and the Jackson
+`ObjectMapper` its JsonSerializer writes with): Float.NaN, Float.POSITIVE_INFINITY and
+Float.NEGATIVE_INFINITY come out as the texts "NaN", "Infinity" and "-Infinity" (Jackson's
+QUOTE_NON_NUMERIC_NUMBERS, on by default; run on jackson-databind 2.21.2), so those texts keep
+their meaning in a float or double field; a finite float32 is at most 3.4028235E38.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -66,7 +76,14 @@ def _refused(name: str, v: Any, declared: str) -> DeadLetter:
 def declared_check(f: C.ConnectField, name: str) -> Callable[[Any], None] | None:
     """A function that raises DeadLetter (its error naming column `name`) for a JSON value (not
     None) that is not in a form Connect field `f`'s declared type and logical name takes; None
-    for a type this module does not know (no check)."""
+    for a type this module does not know (no check).
+
+    Inside a struct, array or map whose schema declares its parts (`fields`, `items`, `keys`,
+    `values`), each part not null is checked the same way, the error naming its place: `name.x`
+    for a struct's field, `name[1]` for an array's element, `name["k"]` for a map's value; a map
+    whose keys are not strings, which the JSON converter writes as an array of [key, value]
+    pairs, `name[1].key` and `name[1].value`. A struct's key its schema lacks is no contradiction
+    (the JSON converter's reader skips it): the column's reading decides what becomes of it."""
     declared = f.type if f.logical is None else f"{f.type} ({f.logical})"
     bits = _INTEGER_BITS.get(f.type)
     if bits is not None:
@@ -77,6 +94,12 @@ def declared_check(f: C.ConnectField, name: str) -> Callable[[Any], None] | None
                 raise _refused(name, v, declared)
 
         return integer
+    if f.type == "struct" and f.fields:
+        return _struct_check(f, name, declared)
+    if f.type == "array" and f.items is not None:
+        return _array_check(f.items, name, declared)
+    if f.type == "map" and f.values is not None:
+        return _map_check(f, name, declared)
     forms = _DECIMAL_FORMS if f.logical == C.DECIMAL else _FORMS.get(f.type)
     if forms is None:
         return None
@@ -87,3 +110,74 @@ def declared_check(f: C.ConnectField, name: str) -> Callable[[Any], None] | None
             raise _refused(name, v, declared)
 
     return form
+
+
+_Check = Callable[[Any], None]
+
+
+def _part(f: C.ConnectField, name: str) -> _Check:
+    """The check of a part declared by `f` at place `name` (a type not known here: none)."""
+    return declared_check(f, name) or _no_check
+
+
+def _no_check(v: Any) -> None:
+    return None
+
+
+def _struct_check(f: C.ConnectField, name: str, declared: str) -> _Check:
+    parts = {p.name: _part(p, f"{name}.{p.name}") for p in f.fields}
+
+    def struct(v: Any) -> None:
+        if type(v) is not dict:
+            raise _refused(name, v, declared)
+        for key, check in parts.items():
+            x = v.get(key)
+            if x is not None:
+                check(x)
+
+    return struct
+
+
+def _array_check(items: C.ConnectField, name: str, declared: str) -> _Check:
+    checks: list[_Check] = []  # one per place, made as long arrays first reach it
+
+    def array(v: Any) -> None:
+        if type(v) is not list:
+            raise _refused(name, v, declared)
+        while len(checks) < len(v):
+            checks.append(_part(items, f"{name}[{len(checks)}]"))
+        for check, x in zip(checks, v, strict=False):
+            if x is not None:
+                check(x)
+
+    return array
+
+
+def _map_check(f: C.ConnectField, name: str, declared: str) -> _Check:
+    assert f.values is not None
+    values, keys = f.values, f.keys
+    if keys is None or keys.type == "string":  # the JSON converter's object: string keys
+
+        def map_object(v: Any) -> None:
+            if type(v) is not dict:
+                raise _refused(name, v, declared)
+            for k, x in v.items():
+                if x is not None:
+                    _part(values, f"{name}[{json.dumps(k, ensure_ascii=False)}]")(x)
+
+        return map_object
+    key_declared = keys.type if keys.logical is None else f"{keys.type} ({keys.logical})"
+
+    def map_pairs(v: Any) -> None:
+        if type(v) is not list:
+            raise _refused(name, v, declared)
+        for i, pair in enumerate(v):
+            if type(pair) is not list or len(pair) != 2:
+                raise _refused(f"{name}[{i}]", pair, f"a [key, value] pair of a map with {key_declared} keys")
+            k, x = pair
+            if k is not None:
+                _part(keys, f"{name}[{i}].key")(k)
+            if x is not None:
+                _part(values, f"{name}[{i}].value")(x)
+
+    return map_pairs

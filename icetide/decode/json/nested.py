@@ -1,11 +1,10 @@
 """ARRAY, STRUCT and MAP values of the pyarrow JSON decoder (decode/json/records.py), one at a time.
 
 the former Spark SQL JSON decoder reads such a column with `from_json(raw, T)` (PERMISSIVE) of the field's raw
-text; `value` is that, in Python, as Spark 3.5.7 does it (measured against decode_json in
-tests/test_arrow_json_nested.py), and the Debezium decoder reads a Connect field's text into such
-a column with it (decode/debezium/conversions.py). The first JSON value of the text counts (leading JSON
-whitespace skipped, the rest ignored). Then, by Spark's JSON reader (JacksonParser) with partial
-results, which Spark 3.5 enables:
+text. The rules below are that, as Spark 3.5.7 does it (measured against decode_json in
+tests/test_arrow_json_nested.py); no decoder reads by them alone any more (issue 49). The first
+JSON value of the text counts (leading JSON whitespace skipped, the rest ignored). Then, by
+Spark's JSON reader (JacksonParser) with partial results, which Spark 3.5 enables:
 - ARRAY: must be a JSON array, every element fit its type; one element that does not makes the
   whole value not fit (at the top: the record is bad). Null elements stay null.
 - STRUCT: any JSON value reads: a field matches a key by exact name (the last of repeated keys
@@ -21,7 +20,9 @@ integral number of epoch seconds, or timestamp text as the top-level column has 
 TIMESTAMP_NTZ (timestamp text without a zone); BINARY (base64 text, padded, whitespace only
 between groups of four).
 
-The JSON decoder reads such a column with `exact_value` instead (issue 49: a value read exactly,
+The JSON and Debezium decoders read such a column with `exact_value` instead (the Debezium
+decoder's decode/debezium/conversions.py `_nested`, after checking each part against its declared
+Connect type) (issue 49: a value read exactly,
 or a dead letter, never one Spark repaired), by the rules above but that:
 - the text is one JSON value (JSON whitespace around it only), and a STRUCT's an object: other
   text does not fit (Spark: a struct of nulls);
@@ -31,8 +32,10 @@ or a dead letter, never one Spark repaired), by the rules above but that:
 - an object or array in a STRING element or field makes the record bad (`column s.note: object
   '{...}' is not a STRING`), unless the decoder's `nested_as_text` keeps its JSON text, counted
   (Spark: its JSON text);
-- a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up), a FLOAT no number
-  a double holds beyond FLOAT's range (Spark: infinity; beyond a double it is infinity, as at the top);
+- a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up) and no text with a
+  comma (Spark drops commas: "1,5" is 15), a FLOAT no number a double holds beyond FLOAT's range
+  (Spark: infinity; beyond a double it is infinity, as at the top), a TINYINT no 128..255 (Spark
+  wraps them to -128..-1);
 - the keys no struct field has are still skipped, and counted by the decoder (`unknown_keys`).
 
 Deliberate differences from decode_json, where Spark fails the whole batch or keeps a value no
@@ -102,8 +105,8 @@ class Unfit(_Unfit):
 
 
 class Reading:
-    """How a record's nested values are read: as Spark's from_json (`value`, for the Debezium
-    decoder), or exactly (`exact`: `exact_value`, the JSON decoder's), keeping objects and arrays
+    """How a record's nested values are read: as Spark's from_json, or exactly (`exact`:
+    `exact_value`, the JSON and Debezium decoders' only reading since issue 49), keeping objects and arrays
     in STRING elements and fields as JSON text with `as_text` (nested_as_text). It counts, over
     the values read with it, the texts so kept (`kept`), and says whether a key no struct field
     has was skipped (`skipped`: then `unknown_keys` names them)."""
@@ -145,35 +148,13 @@ def _element_supported(t: pa.DataType) -> bool:
     )
 
 
-def value(raw: str, t: pa.DataType, time_zone: str) -> Any:
-    """`from_json(raw, t)` in PERMISSIVE mode for a list, struct or map type `t`; None when the
-    value does not fit (a struct fits unless blank: text that is no object gives a struct of nulls).
-    The Debezium decoder's reading of a Connect field's text (decode/debezium/conversions.py)."""
-    try:
-        parsed, _ = _PAIRS.raw_decode(raw.lstrip(_JSON_SPACE))
-    except (ValueError, RecursionError):
-        parsed = None
-    if pa.types.is_struct(t):
-        if not raw.strip(_JSON_SPACE):
-            return None  # Spark's from_json: null for blank text
-        if not isinstance(parsed, _Object):
-            return {t.field(i).name: None for i in range(t.num_fields)}
-        return _struct(parsed, t, Reading(time_zone))
-    if parsed is None:
-        return None
-    try:
-        return _convert(parsed, t, Reading(time_zone))
-    except _Unfit:
-        return None
-
-
 def exact_value(raw: str, t: pa.DataType, reading: Reading) -> Any:
-    """The JSON decoder's reading of a list, struct or map column (issue 49), with `reading` (made
+    """The JSON and Debezium decoders' reading of a list, struct or map column (issue 49), with `reading` (made
     `exact`, one per record, which counts what it keeps as text and sees skipped keys): the
     value, or None when it does not fit as a whole. Raises `Unfit` naming the part of it that
     does not fit: a struct field, or an object or array where a STRING is.
 
-    Unlike `value`: `raw` must be one JSON value (JSON whitespace around it), a struct must be an
+    Unlike Spark's from_json: `raw` must be one JSON value (JSON whitespace around it), a struct must be an
     object, no field is left null because its value does not fit, a DECIMAL takes no digit
     beyond its scale, a FLOAT no finite number beyond its range, and a STRING takes an object or
     array only with `as_text`. Keys no struct field has are skipped (`unknown_keys`)."""
@@ -349,10 +330,11 @@ def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
     if pa.types.is_integer(t):
         if type(e) is not int:
             return None
-        low, high = _BYTE_RANGE if t.bit_width == 8 else lim.INT_RANGES[t.bit_width]
+        wraps = t.bit_width == 8 and not r.exact  # read exactly, 128..255 do not fit (Spark wraps them)
+        low, high = _BYTE_RANGE if wraps else lim.INT_RANGES[t.bit_width]
         if not low <= e <= high:
             return None
-        return e - 256 if e > 127 and t.bit_width == 8 else e
+        return e - 256 if e > 127 and wraps else e
     if pa.types.is_floating(t):
         if type(e) is int or isinstance(e, Decimal):
             return None if r.exact and _beyond_float(e, t) else float(e)
@@ -365,8 +347,8 @@ def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
             return fit(Decimal(e), t)
         if isinstance(e, Decimal):
             return fit(e, t)
-        if isinstance(e, str):
-            number = json_values.big_decimal(e.replace(",", ""))  # the en-US parser of Spark's reader
+        if isinstance(e, str):  # Spark's reader drops commas (its en-US parser): "1,5" is 15; read exactly, none
+            number = json_values.big_decimal(e if r.exact else e.replace(",", ""))
             return None if number is None else fit(number, t)
         return None
     if not isinstance(e, str):

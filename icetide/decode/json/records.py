@@ -66,8 +66,8 @@ from icetide.decode.json.block import BadRecord, DecodedBlock, PyarrowBlock
 from icetide.decode.json.scalars import (
     RAW_MESSAGE_CHARS,
     scalar_value,
-    type_name,
     undecodable_columns,
+    unfit_error,
     unsupported_columns,
 )
 from icetide.decode.limits import PayloadLimits
@@ -425,15 +425,9 @@ class ArrowJsonDecoder:
 
 
 def _unfit(column: str, raw: str, t: pa.DataType, shape: str | None = None, beyond: bool = False) -> str:
-    """The error of a value that does not fit column (or part of a column) `column` of type `t`:
-    `shape` "object" or "array" for JSON where a STRING is, `beyond` for a number beyond FLOAT."""
-    if shape is not None:
-        return f"column {column}: {shape} '{_quoted(raw)}' is not a STRING"
-    shown = type_name(t)
-    if beyond:
-        return f"column {column}: '{_quoted(raw)}' is out of {shown} range"
-    article = "an" if shown[:1].upper() in "AEIOU" else "a"
-    return f"column {column}: '{_quoted(raw)}' is not {article} {shown}"
+    """The error of a value that does not fit column (or part of a column) `column` of type `t`
+    (`unfit_error`)."""
+    return unfit_error(column, raw, t, shape, beyond)
 
 
 def _quoted(raw: str) -> str:

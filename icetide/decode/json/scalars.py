@@ -77,6 +77,20 @@ def type_name(dtype: pa.DataType) -> str:
     return name if "<" in name else name.upper()
 
 
+def unfit_error(column: str, raw: str, t: pa.DataType, shape: str | None = None, beyond: bool = False) -> str:
+    """The error of a value that does not fit column (or part of a column) `column` of type `t`:
+    `shape` "object" or "array" for JSON where a STRING is, `beyond` for a finite number beyond
+    FLOAT. One wording for the JSON and the Debezium decoders."""
+    quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."
+    if shape is not None:
+        return f"column {column}: {shape} '{quoted}' is not a STRING"
+    shown = type_name(t)
+    if beyond:
+        return f"column {column}: '{quoted}' is out of {shown} range"
+    article = "an" if shown[:1].upper() in "AEIOU" else "a"
+    return f"column {column}: '{quoted}' is not {article} {shown}"
+
+
 def raw_text(value: Any) -> str:
     """A JSON value's text as the Debezium decoder has it (decode/debezium/rows.py): text as it
     is, a double as Python writes it (1e7: "10000000.0"). The JSON decoder spells values as

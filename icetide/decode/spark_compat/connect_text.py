@@ -161,11 +161,18 @@ def decimal_number(v: Any, name: str = "", *, read_again: bool = True) -> Decima
     return Decimal(text.rstrip("".join(JAVA_LINE_ENDS)))
 
 
-def decimal_unscaled(number: Decimal, scale: int) -> int | None:
-    """The unscaled value of `number` read as DECIMAL(38, scale) (rounded half up); None when it
-    does not fit (Spark reads null)."""
+def decimal_unscaled(number: Decimal, scale: int, name: str) -> int:
+    """The unscaled value of `number` read as DECIMAL(38, scale), exactly: DeadLetter naming
+    column `name` when it does not fit, or has a non-zero digit beyond `scale` (issue 49: the
+    Spark SQL decoder rounded it half up; the scale is the one the message's schema declares)."""
     fitted = json_values.fit_decimal(number, pa.decimal128(38, scale))
-    return None if fitted is None else int(fitted.scaleb(scale, context=WIDE))
+    if fitted is None:
+        raise DeadLetter(why=f"column {name}: a decimal number beyond DECIMAL(38,{scale})")
+    if fitted != number:
+        shown = str(number)
+        quoted = shown if len(shown) <= RAW_MESSAGE_CHARS else shown[:RAW_MESSAGE_CHARS] + "..."
+        raise DeadLetter(f"column {name}: '{quoted}' has digits beyond the scale {scale} its schema declares")
+    return int(fitted.scaleb(scale, context=WIDE))
 
 
 def java_decimal_text(unscaled: int, scale: int) -> str:
