@@ -41,7 +41,6 @@ from tests.debezium_messages import ProductsStream
 from tests.test_debezium_arrow import (
     _FULL_TYPES_TABLE,
     CONVERSIONS,
-    DECLARED,
     _events,
     full_types,
     python_changes,
@@ -70,13 +69,6 @@ def check_golden(path: Path, head: dict[str, Any], cases: list[dict[str, Any]]) 
     return golden
 
 
-def declared_refusal(output: Output) -> bool:
-    """Whether a case's output is the dead letter of a value that contradicts its declared Connect
-    type: a deliberate difference from the golden files (issue 49; the Spark SQL decoder read such
-    a value by its column's type)."""
-    return len(output["dead_letters"]) == 1 and DECLARED in output["dead_letters"][0]
-
-
 def check_python(
     group: str,
     cases: Sequence[Case],
@@ -95,7 +87,7 @@ def check_python(
         except NotHere as exc:
             not_yet[case] = str(exc)
             continue
-        if mine != expected[case] and (case in (known or {}) or not declared_refusal(mine)):
+        if mine != expected[case]:
             differs[case] = mine
     known = known or {}
     unexpected = [
@@ -219,9 +211,7 @@ def test_debezium_decoders_match_the_golden_files(spark: Any, group: str) -> Non
         c["id"]: c for c in json.loads((GOLDEN / "debezium_conversions" / f"{group}.json").read_text())["cases"]
     }
     for c in per_case:
-        if c["id"] not in deliberate and declared_refusal(c):  # issue 49: compared as golden
-            c.update(good=golden_cases[c["id"]]["good"], dead_letters=golden_cases[c["id"]]["dead_letters"])
-        elif c["id"] in deliberate:  # checked here, then compared with the golden file as the golden output
+        if c["id"] in deliberate:  # checked here, then compared with the golden file as the golden output
             assert {"good": c["good"], "dead_letters": c["dead_letters"]} == deliberate[c["id"]], c["id"]
             assert {k: golden_cases[c["id"]][k] for k in ("good", "dead_letters")} != deliberate[c["id"]]
             c.update(good=golden_cases[c["id"]]["good"], dead_letters=golden_cases[c["id"]]["dead_letters"])
@@ -239,8 +229,6 @@ def test_debezium_decoders_match_the_golden_files(spark: Any, group: str) -> Non
     alone = batch_cases(spark, kept, schema, key, op_mode)
     for case, mine, expected in zip(cases, alone, golden["cases"], strict=True):
         want = {"good": [], "dead_letters": []} if case[0] in not_yet_ids else deliberate.get(case[0], expected)
-        if declared_refusal(mine):
-            continue
         assert {"good": mine["good"], "dead_letters": mine["dead_letters"]} == {
             "good": want["good"],
             "dead_letters": want["dead_letters"],
