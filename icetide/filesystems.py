@@ -29,7 +29,7 @@ from icetide.secrets import redacted_repr
 S3_SCHEMES = ("s3", "s3a", "s3n")
 ENV_PREFIX = "ICETIDE_S3_"
 # Catalog option -> S3Settings field. Iceberg's own names (S3FileIOProperties, AwsClientProperties).
-_CATALOG_KEYS = {
+S3_CATALOG_KEYS = {
     "s3.endpoint": "endpoint",
     "client.region": "region",
     "s3.region": "region",
@@ -57,7 +57,7 @@ class S3Settings:
     def from_catalog(cls, options: Mapping[str, str] | None) -> S3Settings:
         """The settings an Iceberg catalog's options give its S3FileIO."""
         found: dict[str, object] = {}
-        for key, name in _CATALOG_KEYS.items():
+        for key, name in S3_CATALOG_KEYS.items():
             value = (options or {}).get(key)
             if value is not None and str(value) != "" and name not in found:
                 found[name] = str(value).strip().lower() == "true" if name == "path_style" else str(value)
