@@ -47,7 +47,7 @@ class S3Settings:
     endpoint: str | None = None  # http://127.0.0.1:9000, https://s3.eu-west-1.amazonaws.com, ...
     region: str | None = None
     path_style: bool | None = None
-    access_key: str | None = None
+    access_key: str | None = field(default=None, repr=False)
     secret_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
 

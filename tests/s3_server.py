@@ -21,6 +21,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,6 +77,22 @@ class S3Server:
         """Every object key in `bucket` under `prefix`."""
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def upload(s3: S3Server, bucket: str, folder: Path, prefix: str) -> None:
+    """Every file of `folder` to s3://bucket/prefix/<name>."""
+    client = s3.client()
+    for path in sorted(folder.iterdir()):
+        client.upload_file(str(path), bucket, f"{prefix}/{path.name}")
+
+
+def duckdb_s3_secret(con: Any, s3: S3Server) -> None:
+    """DuckDB's httpfs reaches the server (the snippet of docs/object_stores.md)."""
+    endpoint = s3.endpoint.removeprefix("http://")
+    con.execute(
+        f"CREATE SECRET (TYPE s3, KEY_ID '{s3.access_key}', SECRET '{s3.secret_key}', REGION '{REGION}', "
+        f"ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false)"
+    )
 
 
 @contextlib.contextmanager
