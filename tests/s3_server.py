@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -86,13 +87,39 @@ def upload(s3: S3Server, bucket: str, folder: Path, prefix: str) -> None:
         client.upload_file(str(path), bucket, f"{prefix}/{path.name}")
 
 
+def doc_snippet(language: str, s3: S3Server, **values: str) -> list[str]:
+    """The lines of docs/object_stores.md's `language` block, its placeholders filled in for `s3`
+    (and `values`: "<metadata.json on S3>", ...); a placeholder left unfilled fails the test."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "object_stores.md").read_text()
+    match = re.search(rf"```{language}\n(.*?)```", text, flags=re.DOTALL)
+    assert match, f"docs/object_stores.md has no {language} block"
+    filled = {
+        "<key-id>": s3.access_key,
+        "<secret>": s3.secret_key,
+        "<region>": REGION,
+        "<host:port>": s3.endpoint.removeprefix("http://"),
+        "<endpoint>": s3.endpoint,
+        **values,
+    }
+    lines = []
+    for line in match.group(1).splitlines():
+        for placeholder, value in filled.items():
+            line = line.replace(placeholder, value)
+        lines.append(line)
+    return lines
+
+
+def duckdb_statement(con: Any, s3: S3Server, starts: str, **values: str) -> Any:
+    """Run the statement of docs/object_stores.md's SQL block that starts with `starts`, filled in."""
+    found = [line for line in doc_snippet("sql", s3, **values) if line.startswith(starts)]
+    assert len(found) == 1, f"docs/object_stores.md: no one SQL line starts with {starts!r}"
+    assert "<" not in found[0], f"a placeholder is left in {found[0]!r}"
+    return con.execute(found[0].rstrip(";"))
+
+
 def duckdb_s3_secret(con: Any, s3: S3Server) -> None:
-    """DuckDB's httpfs reaches the server (the snippet of docs/object_stores.md)."""
-    endpoint = s3.endpoint.removeprefix("http://")
-    con.execute(
-        f"CREATE SECRET (TYPE s3, KEY_ID '{s3.access_key}', SECRET '{s3.secret_key}', REGION '{REGION}', "
-        f"ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false)"
-    )
+    """DuckDB's httpfs reaches the server, as docs/object_stores.md says."""
+    duckdb_statement(con, s3, "CREATE SECRET")
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg
 from tests.model import table_rows
 from tests.postgres_server import USER, PostgresServer
-from tests.s3_server import S3Server, duckdb_s3_secret, upload
+from tests.s3_server import S3Server, duckdb_s3_secret, duckdb_statement, upload
 from tests.test_catalog_rest import served
 from tests.test_commit_lock import race
 from tests.test_db_sync import changes, inventory_streams, model_of, rows_of, same, unique
@@ -145,9 +145,9 @@ def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
     assert [(p["pipeline_id"], p["batch_id"]) for p in report["pipelines"]] == [("pgrun", 4)]
     # The same catalog served over REST (`catalog serve --pipeline`), read by DuckDB, the files from S3.
     with served("--pipeline", str(path)) as uri, duckdb_with_iceberg() as con:
-        duckdb_s3_secret(con, s3)
-        con.execute(f"ATTACH '' AS pg (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
-        assert duckdb_rows(con, "pg.runner.pgrun", COLUMNS, KEY) == expected(lines)
+        duckdb_s3_secret(con, s3)  # then attach as docs/object_stores.md does
+        duckdb_statement(con, s3, "ATTACH", **{"<icetide catalog serve URI>": uri})
+        assert duckdb_rows(con, "lake.runner.pgrun", COLUMNS, KEY) == expected(lines)
     for secret in (postgres.password, s3.secret_key):
         assert_no_secret(secret, crashed, out + err, status, maintained)
     assert "'spark.sql.catalog.lake.jdbc.password': '***'" in maintained.stderr  # -v logs settings, redacted

@@ -26,10 +26,10 @@ from icetide.spark.jars import needs_aws_bundle
 from icetide.spark.session import S3_FILE_IO, catalog_conf
 from icetide.table.iceberg import load_table
 from tests.commands import catalog_reader, run_cli
-from tests.lake_readers import duckdb_rows, duckdb_with_iceberg, pyiceberg_rows
+from tests.lake_readers import duckdb_with_iceberg, keyed
 from tests.model import table_rows
 from tests.postgres_server import PostgresServer
-from tests.s3_server import REGION, S3Server, duckdb_s3_secret
+from tests.s3_server import S3Server, doc_snippet, duckdb_s3_secret, duckdb_statement
 from tests.test_catalog_postgres import jdbc_options
 from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
 
@@ -42,8 +42,6 @@ def test_on_s3_orphan_removal_keeps_a_batch_in_flight_and_maintenance_compacts_f
     and deletes a planted orphan. The restart lands the rest; maintenance compacts, folds the
     equality deletes and expires snapshots; PyIceberg and DuckDB, reading straight from S3, see
     the model."""
-    from pyiceberg.table import StaticTable
-
     bucket = s3.new_bucket()
     options = jdbc_options(postgres, f"s3://{bucket}/warehouse", s3)
     lines, _ = land_files(tmp_path / "landing", 3, seed=48)
@@ -98,16 +96,16 @@ def test_on_s3_orphan_removal_keeps_a_batch_in_flight_and_maintenance_compacts_f
     # PyIceberg and DuckDB read the current metadata file straight from S3 (docs/object_stores.md).
     metadata = str(load_table(reader, table).operations().current().metadataFileLocation())
     assert metadata.startswith(f"s3://{bucket}/warehouse/runner/s3orphans/metadata/"), metadata
-    s3_properties = {
-        "s3.endpoint": s3.endpoint,
-        "s3.access-key-id": s3.access_key,
-        "s3.secret-access-key": s3.secret_key,
-        "s3.region": REGION,
-    }
-    assert pyiceberg_rows(StaticTable.from_metadata(metadata, s3_properties), COLUMNS, KEY) == want
+    # The snippets of docs/object_stores.md, run as written.
+    placeholder = {"<metadata.json on S3>": metadata}
+    namespace: dict[str, Any] = {}
+    exec("\n".join(doc_snippet("python", s3, **placeholder)), namespace)
+    assert keyed(namespace["rows"].to_pylist(), COLUMNS, KEY) == want
     with duckdb_with_iceberg() as con:
         duckdb_s3_secret(con, s3)
-        assert duckdb_rows(con, f"iceberg_scan('{metadata}')", COLUMNS, KEY) == want
+        scanned = duckdb_statement(con, s3, "SELECT * FROM iceberg_scan", **placeholder)
+        names = [d[0] for d in scanned.description]
+        assert keyed([dict(zip(names, r, strict=True)) for r in scanned.fetchall()], COLUMNS, KEY) == want
 
 
 def test_s3_settings_come_from_the_catalog_options_and_reach_other_processes_redacted() -> None:
