@@ -124,6 +124,14 @@ def is_s3(location: str) -> bool:
     return location.split("://", 1)[0].lower() in S3_SCHEMES if "://" in location else False
 
 
+def make_parent(fs: pafs.FileSystem, path: str) -> None:
+    """Make the folder `path` will be written in, where folders exist. An object store has none:
+    pyarrow would write an empty marker object per folder level (and ask first), requests that
+    S3 charges for and that listings then show."""
+    if fs.type_name != "s3":
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+
+
 def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the path inside it for a location (local path, file:, s3://, ...).
     A relative local path is made absolute (from the working folder). On S3 the path is

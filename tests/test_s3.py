@@ -83,14 +83,20 @@ def test_on_s3_orphan_removal_keeps_a_batch_in_flight_and_maintenance_compacts_f
     deletes = reader.sql(f"SELECT count(*) FROM {table}.delete_files WHERE content = 2").first()[0]
     assert deletes == 0, report.lines()  # folded away
     assert table_rows(reader, table, COLUMNS, KEY) == want
-    # Expiry drops the snapshots before compaction, and their files from S3; the source position stays.
+    # Expiry drops the snapshots before compaction and deletes their files on S3 (S3FileIO), the
+    # source position kept; orphan removal takes what expiry leaves: S3 holds the live files only.
     before = set(s3.keys(bucket, prefix))
     expired = expire_snapshots(reader, table, retain_last=1, older_than=timedelta(0))
     assert expired.expired_snapshots > 0 and expired.snapshots_left == 1, expired
     assert [(p.pipeline_id, p.batch_id) for p in expired.pipelines] == [("s3orphans", 3)], expired
     live = {r[0].removeprefix(f"s3://{bucket}/") for r in reader.sql(f"SELECT file_path FROM {table}.files").collect()}
-    after = set(s3.keys(bucket, prefix))
-    assert after == live and after < before, (sorted(after - live), sorted(live - after))
+    expired_away = before - set(s3.keys(bucket, prefix))
+    assert expired_away and not expired_away & live and live <= before, sorted(expired_away)
+    remove_orphan_files(reader, table, older_than=timedelta(0), dry_run=False)
+    # pyarrow's delete of a folder's last file (the restart's cleanup) leaves an empty marker
+    # object `folder/` behind; Iceberg and orphan removal see no file in it.
+    files = {k for k in s3.keys(bucket, prefix) if not k.endswith("/")}
+    assert files == live, sorted(files ^ live)
     assert table_rows(reader, table, COLUMNS, KEY) == want
 
     # PyIceberg and DuckDB read the current metadata file straight from S3 (docs/object_stores.md).
