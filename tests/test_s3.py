@@ -23,7 +23,8 @@ from icetide.maintenance.maintain import maintain
 from icetide.maintenance.orphans import remove_orphan_files
 from icetide.secrets import redact
 from icetide.spark.jars import needs_aws_bundle
-from icetide.spark.session import S3_FILE_IO, catalog_conf
+from icetide.spark.maven import ICEBERG_AWS_BUNDLE
+from icetide.spark.session import S3_FILE_IO, catalog_conf, spark_conf
 from icetide.table.iceberg import load_table
 from tests.commands import catalog_reader, run_cli
 from tests.lake_readers import duckdb_with_iceberg, keyed
@@ -147,5 +148,13 @@ def test_s3_settings_come_from_the_catalog_options_and_reach_other_processes_red
     assert needs_aws_bundle(None, options) and needs_aws_bundle("s3://b/w", {"type": "jdbc"})
     assert needs_aws_bundle(None, {"type": "rest", "uri": "http://h"})
     assert not needs_aws_bundle("/tmp/wh", None) and not needs_aws_bundle(None, {"type": "jdbc", "uri": "jdbc:x"})
-    shown = redact({f"spark.executorEnv.{k}": v for k, v in settings.environment().items()})
-    assert "never-shown-7f3" not in str(shown) and shown["spark.executorEnv.ICETIDE_S3_ENDPOINT"] == settings.endpoint
+    # A session or spark-submit of one's own: the bundle by its coordinates, the settings for the workers.
+    conf = spark_conf(warehouse=None, catalog_options=options, packages=True)
+    assert ICEBERG_AWS_BUNDLE.coordinates in conf["spark.jars.packages"].split(",")
+    assert (
+        S3Settings.from_environment(
+            {k.removeprefix("spark.executorEnv."): v for k, v in conf.items() if k.startswith("spark.executorEnv.")}
+        )
+        == settings
+    )
+    assert "never-shown-7f3" not in str(redact(conf))
