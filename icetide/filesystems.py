@@ -84,8 +84,13 @@ class S3Settings:
         return out
 
     def filesystem(self) -> pafs.S3FileSystem:
-        """pyarrow's S3 filesystem with these settings (AWS's chain for what they leave out)."""
-        kwargs: dict[str, object] = {}
+        """pyarrow's S3 filesystem with these settings (AWS's chain for what they leave out).
+
+        Opening a file for writing is delayed to its first part, so a file smaller than a part
+        is one PutObject instead of a multipart upload's three requests (docs/design.md: S3
+        requests); an error that opening would raise is raised by the write or close instead.
+        """
+        kwargs: dict[str, object] = {"allow_delayed_open": True}
         if self.endpoint:
             kwargs["endpoint_override"] = self.endpoint
             if self.endpoint.startswith("http://"):
