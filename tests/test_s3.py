@@ -11,10 +11,12 @@ are in tests/test_catalog_postgres.py; the S3 settings themselves here, without 
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from icetide.filesystems import S3Settings, filesystem_for, is_s3, use_s3_settings
@@ -35,6 +37,19 @@ from tests.test_catalog_postgres import jdbc_options
 from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
 
 
+@pytest.fixture
+def keeps_the_active_session(spark: Any) -> Iterator[None]:
+    """Maintenance run in this process on another session of the test's Spark leaves that session
+    active in the JVM (where icetide.spark_session looks for one to reuse): the test process's
+    own session is made active again for the tests after."""
+    yield
+    from pyspark.sql import SparkSession
+
+    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
+    SparkSession._activeSession = spark
+
+
+@pytest.mark.usefixtures("keeps_the_active_session")
 def test_on_s3_orphan_removal_keeps_a_batch_in_flight_and_maintenance_compacts_folds_and_expires(
     spark: Any, postgres: PostgresServer, s3: S3Server, tmp_path: Path
 ) -> None:
