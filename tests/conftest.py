@@ -40,11 +40,11 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> str:
 def spark(warehouse: str) -> Iterator[object]:
     import icetide
     from icetide.spark.jars import JDBC_DRIVERS
-    from icetide.spark.maven import fetch
+    from icetide.spark.maven import ICEBERG_AWS_BUNDLE, fetch
 
-    # The JDBC drivers, so tests can read the PostgreSQL catalogs of the pipelines they run (a
-    # driver must be on the classpath when the JVM starts).
-    drivers = [fetch(artifact) for _, artifact in JDBC_DRIVERS.values()]
+    # The JDBC drivers and S3FileIO's AWS SDK, so tests can read the PostgreSQL catalogs and S3
+    # warehouses of the pipelines they run (a jar must be on the classpath when the JVM starts).
+    drivers = [fetch(artifact) for _, artifact in JDBC_DRIVERS.values()] + [fetch(ICEBERG_AWS_BUNDLE)]
     session = icetide.spark_session(
         warehouse=warehouse,
         master="local[2]",
@@ -66,3 +66,4 @@ def table_name() -> str:
 
 from tests.kafka_broker import kafka_broker  # noqa: E402, F401
 from tests.postgres_server import postgres  # noqa: E402, F401
+from tests.s3_server import s3  # noqa: E402, F401

@@ -3,7 +3,11 @@
 `icetide status`, `icetide catalog serve --pipeline` read by DuckDB, a whole database synced
 from Kafka, and two processes committing to one table without losing a commit. The catalog's
 password comes from the environment and never reaches any output. Tables are compared with the
-reference models of the runner and sync tests."""
+reference models of the runner and sync tests.
+
+The kill test and the database sync keep their warehouse on the S3 server (tests/s3_server.py:
+S3FileIO for Iceberg, pyarrow for icetide's own files), the kill test's landing files too; the
+commit race keeps a local folder, so both kinds of warehouse stay covered."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg
 from tests.model import table_rows
 from tests.postgres_server import USER, PostgresServer
+from tests.s3_server import S3Server, duckdb_s3_secret, duckdb_statement, upload
 from tests.test_catalog_rest import served
 from tests.test_commit_lock import race
 from tests.test_db_sync import changes, inventory_streams, model_of, rows_of, same, unique
@@ -33,22 +38,28 @@ from tests.test_db_sync import pipeline_doc as sync_doc
 from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
 
 PASSWORD_ENV = "ICETIDE_T_PG_PASSWORD"
+S3_SECRET_ENV = "ICETIDE_T_S3_SECRET"
 
 
-def jdbc_options(postgres: PostgresServer, warehouse: Path) -> dict[str, str]:
-    """A JDBC catalog in a new database of the test server, its files in `warehouse`."""
+def jdbc_options(postgres: PostgresServer, warehouse: Path | str, s3: S3Server | None = None) -> dict[str, str]:
+    """A JDBC catalog in a new database of the test server, its files in `warehouse` (a folder,
+    or an s3:// location of `s3`, with the options that reach it)."""
     return {
         "type": "jdbc",
         "uri": postgres.uri(postgres.new_database()),
         "jdbc.user": USER,
         "jdbc.password": postgres.password,
         "warehouse": str(warehouse),
+        **(s3.catalog_options() if s3 else {}),
     }
 
 
 def in_file(options: dict[str, str]) -> dict[str, str]:
-    """The catalog block of a pipeline file: the password read from the environment."""
-    return {**options, "jdbc.password": "${" + PASSWORD_ENV + "}"}
+    """The catalog block of a pipeline file: the password (and S3 secret key) read from the environment."""
+    secrets = {"jdbc.password": "${" + PASSWORD_ENV + "}"}
+    if "s3.secret-access-key" in options:
+        secrets["s3.secret-access-key"] = "${" + S3_SECRET_ENV + "}"
+    return {**options, **secrets}
 
 
 def assert_no_secret(password: str, *outputs: subprocess.CompletedProcess[str] | str) -> None:
@@ -76,16 +87,21 @@ def test_a_jdbc_catalog_gets_its_driver_from_maven_or_one_line_naming_it(monkeyp
 
 
 def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
-    spark: Any, postgres: PostgresServer, tmp_path: Path, monkeypatch: Any
+    spark: Any, postgres: PostgresServer, s3: S3Server, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """The runner is killed right after its second commit; the restart (which takes over the dead
+    """The warehouse and the landing files on S3 (`s3://`, and `s3a://` as Hadoop users write it).
+    The runner is killed right after its second commit; the restart (which takes over the dead
     runner's lease at once) lands the rest while `icetide maintain --every` compacts the table
     from another process. The table equals the model, each bad record is in the dead-letter table
     once, and `icetide status` shows the pipeline's last batch."""
     monkeypatch.setenv(PASSWORD_ENV, postgres.password)
-    options = jdbc_options(postgres, tmp_path / "warehouse")
+    monkeypatch.setenv(S3_SECRET_ENV, s3.secret_key)
+    bucket = s3.new_bucket()
+    options = jdbc_options(postgres, f"s3://{bucket}/warehouse", s3)
     lines, bad = land_files(tmp_path / "landing", 4, seed=41)
+    upload(s3, bucket, tmp_path / "landing", "landing")
     doc = pipeline_doc("pgrun", tmp_path / "landing")
+    doc["source"]["files"]["path"] = f"s3a://{bucket}/landing"
     doc["catalog"] = in_file(options)
     doc["trigger"] = {"interval": "1s", "max_files": 1}
     path = tmp_path / "pipeline.yaml"
@@ -119,26 +135,33 @@ def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
     assert table_rows(reader, "lake.runner.pgrun", COLUMNS, KEY) == expected(lines)
     dead = [r["source_position"] for r in reader.table("lake.runner.pgrun_dead_letter").collect()]
     assert len(dead) == len(set(dead)) == bad
+    files = [r[0] for r in reader.sql("SELECT file_path FROM lake.runner.pgrun.files").collect()]
+    assert files and all(f.startswith(f"s3://{bucket}/warehouse/runner/pgrun/data/") for f in files), files[:3]
+    assert not (tmp_path / "warehouse").exists() and not (ROOT / "s3:").exists() and not (ROOT / bucket).exists()
 
     status = run_cli("status", "--pipeline", str(path), "--json")
     assert status.returncode == 0, status.stderr[-3000:]
     report = json.loads(status.stdout)
     assert [(p["pipeline_id"], p["batch_id"]) for p in report["pipelines"]] == [("pgrun", 4)]
-    # The same catalog served over REST (`catalog serve --pipeline`), read by DuckDB.
+    # The same catalog served over REST (`catalog serve --pipeline`), read by DuckDB, the files from S3.
     with served("--pipeline", str(path)) as uri, duckdb_with_iceberg() as con:
-        con.execute(f"ATTACH '' AS pg (TYPE iceberg, ENDPOINT '{uri}', AUTHORIZATION_TYPE 'none')")
-        assert duckdb_rows(con, "pg.runner.pgrun", COLUMNS, KEY) == expected(lines)
-    assert_no_secret(postgres.password, crashed, out + err, status, maintained)
+        duckdb_s3_secret(con, s3)  # then attach as docs/object_stores.md does
+        duckdb_statement(con, s3, "ATTACH", **{"<icetide catalog serve URI>": uri})
+        assert duckdb_rows(con, "lake.runner.pgrun", COLUMNS, KEY) == expected(lines)
+    for secret in (postgres.password, s3.secret_key):
+        assert_no_secret(secret, crashed, out + err, status, maintained)
     assert "'spark.sql.catalog.lake.jdbc.password': '***'" in maintained.stderr  # -v logs settings, redacted
+    assert "'spark.sql.catalog.lake.s3.secret-access-key': '***'" in maintained.stderr
 
 
 def test_a_database_synced_from_kafka_into_postgres_catalog(
-    spark: Any, postgres: PostgresServer, kafka_broker: str, tmp_path: Path, monkeypatch: Any
+    spark: Any, postgres: PostgresServer, s3: S3Server, kafka_broker: str, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """Two Debezium topics into one table each, killed after a table's commit and restarted: each
-    table equals its source, and `icetide status` lists them with no lag."""
+    """Two Debezium topics into one table each, the warehouse on S3, killed after a table's commit
+    and restarted: each table equals its source, and `icetide status` lists them with no lag."""
     monkeypatch.setenv(PASSWORD_ENV, postgres.password)
-    options = jdbc_options(postgres, tmp_path / "warehouse")
+    monkeypatch.setenv(S3_SECRET_ENV, s3.secret_key)
+    options = jdbc_options(postgres, f"s3://{s3.new_bucket()}/warehouse", s3)
     prefix, namespace = f"pg{unique()}", f"pgsync{unique()}"
     streams = {t: s for t, s in inventory_streams().items() if t != "products"}
     records = {t: changes(s, seed=20 + i, count=12) for i, (t, s) in enumerate(sorted(streams.items()))}
@@ -158,7 +181,8 @@ def test_a_database_synced_from_kafka_into_postgres_catalog(
     assert status.returncode == 0, status.stderr[-3000:]
     listed = {s["table"]: s for s in json.loads(status.stdout)}
     assert all(listed[f"lake.{namespace}.{t}"]["lag"] == 0 for t in streams), listed
-    assert_no_secret(postgres.password, restarted, status)
+    for secret in (postgres.password, s3.secret_key):
+        assert_no_secret(secret, restarted, status)
 
 
 def test_two_processes_commit_to_one_table_and_lose_nothing(

@@ -6,7 +6,7 @@
 - Pipelines on `catalog: {type: rest, uri: ...}`: `icetide run` exactly once through a SIGKILL
   with `icetide maintain` beside it and `icetide status`, against a server that requires a
   bearer token; the token never reaches any output.
-- A whole database synced from Kafka through the server.
+- A whole database synced from Kafka through the server, its warehouse on S3.
 - Two processes racing commits to one table through the server, and a third beside them on the
   server's warehouse directly.
 """
@@ -34,6 +34,7 @@ from tests.commands import ROOT, catalog_reader, run_cli, stop_with_signal
 from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg, pyiceberg_rows
 from tests.model import table_rows
+from tests.s3_server import S3Server
 from tests.test_commit_lock import race
 from tests.test_db_sync import changes, inventory_streams, model_of, rows_of, same, unique
 from tests.test_db_sync import pipeline_doc as sync_doc
@@ -181,17 +182,28 @@ def test_processes_through_the_server_and_beside_it_lose_no_commit(spark: Any, t
     assert result["rows"] == sum(c["rows"] for c in result["reported"])
 
 
-def test_a_database_synced_from_kafka_through_the_server(spark: Any, kafka_broker: str, tmp_path: Path) -> None:
+def test_a_database_synced_from_kafka_through_the_server(
+    spark: Any, kafka_broker: str, s3: S3Server, tmp_path: Path
+) -> None:
     """Two Debezium topics into one table each, the tables created and committed through the
-    server: each table equals its source, and `icetide status` lists them with no lag."""
+    server, whose warehouse is on S3 (a JDBC catalog on SQLite behind it): each table equals its
+    source, and `icetide status` lists them with no lag. The clients bring the S3 settings."""
     prefix, namespace = f"rs{unique()}", f"restsync{unique()}"
     streams = {t: s for t, s in inventory_streams().items() if t != "products"}
     records = {t: changes(s, seed=30 + i, count=12) for i, (t, s) in enumerate(sorted(streams.items()))}
     for t, recs in records.items():
         create_topic(kafka_broker, name=f"{prefix}.inventory.{t}")
         produce(kafka_broker, f"{prefix}.inventory.{t}", recs)
-    with served("--warehouse", str(tmp_path / "warehouse")) as uri:
-        options = {"type": "rest", "uri": uri}
+    behind = {
+        "type": "jdbc",
+        "uri": f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+        "warehouse": f"s3://{s3.new_bucket()}/warehouse",
+        **s3.catalog_options(),
+    }
+    server_file = tmp_path / "served.yaml"
+    server_file.write_text(yaml.safe_dump(sync_doc("restsync", kafka_broker, prefix, namespace, catalog=behind)))
+    with served("--pipeline", str(server_file)) as uri:
+        options = {"type": "rest", "uri": uri, **s3.catalog_options()}
         doc = sync_doc("restsync", kafka_broker, prefix, namespace, catalog=options)
         doc["trigger"] = {"interval": "1s", "max_records": 10}
         path = tmp_path / "pipeline.yaml"
@@ -206,3 +218,5 @@ def test_a_database_synced_from_kafka_through_the_server(spark: Any, kafka_broke
         assert status.returncode == 0, status.stderr[-3000:]
         listed = {s["table"]: s for s in json.loads(status.stdout)}
         assert all(listed[f"lake.{namespace}.{t}"]["lag"] == 0 for t in streams), listed
+        location = str(load_table(reader, f"restsync.{namespace}.orders").location())
+        assert location.startswith(behind["warehouse"] + "/"), location

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from icetide.errors import BadOperationError, WriteError
 from icetide.executor.file_metrics import FileStats, content_file_json, partition_json_value
-from icetide.filesystems import filesystem_for
+from icetide.filesystems import filesystem_for, make_parent
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.spec import PartitionTransform
 from icetide.write.arrow_sort import sort_indices
@@ -140,7 +140,7 @@ class RollingFileWriter:
         name = f"{self.name_prefix}{self._sequence:05d}.parquet"
         rel = f"{self.folder}/{name}" if self.folder else name
         path = f"{self.base_path}/{rel}"
-        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        make_parent(self.fs, path)
         sink = self.fs.open_output_stream(path)
         writer = pq.ParquetWriter(
             sink,

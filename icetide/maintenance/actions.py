@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MANIFEST_REWRITE_ATTEMPTS = 3
+DANGLING_DELETE_ATTEMPTS = 3
 _LOST_RACE = (
-    "org.apache.iceberg.exceptions.ValidationException",  # a concurrent commit replaced its manifests
+    # A concurrent commit replaced its manifests, or (dangling deletes) landed at all.
+    "org.apache.iceberg.exceptions.ValidationException",
     "org.apache.iceberg.exceptions.CommitFailedException",
 )
 
@@ -88,10 +90,24 @@ def remove_dangling_deletes(spark: SparkSession, table: str) -> int:
     data file of its partition is at least as new as it, a position delete when every one is
     newer (the rules in `icetide.maintenance.deletes`). No row changes. Compaction already
     drops such files in its own commit (`remove_deletes=True`); this catches the rest.
+    The action refuses to commit when any snapshot landed since it planned ("current snapshot
+    changed"), as a stream beside it does every batch: it is planned again from the new snapshot,
+    up to DANGLING_DELETE_ATTEMPTS times, then left to the next pass (0 dropped), never failing it.
     """
     jtable = load_table(spark, table)
-    jtable.refresh()
-    result = _actions(spark).removeDanglingDeleteFiles(jtable).execute()
-    removed = sum(1 for _ in java_iter(result.removedDeleteFiles()))
-    log.info("dropped %d dangling delete file(s) of %s", removed, table)
-    return removed
+    lost = ""
+    for attempt in range(1, DANGLING_DELETE_ATTEMPTS + 1):
+        jtable.refresh()
+        try:
+            result = _actions(spark).removeDanglingDeleteFiles(jtable).execute()
+        except Exception as exc:
+            if java_exception_class(exc) not in _LOST_RACE:
+                raise
+            lost = java_message(exc)
+            log.info("dangling delete removal of %s lost a race (attempt %d): %s", table, attempt, lost)
+            continue
+        removed = sum(1 for _ in java_iter(result.removedDeleteFiles()))
+        log.info("dropped %d dangling delete file(s) of %s", removed, table)
+        return removed
+    log.info("dangling delete removal of %s skipped: concurrent commits won %d times (%s)", table, attempt, lost)
+    return 0

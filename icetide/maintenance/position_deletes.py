@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from icetide.commit.failures import CONFLICTS, UNKNOWN, short_message
 from icetide.errors import CommitFailedError, CommitStateUnknownError, ConfigError
 from icetide.executor.file_metrics import FIELD_ID_KEY
-from icetide.filesystems import filesystem_for
+from icetide.filesystems import filesystem_for, make_parent
 from icetide.maintenance.compaction import SUMMARY_COMMIT_ID, SUMMARY_OPERATION, SUMMARY_PLANNED_SNAPSHOT
 from icetide.maintenance.deletes import applies
 from icetide.maintenance.inventory import TableFiles
@@ -306,7 +306,7 @@ class EqualityDeleteConversion:
         name = f"icetide-posdel-{uuid.uuid4().hex}-00001.parquet"
         location = str(self.table.locationProvider().newDataLocation(spec, data_file.partition(), name))
         fs, path = filesystem_for(location)
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        make_parent(fs, path)
         with fs.open_output_stream(path) as sink:
             pq.write_table(position_delete_table(f.path, positions), sink)
         size = fs.get_file_info(path).size

@@ -25,8 +25,10 @@ import zipfile
 from collections.abc import Mapping
 
 from icetide.errors import ConfigError, UnsupportedSparkError
+from icetide.filesystems import is_s3
 from icetide.spark.java import jdk_tool
 from icetide.spark.maven import (
+    ICEBERG_AWS_BUNDLE,
     ICEBERG_RUNTIMES,
     ICEBERG_VERSION,
     POSTGRESQL_JDBC,
@@ -132,6 +134,28 @@ def jdbc_driver_jar(options: Mapping[str, str] | None) -> str | None:
     return fetch(artifact) if artifact else None
 
 
+def needs_aws_bundle(warehouse: str | None, options: Mapping[str, str] | None) -> bool:
+    """Does a catalog with these options and warehouse need Iceberg's AWS bundle (S3FileIO's SDK)?
+
+    Yes when its warehouse is on S3 (s3://, s3a://, s3n://), when its options name S3 or AWS
+    settings (`s3.*`, `client.*`, an `io-impl` or `catalog-impl` of `org.apache.iceberg.aws`), and
+    for a REST catalog, whose server may hand out tables on S3 whatever the options say.
+    """
+    options = options or {}
+    if is_s3(str(options.get("warehouse") or warehouse or "")):
+        return True
+    if any(key.startswith(("s3.", "client.")) for key in options):
+        return True
+    if any("org.apache.iceberg.aws" in str(options.get(key, "")) for key in ("io-impl", "catalog-impl")):
+        return True
+    return str(options.get("type", "")).lower() in ("rest", "glue")
+
+
+def aws_bundle_jar(warehouse: str | None, options: Mapping[str, str] | None) -> str | None:
+    """The path of Iceberg's AWS bundle, fetched once, when the catalog needs it (`needs_aws_bundle`)."""
+    return fetch(ICEBERG_AWS_BUNDLE) if needs_aws_bundle(warehouse, options) else None
+
+
 def pyspark_jars() -> tuple[str, str]:
     """(folder of the installed PySpark's jars, PySpark's version)."""
     import pyspark
@@ -205,9 +229,12 @@ def icetide_jar() -> str | None:
     return compiled_jar("icetide-jvm", sources, classpath, depends_on=f"spark {spark_version}")
 
 
-def session_jars(catalog_options: Mapping[str, str] | None = None, *, own_jar: str | None = None) -> list[str]:
+def session_jars(
+    catalog_options: Mapping[str, str] | None = None, *, own_jar: str | None = None, warehouse: str | None = None
+) -> list[str]:
     """The jars an icetide session needs for these catalog options, fetched now: Iceberg's runtime,
-    icetide's own jar (`own_jar`, else built now when javac is here) and a JDBC catalog's driver."""
+    icetide's own jar (`own_jar`, else built now when javac is here), a JDBC catalog's driver and,
+    for a catalog on S3, Iceberg's AWS bundle."""
     jars = [iceberg_runtime_jar()]
     own = own_jar or icetide_jar()
     if own:
@@ -215,6 +242,9 @@ def session_jars(catalog_options: Mapping[str, str] | None = None, *, own_jar: s
     driver = jdbc_driver_jar(catalog_options)
     if driver:
         jars.append(driver)
+    bundle = aws_bundle_jar(warehouse, catalog_options)
+    if bundle:
+        jars.append(bundle)
     return jars
 
 
@@ -226,6 +256,7 @@ if __name__ == "__main__":  # `make install` fetches and builds the jars once, s
     try:
         for artifact in JDBC_DRIVERS.values():
             fetch(artifact[1])
+        fetch(ICEBERG_AWS_BUNDLE)
         print(iceberg_runtime_jar())
         built = icetide_jar()
     except IcetideError as err:

@@ -3,9 +3,10 @@
 The server is jvm/IcetideCatalogServer.java: the REST protocol's routes on the JDK's HTTP server,
 answered by Iceberg's own `CatalogHandlers`. It runs in a plain JVM (no Spark), on the classpath
 Spark sessions get: PySpark's jars (Hadoop), Iceberg's runtime jar, icetide's jar (the embedded
-catalog's commit lock) and a JDBC catalog's driver. The backing catalog's properties are those a
-Spark session gets for the same catalog (`catalog_conf`), so the server and icetide's own
-sessions commit the same way, with the same lock, and can run side by side. They reach the JVM
+catalog's commit lock), a JDBC catalog's driver and, for a catalog on S3, Iceberg's AWS bundle.
+The backing catalog's properties are those a Spark session gets for the same catalog
+(`catalog_conf`), so the server and icetide's own sessions commit the same way, with the same lock,
+and can run side by side. They reach the JVM
 on its standard input, never on its command line.
 """
 
@@ -23,7 +24,7 @@ from typing import IO
 
 from icetide.config.secrets import redact, remember_secret, scrub
 from icetide.errors import ConfigError
-from icetide.spark.jars import iceberg_runtime_jar, icetide_jar, jdbc_driver_jar, pyspark_jars
+from icetide.spark.jars import aws_bundle_jar, iceberg_runtime_jar, icetide_jar, jdbc_driver_jar, pyspark_jars
 from icetide.spark.java import check_java, java_executable
 from icetide.spark.session import COMMIT_LOCK_IMPL, LOG4J_CONFIG, catalog_conf
 
@@ -77,6 +78,9 @@ def _command(catalog: ServedCatalog, host: str, port: int) -> list[str]:
     driver = jdbc_driver_jar(catalog.properties)
     if driver:
         classpath.append(driver)
+    bundle = aws_bundle_jar(None, catalog.properties)
+    if bundle:
+        classpath.append(bundle)
     return [
         java,
         f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 from icetide.config.pipeline import check_catalog_for_warehouse
 from icetide.config.secrets import redact
 from icetide.errors import CatalogUnavailableError, ConfigError, one_line
-from icetide.spark.jars import iceberg_runtime, icetide_jar, jdbc_driver_artifact, session_jars
+from icetide.filesystems import S3Settings, is_s3, use_s3_settings
+from icetide.spark.jars import iceberg_runtime, icetide_jar, jdbc_driver_artifact, needs_aws_bundle, session_jars
 from icetide.spark.java import check_java
 from icetide.spark.jvm_stderr import filtered_jvm_stderr
+from icetide.spark.maven import ICEBERG_AWS_BUNDLE
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,6 +27,8 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 LOG4J_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 # The embedded catalog's commit lock across processes (jvm/FileLockManager.java, docs/design.md).
 COMMIT_LOCK_IMPL = "icetide.catalog.FileLockManager"
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+EXECUTOR_ENV = "spark.executorEnv."
 
 
 def catalog_conf(
@@ -42,6 +46,10 @@ def catalog_conf(
     `lock-impl` unless `options` name one.
     A Hadoop catalog on an object-store warehouse (s3a://, gs://, abfs://, ...) is refused with
     a ConfigError: it cannot commit safely there.
+    A catalog other than REST whose warehouse is on S3 (s3://, s3a://, s3n://) gets Iceberg's
+    S3FileIO as its `io-impl` unless `options` name one: the JDBC and Hive catalogs default to
+    HadoopFileIO, which needs Hadoop's S3A jars. A REST client resolves each table's files by
+    their scheme (ResolvingFileIO), S3 through S3FileIO.
     """
     check_catalog_for_warehouse(warehouse, options)
     prefix = f"spark.sql.catalog.{catalog}"
@@ -51,6 +59,9 @@ def catalog_conf(
             conf[f"{prefix}.{key}"] = str(value)
         if warehouse and "warehouse" not in options:
             conf[f"{prefix}.warehouse"] = _warehouse_uri(warehouse)
+        rest = options.get("type") == "rest" or "RESTCatalog" in str(options.get("catalog-impl", ""))
+        if is_s3(conf.get(f"{prefix}.warehouse", "")) and not rest and "io-impl" not in options:
+            conf[f"{prefix}.io-impl"] = S3_FILE_IO
         if lock_impl and options.get("type") == "hadoop" and "lock-impl" not in options:
             conf[f"{prefix}.lock-impl"] = lock_impl
         return conf
@@ -81,10 +92,13 @@ def spark_conf(
     Iceberg's SQL extensions, one Iceberg catalog named `catalog` (the embedded Hadoop catalog on
     the folder `warehouse`, or `catalog_options` passed through; see `catalog_conf`), the UTC
     session time zone, and the jars: with `packages=False` the local paths of Iceberg's runtime
-    for the installed PySpark, of a JDBC catalog's driver and of icetide's own jar (fetched and
-    built now) in `spark.jars`; with `packages=True` their Maven coordinates in
-    `spark.jars.packages`, for Spark to resolve (icetide's own jar stays a local path, as it is
-    built on this machine). `spark_session` starts with these and its tuning defaults.
+    for the installed PySpark, of a JDBC catalog's driver, of Iceberg's AWS bundle for a catalog
+    on S3 and of icetide's own jar (fetched and built now) in `spark.jars`; with `packages=True`
+    their Maven coordinates in `spark.jars.packages`, for Spark to resolve (icetide's own jar
+    stays a local path, as it is built on this machine). The catalog's S3 settings (endpoint,
+    region, path style, keys: `icetide.filesystems.S3Settings`) go to the executors' environment
+    (`spark.executorEnv.ICETIDE_S3_*`), for icetide's own files on S3. `spark_session` starts
+    with these and its tuning defaults.
     """
     check_java()
     own_jar = icetide_jar()
@@ -97,11 +111,16 @@ def spark_conf(
         driver = jdbc_driver_artifact(catalog_options)
         if driver is not None:
             coordinates.append(driver.coordinates)
+        if needs_aws_bundle(warehouse, catalog_options):
+            coordinates.append(ICEBERG_AWS_BUNDLE.coordinates)
         settings["spark.jars.packages"] = ",".join(coordinates)
         if own_jar:
             settings["spark.jars"] = own_jar
     else:
-        settings["spark.jars"] = ",".join(session_jars(catalog_options, own_jar=own_jar))
+        settings["spark.jars"] = ",".join(session_jars(catalog_options, own_jar=own_jar, warehouse=warehouse))
+    # icetide's own S3 reads and writes in Spark's Python workers use the catalog's S3 settings.
+    for name, value in S3Settings.from_catalog(catalog_options).environment().items():
+        settings[EXECUTOR_ENV + name] = value
     lock_impl = COMMIT_LOCK_IMPL if own_jar else None
     settings.update(catalog_conf(catalog, warehouse=warehouse, options=catalog_options, lock_impl=lock_impl))
     if own_jar is None and not catalog_options:
@@ -187,9 +206,23 @@ def spark_session(
         with filtered_jvm_stderr():
             spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel(log_level)
+    _hand_over_s3_settings(spark, required)
     if catalog_options:
         _open_catalog(spark, catalog)
     return spark
+
+
+def _hand_over_s3_settings(spark: SparkSession, required: Mapping[str, str]) -> None:
+    """This process and the session's Python workers use the catalog's S3 settings for icetide's
+    own files. A reused session's workers get them too: PySpark gives each Python function the
+    SparkContext's environment as it is when the function is sent."""
+    env = {k[len(EXECUTOR_ENV) :]: v for k, v in required.items() if k.startswith(EXECUTOR_ENV)}
+    if not env:
+        return
+    use_s3_settings(S3Settings.from_environment(env))
+    environment = getattr(spark.sparkContext, "environment", None)
+    if isinstance(environment, dict):
+        environment.update(env)
 
 
 def _fit_active_session(spark: SparkSession, required: Mapping[str, str], catalog: str) -> None:

@@ -6,18 +6,23 @@ Everything here runs on the driver. Executors never touch the JVM table; they ge
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from icetide.errors import ConfigError, SchemaError
+from icetide.filesystems import ENV_PREFIX as S3_ENV_PREFIX
+from icetide.filesystems import S3_CATALOG_KEYS, S3Settings, is_s3, s3_settings, use_s3_settings
 from icetide.spark.py4j_collections import java_list
 from icetide.table.format_version import FORMAT_VERSION_PROPERTY, parse_format_version
 from icetide.table.spec import PartitionTransform
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 JavaObject = Any  # a py4j proxy; py4j ships no type information
 
@@ -68,8 +73,38 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def load_table(spark: SparkSession, name: str) -> JavaObject:
-    """The Iceberg Java Table behind a Spark table name."""
-    return jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+    """The Iceberg Java Table behind a Spark table name.
+
+    A table on S3 hands its FileIO's S3 settings (endpoint, region, path style, keys) to icetide's
+    own S3 reads and writes, in this process and in the session's Python workers
+    (`adopt_s3_settings`), so any session whose catalog reaches the table lets icetide reach it too.
+    """
+    jtable = jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+    adopt_s3_settings(spark, jtable)
+    return jtable
+
+
+def adopt_s3_settings(spark: SparkSession, jtable: JavaObject) -> None:
+    """Use the S3 settings of the table's FileIO for icetide's own files, here and in the
+    session's Python workers (PySpark hands each Python function the SparkContext's environment
+    as it is when the function is sent). Nothing for a table that is not on S3."""
+    if not is_s3(str(jtable.location())):
+        return
+    try:
+        properties = jtable.io().properties()
+        found = {key: properties.get(key) for key in S3_CATALOG_KEYS}
+    except Exception:  # a FileIO without properties(): AWS's default chain decides
+        log.debug("the FileIO of %s has no properties", jtable.name(), exc_info=True)
+        return
+    settings = S3Settings.from_catalog({k: str(v) for k, v in found.items() if v is not None})
+    if settings == s3_settings():
+        return
+    use_s3_settings(settings)
+    environment = getattr(spark.sparkContext, "environment", None)
+    if isinstance(environment, dict):
+        for name in [n for n in environment if n.startswith(S3_ENV_PREFIX)]:
+            del environment[name]
+        environment.update(settings.environment())
 
 
 def iceberg_catalog(spark: SparkSession, catalog: str) -> JavaObject:

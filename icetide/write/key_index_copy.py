@@ -38,7 +38,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from icetide.errors import ConfigError
-from icetide.filesystems import filesystem_for
+from icetide.filesystems import filesystem_for, make_parent
 from icetide.table.iceberg import key_field_ids, table_property
 from icetide.write.key_index import SNAPSHOT_WALK_LIMIT, KeyIndex
 
@@ -124,8 +124,8 @@ def write_copy(jtable: Any, index: KeyIndex) -> str | None:
     table = table.replace_schema_metadata({_METADATA_KEY: json.dumps(meta).encode()})
     folder = copy_folder(jtable)
     fs, base = filesystem_for(folder)
-    fs.create_dir(base, recursive=True)
     name = f"key-index-{index.snapshot_id}.parquet"
+    make_parent(fs, f"{base}/{name}")
     temporary = f"{base}/.{uuid.uuid4().hex}-{name}.tmp"
     try:
         pq.write_table(table, temporary, filesystem=fs, compression="zstd")

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from icetide.filesystems import filesystem_for
+from icetide.filesystems import filesystem_for, make_parent
 from icetide.table.deletion_vectors import deserialize_positions, puffin_file
 from icetide.table.iceberg import jvm
 
@@ -95,7 +95,7 @@ def write_vectors(spark: SparkSession, jtable: Any, planned: Sequence[PlannedVec
     content, written = puffin_file([(str(p.data_file.location()), p.positions) for p in planned])
     location = str(jtable.locationProvider().newDataLocation(f"icetide-dv-{uuid.uuid4().hex}.puffin"))
     fs, path = filesystem_for(location)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    make_parent(fs, path)
     with fs.open_output_stream(path) as sink:
         sink.write(content)
     files = []

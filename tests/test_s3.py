@@ -1,0 +1,175 @@
+"""Warehouses on S3, against a real S3 API server in its own process (tests/s3_server.py).
+
+Iceberg's JDBC catalog on PostgreSQL with an `s3://` warehouse. Orphan removal on S3 keeps the
+files of a batch whose commit state is unknown and deletes a real orphan; compaction, delete
+folding and expiry on S3; PyIceberg and DuckDB read the table straight from S3, as
+docs/object_stores.md shows. `icetide run` exactly once through SIGKILL with `icetide maintain`
+beside it, `icetide status`, `icetide catalog serve` and the database sync on an S3 warehouse
+are in tests/test_catalog_postgres.py; the S3 settings themselves here, without a server.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from icetide.config.secrets import redact
+from icetide.filesystems import S3Settings, filesystem_for, is_s3, use_s3_settings
+from icetide.maintenance.expire import expire_snapshots
+from icetide.maintenance.maintain import maintain
+from icetide.maintenance.orphans import remove_orphan_files
+from icetide.spark.jars import needs_aws_bundle
+from icetide.spark.maven import ICEBERG_AWS_BUNDLE
+from icetide.spark.session import S3_FILE_IO, catalog_conf, spark_conf
+from icetide.table.iceberg import load_table
+from tests.commands import catalog_reader, run_cli
+from tests.lake_readers import duckdb_with_iceberg, keyed
+from tests.model import table_rows
+from tests.postgres_server import PostgresServer
+from tests.s3_server import S3Server, doc_snippet, duckdb_s3_secret, duckdb_statement
+from tests.test_catalog_postgres import jdbc_options
+from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
+
+
+@pytest.fixture
+def keeps_the_active_session(spark: Any) -> Iterator[None]:
+    """Maintenance run in this process on another session of the test's Spark leaves that session
+    active in the JVM (where icetide.spark_session looks for one to reuse): the test process's
+    own session is made active again for the tests after."""
+    yield
+    from pyspark.sql import SparkSession
+
+    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
+    SparkSession._activeSession = spark
+
+
+@pytest.mark.usefixtures("keeps_the_active_session")
+def test_on_s3_orphan_removal_keeps_a_batch_in_flight_and_maintenance_compacts_folds_and_expires(
+    spark: Any, postgres: PostgresServer, s3: S3Server, tmp_path: Path
+) -> None:
+    """A runner killed with its second batch's files written but not committed: orphan removal
+    with no age limit lists the table on S3, keeps those files (their commit state is unknown)
+    and deletes a planted orphan. The restart lands the rest; maintenance compacts, folds the
+    equality deletes and expires snapshots; PyIceberg and DuckDB, reading straight from S3, see
+    the model."""
+    bucket = s3.new_bucket()
+    options = jdbc_options(postgres, f"s3://{bucket}/warehouse", s3)
+    lines, _ = land_files(tmp_path / "landing", 3, seed=48)
+    doc = pipeline_doc("s3orphans", tmp_path / "landing")
+    doc["catalog"] = options
+    doc["trigger"] = {"interval": "1s", "max_files": 1}
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    # Killed with batch 2's files written and not committed: their commit state is unknown to
+    # anyone listing the table, exactly as for a batch in flight.
+    crashed = run_cli("run", str(path), "--once", env={"ICETIDE_CRASH_AT": "after_write", "ICETIDE_CRASH_BATCH": "2"})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    table = "lake.runner.s3orphans"
+    prefix = "warehouse/runner/s3orphans/data/"
+    written = {k for k in s3.keys(bucket, prefix) if "-b000000000002-" in k}
+    assert written, "batch 2 wrote no file"
+    reader = catalog_reader(spark, "lake", options)
+    # A fresh session's JDBC catalog answers Spark3Util.loadIcebergTable only once a query opened it.
+    assert reader.sql("SHOW TABLES IN lake.runner").count() == 2
+    use_s3_settings(S3Settings.from_catalog(options))  # this process's own listing reaches the server
+    try:
+        orphan = f"s3://{bucket}/{prefix}00000-crashed-elsewhere.parquet"
+        fs, orphan_path = filesystem_for(orphan)
+        with fs.open_output_stream(orphan_path) as f:
+            f.write(b"not referenced by any snapshot")
+        result = remove_orphan_files(reader, table, older_than=timedelta(0), dry_run=False)
+    finally:
+        use_s3_settings(None)
+    assert result.orphans == (orphan,), result
+    assert {f.removeprefix(f"s3://{bucket}/") for f in result.in_flight} == written, result
+    assert not any(k.endswith("crashed-elsewhere.parquet") for k in s3.keys(bucket, prefix))
+    restarted = run_cli("run", str(path), "--once")
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    assert not written & set(s3.keys(bucket, prefix))  # the restart deleted the dead batch's files
+
+    want = expected(lines)
+    assert table_rows(reader, table, COLUMNS, KEY) == want
+    report = maintain(reader, table)
+    deletes = reader.sql(f"SELECT count(*) FROM {table}.delete_files WHERE content = 2").first()[0]
+    assert deletes == 0, report.lines()  # folded away
+    assert table_rows(reader, table, COLUMNS, KEY) == want
+    # Expiry drops the snapshots before compaction and deletes their files on S3 (S3FileIO), the
+    # source position kept; orphan removal takes what expiry leaves: S3 holds the live files only.
+    before = set(s3.keys(bucket, prefix))
+    expired = expire_snapshots(reader, table, retain_last=1, older_than=timedelta(0))
+    assert expired.expired_snapshots > 0 and expired.snapshots_left == 1, expired
+    assert [(p.pipeline_id, p.batch_id) for p in expired.pipelines] == [("s3orphans", 3)], expired
+    live = {r[0].removeprefix(f"s3://{bucket}/") for r in reader.sql(f"SELECT file_path FROM {table}.files").collect()}
+    expired_away = before - set(s3.keys(bucket, prefix))
+    assert expired_away and not expired_away & live and live <= before, sorted(expired_away)
+    remove_orphan_files(reader, table, older_than=timedelta(0), dry_run=False)
+    # pyarrow's delete of a folder's last file (the restart's cleanup) leaves an empty marker
+    # object `folder/` behind; Iceberg and orphan removal see no file in it.
+    files = {k for k in s3.keys(bucket, prefix) if not k.endswith("/")}
+    assert files == live, sorted(files ^ live)
+    assert table_rows(reader, table, COLUMNS, KEY) == want
+
+    # PyIceberg and DuckDB read the current metadata file straight from S3 (docs/object_stores.md).
+    metadata = str(load_table(reader, table).operations().current().metadataFileLocation())
+    assert metadata.startswith(f"s3://{bucket}/warehouse/runner/s3orphans/metadata/"), metadata
+    # The snippets of docs/object_stores.md, run as written.
+    placeholder = {"<metadata.json on S3>": metadata}
+    namespace: dict[str, Any] = {}
+    exec("\n".join(doc_snippet("python", s3, **placeholder)), namespace)
+    assert keyed(namespace["rows"].to_pylist(), COLUMNS, KEY) == want
+    with duckdb_with_iceberg() as con:
+        duckdb_s3_secret(con, s3)
+        scanned = duckdb_statement(con, s3, "SELECT * FROM iceberg_scan", **placeholder)
+        names = [d[0] for d in scanned.description]
+        assert keyed([dict(zip(names, r, strict=True)) for r in scanned.fetchall()], COLUMNS, KEY) == want
+
+
+def test_s3_settings_come_from_the_catalog_options_and_reach_other_processes_redacted() -> None:
+    options = {
+        "type": "jdbc",
+        "warehouse": "s3a://b/wh",
+        "s3.endpoint": "http://127.0.0.1:9",
+        "s3.path-style-access": "true",
+        "client.region": "eu-west-1",
+        "s3.access-key-id": "AKIA-T",
+        "s3.secret-access-key": "never-shown-7f3",
+    }
+    settings = S3Settings.from_catalog(options)
+    assert settings == S3Settings("http://127.0.0.1:9", "eu-west-1", True, "AKIA-T", "never-shown-7f3")
+    assert "never-shown-7f3" not in repr(settings) and "AKIA-T" not in repr(settings)
+    assert S3Settings.from_environment(settings.environment()) == settings
+    assert S3Settings.from_catalog({"type": "rest"}) == S3Settings()  # AWS's default chain decides
+    assert S3Settings.from_catalog({"s3.path-style-access": "false"}).path_style is False
+
+    use_s3_settings(settings)
+    try:
+        fs, path = filesystem_for("s3a://b/wh/runner/t/data/x.parquet")
+        assert fs.type_name == "s3" and path == "b/wh/runner/t/data/x.parquet"
+        assert filesystem_for("s3://b/wh/")[1] == "b/wh" and filesystem_for("s3://b/wh")[0] is fs
+    finally:
+        use_s3_settings(None)
+    assert is_s3("s3n://b/k") and not is_s3("gs://b/k") and not is_s3("/tmp/s3://x")
+
+    conf = catalog_conf("lake", warehouse=None, options=options)
+    assert conf["spark.sql.catalog.lake.io-impl"] == S3_FILE_IO  # JDBC would default to HadoopFileIO
+    rest = catalog_conf("lake", warehouse=None, options={"type": "rest", "uri": "http://h", "warehouse": "s3://b/w"})
+    assert "spark.sql.catalog.lake.io-impl" not in rest  # a REST client resolves files by scheme
+    assert needs_aws_bundle(None, options) and needs_aws_bundle("s3://b/w", {"type": "jdbc"})
+    assert needs_aws_bundle(None, {"type": "rest", "uri": "http://h"})
+    assert not needs_aws_bundle("/tmp/wh", None) and not needs_aws_bundle(None, {"type": "jdbc", "uri": "jdbc:x"})
+    # A session or spark-submit of one's own: the bundle by its coordinates, the settings for the workers.
+    conf = spark_conf(warehouse=None, catalog_options=options, packages=True)
+    assert ICEBERG_AWS_BUNDLE.coordinates in conf["spark.jars.packages"].split(",")
+    assert (
+        S3Settings.from_environment(
+            {k.removeprefix("spark.executorEnv."): v for k, v in conf.items() if k.startswith("spark.executorEnv.")}
+        )
+        == settings
+    )
+    assert "never-shown-7f3" not in str(redact(conf))
