@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from icetide.config.pipeline.pipeline import PipelineConfig
+from icetide.config.pipeline import PipelineConfig
 
 from icetide.errors import IcetideError, one_line
 from icetide.pipeline.table_runner import Runner
@@ -394,7 +394,7 @@ def test_long_runs_of_json_messages_are_read_as_columns_and_equal_the_model(
     equal the model, and the Spark path's table of the same stream. The sync reads one `topic`
     into a table-name template (it once read nothing: only `topics` and `topic_pattern` were
     listed)."""
-    from icetide.pipeline.sync.runner.runner import SyncRunner
+    from icetide.pipeline.sync.runner import SyncRunner
 
     from icetide.decode.debezium.event_runs import MIN_RUN
 
