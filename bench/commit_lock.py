@@ -70,7 +70,7 @@ def commit_latencies(spark: Any, table: str, commits: int) -> list[float]:
 
 def run(warehouse: str, commits: int) -> str:
     import icetide
-    from icetide.spark.rest_server import catalog_server, served_catalog
+    from icetide.catalog.server import catalog_server, served_catalog
 
     with catalog_server(served_catalog("lake", warehouse=warehouse, options=None), port=0) as server:
         rest = {"spark.sql.catalog.rest": "org.apache.iceberg.spark.SparkCatalog"}

@@ -118,7 +118,7 @@ def drain(spark: Any, config: Any) -> tuple[float, int, int]:
 
 def run(events: int, files: int, max_files: int, rounds: int, work: Path) -> str:
     import icetide
-    from icetide.spark.session import catalog_conf
+    from icetide.catalog.settings import catalog_conf
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from icetide.stateful.enrich import Enrichment
     from icetide.stateful.merge import MergeSpec
     from icetide.stateful.stage import ChangelogStage, StageOptions
-    from icetide.table.catalog import create_table
+    from icetide.table.create import create_table
     from icetide.write.batch import BatchResult
     from icetide.write.key_index_memory import process_key_indexes
 
@@ -83,7 +83,7 @@ _LAZY = {
     "PipelineState": "icetide.commit.pipeline_state",
     "spark_session": "icetide.spark.session",
     "spark_conf": "icetide.spark.session",
-    "create_table": "icetide.table.catalog",
+    "create_table": "icetide.table.create",
     "run": "icetide.pipeline.entry",
     "Runner": "icetide.pipeline.table_runner",
     "SyncRunner": "icetide.pipeline.sync.runner",

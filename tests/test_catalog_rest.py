@@ -25,10 +25,10 @@ from typing import Any
 
 import yaml
 
+from icetide.catalog.settings import COMMIT_LOCK_IMPL
 from icetide.config.pipeline import PipelineConfig
 from icetide.maintenance.maintain import maintain
 from icetide.pipeline.table_runner import Runner
-from icetide.spark.session import COMMIT_LOCK_IMPL
 from icetide.table.iceberg import load_table
 from tests.commands import ROOT, catalog_reader, run_cli, stop_with_signal
 from tests.kafka_broker import create_topic, produce

@@ -19,8 +19,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from icetide.catalog.settings import COMMIT_LOCK_IMPL, catalog_conf
 from icetide.spark.jars import compiled_jar, icetide_jar, pyspark_jars
-from icetide.spark.session import COMMIT_LOCK_IMPL, catalog_conf
 from icetide.table.iceberg import load_table
 from tests.commit_race_driver import TAG
 

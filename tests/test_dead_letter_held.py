@@ -13,7 +13,7 @@ from typing import Any
 from icetide.pipeline.dead_letter_table import DEAD_LETTER_KEY, DEAD_LETTER_SCHEMA, DeadLetterTable, Held
 from icetide.pipeline.sync.state import advance
 from icetide.sources.files import FileSource, FileSourceConfig
-from icetide.table.catalog import create_table
+from icetide.table.create import create_table
 
 
 def nothing_recorded(positions: list[str]) -> set[str]:

@@ -10,7 +10,7 @@ from typing import Any
 from icetide.maintenance.expire import expire_snapshots
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
 from icetide.sink.sink import UpsertSink
-from icetide.table.catalog import (
+from icetide.table.create import (
     MAX_SNAPSHOT_AGE_MS,
     METADATA_PREVIOUS_VERSIONS_MAX,
     MIN_SNAPSHOTS_TO_KEEP,

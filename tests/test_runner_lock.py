@@ -139,7 +139,7 @@ def test_table_lease_refuses_a_live_holder_and_takes_over_an_expired_one(
     """The lease used for catalogs without a local folder, on a real table."""
     from icetide.ops import runner_lock
     from icetide.ops.runner_lock import TableLease
-    from icetide.table.catalog import create_table
+    from icetide.table.create import create_table
     from icetide.table.iceberg import load_table
 
     monkeypatch.setattr(runner_lock, "LEASE_SETTLE_SECONDS", 0.0)
@@ -187,7 +187,7 @@ def test_a_lease_whose_holder_died_on_this_machine_is_taken_over_at_once(
 
     from icetide.ops import runner_lock
     from icetide.ops.runner_lock import TableLease
-    from icetide.table.catalog import create_table
+    from icetide.table.create import create_table
     from icetide.table.iceberg import load_table
 
     monkeypatch.setattr(runner_lock, "LEASE_SETTLE_SECONDS", 0.0)

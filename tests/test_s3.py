@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from icetide.catalog.settings import S3_FILE_IO, catalog_conf
 from icetide.config.secrets import redact
 from icetide.filesystems import S3Settings, filesystem_for, is_s3, use_s3_settings
 from icetide.maintenance.expire import expire_snapshots
@@ -26,7 +27,7 @@ from icetide.maintenance.maintain import maintain
 from icetide.maintenance.orphans import remove_orphan_files
 from icetide.spark.jars import needs_aws_bundle
 from icetide.spark.maven import ICEBERG_AWS_BUNDLE
-from icetide.spark.session import S3_FILE_IO, catalog_conf, spark_conf
+from icetide.spark.session import spark_conf
 from icetide.table.iceberg import load_table
 from tests.commands import catalog_reader, run_cli
 from tests.lake_readers import duckdb_with_iceberg, keyed

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
+from icetide.catalog.settings import catalog_conf
 from icetide.config.pipeline import PipelineConfig, load_config
 from icetide.config.secrets import REDACTED, RedactingFilter, expand_env, is_secret_name, redact, scrub
 from icetide.errors import ConfigError
 from icetide.sources.kafka import KafkaSourceConfig
-from icetide.spark.session import catalog_conf
 from tests.test_config import GOOD
 
 SECRET = "s3cr3t-Value-42"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from icetide.sink.sink import UpsertSink
 from icetide.sources.generator import AD_EVENTS_KEY, AD_EVENTS_PARTITION_BY, AD_EVENTS_SCHEMA, AdEventsConfig, ad_events
-from icetide.table.catalog import create_table
+from icetide.table.create import create_table
 from icetide.write.batch import BatchResult
 
 if TYPE_CHECKING:

@@ -205,8 +205,8 @@ def cmd_catalog_serve(args: argparse.Namespace) -> int:
     import os
     import signal
 
-    from icetide.spark.rest_server import CatalogServer, served_catalog
-    from icetide.spark.session import DEFAULT_CATALOG
+    from icetide.catalog.server import CatalogServer, served_catalog
+    from icetide.catalog.settings import DEFAULT_CATALOG
 
     token = os.environ.get("ICETIDE_CATALOG_TOKEN") or None  # clients must send it as `token`
     if args.pipeline:

@@ -9,7 +9,7 @@ property says, that snapshot may be the only record of the pipeline's progress (
 
 How much history stays is the table's own business: Iceberg's properties
 `history.expire.max-snapshot-age-ms` and `history.expire.min-snapshots-to-keep`, which icetide
-sets at create time to an hour and 10 snapshots (icetide.table.catalog.RETENTION_DEFAULTS).
+sets at create time to an hour and 10 snapshots (icetide.table.create.RETENTION_DEFAULTS).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from icetide.commit.committer import SUMMARY_BATCH, SUMMARY_PIPELINE
 from icetide.commit.pipeline_state import PipelineState, all_pipeline_states
 from icetide.errors import ConfigError, PipelineStateAtRiskError
 from icetide.spark.py4j_collections import java_list
-from icetide.table.catalog import MAX_SNAPSHOT_AGE_MS, MIN_SNAPSHOTS_TO_KEEP
+from icetide.table.create import MAX_SNAPSHOT_AGE_MS, MIN_SNAPSHOTS_TO_KEEP
 from icetide.table.iceberg import load_table
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from icetide.maintenance.planning import GROUP_ORDERS, GroupOrder
 from icetide.maintenance.position_deletes import DeleteConversionResult, convert_equality_deletes
 from icetide.maintenance.progress import ProgressCallback
 from icetide.maintenance.results import CompactionResult
-from icetide.table.catalog import apply_retention_defaults
+from icetide.table.create import apply_retention_defaults
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,7 +15,7 @@ from icetide.maintenance.compaction import compaction
 from icetide.maintenance.health import TableHealth, table_health
 from icetide.maintenance.maintain import MaintenancePolicy
 from icetide.maintenance.planning import SkippedGroup
-from icetide.table.catalog import MAX_SNAPSHOT_AGE_MS, MIN_SNAPSHOTS_TO_KEEP, RETENTION_DEFAULTS
+from icetide.table.create import MAX_SNAPSHOT_AGE_MS, MIN_SNAPSHOTS_TO_KEEP, RETENTION_DEFAULTS
 from icetide.table.iceberg import load_table, table_property
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import pyarrow as pa
 from icetide.commit.pipeline_state import PipelineState
 from icetide.decode.frames import BAD_DDL
 from icetide.sink.sink import UpsertSink
-from icetide.table.catalog import create_table
+from icetide.table.create import create_table
 from icetide.write.batch import BatchResult
 
 if TYPE_CHECKING:

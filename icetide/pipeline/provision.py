@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from icetide.config.pipeline import PipelineConfig, TableConfig
-from icetide.table.catalog import create_table
+from icetide.table.create import create_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

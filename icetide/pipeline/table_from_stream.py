@@ -17,7 +17,7 @@ from icetide.config.pipeline import PipelineConfig, TableConfig
 from icetide.decode.debezium.connect_schema import EnvelopeSchema, column_ddl, parse_envelope_schema, parse_key_schema
 from icetide.errors import ConfigError, SourceError
 from icetide.sources.base import raise_source_error_in
-from icetide.table.catalog import create_table, table_exists
+from icetide.table.create import create_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -48,7 +48,7 @@ from icetide.pipeline.table_from_stream import create_from_definition, definitio
 from icetide.sink.sink import UpsertSink
 from icetide.sources.kafka import KafkaSourceConfig
 from icetide.sources.kafka_topics import KafkaTopics, TopicsPlan
-from icetide.table.catalog import table_exists
+from icetide.table.create import table_exists
 from icetide.write.batch import BatchResult
 from icetide.write.key_index_memory import process_key_indexes
 

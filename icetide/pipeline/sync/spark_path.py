@@ -30,7 +30,7 @@ from icetide.pipeline.sync.state import Position, skipped_below
 from icetide.pipeline.table_from_stream import SAMPLE_MESSAGES
 from icetide.sources.base import raise_source_error_in
 from icetide.sources.kafka_reader import VALUE_ERROR_COLUMN
-from icetide.table.catalog import table_exists
+from icetide.table.create import table_exists
 from icetide.table.iceberg import spark_schema
 from icetide.write.batch import BatchResult, WrittenBatch
 

@@ -13,7 +13,7 @@ from icetide.commit.pipeline_state import read_pipeline_state
 from icetide.config.pipeline import PipelineConfig
 from icetide.errors import SourceError
 from icetide.pipeline.sync.state import Position, SyncState, TableState, parse_position
-from icetide.table.catalog import table_exists
+from icetide.table.create import table_exists
 from icetide.table.iceberg import load_table
 
 if TYPE_CHECKING:

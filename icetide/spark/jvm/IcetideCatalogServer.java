@@ -54,7 +54,7 @@ import org.apache.iceberg.shaded.com.fasterxml.jackson.databind.ObjectMapper;
  * package because the JSON mapper the protocol's messages need, {@link RESTObjectMapper}, is
  * package-private there.
  *
- * <p>Started by icetide/spark/rest_server.py with the host and port as arguments and a JSON
+ * <p>Started by icetide/catalog/server.py with the host and port as arguments and a JSON
  * document on standard input: {"name": catalog name, "properties": {catalog properties}, "token":
  * a bearer token every request must carry, or null} on one line. The settings come on standard input so that
  * a password never shows in the process list. It prints one line, "listening on http://HOST:PORT",

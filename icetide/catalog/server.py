@@ -22,11 +22,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
+from icetide.catalog.settings import COMMIT_LOCK_IMPL, catalog_conf
 from icetide.config.secrets import redact, remember_secret, scrub
 from icetide.errors import ConfigError
 from icetide.spark.jars import aws_bundle_jar, iceberg_runtime_jar, icetide_jar, jdbc_driver_jar, pyspark_jars
 from icetide.spark.java import check_java, java_executable
-from icetide.spark.session import COMMIT_LOCK_IMPL, LOG4J_CONFIG, catalog_conf
+from icetide.spark.session import LOG4J_CONFIG
 
 log = logging.getLogger(__name__)
 
