@@ -358,3 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         hint = "" if args.verbose else " (run with -v for details)"
         print(f"icetide: error: {scrub(one_line(exc))}{hint}", file=sys.stderr)
         return 1
+
+
+if __name__ == "__main__":  # `python -m icetide.cli.main` as well as `python -m icetide.cli`
+    sys.exit(main())
