@@ -79,6 +79,18 @@ def test_delete_threshold_rewrites_a_lone_file_and_orders_groups_by_deletes() ->
     assert [s.partition for s in plan.skipped] == ["p=2"]
 
 
+def test_equality_threshold_rewrites_a_file_an_equality_delete_applies_to_and_no_other() -> None:
+    positions = (DeleteRef("dv", "position", 3, (0, "p=2"), 1, 100, referenced_data_file="y"),)
+    files = [
+        _file("x", 100 * MB, part="p=1", deletes=1),  # right-sized, one equality delete: rewritten alone
+        DataFileRef("y", 100 * MB, 10, 1, (0, "p=2"), positions),  # a DV only: readable, left alone
+    ]
+    plan = plan_groups(files, _options(min_input_files=5, equality_delete_file_threshold=1))
+    assert [[f.path for f in g.files] for g in plan.groups] == [["x"]]
+    with pytest.raises(ConfigError, match="equality_delete_file_threshold"):
+        _options(equality_delete_file_threshold=0)
+
+
 def test_groups_run_newest_partition_first_or_worst_first() -> None:
     files = [
         *(_file(f"old{i}", MB, part="h=2026-01-01-09", seq=1) for i in range(5)),  # most files, oldest
