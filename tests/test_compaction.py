@@ -167,15 +167,30 @@ class Table:
     """A test table with its reference model, an upsert stream and plain appends."""
 
     def __init__(
-        self, spark: Any, name: str, partition_by: list[str] | None = None, distribution: str = "dynamic"
+        self,
+        spark: Any,
+        name: str,
+        partition_by: list[str] | None = None,
+        distribution: str = "dynamic",
+        deletes: str | None = "equality",
     ) -> None:
         self.spark = spark
         self.name = name
+        # These tests are about folding and compacting equality deletes: the stream writes them
+        # (deletes="equality"; None: the table's own mode), on a v2 table unless the test made
+        # the table first (v3_table).
         icetide.create_table(
-            spark, name, schema=SCHEMA, key=KEY, partition_by=["hours(ts)"] if partition_by is None else partition_by
+            spark,
+            name,
+            schema=SCHEMA,
+            key=KEY,
+            partition_by=["hours(ts)"] if partition_by is None else partition_by,
+            format_version=2,
         )
         self.model = ReferenceModel(KEY, COLUMNS, "seq")
-        self.sink = icetide.UpsertSink(spark, name, pipeline_id="stream", order_by="seq", distribution=distribution)
+        self.sink = icetide.UpsertSink(
+            spark, name, pipeline_id="stream", order_by="seq", distribution=distribution, deletes=deletes
+        )
         self.model_batch = 0
         self.stream_batch = 0
 

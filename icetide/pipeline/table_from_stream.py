@@ -103,4 +103,5 @@ def create_from_definition(spark: SparkSession, t: TableConfig, found: tuple[Env
         partition_by=list(t.partition_by),
         properties=t.properties,
         target_file_size=t.target_file_size,
+        deletes=t.deletes,
     )
