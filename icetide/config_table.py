@@ -7,7 +7,7 @@ block asks for; each error names its key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from icetide.config_values import parse_size, reject_unknown_keys, require_key
@@ -78,6 +78,14 @@ class TableConfig:
             deletes=_deletes(d, "table", _with_format_version(d, "table")),
             key_index_memory=_key_index_memory(d.get("key_index_memory")),
         )
+
+    def created_for(self, mode: str) -> TableConfig:
+        """The definition a pipeline of `mode` creates the table with: an `append` pipeline's new
+        table, unless `deletes` is set, gets equality mode (its batches are INSERTs, which write no
+        delete, so a key index would hold every row for nothing; a rare DELETE still lands)."""
+        if mode == "append" and self.deletes is None:
+            return replace(self, deletes="equality")
+        return self
 
     @property
     def format_version(self) -> int | None:

@@ -127,6 +127,10 @@ def test_deletes_in_pipeline_files() -> None:
     assert table.table.deletes == "vectors"
     # Unset: the table's own mode (a new table: v3 and vectors; an existing one keeps its mode).
     assert PipelineConfig.from_dict(GOOD).table.deletes is None
+    unset = PipelineConfig.from_dict(GOOD).table
+    assert unset.created_for("upsert").deletes is None  # create_table's default: v3, vectors
+    assert unset.created_for("append").deletes == "equality"  # INSERTs write no delete: no index
+    assert table.table.created_for("append").deletes == "vectors"  # asked for: kept
     assert PipelineConfig.from_dict(with_("table.deletes", "vectors")).table.deletes == "vectors"  # v3 by default
     with pytest.raises(ConfigError, match=r"^table\.deletes: vectors needs format_version: 3"):
         PipelineConfig.from_dict(with_("table", {**GOOD["table"], "format_version": 2, "deletes": "vectors"}))

@@ -27,6 +27,7 @@ from icetide.sink.changelog import OP_COLUMN
 from icetide.sink.committer import APPEND_TABLE_PROPERTIES
 from icetide.stateful.settings import StatefulSettings
 from icetide.stateful.stage import ChangelogStage, StageOptions
+from icetide.table.format_version import FORMAT_VERSION_PROPERTY
 from icetide.table.iceberg import load_table, spark_schema
 
 if TYPE_CHECKING:
@@ -67,7 +68,10 @@ def raw_table_config(config: PipelineConfig, settings: StatefulSettings, target:
         schema=", ".join(columns),
         key=(SOURCE_POSITION_COLUMN, order_by),
         partition_by=(f"days({order_by})",),
-        properties=dict(APPEND_TABLE_PROPERTIES),
+        # Appended to, and read by stage 2 as a stream: format v2 and equality mode, as before the
+        # v3 default (no deletes to fold, no key index over every event).
+        properties={**APPEND_TABLE_PROPERTIES, FORMAT_VERSION_PROPERTY: "2"},
+        deletes="equality",
     )
 
 
