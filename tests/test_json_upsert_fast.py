@@ -226,4 +226,6 @@ def test_a_key_in_two_tasks_sends_the_batch_and_the_next_to_one_task(
     written = {str(p) for p in Path(location, "data").rglob("*.parquet")}
     referenced = {f.removeprefix("file:") for f in data_files(spark, "lake.upfast.met_fast")}
     deletes = spark.sql("SELECT file_path FROM lake.upfast.met_fast.files WHERE content > 0").collect()
-    assert written == referenced | {r[0].removeprefix("file:") for r in deletes}, "the first writing is deleted"
+    # Parquet delete files only: a new table's default (deletes: vectors) commits DVs, in Puffin files.
+    parquet_deletes = {r[0].removeprefix("file:") for r in deletes if r[0].endswith(".parquet")}
+    assert written == referenced | parquet_deletes, "the first writing is deleted"
