@@ -22,7 +22,7 @@ from icetide.errors import ConfigError, IcetideError, one_line
 if TYPE_CHECKING:
     from icetide.config.pipeline import PipelineConfig
 
-log = logging.getLogger("icetide.cli.main")
+log = logging.getLogger("icetide.cli.main.main")
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -313,6 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["rewrite", "position"],
         default="rewrite",
         help="fold equality deletes by rewriting data files (default) or converting them to position deletes",
+    )
+    maintain.add_argument(
+        "--fold-all",
+        action="store_true",
+        help="fold every equality delete and compact now, whatever the thresholds: every engine reads the table",
     )
     maintain.add_argument("--time-budget", metavar="DURATION", help="stop taking compaction groups after DURATION")
     maintain.add_argument(
