@@ -15,13 +15,20 @@ from icetide.secrets import redacted_repr
 
 EARLIEST, LATEST = "earliest", "latest"
 DEFAULT_GROUP_ID = "icetide"
-# Settings icetide owns: offsets are never committed, ends are detected by EOF events, and a read
-# below the log start is reported (then skipped explicitly) rather than silently reset.
+# Settings icetide owns: offsets are never committed, ends are detected by EOF events, a read
+# below the log start is reported (then skipped explicitly) rather than silently reset, and only
+# committed records are read. With read_committed (librdkafka's default, stated here so no consumer
+# setting can turn it off), records of aborted transactions are never delivered, and the end a
+# plan sees (ListOffsets and the EOF event) is the last stable offset: a batch never takes records
+# of a transaction still open, whose outcome is unknown. Transaction markers and aborted records
+# occupy offsets no message is delivered for; readers step over such gaps (as over a compacted
+# topic's) and count only the records delivered.
 FORCED_CONSUMER_SETTINGS = {
     "enable.auto.commit": "false",
     "enable.auto.offset.store": "false",
     "enable.partition.eof": "true",
     "auto.offset.reset": "error",
+    "isolation.level": "read_committed",
 }
 # Defaults for the executors' range readers, below the user's `consumer` settings: a range is read
 # from start to end in one go, so fetch in bulk (librdkafka's defaults, 1 MiB per partition and
