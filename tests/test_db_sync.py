@@ -1,5 +1,5 @@
 """A whole database into Iceberg through one pipeline: one Kafka topic per source table on a real
-Kafka-protocol broker (Tansu), one Iceberg table each, checked against a reference model of every
+broker (Apache Kafka), one Iceberg table each, checked against a reference model of every
 source table (a dict key -> row) after each batch, across SIGKILLs, a topic created while the
 pipeline runs, and a new column in one table only.
 

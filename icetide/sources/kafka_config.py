@@ -34,7 +34,7 @@ FORCED_CONSUMER_SETTINGS = {
 # from start to end in one go, so fetch in bulk (librdkafka's defaults, 1 MiB per partition and
 # fetch, suit a consumer that keeps up with a live stream). Measured on bench/ingest.py: the
 # decoding thread waited about 5x less for Kafka and a task's read took about 10% less CPU.
-# fetch.wait.max.ms stays librdkafka's 500: with 10, a loaded Tansu answered with (nearly) empty
+# fetch.wait.max.ms stays librdkafka's 500: with 10, a loaded in-memory test broker answered with (nearly) empty
 # fetches and batches stalled for minutes in bench/soak.py; a range read costs the same with both
 # (docs/design.md, "Range readers' fetch wait").
 READER_DEFAULTS = {
