@@ -101,6 +101,7 @@ class KafkaBroker:
         self.controller_port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.start_seconds: list[float] = []  # how long each start took until the broker served
+        self.format_seconds = 0.0  # the `kafka-storage format` run of the first start
 
     @property
     def bootstrap(self) -> str:
@@ -180,7 +181,9 @@ class KafkaBroker:
                 self.port, self.controller_port = free_port(), free_port()
             (self.workdir / "server.properties").write_text(self._properties())
             if not (self.data / "meta.properties").exists():
+                began = time.monotonic()
                 self._format()
+                self.format_seconds = time.monotonic() - began
             started = time.monotonic()
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
@@ -392,6 +395,14 @@ def transactional_producer(bootstrap: str) -> Any:
     """A confluent-kafka producer with a transactional id of its own, its transactions initialized."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:10]}"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"tx-{uuid.uuid4().hex[:10]}",
+            # A test may hold a transaction open across pipeline runs: the coordinator aborts one
+            # older than this (librdkafka's default is 60 s; the broker allows up to 15 minutes).
+            "transaction.timeout.ms": 600_000,
+        }
+    )
     producer.init_transactions(30)
     return producer

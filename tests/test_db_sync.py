@@ -34,7 +34,7 @@ from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.sync import SyncBatchMetrics, SyncRunner
 from tests.commands import crash_tour, run_cli, warehouse_reader
 from tests.debezium_messages import messages
-from tests.kafka_broker import produce
+from tests.kafka_broker import create_topic, produce
 from tests.test_prometheus import _scrape
 
 INVENTORY = "debezium_server_iceberg_mysql_inventory"  # line 1: orders (op r), line 2: customers (op d)
@@ -611,11 +611,7 @@ def test_fast_path_dead_letters_are_written_once_across_kill_9(spark: Any, kafka
 
 
 def _create(bootstrap: str, name: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)]).values():
-        future.result(timeout=20)
+    create_topic(bootstrap, 1, name=name)  # returns once the partition has its leader
 
 
 def _committed(runner: SyncRunner, table: str, offsets: int) -> bool:
