@@ -48,6 +48,16 @@ def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
             time.sleep(0.1)
 
 
+def _set_topic_config(bootstrap: str, topic: str, settings: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=20)
+
+
 def _low_watermark(bootstrap: str, topic: str, partition: int) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -171,14 +181,13 @@ def test_data_loss_stops_by_default_and_skip_records_the_range(
     """Retention deletes a segment holding records the pipeline has not read: the run stops with
     the lost range named, and with `on_data_loss: skip` records it in the dead-letter table once.
 
-    The topic keeps a day (retention.ms) in segments of at most an hour of record time
-    (segment.ms): records stamped three days ago fill the first segment, the pipeline reads 30 of
-    them, 10 more arrive, then a record stamped now rolls the segment and retention deletes it, so
-    the log starts at offset 40 while the table's position is 30."""
+    The topic's segments hold at most an hour of record time (segment.ms): records stamped three
+    days ago fill the first segment, the pipeline reads 30 of them, 10 more arrive, then records
+    stamped now roll a new segment. Retention is then cut to a day (retention.ms, as an operator
+    would): the broker deletes the first segment, so the log starts at offset 40 while the table's
+    position is 30."""
     old_ms = int(time.time() * 1000) - 3 * DAY_MS
-    topic = create_topic(
-        kafka_broker, 1, prefix="lossy", config={"retention.ms": str(DAY_MS), "segment.ms": str(DAY_MS // 24)}
-    )
+    topic = create_topic(kafka_broker, 1, prefix="lossy", config={"segment.ms": str(DAY_MS // 24)})
     before = [(0, r[1], r[2], old_ms) for r in events(0, 30, bad_every=7)]  # dead letters up to offset 30
     unread = [(0, r[1], r[2], old_ms) for r in events(100, 10)]  # offsets 30..39, deleted unread
     produce(kafka_broker, topic, before)
@@ -191,6 +200,7 @@ def test_data_loss_stops_by_default_and_skip_records_the_range(
     produce(kafka_broker, topic, unread)
     after = [(0, r[1], r[2], None) for r in events(200, 10, bad_every=3)]  # offsets 40..49, stamped now
     produce(kafka_broker, topic, after)
+    _set_topic_config(kafka_broker, topic, {"retention.ms": str(DAY_MS)})
     deadline = time.monotonic() + 60
     while _low_watermark(kafka_broker, topic, 0) < 40:  # the broker checks retention every 0.5 s
         assert time.monotonic() < deadline, "retention did not delete the first segment within 60 s"
