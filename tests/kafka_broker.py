@@ -10,8 +10,10 @@ produced survives it, as on a user's broker. Anything else that speaks to a brok
 worker, say) takes `bootstrap` and, for the log, `log_path`.
 
 The broker's settings are Kafka's defaults except: one partition for the internal topics (one node),
-a retention check every half second and a cleaner that looks for work every 200 ms (the data-loss
-and compaction tests wait for them), and `broker_settings` given by the caller.
+no retention time unless a topic sets `retention.ms` (tests stamp records with fixed past times), a
+retention check every half second and a cleaner that looks for work every 200 ms (the data-loss
+and compaction tests wait for them), a 3 s broker session (a restarted node registers again once
+its last session has expired), and `broker_settings` given by the caller.
 
 Tests create their own uniquely named topics (`create_topic`). The session fixture `kafka_broker`
 gives the bootstrap servers; `kafka_server` gives the `KafkaBroker` itself, for a test that
@@ -133,6 +135,9 @@ class KafkaBroker:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "log.initial.task.delay.ms": "0",
+            # Tests stamp records with fixed times long past, which Kafka's 7-day default would
+            # delete at once (the active segment too): no time limit unless a topic sets one.
+            "log.retention.ms": "-1",
             "log.retention.check.interval.ms": "500",
             "log.cleaner.backoff.ms": "200",
             # A restarted node cannot register again while its last session lives (a crash leaves
