@@ -60,10 +60,12 @@ demo: install
 	$(BIN)/icetide demo
 
 test: install
+	@$(BIN)/python -m tests.kafka_jars
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 tests
 
 # The guarantees on Spark 3.5: the tests marked `guarantee` (docs/testing.md).
 test-spark35: install-spark35
+	@$(VENV35)/bin/python -m tests.kafka_jars
 	$(VENV35)/bin/python -m pytest -q -n 2 --dist loadfile --durations=30 -m guarantee tests
 
 lint: install

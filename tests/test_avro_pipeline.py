@@ -1,5 +1,5 @@
 """`format: debezium-avro` end to end: Avro records from confluent-kafka's AvroSerializer, through a
-schema registry, in a real Kafka-protocol broker (Tansu), into Iceberg tables, checked against a
+schema registry, in a real broker (Apache Kafka), into Iceberg tables, checked against a
 reference model of each source table, through the single-table runner and a database sync, across
 SIGKILLs, a schema change and a failing or refusing registry.
 

@@ -1,4 +1,4 @@
-"""The append fast path (pipeline/json_fast.py) against a real broker (Tansu) and real Iceberg tables.
+"""The append fast path (pipeline/json_fast.py) against a real broker (Apache Kafka) and real Iceberg tables.
 
 It must give the same typed table and the same dead letters as the Spark path, exactly once across
 kill -9, and step aside when it cannot (fast_path: off, _op changes).
