@@ -392,7 +392,7 @@ def _nested(t: pa.DataType, name: str, zone: str, *, declared: bool) -> Converte
 
     def read(v: Any) -> Any:
         try:
-            value = nested.exact_value(field_text(v), t, nested.Reading(zone, exact=True, as_text=declared))
+            value = nested.exact_value(field_text(v), t, nested.Reading(zone, as_text=declared))
         except nested.Unfit as part:
             raise DeadLetter(unfit_error(name + part.path, part.raw, part.type, part.shape, part.beyond)) from None
         if value is None:

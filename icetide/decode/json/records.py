@@ -364,7 +364,7 @@ class ArrowJsonDecoder:
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
                 if reading is None:
-                    reading = nested.Reading(self.time_zone, exact=True, as_text=self.nested_as_text)
+                    reading = nested.Reading(self.time_zone, as_text=self.nested_as_text)
                 kept = reading.kept
                 try:
                     converted = nested.exact_value(raw, f.type, reading)
