@@ -32,6 +32,7 @@ or a dead letter, never one Spark repaired), by the rules above but that:
 - an object or array in a STRING element or field makes the record bad (`column s.note: object
   '{...}' is not a STRING`), unless the decoder's `nested_as_text` keeps its JSON text, counted
   (Spark: its JSON text);
+- a DATE element or field takes no text after its date but a midnight (Spark ignores it);
 - a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up) and no text with a
   comma (Spark drops commas: "1,5" is 15), a FLOAT no number a double holds beyond FLOAT's range
   (Spark: infinity; beyond a double it is infinity, as at the top), a TINYINT no 128..255 (Spark
@@ -73,7 +74,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_NAIVE = datetime(1970, 1, 1)
 TIMESTAMP_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:?\d{2})?$")
 _ZONED = re.compile(r"(Z|[+-]\d{2}:?\d{2})$")
-_DATE_TEXT = re.compile(r"^\+?(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?$")
+# a date, and after it a midnight at most: Spark's casts drop any text after a space or T (issue 49)
+_DATE_TEXT = re.compile(r"^\+?(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ]00:00(?::00(?:\.0+)?)?)?)?)?$")
 _INTEGER_TEXT = re.compile(r"^[+-]?[0-9]{1,20}$")
 _INFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "+Infinity": float("inf"), "+INF": float("inf")}
 _INFINITE |= {"-Infinity": float("-inf"), "-INF": float("-inf")}
@@ -350,8 +352,8 @@ def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
     if pa.types.is_date32(t):
         return date_text(e)
     if pa.types.is_timestamp(t):
-        if t.tz is None:  # TIMESTAMP_NTZ: text with a zone does not fit here (it does at the top)
-            return None if _ZONED.search(e.strip()) else wall_time_text(e)
+        if t.tz is None:  # TIMESTAMP_NTZ: text with a zone does not fit
+            return wall_time_text(e)
         return timestamp_text(e, r.zone)
     if pa.types.is_binary(t):
         return _base64(e)
@@ -421,9 +423,10 @@ def timestamp_text(text: str, time_zone: str) -> datetime | None:
 
 
 def wall_time_text(text: str) -> datetime | None:
-    """ISO-8601 timestamp text as a wall time (TIMESTAMP_NTZ: a zone in the text is ignored), or None."""
+    """ISO-8601 timestamp text without a zone as a wall time (TIMESTAMP_NTZ), or None: a zone in
+    the text would be dropped (Spark's reader ignored it; issue 49)."""
     text = text.strip()
-    if not TIMESTAMP_TEXT.match(text):
+    if not TIMESTAMP_TEXT.match(text) or _ZONED.search(text):
         return None
     try:
         return datetime.fromisoformat(text).replace(tzinfo=None)
