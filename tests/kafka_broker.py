@@ -60,6 +60,15 @@ logger.cleaner.level = info
 """
 
 
+def _die_with_parent() -> None:
+    """In the broker's process before exec (Linux): SIGTERM it when the process that started it
+    ends, also by a signal that skips atexit and fixture teardown (a killed pytest left brokers)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def free_port() -> int:
     """A port no process listens on now (another may take it before the caller binds it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -196,6 +205,7 @@ class KafkaBroker:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # a terminal's Ctrl-C goes to pytest, which stops it
+                    preexec_fn=_die_with_parent,
                 )
             try:
                 self.wait_ready(START_TIMEOUT_SECONDS)
