@@ -349,8 +349,18 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         check_model(spark, workload, runs[s].table, rows)
     print("both tables equal the model", flush=True)
 
+    n = len(workload.messages)
+    per_core = {s: n / max(1e-9, runs[s].cpu_at_end - runs[s].cpu_at_start) for s in SYSTEMS}
+    for s in SYSTEMS:
+        print(
+            f"{s}: {runs[s].cpu_at_end - runs[s].cpu_at_start:.1f} CPU s, {per_core[s]:,.0f} rows/s per core, "
+            f"held the model after {runs[s].seconds:.1f} s, peak RSS {meter.peak_rss.get(s, 0) / 2**20:,.0f} MiB",
+            flush=True,
+        )
     lags = {s: freshness(spark, runs[s].table, paced_ms) for s in SYSTEMS}
     layout = {s: files(spark, runs[s].table) for s in SYSTEMS}
+    for s in SYSTEMS:
+        print(f"{s}: freshness p50 {pick(lags[s], 0.5):.1f} s p99 {pick(lags[s], 0.99):.1f} s; {layout[s]}", flush=True)
     probe = rows[len(rows) // 2][workload.key_field]
     reads: dict[str, TableReads] = {}
     with duckdb_with_iceberg() as con:
@@ -363,11 +373,10 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
                 con,
                 key_column=workload.key_field,
                 sum_column=workload.sum_column,
+                duckdb_cap=args.read_cap,
             )
+            print(f"{s}: reads {reads[s]}", flush=True)
     spark.stop()
-
-    n = len(workload.messages)
-    per_core = {s: n / max(1e-9, runs[s].cpu_at_end - runs[s].cpu_at_start) for s in SYSTEMS}
 
     def ratio(a: float, b: float) -> str:
         return f"{a / b:.2f}x" if b else "-"
@@ -428,6 +437,7 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=2000.0, help="messages per second after the warm-up")
     p.add_argument("--flink-parallelism", type=int, default=0, help="default: the machine's cores")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for a table to hold its model")
+    p.add_argument("--read-cap", type=float, default=60.0, help="seconds after which a DuckDB read is stopped")
     args = p.parse_args()
     body = in_temp_warehouse(lambda wh: run(args.workload, args, wh))
     report(f"bench/peers/compare.py: icetide beside the Flink Iceberg sink, {args.workload}", body, save=args.record)
