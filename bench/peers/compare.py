@@ -270,6 +270,15 @@ def files(spark: Any, table: str) -> Files:
     )
 
 
+def commits(spark: Any, table: str, since_ms: int) -> int:
+    """Snapshots committed since `since_ms` (epoch ms)."""
+    return int(
+        spark.sql(f"SELECT count(*) FROM {table}.snapshots WHERE unix_millis(committed_at) >= {since_ms}").collect()[0][
+            0
+        ]
+    )
+
+
 def pick(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
@@ -359,8 +368,13 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         )
     lags = {s: freshness(spark, runs[s].table, paced_ms) for s in SYSTEMS}
     layout = {s: files(spark, runs[s].table) for s in SYSTEMS}
+    snapshots = {s: commits(spark, runs[s].table, paced_ms) for s in SYSTEMS}
     for s in SYSTEMS:
-        print(f"{s}: freshness p50 {pick(lags[s], 0.5):.1f} s p99 {pick(lags[s], 0.99):.1f} s; {layout[s]}", flush=True)
+        print(
+            f"{s}: freshness p50 {pick(lags[s], 0.5):.1f} s p99 {pick(lags[s], 0.99):.1f} s; "
+            f"{snapshots[s]} commits; {layout[s]}",
+            flush=True,
+        )
     probe = rows[len(rows) // 2][workload.key_field]
     reads: dict[str, TableReads] = {}
     with duckdb_with_iceberg() as con:
@@ -386,6 +400,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         ("rows/s per core (CPU s of the process tree)", *(f"{per_core[s]:,.0f}" for s in SYSTEMS)),
         ("CPU seconds", *(f"{runs[s].cpu_at_end - runs[s].cpu_at_start:.1f}" for s in SYSTEMS)),
         ("seconds to hold the model (from paced start)", *(f"{runs[s].seconds:.1f}" for s in SYSTEMS)),
+        ("commits (snapshots) after the warm-up", *(str(snapshots[s]) for s in SYSTEMS)),
         ("freshness p50 s", *(f"{pick(lags[s], 0.5):.1f}" for s in SYSTEMS)),
         ("freshness p99 s", *(f"{pick(lags[s], 0.99):.1f}" for s in SYSTEMS)),
         ("peak memory MiB (process tree RSS)", *(f"{meter.peak_rss.get(s, 0) / 2**20:,.0f}" for s in SYSTEMS)),
