@@ -427,7 +427,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
     command = (
         f".venv/bin/python bench/peers/compare.py --workload {workload.name} --hours {args.hours} "
         + (f"--events-per-batch {args.events_per_batch} " if workload.name == "ads" else f"--events {args.events} ")
-        + f"--rate {args.rate:g}"
+        + f"--rate {args.rate:g} --read-cap {args.read_cap:g}"
     )
     return (
         f"Workload `{workload.name}`: {len(workload.warm_up):,} warm-up messages then {n:,} at {args.rate:,.0f}/s "
