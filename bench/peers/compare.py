@@ -32,12 +32,12 @@ fails if either differs. The broker is bench.common.kafka_broker; the harness's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -331,7 +331,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         meter = TreeMeter({s: runs[s].pid for s in SYSTEMS}).start()
         try:
             produce(bootstrap, topic, workload.warm_up, workload.key_field, None)
-            first = rows_of(Workload(**{**workload.__dict__, "messages": []}))
+            first = rows_of(dataclasses.replace(workload, messages=[]))  # the warm-up alone
             started = time.monotonic()
             wait_for(spark, workload, runs, expected(workload, first), meter, alive, args.timeout)
             print(f"warm-up held by both after {time.monotonic() - started:.0f} s", flush=True)
@@ -340,11 +340,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
                 runs[s].cpu_at_start = cpu[s]
             paced_ms = int(time.time() * 1000)
             paced_at = time.monotonic()
-            producer = threading.Thread(
-                target=produce, args=(bootstrap, topic, workload.messages, workload.key_field, args.rate)
-            )
-            producer.start()
-            producer.join()
+            produce(bootstrap, topic, workload.messages, workload.key_field, args.rate)
             rows = rows_of(workload)  # after production: the messages carry their produced_at
             wait_for(spark, workload, runs, expected(workload, rows), meter, alive, args.timeout)
             for s in SYSTEMS:
