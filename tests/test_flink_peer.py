@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.peer
-@pytest.mark.parametrize("workload", ["ads", "appends"])
+@pytest.mark.parametrize("workload", ["ads", "debezium", "appends"])
 def test_peer_harness_on_a_tiny_topic(workload: str) -> None:
-    size = ["--events-per-batch", "60"] if workload == "ads" else ["--events", "600", "--warm-up", "50"]
+    size = ["--events-per-batch", "60"] if workload != "appends" else ["--events", "600", "--warm-up", "50"]
     done = subprocess.run(
         [sys.executable, "bench/peers/compare.py", "--workload", workload, "--hours", "1", "--rate", "400", *size],
         cwd=ROOT,

@@ -68,7 +68,7 @@ from bench.peers.flink.peer import (
     create_iceberg_table,
 )
 from bench.peers.processes import TreeMeter
-from bench.peers.workloads import Workload, ads, appends
+from bench.peers.workloads import Workload, ads, appends, debezium
 
 PARTITIONS = 4
 TRIGGER_SECONDS = 5.0  # icetide's default trigger.interval (icetide/config/runner.py)
@@ -95,7 +95,7 @@ def pipeline_file(path: Path, workload: Workload, warehouse: str, bootstrap: str
         "pipeline": f"peer-{workload.name}",
         "warehouse": warehouse,
         "source": {"kafka": {"bootstrap_servers": bootstrap, "topic": topic, "starting_offsets": "earliest"}},
-        "format": "json",
+        "format": "debezium" if workload.envelope == "debezium" else "json",
         "table": {
             "name": table,
             "schema": workload.spark_schema,
@@ -133,7 +133,7 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
         proc.wait(10)
 
 
-def produce(bootstrap: str, topic: str, messages: list[dict[str, Any]], key_field: str, rate: float | None) -> None:
+def produce(bootstrap: str, topic: str, workload: Workload, messages: list[dict[str, Any]], rate: float | None) -> None:
     """Produce `messages` (stamping `produced_at`, epoch ms) at `rate` per second (None: at once);
     a message's partition is the CRC32 of its key, so a key's changes stay in order."""
     from confluent_kafka import Producer
@@ -141,9 +141,9 @@ def produce(bootstrap: str, topic: str, messages: list[dict[str, Any]], key_fiel
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 500000})
     began = time.monotonic()
     for i, m in enumerate(messages):
-        key = str(m[key_field]).encode()
-        m["produced_at"] = int(time.time() * 1000)
-        produce_waiting(producer, topic, key=key, value=json.dumps(m).encode(), partition=zlib.crc32(key) % PARTITIONS)
+        key = workload.key_of(m).encode()
+        value = workload.encode(m, int(time.time() * 1000))
+        produce_waiting(producer, topic, key=key, value=value, partition=zlib.crc32(key) % PARTITIONS)
         if rate and i % 200 == 0:
             ahead = i / rate - (time.monotonic() - began)
             if ahead > 0:
@@ -289,8 +289,10 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
     work.mkdir()
     spark = bench_session(warehouse, memory="2g")
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.bench")
-    if workload_name == "ads":
+    if workload_name in ("ads", "debezium"):
         workload = ads(spark, hours=args.hours, events_per_batch=args.events_per_batch)
+        if workload_name == "debezium":
+            workload = debezium(workload)
     else:
         workload = appends(hours=args.hours, events=args.events, warm_up=args.warm_up)
     print(f"{workload.name}: {len(workload.warm_up):,} warm-up + {len(workload.messages):,} messages", flush=True)
@@ -319,6 +321,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
                 source_columns=cols,
                 select=select,
                 upsert=workload.upsert,
+                format="debezium-json" if workload.envelope == "debezium" else "json",
                 checkpoint_seconds=TRIGGER_SECONDS,
                 parallelism=args.flink_parallelism or cores,
             ),
@@ -330,7 +333,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         alive = {"icetide": lambda: icetide_proc.poll() is None, "flink": flink.running}
         meter = TreeMeter({s: runs[s].pid for s in SYSTEMS}).start()
         try:
-            produce(bootstrap, topic, workload.warm_up, workload.key_field, None)
+            produce(bootstrap, topic, workload, workload.warm_up, None)
             first = rows_of(dataclasses.replace(workload, messages=[]))  # the warm-up alone
             started = time.monotonic()
             wait_for(spark, workload, runs, expected(workload, first), meter, alive, args.timeout)
@@ -340,7 +343,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
                 runs[s].cpu_at_start = cpu[s]
             paced_ms = int(time.time() * 1000)
             paced_at = time.monotonic()
-            produce(bootstrap, topic, workload.messages, workload.key_field, args.rate)
+            produce(bootstrap, topic, workload, workload.messages, args.rate)
             rows = rows_of(workload)  # after production: the messages carry their produced_at
             wait_for(spark, workload, runs, expected(workload, rows), meter, alive, args.timeout)
             for s in SYSTEMS:
@@ -422,7 +425,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
     load = os.getloadavg()
     command = (
         f".venv/bin/python bench/peers/compare.py --workload {workload.name} --hours {args.hours} "
-        + (f"--events-per-batch {args.events_per_batch} " if workload.name == "ads" else f"--events {args.events} ")
+        + (f"--events-per-batch {args.events_per_batch} " if workload.name != "appends" else f"--events {args.events} ")
         + f"--rate {args.rate:g} --read-cap {args.read_cap:g}"
     )
     return (
@@ -440,7 +443,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--workload", choices=("ads", "appends"), default="ads")
+    p.add_argument("--workload", choices=("ads", "appends", "debezium"), default="ads")
     p.add_argument("--hours", type=int, default=24, help="simulated hours")
     p.add_argument("--events-per-batch", type=int, default=2000, help="ads: events per 15 simulated minutes")
     p.add_argument("--events", type=int, default=200_000, help="appends: messages after the warm-up")

@@ -14,6 +14,9 @@ decoder and Flink's `TO_TIMESTAMP_LTZ(x, 3)` both read them.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +65,7 @@ class Workload:
     messages: list[dict[str, Any]]  # produced at a steady rate after the warm-up
     simulated_hours: int
     partition_by: str = "hours(event_time)"
+    envelope: str = "json"  # json: the row itself; debezium: {op, before, after} in a JSON-converter envelope
 
     @property
     def spark_schema(self) -> str:
@@ -80,8 +84,30 @@ class Workload:
             return everything
         out: dict[Any, dict[str, Any]] = {}
         for m in everything:
+            if self.envelope == "debezium":
+                row = m["after"] or m["before"]
+                if m["after"] is None:
+                    out.pop(tuple(row[k] for k in self.key), None)
+                    continue
+                m = row
             out[tuple(m[k] for k in self.key)] = m
         return out
+
+    def key_of(self, m: dict[str, Any]) -> str:
+        """The Kafka message key of message `m`."""
+        row = (m["after"] or m["before"]) if self.envelope == "debezium" else m
+        return str(row[self.key_field])
+
+    def encode(self, m: dict[str, Any], now_ms: int) -> bytes:
+        """Message `m` as produced now: `produced_at` stamped into its row."""
+        if self.envelope != "debezium":
+            m["produced_at"] = now_ms
+            return json.dumps(m).encode()
+        if m["after"] is not None:
+            m["after"]["produced_at"] = now_ms
+        source = {"version": "3.6.0.Final", "connector": "mysql", "name": "bench", "ts_ms": now_ms, "db": "ads"}
+        payload = {"before": m["before"], "after": m["after"], "source": source, "op": m["op"], "ts_ms": now_ms}
+        return json.dumps({"schema": _debezium_schema(self.columns), "payload": payload}).encode()
 
 
 def ads(spark: Any, *, hours: int, events_per_batch: int) -> Workload:
@@ -147,4 +173,70 @@ def appends(*, hours: int, events: int, warm_up: int, start_ms: int = 1_767_225_
         warm_up=rows[:warm_up],
         messages=rows[warm_up:],
         simulated_hours=hours,
+    )
+
+
+_CONNECT_TYPES = {"STRING": "string", "BIGINT": "int64", "INT": "int32", "DOUBLE": "double"}
+
+
+@functools.cache
+def _schema_of(columns: tuple[tuple[str, str, str], ...]) -> dict[str, Any]:
+    fields = []
+    for name, ddl, kind in columns:
+        field: dict[str, Any] = {"field": name, "optional": "NOT NULL" not in ddl}
+        if kind == "TIMESTAMP":
+            field.update(type="int64", name="io.debezium.time.Timestamp", version=1)
+        else:
+            field["type"] = _CONNECT_TYPES[kind]
+        fields.append(field)
+    row = {"type": "struct", "fields": fields, "optional": True, "name": "bench.ads.impressions.Value"}
+    source = [
+        {"type": t, "optional": False, "field": f}
+        for f, t in (("version", "string"), ("connector", "string"), ("name", "string"), ("ts_ms", "int64"))
+    ] + [{"type": "string", "optional": True, "field": "db"}]
+    return {
+        "type": "struct",
+        "name": "bench.ads.impressions.Envelope",
+        "optional": False,
+        "fields": [
+            {**row, "field": "before"},
+            {**row, "field": "after"},
+            {"type": "struct", "fields": source, "optional": False, "field": "source"},
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ],
+    }
+
+
+def _debezium_schema(columns: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """The Connect schema of the envelope, as Kafka's JsonConverter writes it (schemas.enable=true)."""
+    return _schema_of(tuple(columns))
+
+
+def debezium(ad_events: Workload, *, delete_every: int = 40) -> Workload:
+    """(b) The ad events as a Debezium change stream of a database table: a key's first change is a
+    create (`c`), later ones updates (`u`, with the row before), and every `delete_every`-th change of
+    a key seen before is a delete (`d`) instead; a key changed after its delete is created again."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def changes(rows: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
+        out = []
+        for i, row in enumerate(rows, start):
+            k = tuple(row[c] for c in ad_events.key)
+            before = seen.get(k)
+            if before is not None and i % delete_every == 0:
+                out.append({"op": "d", "before": before, "after": None})
+                del seen[k]
+            else:
+                out.append({"op": "u" if before is not None else "c", "before": before, "after": row})
+                seen[k] = row
+        return out
+
+    warm_up = changes(ad_events.warm_up, 0)
+    return dataclasses.replace(
+        ad_events,
+        name="debezium",
+        envelope="debezium",
+        warm_up=warm_up,
+        messages=changes(ad_events.messages, len(warm_up)),
     )

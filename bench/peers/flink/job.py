@@ -39,10 +39,12 @@ def statements(spec: dict[str, Any]) -> list[str]:
         "properties.bootstrap.servers": spec["bootstrap"],
         "properties.group.id": spec["group"],
         "scan.startup.mode": "earliest-offset",
-        "format": "json",
-        "json.fail-on-missing-field": "false",
-        "json.ignore-parse-errors": "true",
     }
+    if spec.get("format", "json") == "debezium-json":
+        kafka.update({"format": "debezium-json", "debezium-json.schema-include": "true"})
+        kafka["debezium-json.ignore-parse-errors"] = "true"
+    else:
+        kafka.update({"format": "json", "json.fail-on-missing-field": "false", "json.ignore-parse-errors": "true"})
     if spec.get("end_offsets"):  # stop there: {partition: offset}, exclusive
         kafka["scan.bounded.mode"] = "specific-offsets"
         kafka["scan.bounded.specific-offsets"] = ";".join(

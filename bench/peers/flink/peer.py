@@ -90,6 +90,7 @@ class FlinkSinkSpec:
     upsert: bool
     checkpoint_seconds: float
     parallelism: int
+    format: str = "json"  # or debezium-json: Connect's JSON envelope with its schema
     end_offsets: dict[int, int] | None = None  # read up to these offsets, commit, exit
     group: str = field(default="")
 
