@@ -453,6 +453,8 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for a table to hold its model")
     p.add_argument("--read-cap", type=float, default=60.0, help="seconds after which a DuckDB read is stopped")
     args = p.parse_args()
+    # a SIGTERM (a timeout) unwinds like an error: both systems' process groups are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     body = in_temp_warehouse(lambda wh: run(args.workload, args, wh))
     report(f"bench/peers/compare.py: icetide beside the Flink Iceberg sink, {args.workload}", body, save=args.record)
 
