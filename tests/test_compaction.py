@@ -528,11 +528,12 @@ def test_stream_upserts_while_compaction_loops(spark: Any, table_name: str) -> N
 
     def raced() -> list[Any]:
         """The compactions that committed with a stream commit between their plan and commit."""
+        done_so_far = list(results)  # before the history: a compaction that commits meanwhile waits a turn
         parents = {
             int(r["snapshot_id"]): r["parent_id"]
             for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {table_name}.snapshots").collect()
         }
-        return [r for r in list(results) if r.groups and parents[r.snapshot_ids[0]] != r.planned_snapshot_id]
+        return [r for r in done_so_far if r.groups and parents[r.snapshot_ids[0]] != r.planned_snapshot_id]
 
     worker = threading.Thread(target=compaction_loop)
     worker.start()

@@ -138,7 +138,7 @@ def maintainer(table: str, warehouse: str, log: Path) -> Iterator[subprocess.Pop
             [
                 sys.executable,
                 "-m",
-                "icetide.cli.main",
+                "icetide.cli",
                 "maintain",
                 table,
                 "--warehouse",

@@ -22,7 +22,7 @@ from icetide.errors import ConfigError, IcetideError, one_line
 if TYPE_CHECKING:
     from icetide.config.pipeline import PipelineConfig
 
-log = logging.getLogger("icetide.cli.main.main")
+log = logging.getLogger("icetide.cli")
 
 
 def _configure_logging(verbose: bool) -> None:

@@ -17,7 +17,7 @@ from icetide.ops.stop_signals import StopSignals
 if TYPE_CHECKING:
     from icetide.config.pipeline import PipelineConfig
 
-log = logging.getLogger("icetide.cli.main.main")
+log = logging.getLogger("icetide.cli")
 
 
 @contextmanager
