@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-spark35 demo test test-spark35 lint docs bench clean check-java system-packages
+.PHONY: install install-spark35 demo test test-peers test-spark35 lint docs bench clean check-java system-packages
 
 check-java:
 	@$(PYTHON) -m icetide.spark.java >/dev/null
@@ -60,10 +60,17 @@ demo: install
 	$(BIN)/icetide demo
 
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 tests
+	@$(BIN)/python -m tests.kafka_jars
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 -m "not peer" tests
+
+# The Flink peer harness on tiny topics (bench/peers/, docs/peers.md): minutes, and PyFlink's own venv.
+test-peers: install
+	@$(BIN)/python -m tests.kafka_jars
+	$(BIN)/python -m pytest -q -m peer tests
 
 # The guarantees on Spark 3.5: the tests marked `guarantee` (docs/testing.md).
 test-spark35: install-spark35
+	@$(VENV35)/bin/python -m tests.kafka_jars
 	$(VENV35)/bin/python -m pytest -q -n 2 --dist loadfile --durations=30 -m guarantee tests
 
 lint: install

@@ -24,6 +24,14 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "benchmarks.md"
 
 
+def kafka_broker(workdir: Path) -> Any:
+    """The benchmarks' Kafka broker, a context manager yielding its bootstrap servers: the one place
+    that names the broker (Apache Kafka, one KRaft node, its log and its own log file in `workdir`)."""
+    from tests.kafka_broker import BENCH_JVM_OPTIONS, apache_kafka
+
+    return apache_kafka(workdir, jvm_options=BENCH_JVM_OPTIONS)
+
+
 def bench_session(warehouse: str, memory: str = "8g") -> Any:
     """A local Spark session sized for benchmarks on this machine."""
     import icetide
@@ -188,9 +196,11 @@ def table_reads(
     spark: Any,
     table: str,
     metadata: str,
-    probe: int,
+    probe: int | str,
     con: Any,
     *,
+    key_column: str = "id",
+    sum_column: str = "amount",
     repeats: int = 3,
     slow: float = 10.0,
     duckdb_cap: float | None = None,
@@ -201,7 +211,8 @@ def table_reads(
     metadata file `metadata`); a read slower than `slow` seconds is timed once. PyIceberg refusing
     equality deletes is recorded as refused; a DuckDB read past `duckdb_cap` seconds is interrupted
     and recorded as capped; an engine in `skip` is not read (recorded as capped, with no seconds).
-    With `snapshot_id`, that snapshot is read instead of the current one."""
+    With `snapshot_id`, that snapshot is read instead of the current one. The scan sums
+    `sum_column`; the lookup reads the rows whose `key_column` is `probe`."""
     from pyiceberg.expressions import EqualTo
     from pyiceberg.table import StaticTable
 
@@ -209,32 +220,33 @@ def table_reads(
     scan_of = f"iceberg_scan('{metadata}'" + (f", snapshot_from_id={snapshot_id})" if snapshot_id is not None else ")")
 
     counted: list[int] = []
+    literal = f"'{probe}'" if isinstance(probe, str) else str(probe)
 
     def spark_scan() -> Any:
-        row = spark.sql(f"SELECT count(*), sum(amount) FROM {table}{at}").collect()[0]
+        row = spark.sql(f"SELECT count(*), sum({sum_column}) FROM {table}{at}").collect()[0]
         counted.append(int(row[0]))
         return row
 
     def spark_lookup() -> Any:
-        return spark.sql(f"SELECT * FROM {table}{at} WHERE id = {probe}").collect()
+        return spark.sql(f"SELECT * FROM {table}{at} WHERE {key_column} = {literal}").collect()
 
     def duck_scan() -> Any:
-        return con.execute(f"SELECT count(*), sum(amount) FROM {scan_of}").fetchall()
+        return con.execute(f"SELECT count(*), sum({sum_column}) FROM {scan_of}").fetchall()
 
     def duck_lookup() -> Any:
-        return con.execute(f"SELECT * FROM {scan_of} WHERE id = {probe}").fetchall()
+        return con.execute(f"SELECT * FROM {scan_of} WHERE {key_column} = {literal}").fetchall()
 
     def py_scan() -> Any:
         return (
             StaticTable.from_metadata(metadata)
-            .scan(selected_fields=("id", "amount"), snapshot_id=snapshot_id)
+            .scan(selected_fields=(key_column, sum_column), snapshot_id=snapshot_id)
             .to_arrow()
         )
 
     def py_lookup() -> Any:
         return (
             StaticTable.from_metadata(metadata)
-            .scan(row_filter=EqualTo("id", probe), snapshot_id=snapshot_id)
+            .scan(row_filter=EqualTo(key_column, probe), snapshot_id=snapshot_id)
             .to_arrow()
         )
 

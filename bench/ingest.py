@@ -4,8 +4,8 @@
     .venv/bin/python bench/ingest.py --tables 50 [--events-per-table 20000] [--rounds 1]   (bench/ingest_tables.py)
     .venv/bin/python bench/ingest.py --avro 100000 [--rounds 3]   (bench/ingest_avro.py)
 
-Starts a Tansu broker on 127.0.0.1, produces `events` JSON events of about 200 bytes into 4
-partitions, and measures in one run:
+Starts an Apache Kafka broker (tests/kafka_broker.py) on 127.0.0.1, produces `events` JSON events
+of about 200 bytes into 4 partitions, and measures in one run:
 - icetide: the runner (append mode, the one-pass fast path of pipeline/json_fast.py) draining
   the topic into an Iceberg table: Kafka read, JSON decode, dead-letter check, write and commit,
   after a warm-up pipeline of 60,000 events on its own topic (JVM JIT, Spark's Python workers),
@@ -96,7 +96,7 @@ def process_cpu_seconds() -> dict[str, float]:
         name = raw[raw.index("(") + 1 : raw.rindex(")")]
         rest = raw[raw.rindex(")") + 2 :].split()
         ppid, times = int(rest[1]), sum(int(x) for x in rest[11:15]) / tick
-        kind = "broker" if b"tansu" in cmdline else "spark jvm" if name == "java" else "python"
+        kind = "broker" if b"kafka.Kafka" in cmdline else "spark jvm" if name == "java" else "python"
         stats[int(entry.name)] = (ppid, kind, times)
     me = os.getpid()
     out: dict[str, float] = {}
@@ -169,12 +169,12 @@ def cpu_timed(fn: Any, runs: int = 3) -> tuple[list[float], float]:
     return walls, median(cpus)
 
 
-def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, max_records: int, runs: int) -> str:
+def run(events: int, freshness_seconds: int, warehouse: str, broker_dir: Path, max_records: int, runs: int) -> str:
     from icetide.pipeline.table_runner import Runner
-    from tests.kafka_broker import create_topic, tansu_broker
+    from tests.kafka_broker import BENCH_JVM_OPTIONS, apache_kafka, create_topic
 
     cores = os.cpu_count() or 1
-    with tansu_broker(broker_log) as bootstrap:
+    with apache_kafka(broker_dir, jvm_options=BENCH_JVM_OPTIONS) as bootstrap:
         topic = create_topic(bootstrap, partitions=4)
         produce_s, _ = timed(lambda: produce(bootstrap, topic, 0, events))
         print(f"produced {events:,} events in {produce_s:.1f}s", flush=True)
@@ -351,7 +351,7 @@ def run(events: int, freshness_seconds: int, warehouse: str, broker_log: Path, m
     )
     per_batch = " ".join(f"{sum(getattr(b, p) for p in PHASES):.1f}" for b in batches)
     return (
-        f"{events:,} JSON events of about {len(event(0, 0))} bytes in 4 Kafka partitions (Tansu on 127.0.0.1), "
+        f"{events:,} JSON events of about {len(event(0, 0))} bytes in 4 Kafka partitions (Apache Kafka on 127.0.0.1), "
         f"{cores} cores; the runner took {len(batches)} batches of up to {max_records:,} records "
         f"({per_batch} s "
         f"read+decode+write+commit), after a warm-up pipeline of {WARM_UP_EVENTS:,} events "
@@ -410,7 +410,7 @@ def main() -> None:
                 args.tables,
                 args.events_per_table,
                 wh,
-                Path(wh) / "tansu.log",
+                Path(wh) / "kafka",
                 args.max_records,
                 args.rounds,
                 SCHEMA,
@@ -424,7 +424,7 @@ def main() -> None:
 
         body = in_temp_warehouse(
             lambda wh: run_avro(
-                args.avro, wh, Path(wh) / "tansu.log", min(args.max_records, args.avro), args.rounds, SCHEMA
+                args.avro, wh, Path(wh) / "kafka", min(args.max_records, args.avro), args.rounds, SCHEMA
             )
         )
         report("bench/ingest.py --avro: Debezium Avro beside Debezium JSON with schemas", body, save=args.record)
@@ -434,13 +434,13 @@ def main() -> None:
 
         body = in_temp_warehouse(
             lambda wh: run_debezium(
-                args.debezium, wh, Path(wh) / "tansu.log", min(args.max_records, args.debezium), args.rounds, SCHEMA
+                args.debezium, wh, Path(wh) / "kafka", min(args.max_records, args.debezium), args.rounds, SCHEMA
             )
         )
         report("bench/ingest.py --debezium: schema-aware Debezium decoding beside plain JSON", body, save=args.record)
         return
     body = in_temp_warehouse(
-        lambda wh: run(args.events, args.freshness_seconds, wh, Path(wh) / "tansu.log", args.max_records, args.runs)
+        lambda wh: run(args.events, args.freshness_seconds, wh, Path(wh) / "kafka", args.max_records, args.runs)
     )
     report("bench/ingest.py: Kafka to Iceberg append", body, save=args.record)
 

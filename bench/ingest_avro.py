@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -177,13 +178,13 @@ def config(bootstrap: str, topic: str, name: str, fmt: str, path: str, registry_
     return PipelineConfig.from_dict(doc)
 
 
-def run_avro(events: int, warehouse: str, broker_log: Any, max_records: int, rounds: int, schema: str) -> str:
+def run_avro(events: int, warehouse: str, broker_dir: Path, max_records: int, rounds: int, schema: str) -> str:
     """Alternating rounds of Debezium JSON and Debezium Avro through the runner and the sync."""
     from bench.common import bench_session
     from bench.ingest import process_cpu_seconds
     from icetide.pipeline.sync.runner import SyncRunner
     from icetide.pipeline.table_runner import Runner
-    from tests.kafka_broker import create_topic, tansu_broker
+    from tests.kafka_broker import BENCH_JVM_OPTIONS, apache_kafka, create_topic
     from tests.schema_registry_server import SchemaRegistryServer
 
     registry = SchemaRegistryServer().start()
@@ -191,7 +192,7 @@ def run_avro(events: int, warehouse: str, broker_log: Any, max_records: int, rou
     results: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
     sizes = (0, 0)
     try:
-        with tansu_broker(broker_log) as bootstrap:
+        with apache_kafka(broker_dir, jvm_options=BENCH_JVM_OPTIONS) as bootstrap:
             spark = bench_session(warehouse)
             for r in range(-1, rounds):  # round -1 warms the JVM and the workers up, not counted
                 count = min(events, WARM_UP_EVENTS) if r < 0 else events
@@ -231,7 +232,7 @@ def run_avro(events: int, warehouse: str, broker_log: Any, max_records: int, rou
         ["decoder (one process, same messages)", "µs per message"], [[k, f"{v:.1f}"] for k, v in micros.items()]
     )
     return (
-        f"{events:,} rows, 4 Kafka partitions (Tansu on 127.0.0.1), upsert mode, batches of up to "
+        f"{events:,} rows, 4 Kafka partitions (Apache Kafka on 127.0.0.1), upsert mode, batches of up to "
         f"{max_records:,}, {rounds} alternating rounds after an uncounted warm-up round of "
         f"{min(events, WARM_UP_EVENTS):,}; CPU seconds of this benchmark's processes.\n\n{table}\n\n"
         f"Debezium Avro / Debezium JSON with schemas: runner {ratios['runner']:.2f}x, sync {ratios['sync']:.2f}x "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.common import median, produce_waiting, render_table
@@ -142,13 +143,13 @@ def config(
     )
 
 
-def run_debezium(events: int, warehouse: str, broker_log: Any, max_records: int, rounds: int, schema: str) -> str:
+def run_debezium(events: int, warehouse: str, broker_dir: Path, max_records: int, rounds: int, schema: str) -> str:
     """Alternating rounds of the plain JSON and the Debezium-with-schema pipelines on the same rows."""
     from bench.ingest import event, process_cpu_seconds
     from icetide.pipeline.table_runner import Runner
-    from tests.kafka_broker import create_topic, tansu_broker
+    from tests.kafka_broker import BENCH_JVM_OPTIONS, apache_kafka, create_topic
 
-    with tansu_broker(broker_log) as bootstrap:
+    with apache_kafka(broker_dir, jvm_options=BENCH_JVM_OPTIONS) as bootstrap:
         from bench.common import bench_session
 
         spark = bench_session(warehouse)
@@ -205,7 +206,7 @@ def run_debezium(events: int, warehouse: str, broker_log: Any, max_records: int,
     )
     m = {name: median(values) for name, values in results.items()}
     return (
-        f"{events:,} rows, 4 Kafka partitions (Tansu on 127.0.0.1), batches of up to "
+        f"{events:,} rows, 4 Kafka partitions (Apache Kafka on 127.0.0.1), batches of up to "
         f"{max_records:,}, {rounds} rounds in shuffled order after an uncounted warm-up round of "
         f"{min(events, WARM_UP_EVENTS):,}; CPU seconds of this benchmark's processes.\n\n{table}\n\n"
         f"Debezium upsert on the fast path / plain JSON append fast path: "

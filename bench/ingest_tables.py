@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.common import median, produce_waiting, render_table
@@ -75,7 +76,7 @@ def run_tables(
     tables: int,
     per_table: int,
     warehouse: str,
-    broker_log: Any,
+    broker_dir: Path,
     max_records: int,
     rounds: int,
     schema: str,
@@ -87,14 +88,14 @@ def run_tables(
     from bench.ingest import event, process_cpu_seconds
     from icetide.pipeline.sync.runner import SyncRunner
     from icetide.pipeline.table_runner import Runner
-    from tests.kafka_broker import tansu_broker
+    from tests.kafka_broker import BENCH_JVM_OPTIONS, apache_kafka
 
     total = tables * per_table
     kinds = ["many", "one", "one_sync"]
     results: dict[str, list[float]] = {k: [] for k in kinds}
     wall: dict[str, list[float]] = {k: [] for k in kinds}  # rows per second of wall time
     batches: dict[str, list[int]] = {k: [] for k in kinds}
-    with tansu_broker(broker_log) as bootstrap:
+    with apache_kafka(broker_dir, jvm_options=BENCH_JVM_OPTIONS) as bootstrap:
         spark = bench_session(warehouse)
         # Warm-up (JVM JIT, Spark's Python workers), not measured: both kinds of pipeline, small.
         topics, single = produce_tables(bootstrap, "warm", 2, 2_000, event)

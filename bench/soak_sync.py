@@ -16,8 +16,7 @@ text that is not JSON (no table can be named: routed nowhere) or a `qty` that is
 One pipeline (`topic_pattern`, `table.name: lake.soak_sync.{table}`, tables created from their
 first messages' schemas and keys, upsert mode) runs as `icetide run` in a subprocess, SIGKILLed
 every 10-20% of the run and started again; `icetide maintain --every 1m` runs beside it. Half
-way, the broker restarts behind the gated proxy of bench/soak.py (Tansu's memory storage loses
-the log, so the soak replays it at its original offsets before anyone else may connect).
+way, the Apache Kafka broker is killed and started again with its log (bench/soak.py's SoakRun).
 
 At the end it waits until every table's committed position reaches its topic's end, stops both
 processes and checks that each table equals its reference model (per table: key -> row, each
@@ -313,7 +312,7 @@ def soak(args: Any, work: Path) -> str:
         f"{args.keys:,} keys each), one `icetide run` (topic_pattern, tables created from their messages, "
         f"schema_evolution, trigger {args.interval}, max_records {args.max_records:,}) and `icetide maintain "
         f"--every 1m` as subprocesses, the runner SIGKILLed every 10-20% of the run, t00 gaining a column a third of "
-        f"the way in, one broker restart half way (replayed at the original offsets behind a gated proxy). "
+        f"the way in, one broker crash and restart half way (started again with its log). "
         f"Overall: {'PASS' if ok else 'FAIL'}.\n\n{checks}\n\n{tables}\n"
     )
 

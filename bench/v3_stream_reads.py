@@ -6,7 +6,8 @@ beside it, in Spark, DuckDB and PyIceberg, against a compacted copy of the same 
 
 Three format v3 tables get `--rows` rows appended, then the same `--batches` upsert batches of
 `--keys` keys each (a fifth update existing keys, the rest are new), one table after the other in
-each batch: `equality` (today's sink: equality deletes), `vectors` (`deletes="vectors"`) and
+each batch: `equality` (equality deletes, the old default), `vectors` (`deletes="vectors"`, the default of
+new tables) and
 `maintained` (`deletes="vectors"`, with the real `icetide maintain TABLE --every DURATION` beside
 it in its own OS process, at its default policy). The first two get no maintenance.
 
@@ -321,12 +322,18 @@ def _report(
         f"- run: {elapsed / 60:.1f} min; `icetide maintain --every {args.maintain_every}` ran {done} passes, "
         f"{failed_runs} failed; {len(after_pass)} times a compaction commit was found after a batch"
     )
+    from pyspark import __version__ as pyspark_version
+
+    from icetide.spark.maven import ICEBERG_VERSION
+
     head = (
         f"{args.rows:,} rows appended, then {batches} upsert batches of {args.keys:,} keys (20% updates) through "
-        f"UpsertSink into three format v3 tables: `equality` (today's sink), `vectors` (`deletes=vectors`), "
+        f"UpsertSink into three format v3 tables: `equality` (the old default), `vectors` (`deletes=vectors`, "
+        f"the default of new tables), "
         f"`maintained` (`deletes=vectors`, `icetide maintain --every {args.maintain_every}` at its default "
         f"policy in its own process). After every {args.read_every}th batch, each table and a compacted copy of the "
-        f"same rows (one data file) read by Spark 3.5.7/Iceberg 1.10.2, DuckDB 1.5.5 and PyIceberg 0.12.0: full "
+        f"same rows (one data file) read by Spark {pyspark_version}/Iceberg {ICEBERG_VERSION}, DuckDB 1.5.5 and "
+        f"PyIceberg 0.12.0: full "
         f"scan (count, sum) and point lookup, medians of {args.repeats} after a warm-up. DuckDB stopped at "
         f"{args.duckdb_cap:.0f} s. Command: `.venv/bin/python bench/v3_stream_reads.py --rows {args.rows} "
         f"--batches {args.batches} --keys {args.keys} --read-every {args.read_every} --maintain-every "

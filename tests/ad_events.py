@@ -9,8 +9,11 @@ from icetide.sources.generator import AD_EVENTS_KEY, AD_EVENTS_PARTITION_BY, AD_
 
 
 def stream_ad_events(spark: Any, table: str, *, pipeline_id: str, batches: int, events: int) -> icetide.UpsertSink:
-    """Create `table` and write `batches` generated batches (position {"batch": b}); returns the sink."""
-    icetide.create_table(spark, table, schema=AD_EVENTS_SCHEMA, key=AD_EVENTS_KEY, partition_by=AD_EVENTS_PARTITION_BY)
+    """Create `table` (format v2: the maintenance tests fold its equality deletes) and write `batches`
+    generated batches (position {"batch": b}); returns the sink."""
+    icetide.create_table(
+        spark, table, schema=AD_EVENTS_SCHEMA, key=AD_EVENTS_KEY, partition_by=AD_EVENTS_PARTITION_BY, format_version=2
+    )
     sink = icetide.UpsertSink(spark, table, pipeline_id=pipeline_id, order_by="updated_at")
     config = AdEventsConfig(events_per_batch=events)
     for b in range(batches):

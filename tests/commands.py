@@ -55,15 +55,18 @@ def stop_with_signal(proc: subprocess.Popen[str], timeout: float = 120) -> tuple
     return communicate(proc, timeout)
 
 
-def demo_warehouse(spark: Any, warehouse: Path, batches: int = 2, events: int = 300) -> None:
+def demo_warehouse(
+    spark: Any, warehouse: Path, batches: int = 2, events: int = 300, format_version: int | None = None
+) -> None:
     """Fill `warehouse` with the demo table lake.demo.ad_events as `icetide demo` does (its
     `run_demo`), in the test's Spark: a session whose catalog `lake` is that warehouse. The demo
-    command itself is tested in test_demo.py; this spares a driver JVM to tests of other commands."""
+    command itself is tested in test_demo.py; this spares a driver JVM to tests of other commands.
+    `format_version=2` makes the table the stream writes equality deletes into."""
     from icetide.cli.demo import run_demo
 
     other = spark.newSession()
     other.conf.set("spark.sql.catalog.lake.warehouse", str(warehouse))
-    run_demo(other, batches=batches, events_per_batch=events)
+    run_demo(other, batches=batches, events_per_batch=events, format_version=format_version)
 
 
 def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:

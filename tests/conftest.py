@@ -64,6 +64,6 @@ def table_name() -> str:
     return f"lake.test.t{os.getpid()}_{next(_counter)}"
 
 
-from tests.kafka_broker import kafka_broker  # noqa: E402, F401
+from tests.kafka_broker import kafka_broker, kafka_server  # noqa: E402, F401
 from tests.postgres_server import postgres  # noqa: E402, F401
 from tests.s3_server import s3  # noqa: E402, F401

@@ -11,7 +11,7 @@ It holds two pipelines, each stopped by a SIGKILL at a point that leaves state a
 
 Iceberg metadata holds absolute paths, so the warehouse lives at WAREHOUSE both when written and
 when read back. Regenerate (only when the fixture must change, never to make a test pass):
-`python -m tests.state_fixture` with a Tansu broker installed (tests/kafka_broker.py).
+`python -m tests.state_fixture` (it starts an Apache Kafka broker, tests/kafka_broker.py).
 """
 
 from __future__ import annotations
@@ -120,11 +120,11 @@ def _killed_run(config: Path, point: str, batch: int) -> None:
 
 def main() -> None:
     """Write the fixture: both pipelines over part 0, each killed where the docstring says."""
-    from tests.kafka_broker import tansu_broker
+    from tests.kafka_broker import apache_kafka
 
     shutil.rmtree(WAREHOUSE.parent, ignore_errors=True)
     WAREHOUSE.mkdir(parents=True)
-    with tempfile.TemporaryDirectory() as tmp, tansu_broker(Path(tmp) / "tansu.log") as bootstrap:
+    with tempfile.TemporaryDirectory() as tmp, apache_kafka(Path(tmp) / "kafka") as bootstrap:
         create_topics(bootstrap)
         produce_part(bootstrap, 0)
         _killed_run(write_config(events_doc(bootstrap), Path(tmp)), "after_dead_letter", 3)

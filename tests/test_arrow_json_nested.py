@@ -180,10 +180,18 @@ def test_nested_and_timestamp_ntz_values_as_the_golden_file(spark: Any, utc_proc
     frozen(GOLDEN, "nested and timestamp_ntz values", got, decoder=PYTHON_JSON)
     frozen(GOLDEN, "nested and timestamp_ntz values", _tasks_output(spark, payloads), decoder=PYTHON_JSON)
     good, errors = got  # the cases cover both outcomes of most columns
-    assert len(good) > 70 and len(errors) > 70
+    assert len(good) > 65 and len(errors) > 70
     # read exactly (issue 49): a struct field that does not fit, an object where a STRING is, text
     # that is no object into a STRUCT, a number beyond FLOAT: dead letters naming the part
     shown = {payloads[i].decode(): e for i, e in errors.items()}
+    # issue 49: a time after an array<date> element's date, a zone in TIMESTAMP_NTZ text: Spark's
+    # reader dropped them; here dead letters (their golden entries rewritten)
+    for column, text, error in (
+        ("ada", '["2024-01-02T10:00"]', "column ada: '[\"2024-01-02T10:00\"]' is not an array<date>"),
+        ("ntz", '"2024-01-02T10:00:00Z"', "column ntz: '2024-01-02T10:00:00Z' is not a TIMESTAMP_NTZ"),
+        ("ntz", '"2024-01-02T10:00:00+02:00"', "column ntz: '2024-01-02T10:00:00+02:00' is not a TIMESTAMP_NTZ"),
+    ):
+        assert [e for p, e in shown.items() if p.endswith(f'"{column}": {text}}}')] == [error]
     assert shown['{"id": 77, "st": {"a":"x","b":"y"}}'] == "column st.a: 'x' is not an INT"
     assert shown['{"id": 96, "st": {"d":{"e":"x"},"a":1}}'] == "column st.d.e: 'x' is not a DOUBLE"
     assert shown['{"id": 74, "ast": [{"a":1,"b":"y"},{"a":"z"}]}'] == "column ast[1].a: 'z' is not an INT"

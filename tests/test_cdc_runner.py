@@ -1,4 +1,4 @@
-"""A Debezium CDC stream through `icetide run` on a real Kafka-protocol broker (Tansu): the table is
+"""A Debezium CDC stream through `icetide run` on a real broker (Apache Kafka): the table is
 created from the stream, key changes, truncates, deletes and tombstones land as the source says,
 exactly once across SIGKILLs. Checked against a reference model of the source table."""
 

@@ -79,6 +79,18 @@ def test_delete_threshold_rewrites_a_lone_file_and_orders_groups_by_deletes() ->
     assert [s.partition for s in plan.skipped] == ["p=2"]
 
 
+def test_equality_threshold_rewrites_a_file_an_equality_delete_applies_to_and_no_other() -> None:
+    positions = (DeleteRef("dv", "position", 3, (0, "p=2"), 1, 100, referenced_data_file="y"),)
+    files = [
+        _file("x", 100 * MB, part="p=1", deletes=1),  # right-sized, one equality delete: rewritten alone
+        DataFileRef("y", 100 * MB, 10, 1, (0, "p=2"), positions),  # a DV only: readable, left alone
+    ]
+    plan = plan_groups(files, _options(min_input_files=5, equality_delete_file_threshold=1))
+    assert [[f.path for f in g.files] for g in plan.groups] == [["x"]]
+    with pytest.raises(ConfigError, match="equality_delete_file_threshold"):
+        _options(equality_delete_file_threshold=0)
+
+
 def test_groups_run_newest_partition_first_or_worst_first() -> None:
     files = [
         *(_file(f"old{i}", MB, part="h=2026-01-01-09", seq=1) for i in range(5)),  # most files, oldest
@@ -155,15 +167,30 @@ class Table:
     """A test table with its reference model, an upsert stream and plain appends."""
 
     def __init__(
-        self, spark: Any, name: str, partition_by: list[str] | None = None, distribution: str = "dynamic"
+        self,
+        spark: Any,
+        name: str,
+        partition_by: list[str] | None = None,
+        distribution: str = "dynamic",
+        deletes: str | None = "equality",
     ) -> None:
         self.spark = spark
         self.name = name
+        # These tests are about folding and compacting equality deletes: the stream writes them
+        # (deletes="equality"; None: the table's own mode), on a v2 table unless the test made
+        # the table first (v3_table).
         icetide.create_table(
-            spark, name, schema=SCHEMA, key=KEY, partition_by=["hours(ts)"] if partition_by is None else partition_by
+            spark,
+            name,
+            schema=SCHEMA,
+            key=KEY,
+            partition_by=["hours(ts)"] if partition_by is None else partition_by,
+            format_version=2,
         )
         self.model = ReferenceModel(KEY, COLUMNS, "seq")
-        self.sink = icetide.UpsertSink(spark, name, pipeline_id="stream", order_by="seq", distribution=distribution)
+        self.sink = icetide.UpsertSink(
+            spark, name, pipeline_id="stream", order_by="seq", distribution=distribution, deletes=deletes
+        )
         self.model_batch = 0
         self.stream_batch = 0
 

@@ -105,11 +105,12 @@ NUMBERS_AS_SENT: list[tuple[str, str, str]] = [
     ("datetime3_c", "NaN", DEAD_LETTER),
     ("date_c", "1.5", DEAD_LETTER),
     ("date_c", "NaN", DEAD_LETTER),
-    # a second's fraction past microseconds: Spark ignores the digits
-    ("timestamp_c", '"2020-07-17T18:00:22.9999999999999999999Z"', SAME),
-    ("timestamp_c", '"2020-07-17 18:00:22.123456789-0800"', SAME),
-    ("timestamp_c", '"2020-07-17T18:00:22.000000001+05:30"', SAME),
-    ("timestamp_c", '"9999-12-31T23:59:59.9999999Z"', SAME),
+    # a second's fraction past microseconds: Spark ignores the digits; dropping them is a repair, so
+    # a dead letter since issue 49 (the golden entries rewritten by hand)
+    ("timestamp_c", '"2020-07-17T18:00:22.9999999999999999999Z"', DEAD_LETTER),
+    ("timestamp_c", '"2020-07-17 18:00:22.123456789-0800"', DEAD_LETTER),
+    ("timestamp_c", '"2020-07-17T18:00:22.000000001+05:30"', DEAD_LETTER),
+    ("timestamp_c", '"9999-12-31T23:59:59.9999999Z"', DEAD_LETTER),
     ("timestamp_c", "NaN", DEAD_LETTER),
     ("timestamp_c", "1.5", DEAD_LETTER),
 ]

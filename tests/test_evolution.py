@@ -54,6 +54,7 @@ def test_replace_partition_field_upserts_and_deletes_reach_old_rows(spark: Any, 
         schema="id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING",
         key=KEY,
         partition_by=["days(ts)"],
+        format_version=2,  # equality deletes under every live spec: what these tests are about
     )
     sink = icetide.UpsertSink(spark, table_name, pipeline_id="p")
     model = ReferenceModel(KEY, ["id", "ts", "v"], None)
@@ -87,7 +88,12 @@ def test_replace_partition_field_upserts_and_deletes_reach_old_rows(spark: Any, 
 def test_add_and_drop_partition_fields_against_the_model(spark: Any, table_name: str) -> None:
     """Unpartitioned -> add days(ts) -> add bucket(4, id) -> drop days(ts): random upserts and deletes each step."""
     icetide.create_table(
-        spark, table_name, schema="id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING", key=KEY, partition_by=[]
+        spark,
+        table_name,
+        schema="id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING",
+        key=KEY,
+        partition_by=[],
+        format_version=2,  # equality deletes under every live spec: what these tests are about
     )
     sink = icetide.UpsertSink(spark, table_name, pipeline_id="p")
     model = ReferenceModel(KEY, ["id", "ts", "v"], None)
@@ -125,7 +131,12 @@ def test_add_and_drop_partition_fields_against_the_model(spark: Any, table_name:
 
 def test_a_spec_partitioned_by_a_non_key_column_is_refused(spark: Any, table_name: str) -> None:
     icetide.create_table(
-        spark, table_name, schema="id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING", key=KEY, partition_by=[]
+        spark,
+        table_name,
+        schema="id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING",
+        key=KEY,
+        partition_by=[],
+        format_version=2,  # equality deletes under every live spec: what these tests are about
     )
     sink = icetide.UpsertSink(spark, table_name, pipeline_id="p")
     assert sink.write(_df(spark, _rows(range(10), v="a")), batch_id=1).committed
@@ -305,6 +316,7 @@ def test_a_spec_that_became_live_during_the_write_is_rechecked_at_commit(spark: 
         schema="id BIGINT NOT NULL, ts TIMESTAMP NOT NULL, v STRING",
         key=KEY,
         partition_by=["days(ts)"],
+        format_version=2,  # equality deletes under every live spec: what these tests are about
     )
     slow = icetide.UpsertSink(spark, table_name, pipeline_id="slow")
     fast = icetide.UpsertSink(spark, table_name, pipeline_id="fast")

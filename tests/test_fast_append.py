@@ -1,4 +1,4 @@
-"""The append fast path (pipeline/json_fast.py) against a real broker (Tansu) and real Iceberg tables.
+"""The append fast path (pipeline/json_fast.py) against a real broker (Apache Kafka) and real Iceberg tables.
 
 It must give the same typed table and the same dead letters as the Spark path, exactly once across
 kill -9, and step aside when it cannot (fast_path: off, _op changes).
@@ -186,12 +186,14 @@ def test_decoder_block_and_record_paths_agree() -> None:
     mixed = decoder.decode([*values, b'{"id": "x", "n": "2.5"}', None], str)
     assert mixed.rows == whole.rows
     assert [(b.error, b.source_position) for b in mixed.bad] == [("column n: '2.5' is not an INT", "50")]
-    assert decoder.record('{"id": "x", "ts": "2026-01-01T01:00:00+01:00", "d": "2026-01-02T09:00"}')[0] == [
+    assert decoder.record('{"id": "x", "ts": "2026-01-01T01:00:00+01:00", "d": "2026-01-02T00:00"}')[0] == [
         "x",
         datetime(2026, 1, 1, tzinfo=UTC),
         None,
         date(2026, 1, 2),
     ]
+    # a time of day after a DATE's date would be dropped (Spark's reader did): a bad record (issue 49)
+    assert decoder.record('{"id": "x", "d": "2026-01-02T09:00"}')[1] == "column d: '2026-01-02T09:00' is not a DATE"
 
 
 def test_fast_path_key_is_validated() -> None:

@@ -7,8 +7,10 @@ tests/data/debezium/SOURCES.md), saved with a byte-order mark and CRLF line ends
 write them. The later files are `ProductsStream` changes in that message's schema and source block
 (updates, a key-moving update, deletes), with a line that is not JSON, two updates whose schema a
 producer changed so that their values contradict it (a struct field holding text where int32 is
-declared, a Decimal of scale 2 sent with three decimals) and one whose bytes are not UTF-8
-(issue 49: dead letters naming the field, and the byte).
+declared, a Decimal of scale 2 sent with three decimals), one whose key column holds text where
+int32 is declared, one with a double beyond FLOAT's range for the FLOAT column `score`, and two
+whose bytes are not UTF-8, in a value and in a field name (issue 49: dead letters naming the
+field, and the byte).
 
 The same folder runs through two pipelines: the fast path (the sync fast path's task reading the
 files, executor/sync_task.py) and the Spark path (`fast_path: off`). Both tables must equal the
@@ -78,14 +80,17 @@ def stream_files(stream: ProductsStream, rows: dict[int, dict[str, Any]], first:
 DECLARED_ERRORS = {
     "description": "column description.x: text 'a' where the message's schema declares int32",
     "weight": "column weight: '1.234' has digits beyond the scale 2 its schema declares",
+    "id": "column id: text '{id}' where the message's schema declares int32",  # the key column
+    "score": "column score: '1.0E39' is out of FLOAT range",  # a finite double beyond FLOAT
 }
 
 
 def declared_contradictions(stream: ProductsStream, row: dict[str, Any]) -> list[str]:
-    """Two updates of `row` that are dead letters (issue 49), their schema changed as a producer
+    """Updates of `row` that are dead letters (issue 49), their schema changed as a producer
     might: `description` declared a struct whose int32 part holds text, `weight` a Decimal of scale
     2 sent as a number with three decimals (Spark's reading made a row of each: the struct's JSON
-    text, the number rounded)."""
+    text, the number rounded); the key as text, a double beyond FLOAT for `score` (Spark's reading:
+    infinity), and bytes that are not UTF-8 in a value and in a field name."""
     out = []
     for name, value, declared in (
         ("description", {"x": "a"}, {"type": "struct", "fields": [{"type": "int32", "optional": True, "field": "x"}]}),
@@ -108,9 +113,22 @@ def declared_contradictions(stream: ProductsStream, row: dict[str, Any]) -> list
                         f.update(declared, optional=True)
         message["payload"]["before"][name] = None
         out.append(json.dumps(message, separators=(",", ":")))
-    # and bytes that are not UTF-8 in a value (written by `land` from the escapes \udcff, \udcfe)
+    # the key column's value as text where int32 is declared
+    out.append(stream.change("u", row, dict(row, id=str(row["id"]))).decode())
+    # a double beyond FLOAT's range into the FLOAT column `score`, a field its schema declares
+    message = json.loads(stream.change("u", row, row))
+    for part in message["schema"]["fields"]:
+        if part["field"] in ("before", "after"):
+            part["fields"].append({"type": "double", "optional": True, "field": "score"})
+    message["payload"]["after"]["score"] = 1e39
+    out.append(json.dumps(message, separators=(",", ":")))
+    # and bytes that are not UTF-8 in a value and in a field name (written by `land` from the
+    # escapes \udcff, \udcfe, \udcc3)
     text = stream.change("u", row, dict(row, name="badXY")).decode()
     out.append(text.replace('"badXY"', '"bad\udcff\udcfe"'))
+    text = stream.change("u", row, row).decode()
+    head, _, tail = text.rpartition('"weight":')  # after's
+    out.append(head + '"wei\udcc3ght":' + tail)
     return out
 
 
@@ -121,7 +139,8 @@ def pipeline(name: str, landing: Path, fast_path: str) -> dict[str, Any]:
         "format": "debezium",
         "table": {
             "name": f"lake.dbzfiles.{name}",
-            "schema": "id INT NOT NULL, name STRING, description STRING, weight DOUBLE",
+            # score: a FLOAT column only `declared_contradictions` sends a value for
+            "schema": "id INT NOT NULL, name STRING, description STRING, weight DOUBLE, score FLOAT",
             "key": ["id"],
         },
         "mode": "upsert",
@@ -150,7 +169,14 @@ def _declared_error(line: str) -> str | None:
     if "\udcff" in line:
         at = line.encode("utf-8", "surrogateescape").index(b"\xff")
         return f"payload is not valid UTF-8 at byte {at}, in field payload.after.name"
+    if "\udcc3" in line:
+        at = line.encode("utf-8", "surrogateescape").index(b"\xc3")
+        return f"payload is not valid UTF-8 at byte {at}, in the name of field payload.after.wei\ufffdght"
     after = json.loads(line)["payload"]["after"] or {}
+    if isinstance(after.get("id"), str):
+        return DECLARED_ERRORS["id"].format(id=after["id"])
+    if after.get("score") == 1e39:
+        return DECLARED_ERRORS["score"]
     if isinstance(after.get("description"), dict):
         return DECLARED_ERRORS["description"]
     if after.get("weight") == 1.234:  # the stream's own weights are quarters
@@ -218,10 +244,11 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
     # A line that is not JSON is read as the Spark path's tasks read it (decode/debezium/message.py
     # `final`): the same dead letter, and its batch stays on the fast path; so are the two updates
-    # that contradict their declared schema and the one whose bytes are not UTF-8 (issue 49), each
+    # that contradict their declared schema (the key column's too), the FLOAT overflow and the two
+    # whose bytes are not UTF-8 (issue 49), each
     # counted in the batch's bad_records.
     paths = [(b.path, b.bad_records) for b in ran["fast"].batches]
-    assert paths == [("debezium_fast", 0), ("debezium_fast", 4)], paths
+    assert paths == [("debezium_fast", 0), ("debezium_fast", 7)], paths
     assert {(b.path, b.fallback) for b in ran["spark"].batches} == {("spark", "fast_path_off")}
     assert [b.records_in for b in ran["fast"].batches] == [b.records_in for b in ran["spark"].batches]
     assert [b.bad_records for b in ran["fast"].batches] == [b.bad_records for b in ran["spark"].batches]
@@ -242,7 +269,7 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
         assert again[name].batches[0].batch_id == ran[name].batches[-1].batch_id + 1
     paths = [(b.path, b.bad_records) for b in again["fast"].batches]
-    assert paths == [("debezium_fast", 4), ("debezium_fast", 0)], paths
+    assert paths == [("debezium_fast", 7), ("debezium_fast", 0)], paths
     assert [b.bad_records for b in again["fast"].batches] == [b.bad_records for b in again["spark"].batches]
     dead = dead_letters(spark, "lake.dbzfiles.fast_dead_letter")
     assert dead == dead_letters(spark, "lake.dbzfiles.spark_dead_letter")

@@ -2,7 +2,7 @@
 
 Hypothesis throws random bytes and random JSON (huge and tiny numbers, far timestamps and dates,
 deep nesting, oversized payloads, invalid UTF-8, lone surrogate escapes, wrong types, missing
-keys) at the pyarrow decoder and at real pipelines over Tansu: the append fast path, the Spark
+keys) at the pyarrow decoder and at real pipelines over Apache Kafka: the append fast path, the Spark
 JSON path and the Spark Debezium path. A reference model, written from the documented rules
 (docs/how-to/kafka-upserts.md, icetide/decode/limits.py) rather than from the decoders, says for each record whether it
 lands, with which values, or goes to the dead-letter table, with which error.
@@ -326,7 +326,7 @@ def test_arrow_decoder_against_the_model(recs: list[Record], joined: bool) -> No
             assert error in bad[n], (r.payload("json")[:200], bad[n])
 
 
-# -- real pipelines over Tansu ----------------------------------------------------------------------
+# -- real pipelines over Apache Kafka ----------------------------------------------------------------------
 
 
 @dataclass

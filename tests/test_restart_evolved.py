@@ -1,7 +1,7 @@
 """A pipeline whose file declares `table.schema` restarts after its table evolved (issue 25, item 1).
 
 Both cases run as a user would: a pipeline file, `icetide run --once` over a real Kafka-protocol
-broker (Tansu), restarted after every step (the Debezium case's middle steps as a new runner of the
+broker (Apache Kafka), restarted after every step (the Debezium case's middle steps as a new runner of the
 same file in the test's Spark, sharing its warehouse: a driver JVM each spared, the first and last
 step still separate processes). The Debezium steps are apache/paimon's schema-evolution
 messages (tests/data/debezium/SOURCES.md: paimon_mysql_products_schema_evolution.jsonl); the

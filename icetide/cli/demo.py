@@ -53,8 +53,12 @@ def run_demo(
     table: str = DEMO_TABLE,
     distribution: str = "dynamic",
     on_batch: Callable[[BatchResult], None] | None = None,
+    format_version: int | None = None,
 ) -> DemoReport:
-    """Recreate the demo table, stream `batches` generated batches through the sink, report."""
+    """Recreate the demo table, stream `batches` generated batches through the sink, report.
+
+    The table has create_table's defaults (format v3, deletion vectors) unless `format_version`
+    says otherwise (2: the stream writes equality deletes)."""
     spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
     create_table(
         spark,
@@ -63,6 +67,7 @@ def run_demo(
         key=AD_EVENTS_KEY,
         partition_by=AD_EVENTS_PARTITION_BY,
         target_file_size=128 * 1024 * 1024,
+        format_version=format_version,
     )
     sink = UpsertSink(spark, table, pipeline_id=DEMO_PIPELINE, order_by="updated_at", distribution=distribution)
     config = AdEventsConfig(events_per_batch=events_per_batch)

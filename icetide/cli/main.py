@@ -314,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="rewrite",
         help="fold equality deletes by rewriting data files (default) or converting them to position deletes",
     )
+    maintain.add_argument(
+        "--fold-all",
+        action="store_true",
+        help="fold every equality delete and compact now, whatever the thresholds: every engine reads the table",
+    )
     maintain.add_argument("--time-budget", metavar="DURATION", help="stop taking compaction groups after DURATION")
     maintain.add_argument(
         "--orphans", action="store_true", help="also delete orphan files older than 3 days (never a batch in flight)"

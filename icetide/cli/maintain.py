@@ -53,7 +53,13 @@ def _maintain_pipeline(
             # Once: an error ends the command. With --every: a failing table is named and skipped.
             try:
                 passed = maintain_tables(
-                    spark, tables, policy, start=start, stop=stop.is_set, keep_going=every is not None
+                    spark,
+                    tables,
+                    policy,
+                    start=start,
+                    stop=stop.is_set,
+                    keep_going=every is not None,
+                    fold_all=args.fold_all,
                 )
             except Exception as exc:
                 if every is not None and driver_stopped(exc):
@@ -119,7 +125,9 @@ def _maintain_table(args: argparse.Namespace, policy: Any, every: float | None, 
             try:
                 with progress_view(console) as progress:
                     progress_callback = progress if args.progress else None
-                    report = maintain(spark, table, policy, progress=progress_callback, stop=stop.is_set)
+                    report = maintain(
+                        spark, table, policy, progress=progress_callback, stop=stop.is_set, fold_all=args.fold_all
+                    )
                     orphans = (
                         remove_orphan_files(spark, table, dry_run=False, progress=progress_callback)
                         if args.orphans and not stop.is_set()
@@ -155,8 +163,8 @@ def _upgrade_v3(args: argparse.Namespace) -> int:
 
     if not args.table:
         raise ConfigError("--upgrade-v3: name the table to upgrade (icetide maintain --upgrade-v3 TABLE)")
-    if args.every or args.orphans:
-        raise ConfigError("--upgrade-v3: runs once and does nothing else; drop --every / --orphans")
+    if args.every or args.orphans or args.fold_all:
+        raise ConfigError("--upgrade-v3: runs once and does nothing else; drop --every / --orphans / --fold-all")
     spark, table, _ = table_session(args)
     result = upgrade_format_version(spark, table, 3)
     Console(stderr=True).print(f"{table}: {result.line()}", highlight=False, soft_wrap=True)

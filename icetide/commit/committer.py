@@ -30,6 +30,7 @@ from icetide.errors import (
     SchemaError,
 )
 from icetide.faults import crash_point, fault_point
+from icetide.table.delete_modes import table_deletes
 from icetide.table.iceberg import (
     iceberg_catalog,
     java_exception_class,
@@ -108,13 +109,16 @@ class CommitOutcome:
 class Committer:
     """Commits a batch's files to one table for one pipeline, exactly once."""
 
-    def __init__(self, spark: SparkSession, table_name: str, pipeline_id: str, *, deletes: str = "equality") -> None:
+    def __init__(self, spark: SparkSession, table_name: str, pipeline_id: str, *, deletes: str | None = None) -> None:
         self.spark = spark
         self.table_name = table_name
         self.pipeline_id = pipeline_id
         self.table = load_table(spark, table_name)
+        if deletes is None:  # the table's own mode: what it was created with, equality if unmarked
+            deletes = table_deletes(self.table.properties())
         if deletes not in DELETE_MODES:
             raise ConfigError(f"deletes: {deletes!r} is not one of {', '.join(DELETE_MODES)}")
+        self.deletes = deletes
         # deletes="vectors": the batch's equality deletes become DVs at commit (write/stream_vectors.py)
         self.vectors = StreamVectors(spark, table_name) if deletes == "vectors" else None
         if self.vectors is not None:

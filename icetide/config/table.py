@@ -7,7 +7,7 @@ block asks for; each error names its key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from icetide.config.values import parse_size, reject_unknown_keys, require_key
@@ -40,7 +40,9 @@ class TableConfig:
     partition_by: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
     target_file_size: int | None = None
-    deletes: str = "equality"  # or "vectors": the stream writes deletion vectors (format v3)
+    # "equality" or "vectors" (deletion vectors, format v3); None: a new table gets v3 and vectors
+    # (equality when its key does not fit the key index), an existing one keeps its mode
+    deletes: str | None = None
     key_index_memory: int = KEY_INDEX_MEMORY_DEFAULT  # bytes of key indexes the process holds (vectors)
 
     @classmethod
@@ -73,9 +75,17 @@ class TableConfig:
             partition_by=tuple(str(p) for p in partition_by),
             properties=_with_format_version(d, "table"),
             target_file_size=parse_size(size, "table.target_file_size") if size is not None else None,
-            deletes=_deletes(d, "table", _with_format_version(d, "table")) or "equality",
+            deletes=_deletes(d, "table", _with_format_version(d, "table")),
             key_index_memory=_key_index_memory(d.get("key_index_memory")),
         )
+
+    def created_for(self, mode: str) -> TableConfig:
+        """The definition a pipeline of `mode` creates the table with: an `append` pipeline's new
+        table, unless `deletes` is set, gets equality mode (its batches are INSERTs, which write no
+        delete, so a key index would hold every row for nothing; a rare DELETE still lands)."""
+        if mode == "append" and self.deletes is None:
+            return replace(self, deletes="equality")
+        return self
 
     @property
     def format_version(self) -> int | None:
@@ -165,9 +175,11 @@ def _deletes(d: Mapping[str, Any], where: str, properties: Mapping[str, str] | N
     return str(mode)
 
 
-def check_vectors_version(mode: str, properties: Mapping[str, str], where: str) -> None:
-    """`deletes: vectors` needs a format v3 table (deletion vectors are a v3 feature)."""
-    if mode == "vectors" and properties.get(FORMAT_VERSION_PROPERTY) != "3":
+def check_vectors_version(mode: str | None, properties: Mapping[str, str], where: str) -> None:
+    """`deletes: vectors` needs a format v3 table (deletion vectors are a v3 feature): refused
+    beside format_version 2 (without a version, a new table is v3; an existing v2 table is refused
+    by the sink, naming the upgrade)."""
+    if mode == "vectors" and properties.get(FORMAT_VERSION_PROPERTY, "3") != "3":
         raise ConfigError(f"{where}.deletes: vectors needs format_version: 3 (deletion vectors are a v3 feature)")
 
 

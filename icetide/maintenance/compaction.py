@@ -460,7 +460,8 @@ def compaction(
     `target_file_size` (bytes or "128MB"; default the table's write.target-file-size-bytes),
     `min_input_files` (5), `min_file_size` / `max_file_size` (75% / 180% of the target),
     `delete_file_threshold` (a file with at least this many delete files applying is rewritten
-    even alone; default off), `partition_filter` (SQL predicate), `partial_progress` (False),
+    even alone; default off), `equality_delete_file_threshold` (the same, counting equality-delete
+    files only; default off), `partition_filter` (SQL predicate), `partial_progress` (False),
     `max_groups` / `max_bytes` (bounds on one run), `max_group_bytes` (100GB),
     `use_starting_sequence_number` (True), `remove_deletes` (True: drop delete files that
     applied only to rewritten files, in the same commit), `max_conflict_retries` (1, for run()),

@@ -4,7 +4,10 @@ Order: retention defaults set on a table that lacks them (bounded metadata files
 snapshot history), equality deletes converted to position deletes (`fold_deletes="position"`), compaction
 (newest partitions first; with `fold_deletes="rewrite"` it also folds equality deletes into the
 rewritten files), dangling deletes, manifest rewrite, snapshot expiry (as the table's
-`history.expire.*` properties say, unless the policy overrides them). Every step is safe beside a
+`history.expire.*` properties say, unless the policy overrides them). With `fold_all`, folding and
+compaction run now whatever the thresholds say, and every file an equality delete applies to is
+rewritten (`rewrite`) or has its deletes converted (`position`, compaction rewriting what the
+conversion left), so no equality delete is left for engines that refuse them. Every step is safe beside a
 running stream: compaction commits with the starting sequence number and skips a conflicting
 group instead of failing, a conversion that conflicts lands nothing, and expiry never loses a
 pipeline's position.
@@ -29,6 +32,7 @@ from icetide.maintenance.position_deletes import DeleteConversionResult, convert
 from icetide.maintenance.progress import ProgressCallback
 from icetide.maintenance.results import CompactionResult
 from icetide.table.create import apply_retention_defaults
+from icetide.table.iceberg import load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,14 +84,22 @@ def _compact_within(
     policy: MaintenancePolicy,
     stopped: Callable[[], bool] | None,
     progress: ProgressCallback | None,
+    *,
+    fold_all: bool = False,
 ) -> CompactionResult:
     """Compaction in the policy's group order; when it may be stopped (a time budget, a stop
-    request), group by group, committing each, until `stopped()` says so: the rest is deferred."""
+    request), group by group, committing each, until `stopped()` says so: the rest is deferred.
+    With `fold_all`, any data file with a delete (`rewrite`) or an equality delete (`position`:
+    what the conversion could not convert) is rewritten, even alone."""
     options: dict[str, Any] = {
         "min_input_files": policy.min_input_files,
         "delete_file_threshold": policy.compaction_delete_threshold,
         "group_order": policy.group_order,
     }
+    if fold_all and policy.fold_deletes == "rewrite":
+        options["delete_file_threshold"] = 1
+    elif fold_all:
+        options["equality_delete_file_threshold"] = 1
     if stopped is None:
         return compact(spark, table, progress=progress, **options)
     return compact(spark, table, progress=progress, stop=stopped, partial_progress=True, **options)
@@ -107,6 +119,7 @@ class MaintenanceReport:
     conversion: DeleteConversionResult | None = None
     stopped: bool = False  # a stop request cut the run short
     properties_set: dict[str, str] = field(default_factory=dict)  # retention defaults the table lacked
+    equality_deletes_left: int | None = None  # with fold_all: equality-delete files still live after it
 
     def lines(self) -> list[str]:
         """One line per thing done, for a terminal or a log."""
@@ -148,6 +161,14 @@ class MaintenanceReport:
             out.append(f"expired {self.expiry.expired_snapshots} snapshot(s), {self.expiry.snapshots_left} left")
         if self.stopped:
             out.append("stopped early on request")
+        if self.equality_deletes_left == 0:
+            out.append("no equality delete left: every engine reads this snapshot (PyIceberg included)")
+        elif self.equality_deletes_left:
+            out.append(
+                f"{self.equality_deletes_left} equality-delete file(s) left (a conflict with a commit beside "
+                "this run, or the time budget): engines that refuse equality deletes cannot read this "
+                "snapshot yet; run again"
+            )
         return out or ["nothing due"]
 
 
@@ -158,12 +179,20 @@ def maintain(
     *,
     progress: ProgressCallback | None = None,
     stop: Callable[[], bool] | None = None,
+    fold_all: bool = False,
 ) -> MaintenanceReport:
     """Run the maintenance the table's health calls for, once; returns what it did.
 
     `progress` receives ProgressEvents of the long steps (nothing is printed). `stop` is asked
     between steps and between compaction groups: once it returns True, the run commits nothing
     more and returns (what it committed stays committed; the rest waits for the next run).
+
+    `fold_all=True` makes the table readable by every engine now: deletes are folded and
+    compaction runs whatever the health thresholds say. With `fold_deletes="rewrite"` every data
+    file a delete applies to is rewritten with its deletes applied (no delete file is left); with
+    `"position"` equality deletes become position deletes (deletion vectors on v3) and compaction
+    rewrites the files of any equality delete left. `report.equality_deletes_left` says how many
+    equality-delete files a commit beside the run (the stream's next batch adds its own) left.
     """
     p = policy or MaintenancePolicy()
     started = time.monotonic()
@@ -178,14 +207,14 @@ def maintain(
     properties_set = apply_retention_defaults(spark, table) if not requested() else {}
     health = table_health(spark, table, p.thresholds)
     due = tuple(health.suggestions)
-    folding = any(s.startswith("fold deletes") for s in due)
+    folding = any(s.startswith("fold deletes") for s in due) or (fold_all and health.delete_files > 0)
     conversion = None
     if p.fold_deletes == "position" and folding and not requested():
         conversion = convert_equality_deletes(spark, table, progress=progress)
     compaction = None
-    if (folding or any(s.startswith("compact") for s in due)) and not requested():
+    if (fold_all or folding or any(s.startswith("compact") for s in due)) and not requested():
         stoppable = out_of_time if deadline is not None or stop is not None else None
-        compaction = _compact_within(spark, table, p, stoppable, progress)
+        compaction = _compact_within(spark, table, p, stoppable, progress, fold_all=fold_all)
     dangling = remove_dangling_deletes(spark, table) if health.delete_files and not requested() else 0
     manifests = None
     if not requested():
@@ -195,6 +224,7 @@ def maintain(
     if not requested():  # every run: expiry is age-based, and commits nothing when nothing is due
         age = timedelta(seconds=p.max_snapshot_age_seconds) if p.max_snapshot_age_seconds is not None else None
         expiry = expire_snapshots(spark, table, retain_last=p.retain_snapshots, older_than=age)
+    left = equality_delete_files(spark, table) if fold_all else None
     report = MaintenanceReport(
         table=table,
         due=due,
@@ -206,9 +236,17 @@ def maintain(
         conversion=conversion,
         stopped=requested(),
         properties_set=properties_set,
+        equality_deletes_left=left,
     )
     log.info("maintenance of %s: %s", table, "; ".join(report.lines()))
     return report
+
+
+def equality_delete_files(spark: SparkSession, table: str) -> int:
+    """Equality-delete files live in the table's current snapshot (metadata only)."""
+    load_table(spark, table).refresh()  # the catalog's cached table, as other processes left it
+    row = spark.sql(f"SELECT count(*) FROM {table}.delete_files WHERE content = 2").first()
+    return int(row[0]) if row else 0
 
 
 @dataclass(frozen=True)
@@ -231,6 +269,7 @@ def maintain_tables(
     progress: ProgressCallback | None = None,
     stop: Callable[[], bool] | None = None,
     keep_going: bool = False,
+    fold_all: bool = False,
 ) -> TablesPass:
     """One pass of `maintain` over `tables` (a pipeline's), within the policy's time budget for the whole pass.
 
@@ -241,6 +280,7 @@ def maintain_tables(
     Tables are taken in turn from index `start` (wrapping around); each gets what is left of the
     budget. Once it is spent, the remaining tables wait for the next pass, which starts with the
     first of them (`next_start`), so every table is reached over a few passes however many there are.
+    `fold_all` is passed to every table's `maintain`.
     """
     p = policy or MaintenancePolicy()
     started = time.monotonic()
@@ -256,7 +296,7 @@ def maintain_tables(
             break
         table_policy = p if left is None else replace(p, time_budget_seconds=max(0.0, left))
         try:
-            reports.append(maintain(spark, table, table_policy, progress=progress, stop=stop))
+            reports.append(maintain(spark, table, table_policy, progress=progress, stop=stop, fold_all=fold_all))
         except Exception as exc:
             if not keep_going or driver_stopped(exc):  # no table can be maintained without a driver
                 raise

@@ -145,6 +145,8 @@ class CompactionOptions:
     min_file_size: int | None = None  # default 75% of the target
     max_file_size: int | None = None  # default 180% of the target
     delete_file_threshold: int | None = None  # rewrite a file with at least this many delete files
+    # rewrite a file with at least this many equality-delete files (the ones some readers refuse)
+    equality_delete_file_threshold: int | None = None
     partition_filter: str | None = None  # SQL predicate; files that may hold matching rows
     partial_progress: bool = False  # commit each group on its own
     max_groups: int | None = None  # bound on work per run
@@ -176,6 +178,7 @@ class CompactionOptions:
             ("min_file_size", 0),
             ("max_file_size", 1),
             ("delete_file_threshold", 1),
+            ("equality_delete_file_threshold", 1),
             ("max_groups", 1),
             ("max_bytes", 1),
             ("max_group_bytes", 1),
@@ -259,7 +262,10 @@ def _is_candidate(f: DataFileRef, options: CompactionOptions) -> bool:
 
 def _too_many_deletes(f: DataFileRef, options: CompactionOptions) -> bool:
     threshold = options.delete_file_threshold
-    return threshold is not None and len(f.deletes) >= threshold
+    if threshold is not None and len(f.deletes) >= threshold:
+        return True
+    equality = options.equality_delete_file_threshold
+    return equality is not None and sum(1 for d in f.deletes if d.kind == "equality") >= equality
 
 
 def _bin_pack(files: list[DataFileRef], limit: int) -> list[list[DataFileRef]]:

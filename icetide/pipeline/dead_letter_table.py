@@ -40,13 +40,21 @@ class DeadLetterTable:
     """Appends a batch's bad records once, with the position they are committed up to."""
 
     def __init__(self, spark: SparkSession, name: str, pipeline_id: str) -> None:
-        create_table(spark, name, schema=DEAD_LETTER_SCHEMA, key=DEAD_LETTER_KEY)
+        # Only ever appended (below), so format v2 and equality mode: every reader of Iceberg reads
+        # it, and no key index is held for deletes that never come.
+        create_table(spark, name, schema=DEAD_LETTER_SCHEMA, key=DEAD_LETTER_KEY, format_version=2)
         self.spark = spark
         self.name = name
         self.pipeline_id = pipeline_id
         # Every record has a unique key (its source position), so INSERT needs no delete.
         self.sink = UpsertSink(
-            spark, name, pipeline_id=pipeline_id, changelog=True, distribution="key", write_parallelism=1
+            spark,
+            name,
+            pipeline_id=pipeline_id,
+            changelog=True,
+            distribution="key",
+            write_parallelism=1,
+            deletes="equality",
         )
 
     def last_committed(self) -> PipelineState | None:

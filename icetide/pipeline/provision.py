@@ -34,4 +34,5 @@ def create_config_table(spark: SparkSession, t: TableConfig) -> Any:
         partition_by=list(t.partition_by),
         properties=t.properties,
         target_file_size=t.target_file_size,
+        deletes=t.deletes,
     )

@@ -80,7 +80,7 @@ def ensure_table_from_stream(spark: SparkSession, config: PipelineConfig, source
             raise_source_error_in(exc)
             raise
         found = definition_from_messages([(r["key"], r["value"]) for r in rows])
-    create_from_definition(spark, t, found)
+    create_from_definition(spark, t.created_for(config.mode), found)
 
 
 def create_from_definition(spark: SparkSession, t: TableConfig, found: tuple[EnvelopeSchema, list[str]] | None) -> None:
@@ -104,4 +104,5 @@ def create_from_definition(spark: SparkSession, t: TableConfig, found: tuple[Env
         partition_by=list(t.partition_by),
         properties=t.properties,
         target_file_size=t.target_file_size,
+        deletes=t.deletes,
     )

@@ -63,7 +63,7 @@ class Runner(BatchPipeline[PlannedBatch]):
         if t.schema is None:
             ensure_table_from_stream(spark, config, self.source)
         else:
-            create_config_table(spark, t)
+            create_config_table(spark, t.created_for(config.mode))
         self.sink = UpsertSink(
             spark,
             t.name,

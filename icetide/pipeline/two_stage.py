@@ -26,6 +26,7 @@ from icetide.pipeline.spark_path import EVENT_OP_COLUMN, SOURCE_POSITION_COLUMN
 from icetide.pipeline.table_runner import Runner
 from icetide.stateful.settings import StatefulSettings
 from icetide.stateful.stage import ChangelogStage, StageOptions
+from icetide.table.format_version import FORMAT_VERSION_PROPERTY
 from icetide.table.iceberg import load_table, spark_schema
 from icetide.write.collapse import OP_COLUMN
 
@@ -67,7 +68,10 @@ def raw_table_config(config: PipelineConfig, settings: StatefulSettings, target:
         schema=", ".join(columns),
         key=(SOURCE_POSITION_COLUMN, order_by),
         partition_by=(f"days({order_by})",),
-        properties=dict(APPEND_TABLE_PROPERTIES),
+        # Appended to, and read by stage 2 as a stream: format v2 and equality mode, as before the
+        # v3 default (no deletes to fold, no key index over every event).
+        properties={**APPEND_TABLE_PROPERTIES, FORMAT_VERSION_PROPERTY: "2"},
+        deletes="equality",
     )
 
 

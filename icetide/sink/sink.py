@@ -77,7 +77,10 @@ class UpsertSink:
     After a partition spec change, each batch's equality deletes are written under every spec
     that still has live data files, so upserts and deletes reach rows written under older specs.
     With `deletes="vectors"` (format v3 tables) the commit carries deletion vectors for the rows
-    the batch replaces instead of equality deletes (icetide/write/stream_vectors.py).
+    the batch replaces instead of equality deletes (icetide/write/stream_vectors.py), so every
+    engine reads each snapshot like a compacted table's. Without `deletes`, the table's own mode:
+    `vectors` for a table `create_table` made at its defaults, `equality` for a v2 table and for
+    one made before that default or by another tool (icetide/table/delete_modes.py).
 
     Example::
 
@@ -100,7 +103,7 @@ class UpsertSink:
         target_file_size: int | None = None,
         compression_ratio: float = DEFAULT_COMPRESSION_RATIO,
         schema_evolution: bool = False,
-        deletes: str = "equality",
+        deletes: str | None = None,
     ) -> None:
         if not pipeline_id:
             raise ConfigError("pipeline_id: a non-empty pipeline id is required")

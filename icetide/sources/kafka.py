@@ -11,11 +11,18 @@ Example::
     df = source.read(spark, ranges)   # topic, partition, offset, timestamp, key, value
 
 End offsets. The high watermark a broker reports through ListOffsets can lag what it has stored
-(Tansu reports the base offset of the last record batch + 1). `plan` therefore never trusts it
-for a partition it is about to drain: it fetches from there until librdkafka signals the end of
-the partition (PARTITION_EOF, raised from the Fetch response's high watermark) and ends the range
-there. Every planned offset has been seen to exist, so readers never wait for records that are not
-there, and the position returned by `plan` is exactly what `read` delivers.
+(some Kafka-protocol brokers report the base offset of the last record batch + 1). `plan`
+therefore never trusts it for a partition it is about to drain: it fetches from there until
+librdkafka signals the end of the partition (PARTITION_EOF, raised from the Fetch response's high
+watermark) and ends the range there. Every planned offset has been seen to exist, so readers never
+wait for records that are not there, and the position returned by `plan` is exactly what `read`
+delivers.
+
+Committed records only. Consumers read with isolation.level=read_committed (kafka_config), so
+both ends, ListOffsets' and the EOF event's, are the last stable offset: a transaction still open
+waits for its outcome, aborted records are never delivered, and the offsets no record is delivered
+for (transaction markers, aborted records, a compacted topic's gaps) lie inside ranges and are
+stepped over by the readers, never counted as lost or bad records.
 """
 
 from __future__ import annotations
@@ -207,9 +214,9 @@ class KafkaSource:
 
     def _end_before(self, consumer: Any, p: int, start: int, low: int) -> int | None:
         """The partition's end when it is below `start` (records the position counts as read are
-        gone), else None. ListOffsets may lag (Tansu), so fetches decide: the record just before
+        gone), else None. ListOffsets may lag (on some brokers), so fetches decide: the record just before
         `start` exists (no loss); a real Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE;
-        Tansu answers nothing, and then a fetch from the log start finds the true end. A probe
+        a lagging broker may answer nothing, and then a fetch from the log start finds the true end. A probe
         that learns nothing within probe_timeout_seconds counts as no loss."""
         silent: set[int] = set()
         end = self._fetch_ends(consumer, {p: max(start - 1, low)}, {p: start}, silent=silent)[p]
@@ -234,7 +241,7 @@ class KafkaSource:
         """Records between `position` and the high watermarks the broker reports (for metrics).
 
         None or a missing partition counts from the earliest offset. Uses ListOffsets only, so it
-        can under-report by what a lagging broker (Tansu) has not published in its watermark yet.
+        can under-report by what a lagging broker has not published in its watermark yet.
         """
         return sum(self.lag_by_partition(position).values())
 
@@ -427,7 +434,7 @@ class KafkaSource:
         """Per partition, the first offset whose record timestamp is >= `timestamp_ms` (else the end).
 
         Asks the broker (ListOffsets by time), then checks its answer by reading from it and
-        scanning forward to the first record at or after the timestamp. Some brokers (Tansu 0.6)
+        scanning forward to the first record at or after the timestamp. Some Kafka-protocol brokers
         answer the earliest offset for any timestamp; the scan keeps the result exact anyway.
         """
         kafka = confluent_kafka_module()

@@ -15,19 +15,26 @@ from icetide.errors import ConfigError
 
 EARLIEST, LATEST = "earliest", "latest"
 DEFAULT_GROUP_ID = "icetide"
-# Settings icetide owns: offsets are never committed, ends are detected by EOF events, and a read
-# below the log start is reported (then skipped explicitly) rather than silently reset.
+# Settings icetide owns: offsets are never committed, ends are detected by EOF events, a read
+# below the log start is reported (then skipped explicitly) rather than silently reset, and only
+# committed records are read. With read_committed (librdkafka's default, stated here so no consumer
+# setting can turn it off), records of aborted transactions are never delivered, and the end a
+# plan sees (ListOffsets and the EOF event) is the last stable offset: a batch never takes records
+# of a transaction still open, whose outcome is unknown. Transaction markers and aborted records
+# occupy offsets no message is delivered for; readers step over such gaps (as over a compacted
+# topic's) and count only the records delivered.
 FORCED_CONSUMER_SETTINGS = {
     "enable.auto.commit": "false",
     "enable.auto.offset.store": "false",
     "enable.partition.eof": "true",
     "auto.offset.reset": "error",
+    "isolation.level": "read_committed",
 }
 # Defaults for the executors' range readers, below the user's `consumer` settings: a range is read
 # from start to end in one go, so fetch in bulk (librdkafka's defaults, 1 MiB per partition and
 # fetch, suit a consumer that keeps up with a live stream). Measured on bench/ingest.py: the
 # decoding thread waited about 5x less for Kafka and a task's read took about 10% less CPU.
-# fetch.wait.max.ms stays librdkafka's 500: with 10, a loaded Tansu answered with (nearly) empty
+# fetch.wait.max.ms stays librdkafka's 500: with 10, a loaded in-memory test broker answered with (nearly) empty
 # fetches and batches stalled for minutes in bench/soak.py; a range read costs the same with both
 # (docs/design.md, "Range readers' fetch wait").
 READER_DEFAULTS = {

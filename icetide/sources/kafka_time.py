@@ -23,7 +23,7 @@ def scan_to_time(
 ) -> dict[int, int]:
     """Per partition of `froms` (partition -> the offset the broker answered for `timestamp_ms`), the
     first offset at or after it whose record's timestamp is >= `timestamp_ms`: read forward from
-    the answer (some brokers, Tansu 0.6, answer the earliest offset for any timestamp). A partition
+    the answer (some Kafka-protocol brokers answer the earliest offset for any timestamp). A partition
     that ends first gives its end; one whose answer is gone, `low_watermark(partition)`."""
     kafka = confluent_kafka_module()
     topic = config.topic

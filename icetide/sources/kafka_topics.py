@@ -135,7 +135,7 @@ class KafkaTopics:
                 zip(names, pool.map(lambda t: self.source(t).lag(_position(positions.get(t))), names), strict=True)
             )
             budgets = allocate({t: lags[t] for t in names}, max_records)
-            # A broker's reported end can lag what it holds (Tansu), so what the backlogs leave of
+            # A broker's reported end can lag what it holds (some do), so what the backlogs leave of
             # the budget is shared by every topic: the plans' fetches find the true ends.
             spare = max(0, max_records - sum(budgets.values()))
             for i, t in enumerate(names):

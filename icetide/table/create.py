@@ -1,4 +1,5 @@
-"""Create or load an icetide table: format v2, merge-on-read, a primary key, hidden partitioning."""
+"""Create or load an icetide table: format v3 with deletion vectors (table/delete_modes.py),
+merge-on-read, a primary key, hidden partitioning."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from icetide.errors import ConfigError, SchemaError
 from icetide.spark.py4j_collections import java_list
 from icetide.table.definition import Column, Definition, compare
+from icetide.table.delete_modes import DEFAULT_FORMAT_VERSION, DELETES_PROPERTY, new_table_deletes
 from icetide.table.iceberg import (
     check_format_version,
     iceberg_catalog,
@@ -41,7 +43,7 @@ RETENTION_DEFAULTS = {
     MIN_SNAPSHOTS_TO_KEEP: "10",
 }
 TABLE_DEFAULTS = {
-    "format-version": "2",
+    "format-version": str(DEFAULT_FORMAT_VERSION),
     "write.delete.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
@@ -145,10 +147,11 @@ def create_table(
     properties: dict[str, str] | None = None,
     target_file_size: int | None = None,
     format_version: int | None = None,
+    deletes: str | None = None,
 ) -> Any:
     """Create the table, or load it if it exists and fits the definition; returns the Java Table.
 
-    The table is Iceberg format v2 with merge-on-read, `key` as its identifier fields and
+    The table is Iceberg format v3 with merge-on-read, `key` as its identifier fields and
     `partition_by` as hidden partition transforms, and RETENTION_DEFAULTS (bounded metadata
     files, an hour of snapshot history) unless `properties` says otherwise. An existing table fits
     when it has every declared column with the same or a wider type and the same key; it may have
@@ -156,7 +159,11 @@ def create_table(
     Raises SchemaError naming the column or key that conflicts, and ConfigError for an invalid
     definition.
     `format_version` (2 or 3; or the `format-version` property) is the version of a new table
-    (default 2) and the least an existing one must have (SchemaError otherwise).
+    (default 3) and the least an existing one must have (SchemaError otherwise).
+    `deletes` ("equality" or "vectors") is how a sink not told otherwise removes the rows a batch
+    replaces, recorded in a new table's `icetide.deletes` property: by default `vectors` on v3 when
+    the key index holds every key column (integers, strings, dates, timestamps with a zone), else
+    `equality`. An existing table keeps its format and its mode.
     """
     spec = TableSpec.of(schema, key, partition_by or [], properties)
     version = requested_format_version(format_version, spec.properties)
@@ -176,13 +183,22 @@ def create_table(
     props.update(spec.properties)
     if version is not None:
         props["format-version"] = str(version)
+    key_fields = [jschema.findField(k) for k in spec.key]
+    asked = deletes if deletes is not None else spec.properties.get(DELETES_PROPERTY)
+    props[DELETES_PROPERTY] = new_table_deletes(int(props["format-version"]), key_fields, asked)
     namespace = ".".join(f"`{part}`" for part in ident_text.split(".")[:-1])
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{catalog_name}`.{namespace}")
     jprops = j.java.util.HashMap()
     for k, v in props.items():
         jprops.put(k, v)
     table = catalog.buildTable(ident, jschema).withPartitionSpec(jspec).withProperties(jprops).create()
-    log.info("created table %s partitioned by %s", name, [str(p) for p in spec.partition_by])
+    log.info(
+        "created table %s (format v%s, deletes: %s) partitioned by %s",
+        name,
+        props["format-version"],
+        props[DELETES_PROPERTY],
+        [str(p) for p in spec.partition_by],
+    )
     return table
 
 

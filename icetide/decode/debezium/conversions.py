@@ -144,9 +144,7 @@ class Conversions:
         if same is None:
 
             def checked(v: Any) -> Any:
-                value = convert(v)
-                check(v)
-                return value
+                return _read_then_check(convert, check, v)
 
             return checked
         kind, bounds = same
@@ -155,9 +153,7 @@ class Conversions:
             def as_is(v: Any) -> Any:  # most values in one call: of the declared form, stored as they are
                 if type(v) is kind:
                     return v
-                value = convert(v)
-                check(v)
-                return value
+                return _read_then_check(convert, check, v)
 
             return as_is
         low, high = bounds
@@ -165,9 +161,7 @@ class Conversions:
         def integer_as_is(v: Any) -> Any:
             if type(v) is int and low <= v <= high:
                 return v
-            value = convert(v)
-            check(v)
-            return value
+            return _read_then_check(convert, check, v)
 
         return integer_as_is
 
@@ -322,7 +316,8 @@ class Conversions:
 
     def _spark_datetime(self, raw: str, t: pa.DataType, name: str) -> date | datetime | None:
         """Text the arrow_json rules do not read as a time or date, as Spark's cast reads it
-        (decode/spark_compat/datetime_casts.py); None where it gives null."""
+        (decode/spark_compat/datetime_casts.py); None where it gives null, a dead letter saying
+        what where it reads the text only by dropping part of it (`Inexact`)."""
         try:
             if pa.types.is_date32(t):
                 days = datetime_casts.date_days(raw)
@@ -331,6 +326,8 @@ class Conversions:
         except datetime_casts.Unsure as exc:
             why = f"column {name}: a time in year 0 or 10000 that its zone may bring into range ({exc})"
             raise NotHere(why) from None
+        except datetime_casts.Inexact as exc:  # issue 49: not repaired into a row
+            raise _Dropped(f"{unfit_error(name, raw, t)}: {exc}") from None
         if micros is None or not lim.MIN_EPOCH_MICROS <= micros <= lim.MAX_EPOCH_MICROS:
             return None
         return (_EPOCH if t.tz is not None else _EPOCH_WALL) + timedelta(microseconds=micros)
@@ -380,6 +377,23 @@ class Conversions:
         return decimal
 
 
+class _Dropped(DeadLetter):
+    """A value Spark's cast reads only by dropping part of it (issue 49: a dead letter, never repaired)."""
+
+
+def _read_then_check(convert: Converter, check: Callable[[Any], None], v: Any) -> Any:
+    """`convert(v)`, then the declared type's `check(v)`; where `convert` refuses a value only
+    for what its cast would drop, a contradiction of the declared type is named first (it is
+    the first thing wrong: text where an int32 date is declared)."""
+    try:
+        value = convert(v)
+    except _Dropped:
+        check(v)
+        raise
+    check(v)
+    return value
+
+
 def _nested(t: pa.DataType, name: str, zone: str, *, declared: bool) -> Converter:
     """An ARRAY, STRUCT or MAP column (`supported_column`) from the field's JSON value, read
     exactly (decode/json/nested.py `exact_value`, the JSON decoder's reading; issue 49):
@@ -392,7 +406,7 @@ def _nested(t: pa.DataType, name: str, zone: str, *, declared: bool) -> Converte
 
     def read(v: Any) -> Any:
         try:
-            value = nested.exact_value(field_text(v), t, nested.Reading(zone, exact=True, as_text=declared))
+            value = nested.exact_value(field_text(v), t, nested.Reading(zone, as_text=declared))
         except nested.Unfit as part:
             raise DeadLetter(unfit_error(name + part.path, part.raw, part.type, part.shape, part.beyond)) from None
         if value is None:

@@ -57,7 +57,7 @@ def variable_scale_text(v: Any, name: str, time_zone: str) -> str:
     read exactly as a `scale INT, value STRING` struct (decode/json/nested.py `exact_value`:
     a part that does not fit is a dead letter naming it); DeadLetter without a scale of 0 to 38."""
     try:
-        parts = nested.exact_value(field_text(v), _VARIABLE_SCALE, nested.Reading(time_zone, exact=True))
+        parts = nested.exact_value(field_text(v), _VARIABLE_SCALE, nested.Reading(time_zone))
     except nested.Unfit as part:
         raise DeadLetter(unfit_error(name + part.path, part.raw, part.type, part.shape, part.beyond)) from None
     scale = parts["scale"] if parts is not None else None

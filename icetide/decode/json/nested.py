@@ -32,6 +32,7 @@ or a dead letter, never one Spark repaired), by the rules above but that:
 - an object or array in a STRING element or field makes the record bad (`column s.note: object
   '{...}' is not a STRING`), unless the decoder's `nested_as_text` keeps its JSON text, counted
   (Spark: its JSON text);
+- a DATE element or field takes no text after its date but a midnight (Spark ignores it);
 - a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up) and no text with a
   comma (Spark drops commas: "1,5" is 15), a FLOAT no number a double holds beyond FLOAT's range
   (Spark: infinity; beyond a double it is infinity, as at the top), a TINYINT no 128..255 (Spark
@@ -73,11 +74,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_NAIVE = datetime(1970, 1, 1)
 TIMESTAMP_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:?\d{2})?$")
 _ZONED = re.compile(r"(Z|[+-]\d{2}:?\d{2})$")
-_DATE_TEXT = re.compile(r"^\+?(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?$")
+# a date, and after it a midnight at most: Spark's casts drop any text after a space or T (issue 49)
+_DATE_TEXT = re.compile(r"^\+?(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ]00:00(?::00(?:\.0+)?)?)?)?)?$")
 _INTEGER_TEXT = re.compile(r"^[+-]?[0-9]{1,20}$")
 _INFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "+Infinity": float("inf"), "+INF": float("inf")}
 _INFINITE |= {"-Infinity": float("-inf"), "-INF": float("-inf")}
-_BYTE_RANGE = (-128, 255)  # Jackson's getByteValue: 128..255 read as unsigned, then wrapped
 
 
 class _Object(list[tuple[str, Any]]):
@@ -105,16 +106,16 @@ class Unfit(_Unfit):
 
 
 class Reading:
-    """How a record's nested values are read: as Spark's from_json, or exactly (`exact`:
-    `exact_value`, the JSON and Debezium decoders' only reading since issue 49), keeping objects and arrays
-    in STRING elements and fields as JSON text with `as_text` (nested_as_text). It counts, over
-    the values read with it, the texts so kept (`kept`), and says whether a key no struct field
-    has was skipped (`skipped`: then `unknown_keys` names them)."""
+    """How a record's nested values are read exactly (`exact_value`, the JSON and Debezium
+    decoders' only reading since issue 49): timestamp text without a zone in `zone`, objects and
+    arrays in STRING elements and fields kept as JSON text with `as_text` (nested_as_text). It
+    counts, over the values read with it, the texts so kept (`kept`), and says whether a key no
+    struct field has was skipped (`skipped`: then `unknown_keys` names them)."""
 
-    __slots__ = ("as_text", "exact", "kept", "skipped", "zone")
+    __slots__ = ("as_text", "kept", "skipped", "zone")
 
-    def __init__(self, zone: str, *, exact: bool = False, as_text: bool = False) -> None:
-        self.zone, self.exact, self.as_text, self.kept, self.skipped = zone, exact, as_text, 0, False
+    def __init__(self, zone: str, *, as_text: bool = False) -> None:
+        self.zone, self.as_text, self.kept, self.skipped = zone, as_text, 0, False
 
 
 _PAIRS = json.JSONDecoder(
@@ -150,7 +151,7 @@ def _element_supported(t: pa.DataType) -> bool:
 
 def exact_value(raw: str, t: pa.DataType, reading: Reading) -> Any:
     """The JSON and Debezium decoders' reading of a list, struct or map column (issue 49), with `reading` (made
-    `exact`, one per record, which counts what it keeps as text and sees skipped keys): the
+    one per record, which counts what it keeps as text and sees skipped keys): the
     value, or None when it does not fit as a whole. Raises `Unfit` naming the part of it that
     does not fit: a struct field, or an object or array where a STRING is.
 
@@ -223,13 +224,12 @@ def _unknown_into(v: Any, plan: KeyPlan, path: str, found: set[str]) -> None:
 
 
 def _convert(e: Any, t: pa.DataType, r: Reading) -> Any:
-    """One JSON value (not null) as Spark's JSON reader converts it to `t`; _Unfit when it does not fit."""
+    """One JSON value (not null) converted exactly to `t`; `Unfit` naming the part that does not
+    fit, _Unfit when the value as a whole does not."""
     if pa.types.is_list(t):
         if type(e) is not list:
             raise _Unfit
         element = t.value_type
-        if not r.exact:
-            return [None if v is None else _convert(v, element, r) for v in e]
         out = []
         for i, v in enumerate(e):
             try:
@@ -259,11 +259,11 @@ def _convert(e: Any, t: pa.DataType, r: Reading) -> Any:
 
 
 def _struct(pairs: _Object, t: pa.StructType, r: Reading) -> dict[str, Any]:
-    """A struct from an object's pairs: a field that does not fit is null (Spark's partial
-    results), or, read exactly, `Unfit` naming it (of repeated keys, the last counts)."""
+    """A struct from an object's pairs; a field that does not fit raises `Unfit` naming it (Spark
+    leaves it null). Of repeated keys, the last counts."""
     types = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
     row: dict[str, Any] = dict.fromkeys(types)
-    for k, v in dict(pairs).items() if r.exact else pairs:
+    for k, v in dict(pairs).items():
         if k not in types:
             r.skipped = True
             continue
@@ -275,9 +275,7 @@ def _struct(pairs: _Object, t: pa.StructType, r: Reading) -> dict[str, Any]:
         except Unfit as unfit:
             raise unfit.within(f".{k}") from None
         except _Unfit:
-            if r.exact:
-                raise Unfit(f".{k}", _shown(v), types[k], beyond=_beyond_float(v, types[k])) from None
-            # Spark leaves a field that does not fit as it was: null, or an earlier repeated key's value
+            raise Unfit(f".{k}", _shown(v), types[k], beyond=_beyond_float(v, types[k])) from None
     return row
 
 
@@ -318,11 +316,11 @@ def _key(k: str, t: pa.DataType, r: Reading) -> Any:
 
 
 def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
-    """A scalar element as Spark's JSON reader converts it, or None when it does not fit."""
+    """A scalar element converted exactly to `t`, or None when it does not fit."""
     if pa.types.is_string(t):
         if isinstance(e, str):
             return e
-        if r.exact and isinstance(e, list):  # an _Object is a list too
+        if isinstance(e, list):  # an _Object is a list too
             if not r.as_text:
                 raise Unfit("", _text(e), t, shape="object" if isinstance(e, _Object) else "array")
             r.kept += 1
@@ -330,26 +328,22 @@ def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
     if pa.types.is_integer(t):
         if type(e) is not int:
             return None
-        wraps = t.bit_width == 8 and not r.exact  # read exactly, 128..255 do not fit (Spark wraps them)
-        low, high = _BYTE_RANGE if wraps else lim.INT_RANGES[t.bit_width]
-        if not low <= e <= high:
-            return None
-        return e - 256 if e > 127 and wraps else e
+        low, high = lim.INT_RANGES[t.bit_width]  # a TINYINT takes no 128..255 (Spark wraps them)
+        return e if low <= e <= high else None
     if pa.types.is_floating(t):
         if type(e) is int or isinstance(e, Decimal):
-            return None if r.exact and _beyond_float(e, t) else float(e)
+            return None if _beyond_float(e, t) else float(e)
         return _INFINITE.get(e) if isinstance(e, str) else None
     if pa.types.is_boolean(t):
         return e if type(e) is bool else None
     if pa.types.is_decimal128(t):
-        fit = json_values.exact_decimal if r.exact else json_values.fit_decimal
         if type(e) is int:
-            return fit(Decimal(e), t)
+            return json_values.exact_decimal(Decimal(e), t)
         if isinstance(e, Decimal):
-            return fit(e, t)
-        if isinstance(e, str):  # Spark's reader drops commas (its en-US parser): "1,5" is 15; read exactly, none
-            number = json_values.big_decimal(e if r.exact else e.replace(",", ""))
-            return None if number is None else fit(number, t)
+            return json_values.exact_decimal(e, t)
+        if isinstance(e, str):  # Spark's reader drops commas (its en-US parser: "1,5" is 15); here none
+            number = json_values.big_decimal(e)
+            return None if number is None else json_values.exact_decimal(number, t)
         return None
     if not isinstance(e, str):
         if pa.types.is_timestamp(t) and t.tz is not None and type(e) is int:
@@ -358,8 +352,8 @@ def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
     if pa.types.is_date32(t):
         return date_text(e)
     if pa.types.is_timestamp(t):
-        if t.tz is None:  # TIMESTAMP_NTZ: text with a zone does not fit here (it does at the top)
-            return None if _ZONED.search(e.strip()) else wall_time_text(e)
+        if t.tz is None:  # TIMESTAMP_NTZ: text with a zone does not fit
+            return wall_time_text(e)
         return timestamp_text(e, r.zone)
     if pa.types.is_binary(t):
         return _base64(e)
@@ -429,9 +423,10 @@ def timestamp_text(text: str, time_zone: str) -> datetime | None:
 
 
 def wall_time_text(text: str) -> datetime | None:
-    """ISO-8601 timestamp text as a wall time (TIMESTAMP_NTZ: a zone in the text is ignored), or None."""
+    """ISO-8601 timestamp text without a zone as a wall time (TIMESTAMP_NTZ), or None: a zone in
+    the text would be dropped (Spark's reader ignored it; issue 49)."""
     text = text.strip()
-    if not TIMESTAMP_TEXT.match(text):
+    if not TIMESTAMP_TEXT.match(text) or _ZONED.search(text):
         return None
     try:
         return datetime.fromisoformat(text).replace(tzinfo=None)

@@ -24,8 +24,10 @@ column makes the record bad (issue 49: its JSON text is no text the record held)
 decoder is built with `nested_as_text`, which keeps that JSON text, as Spark's reader does, and
 counts each such value (`DecodedBlock.nested_as_text`); TIMESTAMP from integral epoch
 milliseconds (up to 15 digits, also as text) or ISO-8601 text (a `Z` or offset, else the session
-time zone); DATE from an integral count of days or ISO date text; TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall
-time and a zone in the text ignored. DECIMAL, BINARY and FIXED as decode/spark_compat/json_values.py
+time zone); DATE from an integral count of days or ISO date text (after the date a midnight at
+most); TIMESTAMP_NTZ as TIMESTAMP, the epoch read as UTC wall time, text without a zone (issue 49:
+Spark's reader dropped what follows a date and a zone in TIMESTAMP_NTZ text; here the record is
+bad). DECIMAL, BINARY and FIXED as decode/spark_compat/json_values.py
 says (a DECIMAL exactly: a non-zero digit beyond the scale makes the record bad, where Spark
 rounded), ARRAY, STRUCT and MAP as decode/json/nested.py `exact_value` says (exactly: a
 struct field that does not fit, text that is no object for a STRUCT, an object or array in a
@@ -364,7 +366,7 @@ class ArrowJsonDecoder:
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
                 if reading is None:
-                    reading = nested.Reading(self.time_zone, exact=True, as_text=self.nested_as_text)
+                    reading = nested.Reading(self.time_zone, as_text=self.nested_as_text)
                 kept = reading.kept
                 try:
                     converted = nested.exact_value(raw, f.type, reading)

@@ -30,7 +30,8 @@ _INTEGRAL_MS = re.compile(r"^-?[0-9]{1,15}$")
 _INTEGRAL_DAYS = re.compile(r"^-?[0-9]{1,7}$")
 _INTEGER_TEXT = re.compile(r"^[+-]?[0-9]+$")
 _NUMBER_TEXT = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$|^[+-]?(NaN|Infinity|inf)$")
-_DATE_TEXT = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?$")
+# a date, and after it a midnight at most: Spark's casts drop any text after a space or T (issue 49)
+_DATE_TEXT = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ]00:00(?::00(?:\.0+)?)?)?)?)?$")
 _TRUE, _FALSE = {"t", "true", "y", "yes", "1"}, {"f", "false", "n", "no", "0"}
 _EPOCH_DAY = date(1970, 1, 1)
 
@@ -147,7 +148,7 @@ def _timestamp(raw: str, time_zone: str) -> datetime | None:
 
 def _wall_time(raw: str) -> datetime | None:
     """TIMESTAMP_NTZ (the former Spark SQL JSON decoder): integral epoch milliseconds as UTC wall time, else
-    timestamp text, a zone in it ignored; years 0001-9999."""
+    timestamp text without a zone (one would be dropped: None, issue 49); years 0001-9999."""
     if _INTEGRAL_MS.match(raw):
         return nested.epoch_wall_time(int(raw))
     return nested.wall_time_text(raw)

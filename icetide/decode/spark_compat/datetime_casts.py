@@ -13,6 +13,15 @@ back into years 1-9999), so that the caller does not guess. A time without a dat
 the day a batch happens to run is no value of the record. A zone name Python's time zone database does not know is taken
 as one Java does not know either (null): deliberately, where Java's database is newer, the
 record is a dead letter rather than a time in a zone guessed.
+
+Where Spark's cast reads a text only by dropping part of it, these functions raise `Inexact`
+instead (issue 49: a value that cannot be read exactly is a dead letter, never repaired): a zone
+in a TIMESTAMP_NTZ's text (Spark keeps the wall time, the offset dropped), digits beyond the
+microsecond that are not zeros (Spark truncates them), and anything after a DATE's date but a
+midnight without a zone (Spark ignores what follows a space or a "T": "2020-07-17 junk" is
+2020-07-17). What Spark's casts take without dropping anything stays read as they read it: ASCII
+spaces and controls around the text, a year of 5 or 6 digits, one-digit months, days and time
+fields, a date without its day ("2020-07": 2020-07-01) or month, a date without a time (midnight).
 """
 
 from __future__ import annotations
@@ -69,16 +78,21 @@ class Unsure(Exception):
     """Spark's answer depends on what this module cannot tell exactly."""
 
 
-def _segments(text: str) -> tuple[list[int], str | None, bool] | None:
+class Inexact(Exception):
+    """Spark's cast reads the text only by dropping part of it; the message says what."""
+
+
+def _segments(text: str) -> tuple[list[int], str | None, bool, bool] | None:
     """Spark's `parseTimestampString`: (year, month, day, hour, minute, second, micros), the zone
-    text, whether the text is a time alone; None where Spark gives no timestamp."""
+    text, whether the text is a time alone, whether a digit beyond the microsecond that is not 0
+    was dropped; None where Spark gives no timestamp."""
     s = text.strip(_TRIM_ALL)
     if not s:
         return None
     segments = [1, 1, 1, 0, 0, 0, 0, 0, 0]
     i = value = digits = micro_digits = 0
     zone: str | None = None
-    just_time = False
+    just_time = dropped = False
     sign = 0
     j = 0
     if s[0] in "+-":
@@ -100,6 +114,8 @@ def _segments(text: str) -> tuple[list[int], str | None, bool] | None:
                 micro_digits += 1
             if i != 6 or digits < 6:
                 value = value * 10 + int(c)
+            elif c != "0":
+                dropped = True
             digits += 1
             j += 1
             continue
@@ -142,7 +158,7 @@ def _segments(text: str) -> tuple[list[int], str | None, bool] | None:
     segments[i] = value
     segments[6] *= 10 ** max(0, 6 - micro_digits)
     segments[0] *= sign or 1
-    return segments[:7], None if zone is None else zone.strip(JAVA_TRIM), just_time
+    return segments[:7], None if zone is None else zone.strip(JAVA_TRIM), just_time, dropped
 
 
 def _zone(name: str) -> timezone | ZoneInfo:
@@ -183,12 +199,13 @@ def _offset(text: str) -> timezone:
 
 def timestamp_micros(text: str, time_zone: str, *, with_zone: bool) -> int | None:
     """`try_cast(text AS TIMESTAMP)` (`with_zone`; a text without a zone is in `time_zone`) or
-    `AS TIMESTAMP_NTZ` (a zone in the text checked, then ignored), as epoch microseconds (of the
-    wall time, for TIMESTAMP_NTZ); None where Spark gives null, and for a time without a date."""
+    `AS TIMESTAMP_NTZ`, as epoch microseconds (of the wall time, for TIMESTAMP_NTZ); None where
+    Spark gives null, and for a time without a date. Raises `Inexact` where Spark drops a zone
+    (TIMESTAMP_NTZ) or digits beyond the microsecond."""
     parsed = _segments(text)
     if parsed is None:
         return None
-    (year, month, day, hour, minute, second, micros), zone_name, just_time = parsed
+    (year, month, day, hour, minute, second, micros), zone_name, just_time, dropped = parsed
     try:
         zone = _zone(zone_name) if zone_name is not None else None
         if just_time:  # TIMESTAMP: Spark takes today's date (see the docstring); TIMESTAMP_NTZ: null
@@ -198,6 +215,10 @@ def timestamp_micros(text: str, time_zone: str, *, with_zone: bool) -> int | Non
         local = datetime(year, month, day, hour, minute, second, micros)
     except ValueError:
         return None
+    if dropped:
+        raise Inexact("its digits beyond the microsecond would be dropped")
+    if not with_zone and zone_name is not None:
+        raise Inexact("its zone would be dropped")
     if not with_zone:
         return (local - _EPOCH) // _MICRO
     offset = (zone or ZoneInfo(time_zone)).utcoffset(local)
@@ -206,7 +227,9 @@ def timestamp_micros(text: str, time_zone: str, *, with_zone: bool) -> int | Non
 
 
 def date_days(text: str) -> int | None:
-    """`try_cast(text AS DATE)` (Spark's `stringToDate`) as epoch days; None where Spark gives null."""
+    """`try_cast(text AS DATE)` (Spark's `stringToDate`) as epoch days; None where Spark gives
+    null. Raises `Inexact` where Spark ignores text after the date (after a space or a "T") that
+    is not a midnight without a zone."""
     s = text.strip(_TRIM_ALL)
     if not s:
         return None
@@ -229,6 +252,11 @@ def date_days(text: str) -> int | None:
         return None
     segments[i] = value
     try:
-        return (date(sign * segments[0], segments[1], segments[2]) - _EPOCH.date()).days
+        days = (date(sign * segments[0], segments[1], segments[2]) - _EPOCH.date()).days
     except ValueError:  # no such day, or a year outside 1-9999 (beyond what the columns hold)
         return None
+    if j < len(s):
+        moment = _segments(s)
+        if moment is None or moment[1] is not None or any(moment[0][3:]) or moment[3]:
+            raise Inexact("the text after its date would be dropped")
+    return days

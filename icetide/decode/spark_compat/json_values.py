@@ -6,8 +6,8 @@ Each function is what the former Spark SQL JSON decoder does to a field's raw te
   `_`), rounded half up to the scale; more integral digits than `p - s` after rounding does not fit.
   The JSON decoder reads a DECIMAL exactly (`exact_decimal`, issue 49): a non-zero digit beyond the
   scale does not fit (2.345 into DECIMAL(10,2); 1.500 is 1.50), where Spark rounds. So does the
-  Debezium decoder's (decode/connect_*.py: `exact_decimal_value`, a Connect Decimal's declared
-  scale in `connect_values.decimal_unscaled`).
+  Debezium decoder's (`exact_decimal_value`; a Connect Decimal's declared scale in
+  decode/spark_compat/connect_text.py `decimal_unscaled`).
 - BINARY: `try_to_binary(raw, 'base64')`: the base64 alphabet (not the URL-safe one), Java
   whitespace skipped before the padding and nothing but `=` after it, at most two `=`, and with
   them a multiple of four characters; without padding any length but 4n+1. Trailing bits are ignored.
@@ -198,14 +198,9 @@ def big_decimal(text: str) -> Decimal | None:
     return Decimal(text)
 
 
-def decimal_value(raw: str, t: pa.Decimal128Type) -> Decimal | None:
-    """`try_cast(raw AS DECIMAL(p,s))`."""
-    number = big_decimal(raw.strip(JAVA_TRIM))
-    return None if number is None else fit_decimal(number, t)
-
-
 def exact_decimal_value(raw: str, t: pa.Decimal128Type) -> Decimal | None:
-    """`decimal_value` without rounding: None where the text has a non-zero digit beyond the scale."""
+    """`try_cast(raw AS DECIMAL(p,s))` without rounding: None where the text has a non-zero digit
+    beyond the scale (Spark rounds it half up; issue 49)."""
     number = big_decimal(raw.strip(JAVA_TRIM))
     return None if number is None else exact_decimal(number, t)
 

@@ -182,7 +182,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
     def create_table(self, name: str, samples: Callable[[], list[tuple[Any, Any]]]) -> None:
         """Create table `name` from the pipeline's `table.schema`, else from the schema and key of
         the first of its messages (key, value) that carry both."""
-        t = self.config.table_config(name)
+        t = self.config.table_config(name).created_for(self.config.mode)
         if t.schema is not None:
             create_config_table(self.spark, t)
         else:

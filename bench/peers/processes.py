@@ -1,0 +1,82 @@
+"""CPU seconds and memory of a system's whole process tree, JVMs and Python workers included."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _table() -> dict[int, tuple[int, float, int]]:
+    """pid -> (parent pid, CPU seconds of the process and its reaped children, resident bytes)."""
+    out: dict[int, tuple[int, float, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+            resident = int((entry / "statm").read_text().split()[1]) * PAGE
+        except (OSError, IndexError, ValueError):
+            continue
+        rest = raw[raw.rindex(")") + 2 :].split()
+        # utime, stime, cutime, cstime: a worker that exited and was waited for is in its parent's c*time
+        out[int(entry.name)] = (int(rest[1]), sum(int(x) for x in rest[11:15]) / TICK, resident)
+    return out
+
+
+def tree(root: int, table: dict[int, tuple[int, float, int]]) -> list[int]:
+    """`root` and its live descendants."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            out.append(pid)
+            todo.extend(children.get(pid, []))
+    return out
+
+
+@dataclass
+class TreeMeter:
+    """Samples the process trees of named roots every `every` seconds, on a thread: the latest CPU
+    seconds of each tree and the peak of its summed resident memory."""
+
+    roots: dict[str, int]
+    every: float = 1.0
+    cpu: dict[str, float] = field(default_factory=dict)
+    peak_rss: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def sample(self) -> dict[str, float]:
+        """Sample now; returns the CPU seconds of each tree so far."""
+        table = _table()
+        with self._lock:
+            for name, root in self.roots.items():
+                pids = tree(root, table)
+                if not pids:
+                    continue  # exited: keep the last sample
+                self.cpu[name] = sum(table[p][1] for p in pids)
+                self.peak_rss[name] = max(self.peak_rss.get(name, 0), sum(table[p][2] for p in pids))
+            return dict(self.cpu)
+
+    def start(self) -> TreeMeter:
+        def loop() -> None:
+            while not self._stop.wait(self.every):
+                self.sample()
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

@@ -1,0 +1,41 @@
+"""The peer harness (bench/peers/compare.py) still runs: icetide and the Flink Iceberg sink read one
+tiny topic into their tables, and both tables equal the model.
+
+Slow (PyFlink's venv is built from bench/peers/requirements-flink.txt on first use, about 3 minutes,
+and the Flink job's JVM starts in about a minute); `-m "not peer"` leaves it out.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize("workload", ["ads", "debezium", "appends"])
+def test_peer_harness_on_a_tiny_topic(workload: str) -> None:
+    size = ["--events-per-batch", "60"] if workload != "appends" else ["--events", "600", "--warm-up", "50"]
+    done = subprocess.run(
+        [sys.executable, "bench/peers/compare.py", "--workload", workload, "--hours", "1", "--rate", "400", *size],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "both tables equal the model" in done.stdout
+    measured = {
+        m.group(1).strip(): (m.group(2).strip(), m.group(3).strip())
+        for m in re.finditer(r"^\| ([^|]+)\|([^|]+)\|([^|]+)\|", done.stdout, re.M)
+    }
+    for system in (0, 1):
+        assert float(measured["rows/s per core (CPU s of the process tree)"][system].replace(",", "")) > 0
+        assert float(measured["data files per partition (mean)"][system]) >= 1
+        assert float(measured["freshness p99 s"][system]) > 0
+    assert measured["scan s, duckdb"][0] not in ("refused", "not read")
