@@ -168,11 +168,11 @@ def test_hand_made_types_and_values_that_do_not_fit(spark: Any) -> None:
         "price": "AdTA",  # the PostgreSQL DECIMAL(10,2): 120000 at scale 2
         "small": _unscaled(-1234),
         "amount": {"scale": 3, "value": _unscaled(-120000)},
-        "ns_ts": 1679581805123456789,
+        "ns_ts": 1679581805123456000,
         "connect_ts": 1679581805123,
         "connect_date": 19439,
         "ms_time": 52205123,
-        "ns_time": 52205123456789,
+        "ns_time": 52205123456000,
         "connect_time": 1000,
         "tiny": -7,
         "flags": "a,b",
@@ -183,6 +183,10 @@ def test_hand_made_types_and_values_that_do_not_fit(spark: Any) -> None:
         _hand_made({**good_row, "id": 2, "small": _unscaled(123456)}),  # 1234.56 does not fit DECIMAL(4,2)
         _hand_made({**good_row, "id": 3, "amount": {"scale": 12, "value": _unscaled(1)}}),  # 1e-12: rounds
         _hand_made({**good_row, "id": 4, "price": "not base64!"}),
+        # Nanoseconds below a microsecond (SQL Server's datetime2(7), Oracle's TIMESTAMP(9)): the
+        # columns hold microseconds, so each would be dropped; a dead letter, not a rounded row.
+        _hand_made({**good_row, "id": 5, "ns_ts": 1679581805123456789}),
+        _hand_made({**good_row, "id": 6, "ns_time": 52205123456789}),
     ]
     decoded = decode_debezium(kafka_frame(spark, values), "value", schema, ["id"], "upsert", KAFKA_POSITION)
     (row,) = decoded.good.collect()
@@ -201,6 +205,8 @@ def test_hand_made_types_and_values_that_do_not_fit(spark: Any) -> None:
         "cdc/0@1": f"column small: '{_unscaled(123456)}' is not a DECIMAL(4,2)",
         "cdc/0@2": 'column amount: \'{"scale":12,"value":"AQ=="}\' is not a DECIMAL(38,10)',
         "cdc/0@3": "column price: 'not base64!' is not a DECIMAL(10,2)",
+        "cdc/0@4": "column ns_ts: 1679581805123456789 ns, a timestamp finer than the column's microseconds",
+        "cdc/0@5": "column ns_time: 52205123456789 ns, a time of day finer than the column's microseconds",
     }
 
 

@@ -30,6 +30,8 @@ SIGNALS = {
     "icetide.decode.debezium.message.RepeatedKey",
     "icetide.decode.avro.schema_registry.BadAvroRecord",
     "icetide.decode.spark_compat.datetime_casts.Unsure",
+    "icetide.decode.spark_compat.datetime_casts.Inexact",
+    "icetide.decode.debezium.conversions._Dropped",
     "icetide.faults.InjectedFault",
     "icetide.write.key_index.IndexOutOfDate",
     "icetide.write.key_index_copy.CopyMismatch",

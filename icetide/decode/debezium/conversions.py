@@ -43,7 +43,6 @@ from icetide.decode.spark_compat.connect_text import (
     java_double,
     java_fullmatch,
     time_of_day_text,
-    wrapped_long,
 )
 
 __all__ = ["Conversions", "Converter", "DeadLetter", "NotHere", "storage_type", "supported_column"]
@@ -461,8 +460,9 @@ def _in_range(micros: int, name: str) -> int:
 
 
 def _epoch_micros(unit: str, name: str, otherwise: Converter) -> Converter:
-    """MicroTimestamp ("us", up to 18 digits) and NanoTimestamp ("ns", divided toward zero), from
-    an integer or its text. Other text: for "us", a time as `otherwise` reads it; for "ns", null."""
+    """MicroTimestamp ("us", up to 18 digits) and NanoTimestamp ("ns", whole microseconds only: the
+    column holds microseconds), from an integer or its text. Other text: for "us", a time as
+    `otherwise` reads it; for "ns", a dead letter."""
 
     integral = _INTEGRAL_19 if unit == "ns" else _INTEGRAL_18
 
@@ -479,7 +479,7 @@ def _epoch_micros(unit: str, name: str, otherwise: Converter) -> Converter:
         if unit == "ns":
             if not lim.INT_RANGES[64][0] <= v <= lim.INT_RANGES[64][1]:
                 raise DeadLetter(why=f"column {name}: a nanosecond timestamp beyond a BIGINT")
-            v = -(-v // 1000) if v < 0 else v // 1000
+            v = _whole_micros(v, name, "timestamp")
         elif not -(10**18) < v < 10**18:
             raise DeadLetter(why=f"column {name}: a microsecond timestamp beyond 18 digits")
         return _in_range(v, name)
@@ -487,13 +487,24 @@ def _epoch_micros(unit: str, name: str, otherwise: Converter) -> Converter:
     return micros
 
 
+def _whole_micros(nanos: int, name: str, what: str) -> int:
+    """`nanos` in microseconds; a dead letter when that would drop nanoseconds (the column holds
+    microseconds: Spark's and Iceberg's timestamps, and icetide's times of day)."""
+    micros, rest = divmod(nanos, 1000)
+    if rest:
+        raise _Dropped(f"column {name}: {nanos} ns, a {what} finer than the column's microseconds")
+    return micros
+
+
 def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
-    """Time/MicroTime/NanoTime as `_time_of_day` of the former Spark SQL decoder: text of up to 19 digits
-    (else null), read as a BIGINT (null beyond one), times the unit in Java's long arithmetic."""
+    """Time/MicroTime/NanoTime, an integer or its text of up to 19 digits, in microseconds. A dead
+    letter for what does not fit exactly: text that is no integer, a number beyond a BIGINT,
+    microseconds beyond one, and nanoseconds below a microsecond (the former Spark SQL decoder read
+    the first two as null, wrapped the third as Java's long does and dropped the last)."""
 
     low64, high64 = lim.INT_RANGES[64]
 
-    def micros_of(v: Any) -> int | None:
+    def micros_of(v: Any) -> int:
         if type(v) is int and low64 <= v <= high64:  # 19 digits at most
             n = v
         else:
@@ -501,12 +512,13 @@ def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
             if not java_fullmatch(_INTEGRAL_19, text):
                 raise DeadLetter(why=f"column {name}: a time of day that is not an integer")
             number = _long_text(text, _INTEGRAL_19)
-            if number is None or not low64 <= number <= high64:
-                return None  # Spark's try_cast to BIGINT: null
+            if number is None:
+                raise _Dropped(why=f"column {name}: a time of day that is not an integer")
             n = number
-        if per_unit_micros == 0:
-            return -(-n // 1000) if n < 0 else n // 1000
-        return wrapped_long(n * per_unit_micros)
+        micros = _whole_micros(n, name, "time of day") if per_unit_micros == 0 else n * per_unit_micros
+        if not low64 < micros <= high64:  # -2**63 too; a declared type contradicted is named first
+            raise _Dropped(why=f"column {name}: a time of day beyond a BIGINT of microseconds")
+        return micros
 
     if pa.types.is_string(t):
         return lambda v: time_of_day_text(micros_of(v))
@@ -514,7 +526,12 @@ def _time_of_day(per_unit_micros: int, t: pa.DataType, name: str) -> Converter:
         low, high = lim.INT_RANGES[t.bit_width]
 
         def integral(v: Any) -> int:
-            micros = micros_of(v)
+            try:
+                micros = micros_of(v)
+            except _Dropped as exc:
+                if exc.error:  # finer than a microsecond
+                    raise
+                micros = None
             if micros is None or not low <= micros <= high:
                 raise DeadLetter(why=f"column {name}: a time of day beyond {t}")
             return micros

@@ -29,7 +29,6 @@ import pyarrow as pa
 from icetide.decode.json.scalars import RAW_MESSAGE_CHARS, type_name
 from icetide.decode.spark_compat import json_values
 
-_LOW64 = -(2**63)
 WIDE = Context(prec=80, Emax=MAX_EMAX, Emin=MIN_EMIN)  # decimal arithmetic that never rounds a DECIMAL(38)
 _FLOAT32_LARGEST = Fraction(2**24 - 1, 2**24) * 2**128
 _FLOAT32_OUT = 2**128 - 2**103  # halfway from the largest FLOAT to 2**128: from here on, infinity
@@ -190,25 +189,13 @@ def java_decimal_text(unscaled: int, scale: int) -> str:
 # -- times of day -----------------------------------------------------------------------------
 
 
-def wrapped_long(n: int) -> int:
-    """`n` as Java's long arithmetic leaves it (two's complement, 64 bits)."""
-    return (n - _LOW64) % 2**64 + _LOW64
-
-
-def time_of_day_text(micros: int | None) -> str:
-    """the former Spark SQL decoder `_time_of_day` text of `micros` (a long; None: Spark's null): Java's
-    division toward zero, pmod, and abs(), which leaves -2**63 negative."""
-    if micros is None:
-        return "null:null:null.  null"
-    a = micros if micros == _LOW64 else abs(micros)
-    sign = "-" if micros < 0 else ""
-    hours = _java_div(a, 3_600_000_000)
-    minutes, seconds = _java_div(a, 60_000_000) % 60, _java_div(a, 1_000_000) % 60
+def time_of_day_text(micros: int) -> str:
+    """The text of a time of day of `micros` (a long above -2**63; the decoders refuse that one):
+    hours beyond a day and a sign as they are, as the former Spark SQL decoder `_time_of_day` wrote it."""
+    a, sign = abs(micros), "-" if micros < 0 else ""
+    hours = a // 3_600_000_000
+    minutes, seconds = a // 60_000_000 % 60, a // 1_000_000 % 60
     return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}.{a % 1_000_000:06d}"
-
-
-def _java_div(a: int, b: int) -> int:
-    return -(-a // b) if a < 0 else a // b
 
 
 # -- dead letters -----------------------------------------------------------------------------
