@@ -350,8 +350,9 @@ def test_debezium_values_against_their_declared_types_and_bad_bytes_are_dead_let
 
 
 def test_a_table_from_the_stream_never_takes_its_columns_from_bytes_that_are_not_utf8() -> None:
-    """The first message with a schema and a key makes the table; one whose bytes are not UTF-8
-    (a field name with byte FF here) is passed over, not read with U+FFFD as a column name."""
+    """The first message with a schema and a key makes the table; one whose value or Kafka message
+    key has bytes that are not UTF-8 (a field name with byte FF here) is passed over, not read with
+    U+FFFD as a column name."""
     from icetide.pipeline.table_from_stream import definition_from_messages
 
     stream = messages("flink_mysql_products_schema")
@@ -366,6 +367,11 @@ def test_a_table_from_the_stream_never_takes_its_columns_from_bytes_that_are_not
     envelope, columns = found
     assert envelope.names == ["id", "name", "description", "weight"] and columns == ["id"]
     assert definition_from_messages([(key, bad)]) is None
+    # the message key names the key columns: a key whose bytes are not UTF-8 is passed over too
+    bad_key = key.replace(b'"field": "id"', b'"field": "i\xffd"', 1)
+    assert bad_key != key
+    assert definition_from_messages([(bad_key, good)]) is None
+    assert definition_from_messages([(bad_key, good), (key, good)]) == found
 
 
 # -- Avro ----------------------------------------------------------------------------------------
