@@ -1,0 +1,443 @@
+"""The lake equals the database: an OLTP workload on a running PostgreSQL, captured by Debezium's
+PostgreSQL connector (pgoutput) in a Kafka Connect worker on Apache Kafka, and written to Iceberg
+by `icetide run` on a database-sync pipeline file, a separate process as users run it.
+
+The data is made here, by the test's own seeded workload (no copied messages): rows that exist
+before the connector starts (its initial snapshot), then transactions that change three tables at
+once, inserts, updates and deletes, a primary-key update, `ALTER TABLE ... ADD COLUMN`, a column
+widened from integer to bigint, a `TRUNCATE`, and a table created mid-stream. Along the way the
+sync is SIGKILLed twice, Kafka Connect is restarted once and the broker once. After the stream
+drains, every Iceberg table equals its database table row by row and column by column, the
+database's values as psycopg returns them, compared through the mapping the docs' type table
+states (docs/how-to/debezium-sync.md, "A live database"). Nothing lands in the dead-letter table.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as dtime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.commands import ROOT, warehouse_reader
+from tests.kafka_broker import KafkaBroker
+from tests.kafka_connect import KafkaConnect
+from tests.postgres_server import PostgresServer
+
+DRAIN_TIMEOUT_SECONDS = 150.0
+
+SCHEMA = """
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TABLE accounts (
+    id integer PRIMARY KEY,
+    owner text NOT NULL,
+    balance numeric(38,10) NOT NULL,
+    score double precision,
+    active boolean,
+    tier smallint,
+    visits bigint,
+    opened date,
+    wakes time,
+    seen timestamp,
+    seen_tz timestamptz,
+    ref uuid,
+    meta jsonb,
+    doc json,
+    tags text[],
+    nums integer[],
+    avatar bytea,
+    mood mood
+);
+CREATE TABLE orders (
+    id bigint PRIMARY KEY,
+    account_id integer NOT NULL,
+    amount numeric(38,10) NOT NULL,
+    qty integer NOT NULL,
+    note text
+);
+CREATE TABLE ledger (
+    id integer PRIMARY KEY,
+    order_id bigint NOT NULL,
+    delta numeric(38,10) NOT NULL,
+    at timestamptz NOT NULL
+);
+"""
+
+WORDS = [
+    "Grüße",
+    "naïve café",
+    "日本語のテキスト",
+    "Ελληνικά",
+    "emoji 🧊🌊",
+    "plain",
+    'O\'Brien "quoted"',
+    "tab\tand\nnewline",
+]
+
+
+class Workload:
+    """Seeded changes to accounts, orders and ledger; the database is the only record of them."""
+
+    def __init__(self, conn: Any, seed: int) -> None:
+        self.conn = conn
+        self.rng = random.Random(seed)
+        self.next_account = 1
+        self.next_order = 1
+        self.next_ledger = 1
+
+    def account_row(self, key: int) -> tuple[Any, ...]:
+        r = self.rng
+        scale = Decimal(10) ** -10
+        balance = (Decimal(r.randint(-(10**12), 10**12)) + Decimal(r.randint(0, 10**10)) * scale).quantize(scale)
+        big_balance = Decimal("1234567890123456789012345678.0123456789")
+        return (
+            key,
+            f"{r.choice(WORDS)} #{key}",
+            big_balance if key % 17 == 0 else balance,
+            r.choice([r.uniform(-1e6, 1e6), 0.1, -0.0, 1e-300, 1.7976931348623157e308, None]),
+            r.choice([True, False, None]),
+            r.randint(-32768, 32767),
+            r.choice([r.randint(-(2**63), 2**63 - 1), None]),
+            date(1970, 1, 1) + timedelta(days=r.randint(-30000, 30000)),
+            dtime(r.randint(0, 23), r.randint(0, 59), r.randint(0, 59), r.choice([0, 1, 999999, r.randint(0, 999999)])),
+            datetime(2000, 1, 1) + timedelta(microseconds=r.randint(-(10**15), 10**15)),
+            datetime(2024, 2, 29, tzinfo=UTC) + timedelta(microseconds=r.randint(-(10**15), 10**15)),
+            uuid.UUID(int=r.getrandbits(128)),
+            json.dumps({"k": r.choice(WORDS), "n": r.randint(0, 99), "nested": {"list": [1, 2.5, None, True]}}),
+            json.dumps([r.choice(WORDS), {"a": 1}]),
+            [r.choice(WORDS) for _ in range(r.randint(0, 3))],
+            r.choice([[r.randint(-(2**31), 2**31 - 1) for _ in range(r.randint(0, 4))], None]),
+            bytes(r.getrandbits(8) for _ in range(r.randint(0, 24))),
+            r.choice(["sad", "ok", "happy", None]),
+        )
+
+    def insert_accounts(self, cur: Any, count: int) -> None:
+        rows = []
+        for _ in range(count):
+            rows.append(self.account_row(self.next_account))
+            self.next_account += 1
+        cur.executemany(
+            "INSERT INTO accounts (id, owner, balance, score, active, tier, visits, opened, wakes, seen, seen_tz,"
+            " ref, meta, doc, tags, nums, avatar, mood) VALUES"
+            " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::json, %s, %s, %s, %s::mood)",
+            rows,
+        )
+
+    def insert_order(self, cur: Any) -> int:
+        key = self.next_order
+        self.next_order += 1
+        account = self.rng.randint(1, self.next_account - 1)
+        amount = Decimal(self.rng.randint(1, 10**9)) / Decimal(10**4)
+        cur.execute(
+            "INSERT INTO orders (id, account_id, amount, qty, note) VALUES (%s, %s, %s, %s, %s)",
+            (key, account, amount, self.rng.randint(1, 50), self.rng.choice([*WORDS, None])),
+        )
+        return key
+
+    def insert_ledger(self, cur: Any, order: int) -> None:
+        key = self.next_ledger
+        self.next_ledger += 1
+        delta = Decimal(self.rng.randint(-(10**9), 10**9)) / Decimal(10**6)
+        at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(microseconds=self.rng.randint(0, 10**13))
+        cur.execute("INSERT INTO ledger (id, order_id, delta, at) VALUES (%s, %s, %s, %s)", (key, order, delta, at))
+
+    def transaction(self) -> None:
+        """One multi-statement transaction across the three tables: an order, its ledger line, the
+        account's new balance; now and then a delete of an older order and of an account's row."""
+        r = self.rng
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            order = self.insert_order(cur)
+            self.insert_ledger(cur, order)
+            account = r.randint(1, self.next_account - 1)
+            cur.execute(
+                "UPDATE accounts SET balance = balance + %s, visits = coalesce(visits, 0) / 2 + 1, tags = tags || %s"
+                " WHERE id = %s",
+                (Decimal(r.randint(-999, 999)) / 100, [r.choice(WORDS)], account),
+            )
+            if r.random() < 0.3:
+                cur.execute("DELETE FROM orders WHERE id = %s", (r.randint(1, self.next_order - 1),))
+            if r.random() < 0.2:
+                cur.execute("UPDATE ledger SET delta = -delta WHERE id = %s", (r.randint(1, self.next_ledger - 1),))
+            if r.random() < 0.1:
+                cur.execute("DELETE FROM accounts WHERE id = %s", (r.randint(1, self.next_account - 1),))
+            if r.random() < 0.2:
+                self.insert_accounts(cur, 1)
+
+    def run(self, transactions: int) -> None:
+        for _ in range(transactions):
+            self.transaction()
+
+
+def compare_value(db: Any, lake: Any) -> bool:
+    """The database's value (as psycopg returns it) against the lake's (as Spark returns it), through
+    the mapping of the docs' type table."""
+    if db is None or lake is None:
+        return db is None and lake is None
+    if isinstance(db, datetime):
+        if db.tzinfo is not None:  # timestamptz: an instant, stored as UTC
+            db = db.astimezone(UTC).replace(tzinfo=None)
+        return bool(db == lake)
+    if isinstance(db, dtime):  # time: STRING HH:MM:SS.ffffff
+        return bool(db.strftime("%H:%M:%S.%f") == lake)
+    if isinstance(db, uuid.UUID):
+        return str(db) == lake
+    if isinstance(db, bytes | memoryview):
+        return bytes(db) == bytes(lake)
+    if isinstance(db, list | dict):  # arrays and json/jsonb: STRING, the value's JSON
+        return bool(db == json.loads(lake))
+    if isinstance(db, float):
+        return db == lake and str(db) == str(lake)  # -0.0 stays -0.0
+    return bool(db == lake)
+
+
+def db_rows(conn: Any, table: str) -> tuple[list[str], dict[Any, tuple[Any, ...]]]:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {table}")
+        columns = [d.name for d in cur.description]
+        return columns, {row[0]: row for row in cur.fetchall()}
+
+
+def differences(conn: Any, reader: Any, namespace: str, tables: list[str]) -> list[str]:
+    """What differs between each database table and its Iceberg table (empty when all are equal)."""
+    found: list[str] = []
+    for table in tables:
+        columns, rows = db_rows(conn, table)
+        name = f"cdccheck.{namespace}.{table}"
+        try:
+            lake_rows = reader.table(name).collect()
+        except Exception as exc:
+            found.append(f"{table}: lake table not readable ({str(exc).splitlines()[0][:200]})")
+            continue
+        lake = {r[columns[0]]: r.asDict() for r in lake_rows}
+        if len(lake) != len(lake_rows):
+            found.append(f"{table}: duplicate keys in the lake")
+        if set(lake) != set(rows):
+            missing, extra = sorted(set(rows) - set(lake))[:5], sorted(set(lake) - set(rows))[:5]
+            found.append(f"{table}: keys missing {missing}, extra {extra} ({len(rows)} rows, {len(lake)} in the lake)")
+            continue
+        for key, row in rows.items():
+            for column, value in zip(columns, row, strict=True):
+                if column not in lake[key]:
+                    found.append(f"{table}: column {column} not in the lake")
+                    break
+                if not compare_value(value, lake[key][column]):
+                    found.append(f"{table} key {key} column {column}: database {value!r}, lake {lake[key][column]!r}")
+        if found:
+            break
+    return found
+
+
+class Sync:
+    """`icetide run FILE` as a separate process, as users run it."""
+
+    def __init__(self, config_path: Path, log_path: Path) -> None:
+        self.config_path = config_path
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- start {self.starts}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "icetide.cli", "run", str(self.config_path)],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def batches(self) -> int:
+        """How many batches this run has committed (its metrics lines)."""
+        text = self.log_path.read_text(errors="replace").split(f"--- start {self.starts}\n")[-1]
+        return sum(1 for line in text.splitlines() if line.startswith("{") and '"batch_id"' in line)
+
+    def wait_batches(self, count: int, timeout: float = 120.0) -> None:
+        """Until this run has committed `count` batches, so a kill comes mid-stream."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, self.tail()
+            if self.batches() >= count:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"no {count} batches within {timeout}s: {self.tail()}")
+
+    def kill(self) -> None:
+        assert self.proc is not None and self.proc.poll() is None, self.tail()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+    def tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+def test_the_lake_equals_postgresql_through_kafka_connect(
+    spark: Any, postgres: PostgresServer, kafka_server: KafkaBroker, kafka_connect: KafkaConnect, tmp_path: Path
+) -> None:
+    began = time.monotonic()
+    phases: list[tuple[str, float]] = []
+
+    def mark(phase: str) -> None:
+        phases.append((phase, time.monotonic() - began))
+
+    database = postgres.new_database()
+    tag = uuid.uuid4().hex[:8]
+    prefix, namespace, connector = f"pg{tag}", f"pg{tag}", f"pg-{tag}"
+    conn = postgres.connect(database)
+    conn.execute(SCHEMA)
+    work = Workload(conn, seed=46)
+    with conn.transaction(), conn.cursor() as cur:  # the initial snapshot's rows
+        work.insert_accounts(cur, 40)
+        for _ in range(60):
+            work.insert_ledger(cur, work.insert_order(cur))
+
+    config = connector_config(postgres, database, prefix, tag)
+    kafka_connect.create_connector(connector, config)
+    mark("connector running")
+    doc = {
+        "pipeline": f"cdc-{tag}",
+        "warehouse": str(tmp_path / "wh"),
+        "source": {
+            "kafka": {
+                "bootstrap_servers": kafka_server.bootstrap,
+                "topic_pattern": prefix + r"\.public\..*",
+                "starting_offsets": "earliest",
+            }
+        },
+        "format": "debezium",
+        "table": {"name": f"lake.{namespace}.{{table}}"},
+        "schema_evolution": True,
+        "mode": "upsert",
+        "trigger": {"interval": "1s"},
+        "dead_letter": f"lake.{namespace}.dead_letter",
+    }
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(doc))
+    sync = Sync(config_path, tmp_path / "sync.log")
+    tables = ["accounts", "orders", "ledger"]
+    try:
+        sync.start()
+        work.run(20)
+        sync.wait_batches(1)
+        mark("first batch")
+        sync.kill()  # SIGKILL 1, mid-stream
+        work.run(20)
+        sync.start()
+        with conn.cursor() as cur:  # schema changes mid-stream
+            cur.execute("ALTER TABLE accounts ADD COLUMN nickname text")
+            cur.execute("ALTER TABLE orders ALTER COLUMN qty TYPE bigint")
+            cur.execute("UPDATE accounts SET nickname = 'Zoë ' || id WHERE id % 3 = 0")
+            cur.execute("UPDATE orders SET qty = qty * 3000000000 WHERE id % 5 = 0")
+        work.run(20)
+        kafka_connect.restart()  # Connect restarted: the connector resumes from its committed offsets
+        kafka_connect.wait_running(connector)
+        mark("Connect restarted")
+        work.run(20)
+        with conn.transaction(), conn.cursor() as cur:  # a primary-key update
+            cur.execute("UPDATE orders SET id = id + 100000 WHERE id IN (SELECT id FROM orders ORDER BY id LIMIT 3)")
+        conn.execute("TRUNCATE ledger")
+        with conn.cursor() as cur:  # a table created mid-stream
+            cur.execute(
+                "CREATE TABLE refunds (id integer PRIMARY KEY, order_id bigint, amount numeric(38,10), why text)"
+            )
+            cur.executemany(
+                "INSERT INTO refunds VALUES (%s, %s, %s, %s)",
+                [(i, i * 7, Decimal(i) / 3, WORDS[i % len(WORDS)]) for i in range(1, 21)],
+            )
+        tables.append("refunds")
+        work.run(20)
+        committed = sync.batches()
+        kafka_server.restart()  # the broker restarted: its log survives, producers and consumers retry
+        mark("broker restarted")
+        work.run(20)
+        sync.wait_batches(committed + 1)  # the sync goes on across the broker's restart
+        mark("a batch after the broker's restart")
+        sync.kill()  # SIGKILL 2
+        work.run(20)
+        with conn.cursor() as cur:
+            cur.execute("UPDATE refunds SET why = why || ' (done)' WHERE id % 2 = 0")
+            cur.execute("DELETE FROM refunds WHERE id % 5 = 0")
+        sync.start()
+        mark("workload done")
+        reader = warehouse_reader(spark, "cdccheck", tmp_path / "wh")
+        deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
+        diff = ["not compared yet"]
+        while time.monotonic() < deadline:
+            assert sync.proc is not None and sync.proc.poll() is None, sync.tail()
+            diff = differences(conn, reader, namespace, tables)
+            if not diff:
+                break
+            time.sleep(2)
+        assert not diff, (diff[:20], sync.tail())
+        dead = reader.table(f"cdccheck.{namespace}.dead_letter").collect() if _exists(reader, namespace) else []
+        assert not dead, [(r["error"], str(r["payload"])[:300]) for r in dead[:5]]
+        assert sync.starts == 3
+        counts = {t: len(db_rows(conn, t)[1]) for t in tables}
+        assert all(counts.values()), counts  # nothing compared is empty
+        mark("the lake equals the database")
+        print(f"rows {counts}; " + ", ".join(f"{p} {t:.1f}s" for p, t in phases))
+    finally:
+        sync.stop()
+        kafka_connect.delete_connector(connector)
+        conn.close()
+        with_slot_dropped(postgres, database, f"dbz_{tag}")
+
+
+def _exists(reader: Any, namespace: str) -> bool:
+    return any(t.name == "dead_letter" for t in reader.catalog.listTables(f"cdccheck.{namespace}"))
+
+
+def connector_config(postgres: PostgresServer, database: str, prefix: str, tag: str) -> dict[str, str]:
+    """Debezium's PostgreSQL connector as docs/how-to/debezium-sync.md shows it."""
+    return {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "plugin.name": "pgoutput",
+        "database.hostname": "127.0.0.1",
+        "database.port": str(postgres.port),
+        "database.user": "postgres",
+        "database.password": postgres.password,
+        "database.dbname": database,
+        "topic.prefix": prefix,
+        "schema.include.list": "public",
+        "slot.name": f"dbz_{tag}",
+        "publication.name": f"dbz_{tag}",
+        "publication.autocreate.mode": "all_tables",
+        "snapshot.mode": "initial",
+        "skipped.operations": "none",
+        "topic.creation.default.replication.factor": "1",
+        "topic.creation.default.partitions": "1",
+    }
+
+
+def with_slot_dropped(postgres: PostgresServer, database: str, slot: str) -> None:
+    """The connector's replication slot holds WAL for as long as it exists: drop it after the test."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            postgres.sql(
+                f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{slot}'",
+                database,
+            )
+            return
+        except RuntimeError:  # still active until the connector's task has stopped
+            time.sleep(0.5)
