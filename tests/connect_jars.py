@@ -4,11 +4,13 @@
 `WORKER_ARTIFACTS`: Apache Kafka's own Connect runtime (`org.apache.kafka:connect-runtime`), the
 JSON converter (`connect-json`) and what they need at run time, of the same release as the broker
 (tests/kafka_jars.py, KAFKA_VERSION), plus `log4j-slf4j-impl` so the worker's log reaches a file.
-`POSTGRES_CONNECTOR` and `MYSQL_CONNECTOR`: Debezium's connectors (3.6.1.Final, built against Kafka
-4.3.0) and their own dependencies, each loaded from a plugin folder of its own (Connect's
-`plugin.path`), less the jars the worker provides to every plugin (Kafka's API and clients,
-SLF4J, the compression codecs). `io.debezium:debezium-connector-mariadb` is not on Maven Central
-for 3.6.1.Final: the MySQL connector reads MariaDB's binlog (`connector.adapter=mariadb`).
+`POSTGRES_CONNECTOR` and `MARIADB_CONNECTOR`: Debezium's connectors and their own dependencies,
+each loaded from a plugin folder of its own (Connect's `plugin.path`, so each has its own class
+loader and its own Debezium release), less the jars the worker provides to every plugin (Kafka's
+API and clients, SLF4J, the compression codecs). PostgreSQL: 3.6.1.Final, built against Kafka
+4.3.0. MariaDB: `io.debezium:debezium-connector-mariadb` 3.5.0.Final, the newest release of it on
+Maven Central (no 3.6.x is there). Debezium has had a connector of its own for MariaDB since
+2.7; the MySQL connector is not pinned, as no test runs it.
 
 The resolution is recorded here so no Maven client is needed; each jar is fetched by icetide's
 own Maven helper (icetide/spark/maven.py: checked against its SHA-256, cached in
@@ -409,105 +411,99 @@ POSTGRES_CONNECTOR: tuple[Artifact, ...] = (
         "org.postgresql", "postgresql", "42.7.11", "1981b31d3993c58702783c1cddf10a34e48c1f413d70ff1cb6def0a143484647"
     ),
 )
-MYSQL_CONNECTOR: tuple[Artifact, ...] = (
-    Artifact(
-        "com.datadoghq", "sketches-java", "0.8.2", "b24c3d175556eb381ef2b2f0a7dffe7cb1fb7a9f893f41260822b5ec6cb13cca"
-    ),
+MARIADB_CONNECTOR: tuple[Artifact, ...] = (
     Artifact(
         "com.fasterxml.jackson.core",
         "jackson-annotations",
-        "2.21",
-        "53ca085f4a150f703f49e1aabd935bd03b43e1ea3d55d135438292af22cef56b",
+        "2.19.0",
+        "ead60e9cac0e42b57092b9e2d087ff43536e9477d4486ba393037a8cc156cda7",
     ),
     Artifact(
         "com.fasterxml.jackson.core",
         "jackson-core",
-        "2.21.2",
-        "12e8655b100267b44d0f14d01b1f5082a5105e616174dc4307be1a761e92407b",
+        "2.19.0",
+        "da8e859bac94874528116a25f20c68560e4287acbf27628711b8a4f96b028430",
     ),
     Artifact(
         "com.fasterxml.jackson.core",
         "jackson-databind",
-        "2.21.2",
-        "8c982f01f148d805f0aaac2339011244757e0df7c6ff8951f2fa3f433b8ed849",
+        "2.19.0",
+        "ceda311f476c3b18e1d2b240c94e2dcb9c8d44e70f8afa9facab88bac4ddc03a",
     ),
     Artifact(
         "com.fasterxml.jackson.datatype",
         "jackson-datatype-jsr310",
-        "2.21.2",
-        "a083d57cd1c4a28fefcc6bd071740779eb7fc1c22a3c1b40451b5477c443f02f",
+        "2.19.0",
+        "0ee97bf32936349d6a4cf6d8428533bf4a4b5b3e7e55fd9a4f19508ce062a775",
     ),
     Artifact(
-        "com.mysql", "mysql-connector-j", "9.1.0", "8776e2ebc46072c9a47ea59d98298c4273bd9f16a7b26b5dfa4744535aa26c62"
-    ),
-    Artifact(
-        "io.debezium", "debezium-api", "3.6.1.Final", "893c73a44dd05b3a102830efb53b2636c63cfdf890860411dcc4969282c9544b"
+        "io.debezium", "debezium-api", "3.5.0.Final", "d1267b742b9a83b5c0c3e24d417f75c93dc5d4640d5fcee7d24390a0ddf96cb3"
     ),
     Artifact(
         "io.debezium",
         "debezium-config",
-        "3.6.1.Final",
-        "0d4b6335aca11e8ba40aa00d39b23b863ef968e79d47ed7a133b9461f8218405",
+        "3.5.0.Final",
+        "9430a5bb4dc9f6ee12015c3e3925f14a3e07906ccdf005a295be116ea5e0d5c8",
     ),
     Artifact(
         "io.debezium",
         "debezium-connect-plugins",
-        "3.6.1.Final",
-        "712d34752f945fb4062354a9faf04424dd3660411137b3bb160b0a68d4a7ee8e",
+        "3.5.0.Final",
+        "0c8579e75dbe0f4993a87fe8e85baa39b87170412348121dc67837740d080dbf",
     ),
     Artifact(
         "io.debezium",
         "debezium-connector-binlog",
-        "3.6.1.Final",
-        "1b23f155ce8c9c108513b8c50b16744831f52c29d367797343008782314b3dd5",
+        "3.5.0.Final",
+        "802a269457f5ca2eadec2332ec778006dcae634ba8d0b6ee7364beac91fa2b12",
     ),
     Artifact(
         "io.debezium",
         "debezium-connector-common",
-        "3.6.1.Final",
-        "365a695d512b085cff2cd12e28e44a7a3e733b43bfb27f3608508d7800e2de45",
+        "3.5.0.Final",
+        "68b87943d99eb36c2c9639c132ff3528eed87e057d137df93e60d291db149dd4",
     ),
     Artifact(
         "io.debezium",
-        "debezium-connector-mysql",
-        "3.6.1.Final",
-        "db56640086983fa838aaedffd7a2fc9887932fc028dbbfef11f62fc49248d5a2",
+        "debezium-connector-mariadb",
+        "3.5.0.Final",
+        "6ea239f23d74486a77e89cceae11120f208e9f832ccdff9d88cb629ce298e890",
     ),
     Artifact(
         "io.debezium",
         "debezium-ddl-parser",
-        "3.6.1.Final",
-        "03b1a891289999fa916b2dfbba0fa797dc1d005529bbb61a6f1efca77e055978",
+        "3.5.0.Final",
+        "41dc0fb39cd0366cff67b02fa3e89ca83664d6748154737c18d2b2502a6a32b5",
     ),
     Artifact(
         "io.debezium",
         "debezium-openlineage-api",
-        "3.6.1.Final",
-        "7e7e0fb3c3a12b3e8bfe2d42df278ff2a9fab8c58fa12199590e35fdb88b2062",
+        "3.5.0.Final",
+        "ac6ec9bbcae42cb5bc05200f9f2c5268d591b6abadc2ec209df7cffdcdc5f5fe",
     ),
     Artifact(
         "io.debezium",
         "debezium-storage-file",
-        "3.6.1.Final",
-        "b29adac3a76cf4ba331894e226c68e339747fd00bdf9c6c513ad5ebcfcf2b4a5",
+        "3.5.0.Final",
+        "ffdacc74d296dda0ce37e5a67812e1ebdc56945bc23076a5d71949a6828d8ed7",
     ),
     Artifact(
         "io.debezium",
         "debezium-storage-kafka",
-        "3.6.1.Final",
-        "0ad7cda56d8d973174080dd89ccabe48c3b2bc790fb5c018468ffa85ba93a283",
+        "3.5.0.Final",
+        "dc36614e975459a82192f81fb1b273845ba4e242a675d6322ceb6700d6f47801",
     ),
     Artifact(
         "io.debezium",
         "debezium-util",
-        "3.6.1.Final",
-        "9501581790412207cda72b2b57874e0430e2f9e4c5e94a054f7b06e07c112e5f",
+        "3.5.0.Final",
+        "ca5ba9a7f89b0a3f6f38ea37e88ac77fdc64b508a44ea5fc9b6a19cce22a7234",
     ),
     Artifact(
         "io.debezium",
         "mysql-binlog-connector-java",
-        "0.41.0",
-        "a4bd7e9e24269fdfbbdfcd692f100878dc2539b5f331276c7700fdde44341364",
+        "0.40.6",
+        "0bb2363f3632afa4bd84b38b1a9cf9c2918a9eff98c62943f679c8312ff58dcc",
     ),
     Artifact(
         "jakarta.ws.rs",
@@ -518,12 +514,18 @@ MYSQL_CONNECTOR: tuple[Artifact, ...] = (
     Artifact(
         "org.antlr", "antlr4-runtime", "4.10.1", "da66be0c98acfb29bc708300d05f1a3269c40f9984a4cb9251cf2ba1898d1334"
     ),
+    Artifact(
+        "org.mariadb.jdbc",
+        "mariadb-java-client",
+        "3.5.3",
+        "85c4ba2f221d0dfd439c26affbb294f784960763544263c65aba9c2c76858706",
+    ),
 )
 
 # Each connector's plugin folder name and jars.
 CONNECTOR_PLUGINS: dict[str, tuple[Artifact, ...]] = {
     "debezium-connector-postgres": POSTGRES_CONNECTOR,
-    "debezium-connector-mysql": MYSQL_CONNECTOR,
+    "debezium-connector-mariadb": MARIADB_CONNECTOR,
 }
 
 
