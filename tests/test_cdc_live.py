@@ -1,6 +1,7 @@
-"""The lake equals the database: an OLTP workload on a running PostgreSQL, captured by Debezium's
-PostgreSQL connector (pgoutput) in a Kafka Connect worker on Apache Kafka, and written to Iceberg
-by `icetide run` on a database-sync pipeline file, a separate process as users run it.
+"""The lake equals the database: an OLTP workload on a running PostgreSQL and a running MariaDB,
+captured by Debezium's PostgreSQL (pgoutput) and MariaDB (binlog) connectors in a Kafka Connect
+worker on Apache Kafka, and written to Iceberg by `icetide run` on a database-sync pipeline file
+that takes both connectors' topics, a separate process as users run it.
 
 The data is made here, by the test's own seeded workload (no copied messages): rows that exist
 before the connector starts (its initial snapshot), then transactions that change three tables at
@@ -8,7 +9,7 @@ once, inserts, updates and deletes, a primary-key update, `ALTER TABLE ... ADD C
 widened from integer to bigint, a `TRUNCATE`, and a table created mid-stream. Along the way the
 sync is SIGKILLed twice, Kafka Connect is restarted once and the broker once. After the stream
 drains, every Iceberg table equals its database table row by row and column by column, the
-database's values as psycopg returns them, compared through the mapping the docs' type table
+database's values as psycopg and PyMySQL return them, compared through the mapping the docs' type table
 states (docs/how-to/debezium-sync.md, "A live database"). The dead-letter table holds exactly the
 records of values the connector sends that no Iceberg column holds exactly (PostgreSQL's table
 `edges`), each with its reason.
@@ -34,7 +35,7 @@ from typing import Any
 import yaml
 
 from tests.commands import ROOT, warehouse_reader
-from tests.kafka_broker import KafkaBroker
+from tests.kafka_broker import KafkaBroker, _die_with_parent
 from tests.kafka_connect import KafkaConnect
 from tests.mariadb_server import MariaDbServer
 from tests.postgres_server import PostgresServer
@@ -446,6 +447,7 @@ class Sync:
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,  # never outlives the test process, however it ends
             )
 
     def batches(self) -> int:
