@@ -30,10 +30,10 @@ $(STAMP35): pyproject.toml constraints/spark-3.5.txt
 		echo "error: pip could not install the Python packages ($$(grep -m1 -o 'ERROR: .*' $(VENV35)/pip.log | sed 's/^ERROR: //')): is PyPI reachable? (PIP_INDEX_URL names a mirror; details in $(VENV35)/pip.log)" >&2; exit 1; }
 	@touch $(STAMP35)
 
-# Debian packages the tests need: a PostgreSQL server (the catalog tests; its JDBC driver comes from
-# Maven Central) and Chromium (the status page's browser test). A no-op when they are installed; apt may be locked by another
+# Debian packages the tests need: a PostgreSQL server (the catalog tests and the live CDC test; its JDBC driver comes from
+# Maven Central), a MariaDB server (the live CDC test, tests/mariadb_server.py) and Chromium (the status page's browser test). A no-op when they are installed; apt may be locked by another
 # install, so it retries; without root or apt-get it only names what is missing.
-DEB_PACKAGES := postgresql chromium
+DEB_PACKAGES := postgresql mariadb-server chromium
 
 system-packages:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \

@@ -65,5 +65,7 @@ def table_name() -> str:
 
 
 from tests.kafka_broker import kafka_broker, kafka_server  # noqa: E402, F401
+from tests.kafka_connect import kafka_connect  # noqa: E402, F401
+from tests.mariadb_server import mariadb  # noqa: E402, F401
 from tests.postgres_server import postgres  # noqa: E402, F401
 from tests.s3_server import s3  # noqa: E402, F401

@@ -259,4 +259,8 @@ def fetch_broker_jars() -> list[str]:
 
 
 if __name__ == "__main__":  # `make test` fetches them before the test processes start
+    from tests.connect_jars import fetch_connector_jars, fetch_worker_jars
+
     fetch_broker_jars()
+    fetch_worker_jars()  # and Kafka Connect's, with Debezium's connectors (tests/connect_jars.py)
+    fetch_connector_jars()

@@ -3,8 +3,11 @@
 The server is Debian's `postgresql` package (`make install` installs it; the JDBC driver comes
 from Maven Central, `icetide/spark/maven.py`). PostgreSQL refuses to run as root, so as root initdb and the server
 run as the `postgres` user (`runuser`), on a data folder in a temporary directory that user
-owns. Connections over TCP need a password (scram-sha-256), so a test that passes one through a
-catalog block exercises secret redaction for real. `new_database()` gives each test its own
+owns. The server writes a logical WAL (`wal_level=logical`, with room for replication slots and
+WAL senders), so Debezium's PostgreSQL connector can stream a database's changes with the
+built-in `pgoutput` plugin (tests/test_cdc_live.py); catalogs' tests do not notice. Connections
+over TCP need a password (scram-sha-256), so a test that passes one through a catalog block
+exercises secret redaction for real. `new_database()` gives each test its own
 database, so catalogs of different tests never share tables.
 """
 
@@ -24,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +65,15 @@ class PostgresServer:
         name = f"lake_{uuid.uuid4().hex[:10]}"
         self.sql(f"CREATE DATABASE {name} OWNER {USER}")
         return name
+
+    def connect(self, database: str, *, autocommit: bool = True) -> Any:
+        """A psycopg connection to `database` as the superuser, over TCP."""
+        import psycopg
+
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", password=self.password, dbname=database,
+            autocommit=autocommit,
+        )  # fmt: skip
 
     def sql(self, statement: str, database: str = "postgres") -> str:
         """Run one statement as the superuser over the local socket; returns psql's output."""
@@ -124,7 +137,10 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         for _attempt in range(3):
             port = _free_port()
-            options = f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=100"
+            options = (
+                f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=100"
+                " -c wal_level=logical -c max_replication_slots=10 -c max_wal_senders=10"
+            )
             try:
                 run(str(bin_dir / "pg_ctl"), "-D", data, "-l", log, "-o", options, "-w", "-t", "30", "start")
                 break
