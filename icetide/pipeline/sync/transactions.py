@@ -114,10 +114,7 @@ def complete(txn: str, events: Iterable[ChangeEvent], end: TransactionEnd | None
     mine = [e for e in events if e.transaction == txn]
     if len(mine) != end.event_count:
         return False
-    for name, count in end.collections.items():
-        if sum(1 for e in mine if name in e.collections) != count:
-            return False
-    return True
+    return all(sum(1 for e in mine if name in e.collections) == n for name, n in end.collections.items())
 
 
 def whole_transaction_ends(
@@ -158,6 +155,32 @@ def whole_transaction_ends(
     return out, left_out
 
 
+def transaction_floor(
+    begins: Mapping[str, tuple[int, int]],
+    ends: Mapping[str, TransactionEnd],
+    included: set[str],
+    read_to: Mapping[str, int],
+) -> dict[str, int]:
+    """Where the transaction topic is read from next (partition -> offset): the BEGIN of the first
+    transaction not landed yet, whose END is needed when its events are read; else `read_to`.
+
+    `begins`: the BEGIN events read (id -> (partition, offset)); `included`: the transactions the
+    batch lands. A transaction not included has landed before when a transaction after it on the
+    same transaction-topic partition, changing a data collection it changed too, is included: a
+    data collection's events come in commit order, so its events there were before the batch, and
+    it landed whole. Any other one (its events not read yet, or not ended) keeps the floor."""
+    out = dict(read_to)
+    for txn, (p, offset) in begins.items():
+        if txn in included:
+            continue
+        mine = set(ends[txn].collections) if txn in ends else set()
+        later = (t for t in included if t in begins and begins[t][0] == p and begins[t][1] > offset and t in ends)
+        if mine and any(mine & set(ends[t].collections) for t in later):
+            continue
+        out[str(p)] = min(out.get(str(p), offset), offset)
+    return out
+
+
 class TransactionGate:
     """Cuts a sync's batches to whole source transactions (the module docstring)."""
 
@@ -180,14 +203,8 @@ class TransactionGate:
         events = {(r.topic, r.partition): found for r, found in zip(ranges, scanned, strict=True)}
         planned = {(r.topic, r.partition): r.end for r in ranges}
         cuts, left_out = whole_transaction_ends(events, ends, planned)
-        # The transaction topic is read again from the first BEGIN of a transaction not landed
-        # (left out, or begun and not ended): its END is needed when its events are read again.
-        not_landed = left_out | {txn for txn in begins if txn not in ends}
-        next_floor = dict(read_to)
-        for txn in not_landed:
-            if txn in begins:
-                p, offset = begins[txn]
-                next_floor[str(p)] = min(next_floor.get(str(p), offset), offset)
+        included = {e.transaction for found in events.values() for e in found if e.transaction} - left_out
+        next_floor = transaction_floor(begins, ends, included, read_to)
         cut_ranges = [dataclasses.replace(r, end=cuts.get((r.topic, r.partition), r.end)) for r in plan.ranges]
         new_ends = {t: dict(p) for t, p in plan.ends.items()}
         for r in cut_ranges:
@@ -196,9 +213,7 @@ class TransactionGate:
         held = sum(r.count for r in plan.ranges) - sum(r.count for r in cut_ranges)
         if held:
             log.debug("batch cut to whole transactions: %d records wait for %d transactions", held, len(left_out))
-        return dataclasses.replace(
-            plan, ranges=cut_ranges, ends=new_ends, full=plan.full and not held, starts=dict(plan.starts)
-        )
+        return dataclasses.replace(plan, ranges=cut_ranges, ends=new_ends, starts=dict(plan.starts))
 
     def _boundaries(
         self, floor: Mapping[str, int] | None
@@ -252,4 +267,5 @@ def replay(plan: TopicsPlan, ends: Mapping[str, Mapping[str, int]], transaction_
             ranges.append(OffsetRange(topic, int(p), start, end))
             new_ends[topic][p] = end
     new_ends[transaction_topic] = dict(ends.get(transaction_topic, {}))
-    return dataclasses.replace(plan, ranges=ranges, ends=new_ends, full=False)
+    # `full`: more may follow (a run with --once goes on after it)
+    return dataclasses.replace(plan, ranges=ranges, ends=new_ends, full=True)
