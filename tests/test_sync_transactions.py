@@ -40,14 +40,18 @@ import yaml
 import icetide
 from icetide.config.pipeline import PipelineConfig
 from icetide.errors import ConfigError
+from icetide.pipeline.sync.state import SyncState, TableState
 from icetide.pipeline.sync.transactions import (
     ChangeEvent,
     TransactionEnd,
     boundary,
     change_event,
+    replay,
     transaction_floor,
     whole_transaction_ends,
 )
+from icetide.sources.kafka_reader import OffsetRange
+from icetide.sources.kafka_topics import TopicsPlan
 from tests.commands import ROOT, run_cli, warehouse_reader
 from tests.debezium_messages import messages
 from tests.kafka_broker import create_topic, produce
@@ -262,6 +266,29 @@ def test_the_transaction_topic_is_read_again_from_the_first_transaction_not_land
     assert transaction_floor(begins, ends, {"t3"}, {"0": 18}) == {"0": 18}
     # Nothing read of them yet (a batch of snapshot reads): from the first one.
     assert transaction_floor(begins, ends, set(), {"0": 18}) == {"0": 10}
+
+
+def test_a_batch_some_table_missed_is_read_again_to_the_same_ends_under_its_id() -> None:
+    state = SyncState(
+        tables={"a": TableState("a", 4, {"ta": {"0": 9}}), "b": TableState("b", 3, {"tb": {"0": 5}})},
+        dead_letter_position={"ta": {"0": 9}, "tb": {"0": 8}, "tx": {"0": 6}},
+        dead_letter_batch=4,
+    )
+    assert state.unfinished_batch() is None  # without whole transactions, tables commit when fed
+    state.whole_transactions = True
+    assert state.unfinished_batch() == 4 and state.due(set(), set()) == ["a", "b"]
+    # The next plan reads more than batch 4 did (its budget); the replay stops at batch 4's ends.
+    plan = TopicsPlan(
+        ranges=[OffsetRange("ta", 0, 9, 12), OffsetRange("tb", 0, 5, 11)],
+        starts={"ta": {"0": 9}, "tb": {"0": 5}},
+        ends={"ta": {"0": 12}, "tb": {"0": 11}},
+        full=False,
+    )
+    again = replay(plan, state.dead_letter_position, "tx")
+    assert again.ranges == [OffsetRange("ta", 0, 9, 9), OffsetRange("tb", 0, 5, 8)]
+    assert again.ends == {"ta": {"0": 9}, "tb": {"0": 8}, "tx": {"0": 6}} and again.topics_read() == {"tb"}
+    state.tables["b"].batch_id = 4
+    assert state.unfinished_batch() is None
 
 
 def test_config_refuses_transaction_metadata_without_its_topic_or_outside_a_sync() -> None:
