@@ -176,6 +176,10 @@ API_SECTIONS = {
         "SyncRunner",
         "TwoStageRunner",
     ],
+    "Reading a database sync": [
+        "read_consistent",
+        "ConsistentRead",
+    ],
     "Your own Spark job": [
         "spark_session",
         "spark_conf",

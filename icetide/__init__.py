@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from icetide.pipeline.batches import BatchMetrics, RunSummary, SyncBatchMetrics
     from icetide.pipeline.entry import run
     from icetide.pipeline.supervision import RestartMetrics
+    from icetide.pipeline.sync.consistent import ConsistentRead, read_consistent
     from icetide.pipeline.sync.runner import SyncRunner
     from icetide.pipeline.table_runner import Runner
     from icetide.pipeline.two_stage import TwoStageRunner
@@ -87,6 +88,8 @@ _LAZY = {
     "run": "icetide.pipeline.entry",
     "Runner": "icetide.pipeline.table_runner",
     "SyncRunner": "icetide.pipeline.sync.runner",
+    "read_consistent": "icetide.pipeline.sync.consistent",
+    "ConsistentRead": "icetide.pipeline.sync.consistent",
     "RunSummary": "icetide.pipeline.batches",
     "BatchMetrics": "icetide.pipeline.batches",
     "SyncBatchMetrics": "icetide.pipeline.batches",
@@ -154,6 +157,7 @@ __all__ = [
     "CompactionJob",
     "CompactionResult",
     "ConfigError",
+    "ConsistentRead",
     "DataLossError",
     "DeleteConversionResult",
     "DeletionVectorError",
@@ -204,6 +208,7 @@ __all__ = [
     "load_config",
     "maintain",
     "process_key_indexes",
+    "read_consistent",
     "remove_orphan_files",
     "rewrite_manifests",
     "run",

@@ -15,7 +15,13 @@ from icetide.errors import ConfigError
 DecimalHandling = Literal["precise", "string", "double"]
 TimePrecision = Literal["adaptive_time_microseconds", "adaptive", "connect"]
 OnTruncate = Literal["apply", "dead_letter"]
-DEBEZIUM_KEYS = ("decimal.handling.mode", "time.precision.mode")
+DEBEZIUM_KEYS = (
+    "decimal.handling.mode",
+    "time.precision.mode",
+    "provide.transaction.metadata",
+    "topic.prefix",
+    "topic.transaction",
+)
 JSON_KEYS = ("nested_as_text",)
 
 _REGISTRY_SECRETS = ("basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret", "ssl.key.password")
@@ -81,13 +87,25 @@ class RegistrySettings:
 
 @dataclass(frozen=True)
 class DebeziumSettings:
-    """How to read messages that carry no schema, mirroring the connector's own settings.
-
-    With a schema in the message these are not needed: the schema says what each value is.
+    """The connector's settings that change how its messages are read, with the connector's own
+    key names: how values are written when a message carries no schema (with a schema in the
+    message these are not needed: the schema says what each value is), and whether the connector
+    writes transaction metadata (`provide.transaction.metadata`, its transaction topic
+    `<topic.prefix>.<topic.transaction>`), so a sync commits whole source transactions only.
     """
 
     decimal_handling_mode: DecimalHandling = "precise"
     time_precision_mode: TimePrecision = "adaptive_time_microseconds"
+    provide_transaction_metadata: bool = False
+    topic_prefix: str | None = None
+    topic_transaction: str = "transaction"
+
+    @property
+    def transaction_topic(self) -> str | None:
+        """The connector's transaction metadata topic, when the pipeline reads it."""
+        if not self.provide_transaction_metadata or self.topic_prefix is None:
+            return None
+        return f"{self.topic_prefix}.{self.topic_transaction}"
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "debezium.") -> DebeziumSettings:
@@ -109,7 +127,27 @@ class DebeziumSettings:
             raise ConfigError(
                 f"{where}time.precision.mode: {time!r} is not one of {', '.join(get_args(TimePrecision))}"
             )
-        return cls(decimal_handling_mode=decimal, time_precision_mode=time)
+        metadata = d.get("provide.transaction.metadata", False)
+        if not isinstance(metadata, bool):
+            raise ConfigError(f"{where}provide.transaction.metadata: expected true or false, got {metadata!r}")
+        prefix = d.get("topic.prefix")
+        if prefix is not None and (not isinstance(prefix, str) or not prefix):
+            raise ConfigError(f"{where}topic.prefix: expected the connector's topic.prefix, got {prefix!r}")
+        if metadata and prefix is None:
+            raise ConfigError(
+                f"{where}topic.prefix: required with provide.transaction.metadata (the connector's own "
+                "topic.prefix: its transaction topic is <topic.prefix>.transaction)"
+            )
+        suffix = d.get("topic.transaction", "transaction")
+        if not isinstance(suffix, str) or not suffix:
+            raise ConfigError(f"{where}topic.transaction: expected a topic name suffix, got {suffix!r}")
+        return cls(
+            decimal_handling_mode=decimal,
+            time_precision_mode=time,
+            provide_transaction_metadata=metadata,
+            topic_prefix=prefix,
+            topic_transaction=suffix,
+        )
 
 
 @dataclass(frozen=True)

@@ -411,6 +411,8 @@ class PipelineConfig:
                 check_vectors_version(routed.deletes, routed.properties, f"tables.{name}")
         elif config.tables:
             raise ConfigError("tables: per-table settings need a table-name template or several topics")
+        if config.debezium.provide_transaction_metadata:
+            _check_whole_transactions(config)
         if table.schema is None and config.stateful is not None:
             raise ConfigError("table.schema: a stateful pipeline needs its table's schema and key in the file")
         if config.stateful is not None and mode != "upsert":
@@ -420,6 +422,20 @@ class PipelineConfig:
         if config.dead_letter and len(config.dead_letter.split(".")) < 3:
             raise ConfigError(f"dead_letter: {config.dead_letter!r} must be <catalog>.<namespace>.<table>")
         return config
+
+
+def _check_whole_transactions(config: PipelineConfig) -> None:
+    """`debezium.provide.transaction.metadata` is for a sync (many tables) reading the JSON
+    converter's messages from Kafka: icetide.pipeline.sync.transactions reads them on the driver."""
+    where = "debezium.provide.transaction.metadata"
+    if not config.routes_tables:
+        raise ConfigError(f"{where}: whole transactions are for a database sync (a table-name template)")
+    if config.source_kind != "kafka":
+        raise ConfigError(f"{where}: whole transactions read the connector's Kafka topics, not {config.source_kind}")
+    if config.format != "debezium":
+        raise ConfigError(f"{where}: whole transactions read the JSON converter's messages (format: debezium)")
+    if config.capture_source:
+        raise ConfigError(f"{where}: not with a two-stage pipeline")
 
 
 def _schema_registry(d: Mapping[str, Any], fmt: str, kind: str, template: tuple[str, ...]) -> RegistrySettings | None:

@@ -86,6 +86,17 @@ class KafkaTopics:
     def topics(self) -> list[str]:
         """The topics to read now: the listed ones (`topics`, or the one `topic`) that exist, or every
         topic the pattern matches."""
+        present = self.present()
+        if self._pattern is not None:
+            return sorted(t for t in present if self._pattern.fullmatch(t))
+        listed = self.config.topics or ((self.config.topic,) if self.config.topic else ())  # `topic`: a list of one
+        missing = [t for t in listed if t not in present]
+        if missing:
+            log.debug("topics not on the broker yet: %s", ", ".join(missing))
+        return [t for t in listed if t in present]
+
+    def present(self) -> set[str]:
+        """Every topic on the broker that has partitions."""
         with self._lister_lock:
             if self._lister is None:
                 try:
@@ -99,14 +110,7 @@ class KafkaTopics:
             except Exception as exc:
                 self._drop_lister()
                 raise SourceError(f"kafka {self.config.bootstrap_servers}: cannot list topics: {exc}") from exc
-        present = {name for name, info in metadata.topics.items() if info.error is None and info.partitions}
-        if self._pattern is not None:
-            return sorted(t for t in present if self._pattern.fullmatch(t))
-        listed = self.config.topics or ((self.config.topic,) if self.config.topic else ())  # `topic`: a list of one
-        missing = [t for t in listed if t not in present]
-        if missing:
-            log.debug("topics not on the broker yet: %s", ", ".join(missing))
-        return [t for t in listed if t in present]
+        return {name for name, info in metadata.topics.items() if info.error is None and info.partitions}
 
     def plan(
         self,

@@ -62,12 +62,13 @@ class SyncDeadLetters:
         """The batch's share of bad records checked, then its tables registered (`register()`: whether
         the registry changed) and the dead-letter table committed, before any table, when the batch
         has bad records (`frame()`), changes the registry or reads a topic no table is fed by yet
-        (batches.commit_dead_letters)."""
+        (batches.commit_dead_letters); with whole transactions, every batch."""
 
         def write() -> bool:
             registry_changed = register()
             fed = {t for s in state.tables.values() for t in s.topics()}
-            if not (bad_count or plan.losses or registry_changed or (plan.topics_read() - fed)):
+            every_batch = state.whole_transactions  # its position holds the batch's ends (sync/transactions.py)
+            if not (every_batch or bad_count or plan.losses or registry_changed or (plan.topics_read() - fed)):
                 return False
             self.write(state, frame() if bad_count else None, plan, batch_id)
             return True

@@ -11,7 +11,11 @@ no record is committed too (a metadata-only commit), so its position keeps up an
 does not read that topic again.
 
 A SIGKILL anywhere leaves every table equal to its source after a restart: a table that
-committed skips the records it holds, one that did not reads them again."""
+committed skips the records it holds, one that did not reads them again.
+
+With Debezium's transaction metadata (`debezium.provide.transaction.metadata`), each batch is cut
+to whole source transactions and every table commits every batch, the same batch id; a batch some
+table did not commit is read again to the same ends under the same id (pipeline/sync/transactions.py)."""
 
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ from icetide.pipeline.sync.fast_path import SyncFastPath
 from icetide.pipeline.sync.spark_path import TABLE_THREADS, TableBatch, run_spark_batch
 from icetide.pipeline.sync.state import Position, SyncState, skipped_below
 from icetide.pipeline.sync.status import read_sync_state
+from icetide.pipeline.sync.transactions import TransactionGate, replay
 from icetide.pipeline.table_from_stream import create_from_definition, definition_from_messages
 from icetide.sink.sink import UpsertSink
 from icetide.sources.kafka import KafkaSourceConfig
@@ -70,6 +75,12 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
         self.spark = spark = spark or pipeline_session(config)
         kafka = KafkaSourceConfig.from_dict(config.source["kafka"])
         self.topics = KafkaTopics(kafka)
+        txn_topic = config.debezium.transaction_topic
+        self.transactions = (
+            TransactionGate(self.topics, kafka.reader_settings(), kafka.read_timeout_seconds, txn_topic)
+            if txn_topic is not None
+            else None
+        )
         self.fast: SyncFastPath | None = None
         not_fast = self._not_fast = SyncFastPath.applies(config)
         if not_fast is None:
@@ -97,6 +108,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
     def load_state(self) -> SyncState:
         """Read where every table stands from the tables themselves (after a start or a failure)."""
         self.state = read_sync_state(self.spark, self.config, lambda name: self.sink_for(name).last_committed())
+        self.state.whole_transactions = self.transactions is not None
         return self.state
 
     def sink_for(self, name: str) -> UpsertSink:
@@ -122,11 +134,16 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
 
     # -- one batch ---------------------------------------------------------------------------
 
-    def plan(self, state: SyncState | None = None) -> TopicsPlan:
+    def data_topics(self) -> list[str]:
+        """The topics that match now, but the connector's transaction topic."""
+        txn = self.transactions.topic if self.transactions is not None else None
+        return [t for t in self.topics.topics() if t != txn]
+
+    def plan(self, state: SyncState | None = None, *, max_records: int | None = None) -> TopicsPlan:
         """The next batch over the topics that match now, from where `state` (default: what the
-        tables hold) leaves each topic."""
+        tables hold) leaves each topic, of at most `max_records` (default: the trigger's)."""
         state = self.state if state is None else state
-        topics = self.topics.topics()
+        topics = self.data_topics()
         resume: dict[str, dict[str, int] | None] = {}
         for t in topics:
             position = state.resume_position(t)
@@ -136,7 +153,10 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
                 position = self._unfed.get(t, {} if state.started else None)
             resume[t] = position
         plan = self.topics.plan(
-            resume, self.config.trigger.max_records, topics=topics, skip_losses=self.config.on_data_loss == "skip"
+            resume,
+            max_records or self.config.trigger.max_records,
+            topics=topics,
+            skip_losses=self.config.on_data_loss == "skip",
         )
         for t in topics:
             if resume[t] is None and t in plan.starts:
@@ -146,7 +166,38 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
     def plan_next(self, flight: InFlight | None) -> tuple[int, TopicsPlan]:
         ahead = self._after_flight if flight is not None and self._after_flight else self.state
         self._planned_from = ahead
-        return ahead.next_batch_id(), self.plan(ahead)
+        if self.transactions is None:
+            return ahead.next_batch_id(), self.plan(ahead)
+        unfinished = ahead.unfinished_batch()
+        if unfinished is not None:
+            again = replay(self.plan(ahead), ahead.dead_letter_position, self.transactions.topic)
+            if again.topics_read():
+                log.info("batch %s is read again for the tables that did not commit it", unfinished)
+                return unfinished, again
+            self._catch_up(unfinished, ahead)
+        return ahead.next_batch_id(), self._whole_transactions_plan(ahead)
+
+    def _whole_transactions_plan(self, state: SyncState) -> TopicsPlan:
+        """The next plan cut to whole source transactions; when a transaction is bigger than the
+        batch (the cut leaves nothing), planned again with twice the records, up to 64 times."""
+        assert self.transactions is not None
+        floor = state.dead_letter_position.get(self.transactions.topic)
+        budget = self.config.trigger.max_records
+        while True:
+            plan = self.plan(state, max_records=budget)
+            cut = self.transactions.cut(plan, floor)
+            if cut.topics_read() or not plan.full or budget >= 64 * self.config.trigger.max_records:
+                return cut
+            budget *= 2
+
+    def _catch_up(self, batch_id: int, state: SyncState) -> None:
+        """Commit batch `batch_id` (metadata only) to each table that did not commit it and has
+        nothing of it to read again: every table then stands at the same batch."""
+        for name, table in sorted(state.tables.items()):
+            if table.batch_id < batch_id and table_exists(self.spark, name):
+                position = table.effective()
+                self.sink_for(name).commit_files(batch_id, [], position)
+                table.batch_id, table.position = batch_id, position
 
     def plan_is_full(self, plan: TopicsPlan) -> bool:
         return plan.full
@@ -358,7 +409,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
 
     def lag_by_partition(self) -> dict[str, int]:
         """Records not yet in every table they feed, per `topic/partition`."""
-        topics = self.topics.topics()
+        topics = self.data_topics()
         return self.topics.lag_by_partition({t: self.state.resume_position(t) or {} for t in topics})
 
     # -- the loop's steps (pipeline/loop.py) -------------------------------------------------

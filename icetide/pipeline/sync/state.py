@@ -89,6 +89,9 @@ class SyncState:
     tables: dict[str, TableState] = field(default_factory=dict)
     dead_letter_position: Position = field(default_factory=dict)
     dead_letter_batch: int = 0
+    # Whole transactions (pipeline/sync/transactions.py): every table commits every batch, after
+    # the dead-letter table, whose position then holds the batch's ends.
+    whole_transactions: bool = False
 
     @property
     def started(self) -> bool:
@@ -105,8 +108,18 @@ class SyncState:
 
     def due(self, read: set[str], fed: set[str]) -> list[str]:
         """The tables a batch commits: those it fed (`fed`) and those fed by a topic it `read`,
-        whose positions move on even without a record."""
+        whose positions move on even without a record; with whole transactions, every table."""
+        if self.whole_transactions:
+            return sorted(self.tables)
         return sorted(n for n, s in self.tables.items() if n in fed or s.topics() & read)
+
+    def unfinished_batch(self) -> int | None:
+        """With whole transactions: the batch the dead-letter table committed and some table did
+        not (a crash between their commits), to be read again to the same ends; else None."""
+        if not self.whole_transactions or not self.dead_letter_batch:
+            return None
+        behind = [n for n, s in self.tables.items() if s.batch_id < self.dead_letter_batch]
+        return self.dead_letter_batch if behind else None
 
     def after_batch(
         self,
