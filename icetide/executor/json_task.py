@@ -19,6 +19,7 @@ from icetide.config.secrets import redacted_repr
 from icetide.decode.json.block import BadRecord, DecodedBlock
 from icetide.decode.json.records import ArrowJsonDecoder
 from icetide.errors import ExecutorSourceError
+from icetide.faults import crash_point
 from icetide.executor.kafka_blocks import BlockReader, no_cycle_collection
 from icetide.executor.writer import WriterConfig, with_partition_values, write_appends, write_changes
 from icetide.sources.files import json_lines
@@ -112,6 +113,7 @@ def fast_json_task(config: JsonTaskConfig, work: list[OffsetRange] | list[str], 
             result.files = write_changes(table, config.writer, config.partitions, tag)
         else:
             result.files = write_appends(with_partition_values(table, config.partitions), config.writer, tag)
+        crash_point("task_files_written", config.writer.batch_id)  # the files are in storage, unreported
     result.write_seconds = time.perf_counter() - writing
     result.cpu_seconds = time.process_time() - cpu_started
     result.finished_at = time.time()

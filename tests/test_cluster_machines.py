@@ -1,0 +1,257 @@
+"""A Spark standalone cluster of machines that share no disk: `icetide run` exactly once when a worker dies.
+
+Five machines, each a network namespace on a bridge (tests/netns.py): a Spark master, two workers,
+the driver (`icetide run`) and a machine for `icetide maintain`. The warehouse and the landing
+files are on the S3 server (moto, tests/s3_server.py) and the catalog is JDBC on PostgreSQL
+(tests/postgres_server.py); both listen on the bridge's host address, which every machine
+reaches. The executors get icetide's code as a user's cluster would: a wheel built from this
+repository (`pip wheel --no-deps`), shipped by Spark itself (`spark.submit.pyFiles`, the
+`--py-files` of spark-submit, the wheel under a `.zip` name since PySpark adds only .zip, .egg and
+.jar files to its workers' path) from the driver's disk to each executor. The workers' Python is a
+venv of their own with the dependencies (pyspark, pyarrow, ...) and without icetide.
+
+One worker's tasks pause right after writing their files to S3 (ICETIDE_PAUSE_AT in that worker's
+environment), and the test then SIGKILLs every process of that machine: its files are written but
+never reported, the driver reruns its tasks on the other worker, and the table still equals the
+model, each bad record once in the dead-letter table. `icetide maintain` compacts the table from
+its own machine meanwhile (local Spark there: the cluster's cores are the run's).
+
+What is isolated: the network (each machine has only its own address and loopback; the servers
+are reached over the bridge), and each machine's /tmp, a folder of its own (Spark's work and
+local dirs, temp files, the driver's pipeline file and wheel); on the workers the repository and
+icetide's jar cache are covered by empty mounts, and the only way icetide's code or jars reach
+them is Spark's file server on the driver. What is shared: the process table, the CPU and memory,
+and the rest of the file system (the JDK, Python and its site-packages, installed on every machine
+of a real cluster too); the driver and maintenance machines run icetide from the repository.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from icetide.spark.maven import cache_dir
+from tests import netns
+from tests.commands import ROOT, catalog_reader
+from tests.model import table_rows
+from tests.postgres_server import USER, postgres_server
+from tests.s3_server import s3_server, upload
+from tests.test_runner_files import COLUMNS, KEY, expected, land_files, pipeline_doc
+
+pytestmark = pytest.mark.cluster
+
+SPARK_PORT, SPARK_UI = 7077, 8080
+PAUSE_POINT = "task_files_written"
+WHEEL = "icetide-0.1.0-py3-none-any.zip"  # the wheel, named so PySpark puts it on its workers' path
+
+
+def wait_for(what: str, seconds: float, predicate: Any, *procs: subprocess.Popen[Any]) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            if predicate():
+                return
+        for proc in procs:
+            assert proc.poll() is None, f"{what}: {proc.args[-6:]} exited with {proc.returncode}"
+        time.sleep(0.5)
+    raise TimeoutError(f"{what} within {seconds}s")
+
+
+def build_wheel(into: Path) -> Path:
+    """A wheel of the repository's tracked sources, built in a copy (no build/ in the repository)."""
+    source = into / "source"
+    tracked = subprocess.run(
+        ["git", "ls-files", "icetide", "pyproject.toml", "README.md"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for name in tracked:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(into / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = (into / "dist").glob("icetide-*.whl")
+    return wheel
+
+
+def worker_venv(folder: Path) -> None:
+    """A venv with this one's site-packages as plain path entries: the dependencies import, and
+    icetide does not (its editable install's .pth hook is not run for such an entry)."""
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)  # type: ignore[attr-defined]
+    (site,) = glob.glob(str(folder / "lib" / "python*" / "site-packages"))
+    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+
+def spark_env(machine: netns.Machine, **more: str) -> dict[str, str]:
+    """A Spark daemon's whole environment on `machine`: no PYTHONPATH, its own dirs under its /tmp."""
+    import pyspark
+
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/root"),
+        "SPARK_HOME": os.path.dirname(pyspark.__file__),
+        "SPARK_NO_DAEMONIZE": "1",
+        "SPARK_LOCAL_IP": machine.address,
+        "SPARK_LOCAL_DIRS": "/tmp/local",
+        "SPARK_WORKER_DIR": "/tmp/work",
+        "SPARK_LOG_DIR": "/tmp/logs",
+        "TMPDIR": "/tmp",
+        **more,
+    }
+
+
+def alive_workers(master: netns.Machine) -> int:
+    with urllib.request.urlopen(f"http://{master.address}:{SPARK_UI}/json/", timeout=2) as r:
+        return sum(w.get("state") == "ALIVE" for w in json.load(r).get("workers", []))
+
+
+@pytest.fixture
+def network(tmp_path: Path) -> Iterator[netns.Network]:
+    why = netns.unavailable()
+    if why is not None:
+        pytest.skip(f"cannot make the cluster's machines: {why}")
+    with netns.Network(tmp_path / "machines") as net:
+        yield net
+
+
+def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
+    network: netns.Network, spark: Any, tmp_path: Path
+) -> None:
+    net = network
+    started = time.monotonic()
+    master, w1, w2, driver, maintainer = (net.add(r) for r in ("master", "w1", "w2", "driver", "maint"))
+    # The servers listen on the bridge's host side: the one address every machine reaches (the
+    # tests' rule is 127.0.0.1, which inside a namespace is the namespace's own loopback).
+    with (
+        s3_server(host=net.host) as s3,
+        postgres_server(host=net.host, clients=net.subnet) as postgres,
+        open(tmp_path / "spark.log", "w") as log,
+    ):
+        shutil.copy(build_wheel(tmp_path / "wheel"), driver.path(f"/tmp/{WHEEL}"))
+        for worker in (w1, w2):
+            worker_venv(worker.path("/tmp/venv"))
+        hidden = [ROOT, cache_dir()]  # the repository and icetide's jar cache: not on a worker
+        spark_class = [os.path.join(spark_env(master)["SPARK_HOME"], "bin", "spark-class")]
+        procs = [
+            net.start(
+                master,
+                [*spark_class, "org.apache.spark.deploy.master.Master", "--host", master.address],
+                env=spark_env(master),
+                stdout=log,
+            )
+        ]
+        wait_for("the Spark master", 60, lambda: alive_workers(master) == 0, *procs)
+        for worker in (w1, w2):
+            pause = {"ICETIDE_PAUSE_AT": PAUSE_POINT, "ICETIDE_PAUSE_SECONDS": "600"} if worker is w1 else {}
+            procs.append(
+                net.start(
+                    worker,
+                    [
+                        *spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        *("--host", worker.address, "--cores", "1", "--memory", "1g"),
+                        f"spark://{master.address}:{SPARK_PORT}",
+                    ],
+                    env=spark_env(worker, **pause),
+                    hide=hidden,
+                    stdout=log,
+                )
+            )
+        wait_for("two Spark workers", 90, lambda: alive_workers(master) == 2, *procs)
+        no_icetide = net.run(w1, ["/tmp/venv/bin/python", "-c", "import pyarrow, pyspark, icetide"], env=spark_env(w1))
+        assert "No module named 'icetide'" in no_icetide.stderr, no_icetide  # the dependencies import
+
+        bucket = s3.new_bucket()
+        catalog = {
+            "type": "jdbc",
+            "uri": postgres.uri(postgres.new_database()),
+            "jdbc.user": USER,
+            "jdbc.password": postgres.password,
+            "warehouse": f"s3://{bucket}/warehouse",
+            **s3.catalog_options(),
+        }
+        lines, bad = land_files(tmp_path / "landing", 6, seed=47)
+        upload(s3, bucket, tmp_path / "landing", "landing")
+        doc = pipeline_doc("machines", tmp_path / "landing")
+        doc["source"]["files"]["path"] = f"s3a://{bucket}/landing"
+        doc["catalog"] = catalog
+        doc["trigger"] = {"interval": "1s", "max_files": 2}
+        maintainer.path("/tmp/pipeline.yaml").write_text(yaml.safe_dump(doc))  # local Spark on its machine
+        doc["spark"] = {
+            "spark.master": f"spark://{master.address}:{SPARK_PORT}",
+            "spark.driver.host": driver.address,
+            "spark.submit.pyFiles": f"/tmp/{WHEEL}",
+            "spark.executor.cores": "1",
+            "spark.executor.memory": "512m",
+            "spark.cores.max": "2",
+        }
+        driver.path("/tmp/pipeline.yaml").write_text(yaml.safe_dump(doc))
+        icetide_env = {
+            "PATH": os.environ["PATH"],
+            "HOME": os.environ.get("HOME", "/root"),
+            "PYTHONPATH": str(ROOT),
+            "TMPDIR": "/tmp",
+        }
+        run = net.start(
+            driver,
+            [sys.executable, "-m", "icetide.cli", "run", "/tmp/pipeline.yaml", "--once"],
+            # The executors' Python is the workers' venv, a path on their machines.
+            env={**icetide_env, "SPARK_LOCAL_IP": driver.address, "PYSPARK_PYTHON": "/tmp/venv/bin/python"},
+            cwd=str(ROOT),
+            stdout=subprocess.PIPE,
+        )
+
+        def paused() -> bool:
+            logs = glob.glob(str(w1.path("/tmp/work/app-*/*/stderr")))
+            return any(f"icetide: paused at {PAUSE_POINT}" in Path(f).read_text(errors="replace") for f in logs)
+
+        wait_for("a task paused on worker 1", 240, paused, run)
+        killed = net.crash(w1)
+        assert len(killed) >= 3, killed  # the worker, its executor and the executor's Python workers
+        maintain = net.start(
+            maintainer,
+            [sys.executable, "-m", "icetide.cli", "maintain", "--pipeline", "/tmp/pipeline.yaml", "--no-progress"],
+            env={**icetide_env, "SPARK_LOCAL_IP": maintainer.address},
+            cwd=str(ROOT),
+            stdout=subprocess.PIPE,
+        )
+        out, _ = run.communicate(timeout=300)
+        maintained, _ = maintain.communicate(timeout=300)
+        assert run.returncode == 0, out[-4000:]
+        assert maintain.returncode == 0, maintained[-4000:]
+        batches = [json.loads(line)["batch_id"] for line in out.splitlines() if line.startswith("{")]
+        assert batches == [1, 2, 3], out[-4000:]
+        assert "lake.runner.machines: done in" in maintained
+
+        reader = catalog_reader(spark, "lake", catalog)
+        assert table_rows(reader, "lake.runner.machines", COLUMNS, KEY) == expected(lines)
+        dead = [r["source_position"] for r in reader.table("lake.runner.machines_dead_letter").collect()]
+        assert len(dead) == len(set(dead)) == bad
+        # The wheel reached each executor through Spark, into the executor's own folder.
+        for worker in (w1, w2):
+            shipped = glob.glob(str(worker.path(f"/tmp/work/app-*/*/{WHEEL}")))
+            assert shipped, f"no {WHEEL} in {worker.name}'s executor folder"
+        assert not glob.glob(str(w2.path("/tmp/work/app-*/*/icetide"))), "icetide unpacked on a worker's disk"
+    print(f"cluster test: {time.monotonic() - started:.0f}s")
