@@ -32,7 +32,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -141,45 +140,41 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
 ) -> None:
     net = network
     started = time.monotonic()
+
+    def phase(what: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {what}", flush=True)
+
     master, w1, w2, driver, maintainer = (net.add(r) for r in ("master", "w1", "w2", "driver", "maint"))
+    workers = (w1, w2)
+    spark_class = [os.path.join(spark_env(master)["SPARK_HOME"], "bin", "spark-class")]
+    log = (tmp_path / "spark.log").open("w")
+    master_class = "org.apache.spark.deploy.master.Master"
+    url = f"spark://{master.address}:{SPARK_PORT}"
+    procs = [
+        net.start(master, [*spark_class, master_class, "--host", master.address], env=spark_env(master), stdout=log)
+    ]
     # The servers listen on the bridge's host side: the one address every machine reaches (the
     # tests' rule is 127.0.0.1, which inside a namespace is the namespace's own loopback).
     with (
+        log,
         s3_server(host=net.host) as s3,
         postgres_server(host=net.host, clients=net.subnet) as postgres,
-        open(tmp_path / "spark.log", "w") as log,
     ):
         shutil.copy(build_wheel(tmp_path / "wheel"), driver.path(f"/tmp/{WHEEL}"))
-        for worker in (w1, w2):
+        for worker in workers:
             worker_venv(worker.path("/tmp/venv"))
+        phase("servers, wheel, venvs")
+        wait_for("the Spark master", 120, lambda: alive_workers(master) == 0, *procs)
+        phase("master up")
+        # Each worker's first attempt of batch 2's task pauses with its files written; the test
+        # kills the machine it paused on, and the rerun on the other goes through.
+        pause = {"ICETIDE_PAUSE_AT": PAUSE_POINT, "ICETIDE_PAUSE_BATCH": "2", "ICETIDE_PAUSE_SECONDS": "600"}
         hidden = [ROOT, cache_dir()]  # the repository and icetide's jar cache: not on a worker
-        spark_class = [os.path.join(spark_env(master)["SPARK_HOME"], "bin", "spark-class")]
-        procs = [
-            net.start(
-                master,
-                [*spark_class, "org.apache.spark.deploy.master.Master", "--host", master.address],
-                env=spark_env(master),
-                stdout=log,
-            )
-        ]
-        wait_for("the Spark master", 60, lambda: alive_workers(master) == 0, *procs)
-        for worker in (w1, w2):
-            pause = {"ICETIDE_PAUSE_AT": PAUSE_POINT, "ICETIDE_PAUSE_SECONDS": "600"} if worker is w1 else {}
-            procs.append(
-                net.start(
-                    worker,
-                    [
-                        *spark_class,
-                        "org.apache.spark.deploy.worker.Worker",
-                        *("--host", worker.address, "--cores", "1", "--memory", "1g"),
-                        f"spark://{master.address}:{SPARK_PORT}",
-                    ],
-                    env=spark_env(worker, **pause),
-                    hide=hidden,
-                    stdout=log,
-                )
-            )
-        wait_for("two Spark workers", 90, lambda: alive_workers(master) == 2, *procs)
+        for worker in workers:
+            worker_class = "org.apache.spark.deploy.worker.Worker"
+            resources = ("--cores", "1", "--memory", "1g")
+            argv = [*spark_class, worker_class, "--host", worker.address, *resources, url]
+            procs.append(net.start(worker, argv, env=spark_env(worker, **pause), hide=hidden, stdout=log))
         no_icetide = net.run(w1, ["/tmp/venv/bin/python", "-c", "import pyarrow, pyspark, icetide"], env=spark_env(w1))
         assert "No module named 'icetide'" in no_icetide.stderr, no_icetide  # the dependencies import
 
@@ -200,7 +195,7 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
         doc["trigger"] = {"interval": "1s", "max_files": 2}
         maintainer.path("/tmp/pipeline.yaml").write_text(yaml.safe_dump(doc))  # local Spark on its machine
         doc["spark"] = {
-            "spark.master": f"spark://{master.address}:{SPARK_PORT}",
+            "spark.master": url,
             "spark.driver.host": driver.address,
             "spark.submit.pyFiles": f"/tmp/{WHEEL}",
             "spark.executor.cores": "1",
@@ -222,13 +217,20 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
             cwd=str(ROOT),
             stdout=subprocess.PIPE,
         )
+        phase("driver started")
 
-        def paused() -> bool:
-            logs = glob.glob(str(w1.path("/tmp/work/app-*/*/stderr")))
-            return any(f"icetide: paused at {PAUSE_POINT}" in Path(f).read_text(errors="replace") for f in logs)
+        def paused_on() -> netns.Machine | None:
+            for worker in workers:
+                for f in glob.glob(str(worker.path("/tmp/work/app-*/*/stderr"))):
+                    if f"icetide: paused at {PAUSE_POINT}" in Path(f).read_text(errors="replace"):
+                        return worker
+            return None
 
-        wait_for("a task paused on worker 1", 240, paused, run)
-        killed = net.crash(w1)
+        wait_for("batch 2's task paused on a worker", 300, lambda: paused_on() is not None, run, *procs)
+        dead = paused_on()
+        assert dead is not None
+        phase(f"paused on {dead.name}")
+        killed = net.crash(dead)
         assert len(killed) >= 3, killed  # the worker, its executor and the executor's Python workers
         maintain = net.start(
             maintainer,
@@ -238,7 +240,11 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
             stdout=subprocess.PIPE,
         )
         out, _ = run.communicate(timeout=300)
+        phase("run done")
         maintained, _ = maintain.communicate(timeout=300)
+        phase("maintain done")
+        (tmp_path / "run.log").write_text(out)
+        (tmp_path / "maintain.log").write_text(maintained)
         assert run.returncode == 0, out[-4000:]
         assert maintain.returncode == 0, maintained[-4000:]
         batches = [json.loads(line)["batch_id"] for line in out.splitlines() if line.startswith("{")]
@@ -247,11 +253,14 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
 
         reader = catalog_reader(spark, "lake", catalog)
         assert table_rows(reader, "lake.runner.machines", COLUMNS, KEY) == expected(lines)
-        dead = [r["source_position"] for r in reader.table("lake.runner.machines_dead_letter").collect()]
-        assert len(dead) == len(set(dead)) == bad
+        letters = [r["source_position"] for r in reader.table("lake.runner.machines_dead_letter").collect()]
+        assert len(letters) == len(set(letters)) == bad
+        # The files the dead machine wrote for batch 2 are in no snapshot: the rerun's are.
+        batch_two = [k for k in s3.keys(bucket, "warehouse/runner/machines/data/") if "-b000000000002-" in k]
+        committed = {r[0] for r in reader.sql("SELECT file_path FROM lake.runner.machines.all_files").collect()}
+        assert any(f"s3://{bucket}/{k}" not in committed for k in batch_two), (batch_two, committed)
         # The wheel reached each executor through Spark, into the executor's own folder.
-        for worker in (w1, w2):
+        for worker in workers:
             shipped = glob.glob(str(worker.path(f"/tmp/work/app-*/*/{WHEEL}")))
             assert shipped, f"no {WHEEL} in {worker.name}'s executor folder"
-        assert not glob.glob(str(w2.path("/tmp/work/app-*/*/icetide"))), "icetide unpacked on a worker's disk"
-    print(f"cluster test: {time.monotonic() - started:.0f}s")
+        phase("checked")

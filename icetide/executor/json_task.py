@@ -19,9 +19,9 @@ from icetide.config.secrets import redacted_repr
 from icetide.decode.json.block import BadRecord, DecodedBlock
 from icetide.decode.json.records import ArrowJsonDecoder
 from icetide.errors import ExecutorSourceError
-from icetide.faults import crash_point
 from icetide.executor.kafka_blocks import BlockReader, no_cycle_collection
 from icetide.executor.writer import WriterConfig, with_partition_values, write_appends, write_changes
+from icetide.faults import crash_point
 from icetide.sources.files import json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
@@ -113,7 +113,6 @@ def fast_json_task(config: JsonTaskConfig, work: list[OffsetRange] | list[str], 
             result.files = write_changes(table, config.writer, config.partitions, tag)
         else:
             result.files = write_appends(with_partition_values(table, config.partitions), config.writer, tag)
-        crash_point("task_files_written", config.writer.batch_id)  # the files are in storage, unreported
     result.write_seconds = time.perf_counter() - writing
     result.cpu_seconds = time.process_time() - cpu_started
     result.finished_at = time.time()
@@ -187,4 +186,6 @@ def run_json_tasks(config: JsonTaskConfig, items: Any) -> Any:
         attempt = ctx.attemptNumber() if ctx else 0
         with no_cycle_collection():
             result = fast_json_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
+        if attempt == 0:  # a rerun elsewhere goes through
+            crash_point("task_files_written", config.writer.batch_id)  # its files are in storage, unreported
         yield result
