@@ -182,3 +182,22 @@ def test_an_active_session_is_reused_when_it_fits_and_refused_in_one_line_when_n
     spark.sql("INSERT INTO other.db.t VALUES (1), (2)")
     assert spark.table("other.db.t").count() == 2
     assert (other / "db" / "t" / "metadata").is_dir()
+
+
+def test_a_cluster_session_leaves_the_driver_address_to_spark_and_the_executors_no_local_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Local Spark binds to loopback; on a cluster the executors connect back to the driver, so
+    icetide must not pin it to 127.0.0.1, and settings sent to executors on other machines must not
+    name a file of the driver's machine (tests/test_cluster_machines.py runs such a cluster)."""
+    from icetide.spark.session import TUNING_DEFAULTS, is_local_master, session_master
+
+    assert all(is_local_master(m) for m in ("local", "local[2]", "local[*]"))
+    assert not any(is_local_master(m) for m in ("spark://10.0.0.2:7077", "yarn", "k8s://https://api:6443"))
+    monkeypatch.delenv("ICETIDE_SPARK_MASTER", raising=False)
+    assert session_master(None, None) == "local[*]"
+    monkeypatch.setenv("ICETIDE_SPARK_MASTER", "spark://m:7077")
+    assert session_master(None, {}) == "spark://m:7077"
+    assert session_master("local[2]", {}) == "local[2]"
+    assert session_master("local[2]", {"spark.master": "yarn"}) == "yarn"  # the pipeline's spark block wins
+    assert not any(k.startswith("spark.executor") for k in TUNING_DEFAULTS), TUNING_DEFAULTS
