@@ -7,6 +7,8 @@ import hashlib
 import http.server
 import os
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,9 +197,32 @@ def test_a_cluster_session_leaves_the_driver_address_to_spark_and_the_executors_
     assert all(is_local_master(m) for m in ("local", "local[2]", "local[*]"))
     assert not any(is_local_master(m) for m in ("spark://10.0.0.2:7077", "yarn", "k8s://https://api:6443"))
     monkeypatch.delenv("ICETIDE_SPARK_MASTER", raising=False)
-    assert session_master(None, None) == "local[*]"
+    assert session_master(None, None) is None and is_local_master(None)  # Spark's default: local[*]
     monkeypatch.setenv("ICETIDE_SPARK_MASTER", "spark://m:7077")
     assert session_master(None, {}) == "spark://m:7077"
     assert session_master("local[2]", {}) == "local[2]"
     assert session_master("local[2]", {"spark.master": "yarn"}) == "yarn"  # the pipeline's spark block wins
     assert not any(k.startswith("spark.executor") for k in TUNING_DEFAULTS), TUNING_DEFAULTS
+
+
+def test_a_session_under_spark_submit_runs_on_its_master(tmp_path: Path) -> None:
+    """`icetide.spark_session()` in a job spark-submit started keeps spark-submit's `--master`
+    (it used to set local[*] over it), and a plain process still gets local Spark."""
+    import pyspark
+
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import icetide\n"
+        f"spark = icetide.spark_session(warehouse={str(tmp_path / 'warehouse')!r})\n"
+        "print('master=' + spark.sparkContext.master)\n"
+        "spark.stop()\n"
+    )
+    submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(root)}
+    env.pop("ICETIDE_SPARK_MASTER", None)
+    done = subprocess.run(
+        [submit, "--master", "local[1]", str(job)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "master=local[1]" in done.stdout.splitlines(), done.stdout

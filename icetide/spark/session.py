@@ -89,19 +89,20 @@ TUNING_DEFAULTS = {
     # path (of the driver's machine) need not exist; a local master's executors are the driver.
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
 }
-DEFAULT_MASTER = "local[*]"
 MASTER_ENV = "ICETIDE_SPARK_MASTER"
 
 
-def is_local_master(master: str) -> bool:
-    """Does `master` run the executors inside the driver's JVM (`local`, `local[N]`, `local[*]`)?"""
-    return master == "local" or master.startswith("local[")
+def is_local_master(master: str | None) -> bool:
+    """Does `master` run the executors inside the driver's JVM (`local`, `local[N]`, `local[*]`)?
+    None, Spark's default, is local[*] in a plain Python process."""
+    return master is None or master == "local" or master.startswith("local[")
 
 
-def session_master(master: str | None, conf: Mapping[str, str] | None) -> str:
+def session_master(master: str | None, conf: Mapping[str, str] | None) -> str | None:
     """The master a session starts with: `spark.master` in `conf`, else `master`, else
-    $ICETIDE_SPARK_MASTER, else local[*]."""
-    return (conf or {}).get("spark.master") or master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+    $ICETIDE_SPARK_MASTER, else None: Spark's default, which is local[*] in a plain Python process
+    and spark-submit's `--master` in a job it started."""
+    return (conf or {}).get("spark.master") or master or os.environ.get(MASTER_ENV) or None
 
 
 def spark_session(
@@ -163,7 +164,9 @@ def spark_session(
         _fit_active_session(active, required, catalog)
         spark = active
     else:
-        builder = SparkSession.builder.appName(app_name).master(master)
+        builder = SparkSession.builder.appName(app_name)
+        if master is not None:
+            builder = builder.master(master)
         for key, value in settings.items():
             builder = builder.config(key, value)
         log.debug("starting Spark with %s", redact(settings))
