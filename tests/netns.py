@@ -34,9 +34,13 @@ def unavailable() -> str | None:
     """Why network namespaces cannot be made here, or None when they can."""
     if os.geteuid() != 0:
         return "network namespaces need root (ip netns add), and this test runs as a user"
-    for tool in ("ip", "mount"):
+    for tool in ("ip", "mount", "unshare"):
         if shutil.which(tool) is None:
             return f"no `{tool}` command here (iproute2, util-linux)"
+    # Root in a container may still lack the capabilities (CAP_SYS_ADMIN, CAP_NET_ADMIN).
+    probe = subprocess.run(["unshare", "--net", "--mount", "true"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        return f"this process cannot make namespaces: {probe.stderr.strip() or probe.returncode}"
     return None
 
 
