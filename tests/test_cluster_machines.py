@@ -232,12 +232,8 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
                         return worker
             return None
 
-        wait_for("batch 2's task paused on a worker", 600, lambda: paused_on() is not None, run, *procs)
-        dead = paused_on()
-        assert dead is not None
-        phase(f"paused on {dead.name}")
-        killed = net.crash(dead)
-        assert len(killed) >= 3, killed  # the worker, its executor and the executor's Python workers
+        # Maintenance starts once batch 1 committed, so it runs beside batch 2, the kill and batch 3.
+        wait_for("batch 1 committed", 600, lambda: '"batch_id": 1' in (tmp_path / "run.log").read_text(), run)
         maintain = net.start(
             maintainer,
             [sys.executable, "-m", "icetide.cli", "maintain", "--pipeline", "/tmp/pipeline.yaml", "--no-progress"],
@@ -245,6 +241,13 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
             cwd=str(ROOT),
             stdout=maintain_log,
         )
+        phase("batch 1 committed, maintain started")
+        wait_for("batch 2's task paused on a worker", 600, lambda: paused_on() is not None, run, *procs)
+        dead = paused_on()
+        assert dead is not None
+        phase(f"paused on {dead.name}")
+        killed = net.crash(dead)
+        assert len(killed) >= 3, killed  # the worker, its executor and the executor's Python workers
         run.wait(timeout=600)
         phase("run done")
         maintain.wait(timeout=600)

@@ -205,24 +205,34 @@ def test_a_cluster_session_leaves_the_driver_address_to_spark_and_the_executors_
     assert not any(k.startswith("spark.executor") for k in TUNING_DEFAULTS), TUNING_DEFAULTS
 
 
-def test_a_session_under_spark_submit_runs_on_its_master(tmp_path: Path) -> None:
-    """`icetide.spark_session()` in a job spark-submit started keeps spark-submit's `--master`
-    (it used to set local[*] over it), and a plain process still gets local Spark."""
+def test_a_job_spark_submit_starts_runs_on_its_master_with_spark_conf(tmp_path: Path) -> None:
+    """A job started by spark-submit with `icetide.spark_conf()`'s settings, as
+    docs/how-to/cluster.md shows: `icetide.spark_session()` in it keeps spark-submit's `--master`
+    (it used to set local[*] over it), finds Spark's jars under $SPARK_HOME (spark-submit's
+    PySpark is imported from a zip there), and the sink lands a batch."""
     import pyspark
 
+    warehouse = str(tmp_path / "warehouse")
     job = tmp_path / "job.py"
     job.write_text(
         "import icetide\n"
-        f"spark = icetide.spark_session(warehouse={str(tmp_path / 'warehouse')!r})\n"
+        f"spark = icetide.spark_session(warehouse={warehouse!r})\n"
+        "icetide.create_table(spark, 'lake.db.t', schema='id BIGINT NOT NULL, v STRING', key=['id'])\n"
+        "df = spark.createDataFrame([(1, 'a'), (2, 'b'), (1, 'c')], 'id BIGINT, v STRING')\n"
+        "icetide.UpsertSink(spark, 'lake.db.t', pipeline_id='job').write(df, batch_id=1)\n"
         "print('master=' + spark.sparkContext.master)\n"
+        "print('rows=' + str(sorted(tuple(r) for r in spark.table('lake.db.t').collect())))\n"
         "spark.stop()\n"
     )
+    confs = [f"--conf={k}={v}" for k, v in icetide.spark_conf(warehouse=warehouse).items()]
     submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(root)}
     env.pop("ICETIDE_SPARK_MASTER", None)
     done = subprocess.run(
-        [submit, "--master", "local[1]", str(job)], capture_output=True, text=True, timeout=300, env=env
+        [submit, "--master", "local[1]", *confs, str(job)], capture_output=True, text=True, timeout=300, env=env
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "master=local[1]" in done.stdout.splitlines(), done.stdout
+    lines = done.stdout.splitlines()
+    assert "master=local[1]" in lines, done.stdout
+    assert "rows=[(1, 'c'), (2, 'b')]" in lines, done.stdout
