@@ -10,19 +10,22 @@ repository (`pip wheel --no-deps`), shipped by Spark itself (`spark.submit.pyFil
 .jar files to its workers' path) from the driver's disk to each executor. The workers' Python is a
 venv of their own with the dependencies (pyspark, pyarrow, ...) and without icetide.
 
-One worker's tasks pause right after writing their files to S3 (ICETIDE_PAUSE_AT in that worker's
-environment), and the test then SIGKILLs every process of that machine: its files are written but
-never reported, the driver reruns its tasks on the other worker, and the table still equals the
-model, each bad record once in the dead-letter table. `icetide maintain` compacts the table from
-its own machine meanwhile (local Spark there: the cluster's cores are the run's).
+Batch 2's task pauses, in its first attempt, right after writing its files to S3
+(ICETIDE_PAUSE_AT and ICETIDE_PAUSE_BATCH in the workers' environment), and the test SIGKILLs
+every process of the worker it paused on: its files are written but never reported, the driver
+reruns the task on the other worker, and the table still equals the model, each bad record once
+in the dead-letter table. `icetide maintain` compacts the table from its own machine meanwhile,
+started as the worker dies (local Spark there: the cluster's cores are the run's).
 
 What is isolated: the network (each machine has only its own address and loopback; the servers
 are reached over the bridge), and each machine's /tmp, a folder of its own (Spark's work and
-local dirs, temp files, the driver's pipeline file and wheel); on the workers the repository and
-icetide's jar cache are covered by empty mounts, and the only way icetide's code or jars reach
-them is Spark's file server on the driver. What is shared: the process table, the CPU and memory,
-and the rest of the file system (the JDK, Python and its site-packages, installed on every machine
-of a real cluster too); the driver and maintenance machines run icetide from the repository.
+local dirs, temp files, the driver's pipeline file and wheel); on the workers this checkout and
+icetide's jar cache are covered by empty mounts, and their Python cannot import icetide (checked),
+so icetide's code and jars reach them only through Spark's file server on the driver. What is
+shared: the process table, the CPU and memory, and the rest of the file system (the JDK, Python
+and its site-packages, installed on every machine of a real cluster too); the driver and
+maintenance machines run icetide from the repository. The kill closes the dead machine's
+connections, so the driver learns at once; a machine that vanishes silently is not simulated.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def wait_for(what: str, seconds: float, predicate: Any, *procs: subprocess.Popen
             if predicate():
                 return
         for proc in procs:
-            assert proc.poll() is None, f"{what}: {proc.args[-6:]} exited with {proc.returncode}"
+            assert proc.poll() is None, f"{what}: {repr(proc.args)[-300:]} exited with {proc.returncode}"
         time.sleep(0.5)
     raise TimeoutError(f"{what} within {seconds}s")
 
@@ -232,8 +235,12 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
                         return worker
             return None
 
-        # Maintenance starts once batch 1 committed, so it runs beside batch 2, the kill and batch 3.
-        wait_for("batch 1 committed", 600, lambda: '"batch_id": 1' in (tmp_path / "run.log").read_text(), run)
+        wait_for("batch 2's task paused on a worker", 600, lambda: paused_on() is not None, run, *procs)
+        dead = paused_on()
+        assert dead is not None
+        phase(f"paused on {dead.name}")
+        # Maintenance beside the rest of the run: batch 2 rerun elsewhere, and batch 3. (The run
+        # reports batch 1 only once batch 2's files are written, so that cannot start it sooner.)
         maintain = net.start(
             maintainer,
             [sys.executable, "-m", "icetide.cli", "maintain", "--pipeline", "/tmp/pipeline.yaml", "--no-progress"],
@@ -241,11 +248,6 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
             cwd=str(ROOT),
             stdout=maintain_log,
         )
-        phase("batch 1 committed, maintain started")
-        wait_for("batch 2's task paused on a worker", 600, lambda: paused_on() is not None, run, *procs)
-        dead = paused_on()
-        assert dead is not None
-        phase(f"paused on {dead.name}")
         killed = net.crash(dead)
         assert len(killed) >= 3, killed  # the worker, its executor and the executor's Python workers
         run.wait(timeout=600)
