@@ -125,7 +125,9 @@ def spark_session(
     are fetched by their Maven coordinates once and put on the classpath (`spark_conf`).
     `conf` entries win over everything icetide sets, except `spark.jars`, which is added to
     icetide's jars rather than replacing them. The session time zone is UTC, so timestamps mean
-    the same on every machine.
+    the same on every machine. The master is `spark.master` in `conf`, else `master`, else
+    $ICETIDE_SPARK_MASTER, else Spark's default: local[*], or spark-submit's `--master` in a job
+    it started (docs/how-to/cluster.md).
 
     An active session (a notebook's, say) is reused when it fits: Iceberg's extensions loaded,
     the UTC time zone, and the catalog either absent (it is added) or configured as asked. One
