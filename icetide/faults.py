@@ -3,10 +3,14 @@
 Crashes: set ICETIDE_CRASH_AT to a point name (`after_write`, `after_dead_letter`,
 `after_table_commit` (a pipeline of many tables: after a table's commit), `after_commit`; with
 `deletes="vectors"`: `after_index_catch_up`, `after_dv_write`, `vectors_committed`,
-`after_index_update`)
+`after_index_update`; on an executor, in the first attempt of a JSON fast-path task:
+`task_files_written`)
 and optionally ICETIDE_CRASH_BATCH to a batch id; the process then SIGKILLs itself when it
 reaches that point, exactly as `kill -9` would, with no cleanup and no flush. ICETIDE_PAUSE_AT
-makes it sleep at that point instead (a batch held in flight, for tests of a second runner).
+makes it sleep at that point instead, for ICETIDE_PAUSE_SECONDS (default 60), in every batch or
+only in batch ICETIDE_PAUSE_BATCH (a batch held in flight, for tests of a second runner, or a
+task held on one machine of a cluster while the test kills that machine); it says so on stderr
+first, one line, so a test watching the process (or an executor's log) knows.
 
 Failures: set ICETIDE_FAIL_AT to a point of the committer (`before_commit_call`: the catalog
 call reports an unknown state without committing; `commit_call_landed`: it reports an unknown
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 from icetide.errors import CommitStateUnknownError
@@ -27,6 +32,7 @@ CRASH_AT = "ICETIDE_CRASH_AT"
 CRASH_BATCH = "ICETIDE_CRASH_BATCH"
 PAUSE_AT = "ICETIDE_PAUSE_AT"
 PAUSE_SECONDS = "ICETIDE_PAUSE_SECONDS"
+PAUSE_BATCH = "ICETIDE_PAUSE_BATCH"
 FAIL_AT = "ICETIDE_FAIL_AT"
 FAIL_TIMES = "ICETIDE_FAIL_TIMES"
 _UNKNOWN_POINTS = ("before_commit_call", "commit_call_landed")
@@ -35,9 +41,12 @@ _failed: dict[str, int] = {}
 
 def crash_point(point: str, batch_id: int) -> None:
     """SIGKILL this process if the environment asks for a crash at `point` (of `batch_id`), or
-    sleep there if it asks for a pause (ICETIDE_PAUSE_AT, ICETIDE_PAUSE_SECONDS, default 60)."""
-    if os.environ.get(PAUSE_AT) == point:
-        time.sleep(float(os.environ.get(PAUSE_SECONDS, "60")))
+    sleep there if it asks for a pause (ICETIDE_PAUSE_AT, ICETIDE_PAUSE_SECONDS, ICETIDE_PAUSE_BATCH)."""
+    pause_batch = os.environ.get(PAUSE_BATCH)
+    if os.environ.get(PAUSE_AT) == point and (pause_batch is None or int(pause_batch) == batch_id):
+        seconds = float(os.environ.get(PAUSE_SECONDS, "60"))
+        print(f"icetide: paused at {point} (batch {batch_id}) for {seconds:g}s", file=sys.stderr, flush=True)
+        time.sleep(seconds)
     if os.environ.get(CRASH_AT) != point:
         return
     wanted = os.environ.get(CRASH_BATCH)

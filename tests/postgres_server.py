@@ -55,10 +55,11 @@ class PostgresServer:
     port: int
     password: str
     as_postgres: tuple[str, ...]  # the prefix that runs a command as the server's OS user
+    host: str = "127.0.0.1"  # the address clients reach it at (it listens on 127.0.0.1 too)
 
     def uri(self, database: str) -> str:
         """The JDBC URI of one database."""
-        return f"jdbc:postgresql://127.0.0.1:{self.port}/{database}"
+        return f"jdbc:postgresql://{self.host}:{self.port}/{database}"
 
     def new_database(self) -> str:
         """Create an empty database owned by USER; returns its name."""
@@ -91,8 +92,11 @@ class PostgresServer:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
-    """initdb + start a server on a free 127.0.0.1 port; stops it and removes its data after."""
+def postgres_server(host: str = "127.0.0.1", clients: str | None = None) -> Iterator[PostgresServer]:
+    """initdb + start a server on a free 127.0.0.1 port; stops it and removes its data after.
+
+    `host`, another local address, is listened on too, and URIs name it; `clients` (a network,
+    `10.1.2.0/24`) may then log in over it with the password, as from 127.0.0.1."""
     bin_dir = postgres_bin()
     if bin_dir is None:
         raise RuntimeError(f"PostgreSQL is not installed: {INSTALL_LINE}")
@@ -120,6 +124,10 @@ def postgres_server() -> Iterator[PostgresServer]:
         "--auth-local=trust", "--auth-host=scram-sha-256",
     )  # fmt: skip
     os.remove(pwfile)
+    if clients:
+        with open(os.path.join(data, "pg_hba.conf"), "a") as f:
+            f.write(f"host all all {clients} scram-sha-256\n")
+    listen = "127.0.0.1" if host == "127.0.0.1" else f"127.0.0.1,{host}"
     port = 0
 
     def stop() -> None:
@@ -138,7 +146,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         for _attempt in range(3):
             port = _free_port()
             options = (
-                f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=100"
+                f"-h {listen} -p {port} -k {root} -c fsync=off -c max_connections=100"
                 " -c wal_level=logical -c max_replication_slots=10 -c max_wal_senders=10"
             )
             try:
@@ -147,7 +155,7 @@ def postgres_server() -> Iterator[PostgresServer]:
             except RuntimeError:
                 if _attempt == 2:
                     raise
-        server = PostgresServer(bin_dir, port, password, as_postgres)
+        server = PostgresServer(bin_dir, port, password, as_postgres, host)
         server.sql(f"CREATE ROLE {USER} LOGIN PASSWORD '{password}'")
         yield server
     finally:

@@ -30,9 +30,9 @@ import pytest
 REGION = "us-east-1"
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -123,17 +123,17 @@ def duckdb_s3_secret(con: Any, s3: S3Server) -> None:
 
 
 @contextlib.contextmanager
-def s3_server() -> Iterator[S3Server]:
-    """`python -m moto.server` on a free 127.0.0.1 port until the block ends."""
-    port = _free_port()
+def s3_server(host: str = "127.0.0.1") -> Iterator[S3Server]:
+    """`python -m moto.server` on a free port of `host` (a local address) until the block ends."""
+    port = _free_port(host)
     log = tempfile.NamedTemporaryFile(prefix="icetide-moto-", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"},
     )
-    endpoint = f"http://127.0.0.1:{port}"
+    endpoint = f"http://{host}:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:

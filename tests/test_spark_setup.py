@@ -7,6 +7,8 @@ import hashlib
 import http.server
 import os
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +184,55 @@ def test_an_active_session_is_reused_when_it_fits_and_refused_in_one_line_when_n
     spark.sql("INSERT INTO other.db.t VALUES (1), (2)")
     assert spark.table("other.db.t").count() == 2
     assert (other / "db" / "t" / "metadata").is_dir()
+
+
+def test_a_cluster_session_leaves_the_driver_address_to_spark_and_the_executors_no_local_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Local Spark binds to loopback; on a cluster the executors connect back to the driver, so
+    icetide must not pin it to 127.0.0.1, and settings sent to executors on other machines must not
+    name a file of the driver's machine (tests/test_cluster_machines.py runs such a cluster)."""
+    from icetide.spark.session import TUNING_DEFAULTS, is_local_master, session_master
+
+    assert all(is_local_master(m) for m in ("local", "local[2]", "local[*]"))
+    assert not any(is_local_master(m) for m in ("spark://10.0.0.2:7077", "yarn", "k8s://https://api:6443"))
+    monkeypatch.delenv("ICETIDE_SPARK_MASTER", raising=False)
+    assert session_master(None, None) is None and is_local_master(None)  # Spark's default: local[*]
+    monkeypatch.setenv("ICETIDE_SPARK_MASTER", "spark://m:7077")
+    assert session_master(None, {}) == "spark://m:7077"
+    assert session_master("local[2]", {}) == "local[2]"
+    assert session_master("local[2]", {"spark.master": "yarn"}) == "yarn"  # the pipeline's spark block wins
+    assert not any(k.startswith("spark.executor") for k in TUNING_DEFAULTS), TUNING_DEFAULTS
+
+
+def test_a_job_spark_submit_starts_runs_on_its_master_with_spark_conf(tmp_path: Path) -> None:
+    """A job started by spark-submit with `icetide.spark_conf()`'s settings, as
+    docs/how-to/cluster.md shows: `icetide.spark_session()` in it keeps spark-submit's `--master`
+    (it used to set local[*] over it), finds Spark's jars under $SPARK_HOME (spark-submit's
+    PySpark is imported from a zip there), and the sink lands a batch."""
+    import pyspark
+
+    warehouse = str(tmp_path / "warehouse")
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import icetide\n"
+        f"spark = icetide.spark_session(warehouse={warehouse!r})\n"
+        "icetide.create_table(spark, 'lake.db.t', schema='id BIGINT NOT NULL, v STRING', key=['id'])\n"
+        "df = spark.createDataFrame([(1, 'a'), (2, 'b'), (1, 'c')], 'id BIGINT, v STRING')\n"
+        "icetide.UpsertSink(spark, 'lake.db.t', pipeline_id='job').write(df, batch_id=1)\n"
+        "print('master=' + spark.sparkContext.master)\n"
+        "print('rows=' + str(sorted(tuple(r) for r in spark.table('lake.db.t').collect())))\n"
+        "spark.stop()\n"
+    )
+    confs = [f"--conf={k}={v}" for k, v in icetide.spark_conf(warehouse=warehouse).items()]
+    submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(root)}
+    env.pop("ICETIDE_SPARK_MASTER", None)
+    done = subprocess.run(
+        [submit, "--master", "local[1]", *confs, str(job)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "master=local[1]" in lines, done.stdout
+    assert "rows=[(1, 'c'), (2, 'b')]" in lines, done.stdout

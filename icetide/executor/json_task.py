@@ -21,6 +21,7 @@ from icetide.decode.json.records import ArrowJsonDecoder
 from icetide.errors import ExecutorSourceError
 from icetide.executor.kafka_blocks import BlockReader, no_cycle_collection
 from icetide.executor.writer import WriterConfig, with_partition_values, write_appends, write_changes
+from icetide.faults import crash_point
 from icetide.sources.files import json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
@@ -185,4 +186,6 @@ def run_json_tasks(config: JsonTaskConfig, items: Any) -> Any:
         attempt = ctx.attemptNumber() if ctx else 0
         with no_cycle_collection():
             result = fast_json_task(config, ranges, f"t{index:05d}-a{attempt}-{uuid.uuid4().hex[:8]}")
+        if attempt == 0:  # a rerun elsewhere goes through
+            crash_point("task_files_written", config.writer.batch_id)  # its files are in storage, unreported
         yield result

@@ -157,9 +157,14 @@ def aws_bundle_jar(warehouse: str | None, options: Mapping[str, str] | None) -> 
 
 
 def pyspark_jars() -> tuple[str, str]:
-    """(folder of the installed PySpark's jars, PySpark's version)."""
+    """(folder of the Spark jars PySpark runs with, PySpark's version): $SPARK_HOME/jars when
+    SPARK_HOME names a Spark (as spark-submit and a Spark distribution set it, PySpark itself then
+    imported from $SPARK_HOME/python/lib/pyspark.zip), else the pip-installed PySpark's own."""
     import pyspark
 
+    home = os.environ.get("SPARK_HOME")
+    if home and os.path.isdir(os.path.join(home, "jars")):
+        return os.path.join(home, "jars"), pyspark.__version__
     return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "jars"), pyspark.__version__
 
 

@@ -85,9 +85,24 @@ TUNING_DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # Bigger Arrow batches into the writers: about 10% faster inserts than Spark's 10,000.
     "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+    # The driver's logging only: an executor of a cluster runs on another machine, where this
+    # path (of the driver's machine) need not exist; a local master's executors are the driver.
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-    "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
 }
+MASTER_ENV = "ICETIDE_SPARK_MASTER"
+
+
+def is_local_master(master: str | None) -> bool:
+    """Does `master` run the executors inside the driver's JVM (`local`, `local[N]`, `local[*]`)?
+    None, Spark's default, is local[*] in a plain Python process."""
+    return master is None or master == "local" or master.startswith("local[")
+
+
+def session_master(master: str | None, conf: Mapping[str, str] | None) -> str | None:
+    """The master a session starts with: `spark.master` in `conf`, else `master`, else
+    $ICETIDE_SPARK_MASTER, else None: Spark's default, which is local[*] in a plain Python process
+    and spark-submit's `--master` in a job it started."""
+    return (conf or {}).get("spark.master") or master or os.environ.get(MASTER_ENV) or None
 
 
 def spark_session(
@@ -110,7 +125,9 @@ def spark_session(
     are fetched by their Maven coordinates once and put on the classpath (`spark_conf`).
     `conf` entries win over everything icetide sets, except `spark.jars`, which is added to
     icetide's jars rather than replacing them. The session time zone is UTC, so timestamps mean
-    the same on every machine.
+    the same on every machine. The master is `spark.master` in `conf`, else `master`, else
+    $ICETIDE_SPARK_MASTER, else Spark's default: local[*], or spark-submit's `--master` in a job
+    it started (docs/how-to/cluster.md).
 
     An active session (a notebook's, say) is reused when it fits: Iceberg's extensions loaded,
     the UTC time zone, and the catalog either absent (it is added) or configured as asked. One
@@ -122,9 +139,14 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     # Python workers must see the driver's packages (pyarrow, icetide); PySpark reads only the env.
+    # On a cluster, set PYSPARK_PYTHON to the workers' interpreter (docs/how-to/cluster.md).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # The embedded default needs no network; binding to loopback also silences Spark's host warning.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    master = session_master(master, conf)
+    if is_local_master(master):
+        # Local Spark needs no network; binding to loopback also silences Spark's host warning.
+        # Not on a cluster, whose executors connect back to the driver: Spark then picks the
+        # machine's address, unless SPARK_LOCAL_IP or spark.driver.host names one.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     required = spark_conf(warehouse=warehouse, catalog=catalog, catalog_options=catalog_options)
     extra = dict(conf or {})
@@ -144,9 +166,9 @@ def spark_session(
         _fit_active_session(active, required, catalog)
         spark = active
     else:
-        builder = SparkSession.builder.appName(app_name).master(
-            master or os.environ.get("ICETIDE_SPARK_MASTER", "local[*]")
-        )
+        builder = SparkSession.builder.appName(app_name)
+        if master is not None:
+            builder = builder.master(master)
         for key, value in settings.items():
             builder = builder.config(key, value)
         log.debug("starting Spark with %s", redact(settings))
