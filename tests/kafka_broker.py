@@ -90,7 +90,36 @@ def java() -> str:
     return found
 
 
-class KafkaBroker:
+class ServerProcess:
+    """A server in a child process (the broker, Kafka Connect), stopped or killed as a test needs."""
+
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """A clean shutdown (SIGTERM), killed if it takes longer than STOP_TIMEOUT_SECONDS."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: the next start recovers."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
+
+
+class KafkaBroker(ServerProcess):
     """One Apache Kafka node (KRaft, broker and controller) in `workdir`: `start`, `stop`, `kill`,
     `restart`; `bootstrap` is where clients connect. The log in `workdir/data` outlives the process."""
 
@@ -118,10 +147,6 @@ class KafkaBroker:
     def bootstrap(self) -> str:
         """`127.0.0.1:PORT`, the clients' bootstrap servers."""
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def _properties(self) -> str:
         settings = {
@@ -241,25 +266,6 @@ class KafkaBroker:
             last = f"partitions without a leader: {leaderless[:3]}" if leaderless else "no broker in metadata"
             time.sleep(0.05)
         raise RuntimeError(f"the Kafka broker did not serve on {self.bootstrap} within {timeout:g}s ({last})")
-
-    def stop(self) -> None:
-        """A clean shutdown (SIGTERM), killed if it takes longer than STOP_TIMEOUT_SECONDS."""
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash: the next start recovers the log."""
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
 
     def restart(self, *, crash: bool = False) -> None:
         """Stop (or with `crash`, kill) and start again on the same ports and log."""

@@ -27,7 +27,6 @@ import atexit
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -39,10 +38,9 @@ from typing import Any
 import pytest
 
 from tests.connect_jars import fetch_connector_jars, fetch_worker_jars
-from tests.kafka_broker import KafkaBroker, _die_with_parent, free_port, java
+from tests.kafka_broker import KafkaBroker, ServerProcess, _die_with_parent, free_port, java
 
 START_TIMEOUT_SECONDS = 90.0
-STOP_TIMEOUT_SECONDS = 30.0
 JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 _LOG4J2 = """\
@@ -60,7 +58,7 @@ logger.kafka.level = WARN
 """
 
 
-class KafkaConnect:
+class KafkaConnect(ServerProcess):  # stop(): SIGTERM, so tasks stop and commit their offsets
     """One distributed Connect worker in `workdir` on the broker at `bootstrap`: `start`, `stop`,
     `restart`; `url` is its REST API."""
 
@@ -75,10 +73,6 @@ class KafkaConnect:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def _plugin_path(self) -> Path:
         """One folder per connector plugin, of links to its cached jars."""
@@ -161,24 +155,6 @@ class KafkaConnect:
             time.sleep(0.25)
         self.stop()
         raise RuntimeError(f"Kafka Connect did not answer on {self.url} within {START_TIMEOUT_SECONDS:g}s ({last})")
-
-    def stop(self) -> None:
-        """A clean shutdown (SIGTERM: tasks stop and commit their offsets), killed if it hangs."""
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
-
-    def kill(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
 
     def restart(self) -> None:
         """Stop and start again on the same port; connectors resume from their committed offsets."""
