@@ -156,6 +156,8 @@ class CompactionOptions:
     remove_deletes: bool = True  # drop delete files that only applied to rewritten files
     max_conflict_retries: int = 1  # re-plans of conflicting groups in run()
     group_order: GroupOrder = "newest"  # which groups run first (and survive max_groups/max_bytes)
+    # v3: commit attempts that carry DVs committed meanwhile onto the new files (0: never carry)
+    carry_attempts: int = 5
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any], *, default_target: int) -> CompactionOptions:
@@ -183,6 +185,7 @@ class CompactionOptions:
             ("max_bytes", 1),
             ("max_group_bytes", 1),
             ("max_conflict_retries", 0),
+            ("carry_attempts", 0),
         ):
             value = values.get(key)
             if value is None:
