@@ -6,7 +6,12 @@ Crashes: set ICETIDE_CRASH_AT to a point name (`after_write`, `after_dead_letter
 `after_index_update`)
 and optionally ICETIDE_CRASH_BATCH to a batch id; the process then SIGKILLs itself when it
 reaches that point, exactly as `kill -9` would, with no cleanup and no flush. ICETIDE_PAUSE_AT
-makes it sleep at that point instead (a batch held in flight, for tests of a second runner).
+makes it sleep at that point instead (a batch held in flight, for tests of a second runner);
+with ICETIDE_PAUSE_MARK it first creates that file (the test knows the point is reached), and with
+ICETIDE_PAUSE_UNTIL it wakes as soon as that file exists (the test lets it go on). Compaction's
+points (the `batch` is the commit attempt, from 1; 0 after the commit): `compaction_before_commit`,
+`compaction_carried_dvs_written` (DVs committed meanwhile carried onto the new files: written, not
+committed), `compaction_committed`.
 
 Failures: set ICETIDE_FAIL_AT to a point of the committer (`before_commit_call`: the catalog
 call reports an unknown state without committing; `commit_call_landed`: it reports an unknown
@@ -27,6 +32,8 @@ CRASH_AT = "ICETIDE_CRASH_AT"
 CRASH_BATCH = "ICETIDE_CRASH_BATCH"
 PAUSE_AT = "ICETIDE_PAUSE_AT"
 PAUSE_SECONDS = "ICETIDE_PAUSE_SECONDS"
+PAUSE_MARK = "ICETIDE_PAUSE_MARK"
+PAUSE_UNTIL = "ICETIDE_PAUSE_UNTIL"
 FAIL_AT = "ICETIDE_FAIL_AT"
 FAIL_TIMES = "ICETIDE_FAIL_TIMES"
 _UNKNOWN_POINTS = ("before_commit_call", "commit_call_landed")
@@ -37,13 +44,27 @@ def crash_point(point: str, batch_id: int) -> None:
     """SIGKILL this process if the environment asks for a crash at `point` (of `batch_id`), or
     sleep there if it asks for a pause (ICETIDE_PAUSE_AT, ICETIDE_PAUSE_SECONDS, default 60)."""
     if os.environ.get(PAUSE_AT) == point:
-        time.sleep(float(os.environ.get(PAUSE_SECONDS, "60")))
+        _pause()
     if os.environ.get(CRASH_AT) != point:
         return
     wanted = os.environ.get(CRASH_BATCH)
     if wanted is not None and int(wanted) != batch_id:
         return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _pause() -> None:
+    seconds = float(os.environ.get(PAUSE_SECONDS, "60"))
+    mark, until = os.environ.get(PAUSE_MARK), os.environ.get(PAUSE_UNTIL)
+    if mark:
+        with open(mark, "a"):
+            pass
+    if not until:
+        time.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not os.path.exists(until):
+        time.sleep(0.1)
 
 
 class InjectedFault(RuntimeError):
