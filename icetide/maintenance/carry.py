@@ -46,6 +46,11 @@ log = logging.getLogger(__name__)
 ROW_ID_FIELD_ID = 2147483540  # Iceberg's MetadataColumns.ROW_ID (format v3 row lineage)
 
 
+def _same_blob(a: Any, b: Any) -> bool:
+    """Are two Java DeleteFiles the same DV (one Puffin file holds many, at different offsets)?"""
+    return str(a.location()) == str(b.location()) and a.contentOffset() == b.contentOffset()
+
+
 class CannotCarry(Exception):
     """The DVs committed meanwhile cannot be carried (an output file has no `_row_id` column)."""
 
@@ -173,9 +178,8 @@ class VectorCarrier:
             for d in java_iter(s.removedDeleteFiles(io)):
                 referenced = d.referencedDataFile()
                 known = self._current.get(str(referenced)) if referenced is not None else None
-                if known is not None and str(known.location()) == str(d.location()):
-                    if known.contentOffset() == d.contentOffset():
-                        del self._current[str(referenced)]
+                if known is not None and _same_blob(known, d):
+                    del self._current[str(referenced)]
             for d in java_iter(s.addedDeleteFiles(io)):
                 referenced = d.referencedDataFile()
                 if referenced is not None and str(referenced) in self.inputs and is_vector(d):
