@@ -10,7 +10,9 @@ delete files that applied then, are read back with the deletes applied and writt
 files that no snapshot holds until the commit. The commit is a `RewriteFiles` validated
 from the planned snapshot. With `use_starting_sequence_number` (the default) the new files get
 the planned snapshot's sequence number, so equality deletes the stream commits meanwhile still
-apply to them and the stream never has to lose to compaction (seed 001).
+apply to them and the stream never has to lose to compaction (seed 001). Deletion vectors the
+stream commits meanwhile on the files read are carried onto the new files in the same commit
+(format v3, maintenance/carry.py), which is then validated from the snapshot they were read at.
 """
 
 from __future__ import annotations
@@ -548,7 +550,12 @@ def compaction(
     `max_groups` / `max_bytes` (bounds on one run), `max_group_bytes` (100GB),
     `use_starting_sequence_number` (True), `remove_deletes` (True: drop delete files that
     applied only to rewritten files, in the same commit), `max_conflict_retries` (1, for run()),
-    `group_order` ("newest": newest partitions first; "worst": most deletes and files first).
+    `group_order` ("newest": newest partitions first; "worst": most deletes and files first),
+    `carry_attempts` (5: on format v3, commit attempts that carry the DVs committed meanwhile on
+    the input files onto the new files; 0 never carries, and such a DV makes the group conflict),
+    `vector_deleted_share` (a file whose deletion vector marks at least this share of its rows is
+    rewritten, even alone; default off), `vector_file_rows` (every file with a deletion vector of a
+    partition where such files hold at least this many rows is rewritten; default off).
     `progress` receives a ProgressEvent per group rewritten and per group committed.
 
     Example::
