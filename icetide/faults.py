@@ -10,7 +10,12 @@ reaches that point, exactly as `kill -9` would, with no cleanup and no flush. IC
 makes it sleep at that point instead, for ICETIDE_PAUSE_SECONDS (default 60), in every batch or
 only in batch ICETIDE_PAUSE_BATCH (a batch held in flight, for tests of a second runner, or a
 task held on one machine of a cluster while the test kills that machine); it says so on stderr
-first, one line, so a test watching the process (or an executor's log) knows.
+first, one line, so a test watching the process (or an executor's log) knows. With
+ICETIDE_PAUSE_MARK it also creates that file (the test knows the point is reached), and with
+ICETIDE_PAUSE_UNTIL it wakes as soon as that file exists (the test lets it go on). Compaction's
+points (the `batch` is the commit attempt, from 1; 0 after the commit): `compaction_before_commit`,
+`compaction_carried_dvs_written` (DVs committed meanwhile carried onto the new files: written, not
+committed), `compaction_committed`.
 
 Failures: set ICETIDE_FAIL_AT to a point of the committer (`before_commit_call`: the catalog
 call reports an unknown state without committing; `commit_call_landed`: it reports an unknown
@@ -33,6 +38,8 @@ CRASH_BATCH = "ICETIDE_CRASH_BATCH"
 PAUSE_AT = "ICETIDE_PAUSE_AT"
 PAUSE_SECONDS = "ICETIDE_PAUSE_SECONDS"
 PAUSE_BATCH = "ICETIDE_PAUSE_BATCH"
+PAUSE_MARK = "ICETIDE_PAUSE_MARK"
+PAUSE_UNTIL = "ICETIDE_PAUSE_UNTIL"
 FAIL_AT = "ICETIDE_FAIL_AT"
 FAIL_TIMES = "ICETIDE_FAIL_TIMES"
 _UNKNOWN_POINTS = ("before_commit_call", "commit_call_landed")
@@ -44,15 +51,28 @@ def crash_point(point: str, batch_id: int) -> None:
     sleep there if it asks for a pause (ICETIDE_PAUSE_AT, ICETIDE_PAUSE_SECONDS, ICETIDE_PAUSE_BATCH)."""
     pause_batch = os.environ.get(PAUSE_BATCH)
     if os.environ.get(PAUSE_AT) == point and (pause_batch is None or int(pause_batch) == batch_id):
-        seconds = float(os.environ.get(PAUSE_SECONDS, "60"))
-        print(f"icetide: paused at {point} (batch {batch_id}) for {seconds:g}s", file=sys.stderr, flush=True)
-        time.sleep(seconds)
+        _pause(point, batch_id)
     if os.environ.get(CRASH_AT) != point:
         return
     wanted = os.environ.get(CRASH_BATCH)
     if wanted is not None and int(wanted) != batch_id:
         return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _pause(point: str, batch_id: int) -> None:
+    seconds = float(os.environ.get(PAUSE_SECONDS, "60"))
+    mark, until = os.environ.get(PAUSE_MARK), os.environ.get(PAUSE_UNTIL)
+    print(f"icetide: paused at {point} (batch {batch_id}) for {seconds:g}s", file=sys.stderr, flush=True)
+    if mark:
+        with open(mark, "a"):
+            pass
+    if not until:
+        time.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not os.path.exists(until):
+        time.sleep(0.1)
 
 
 class InjectedFault(RuntimeError):

@@ -67,6 +67,49 @@ def test_plan_groups_per_partition_and_keeps_only_groups_worth_rewriting() -> No
     assert "min_input_files=3" in plan.skipped[0].reason
 
 
+def _vector_file(path: str, rows: int, marked: int, *, part: str = "p=1") -> DataFileRef:
+    """A right-sized data file whose deletion vector marks `marked` of its `rows` (none: no DV)."""
+    dv = DeleteRef(f"{path}.puffin#4", "position", 2, (0, part), marked, 100, referenced_data_file=path)
+    return DataFileRef(path, 100 * MB, rows, 1, (0, part), (dv,) if marked else ())
+
+
+def test_vector_policy_rewrites_files_by_deleted_share_and_by_rows_held() -> None:
+    files = [
+        _vector_file("a", 1000, 150),  # 15% deleted
+        _vector_file("b", 1000, 50),  # 5%
+        _vector_file("c", 1000, 0),  # no DV
+        _vector_file("d", 3000, 30, part="p=2"),  # 1%, but 3000 rows held in files with a DV
+    ]
+    by_share = plan_groups(files, _options(vector_deleted_share=0.1))
+    assert [[f.path for f in g.files] for g in by_share.groups] == [["a"]]
+    by_rows = plan_groups(files, _options(vector_file_rows=2000, group_order="worst"))
+    assert sorted(f.path for g in by_rows.groups for f in g.files) == ["a", "b", "d"]  # never "c": no DV
+    assert plan_groups(files, _options()).groups == ()  # both rules off: right-sized files stay
+    for bad in ({"vector_deleted_share": 0}, {"vector_deleted_share": 1.5}, {"vector_deleted_share": True}):
+        with pytest.raises(ConfigError, match="vector_deleted_share"):
+            _options(**bad)
+    with pytest.raises(ConfigError, match="vector_file_rows"):
+        _options(vector_file_rows=0)
+
+
+def test_health_asks_for_compaction_of_deletion_vectors_by_share_and_rows() -> None:
+    from icetide.maintenance.health import HealthThresholds, PartitionHealth, TableHealth, suggestions
+
+    def part(label: str, held: int, deleted: int) -> PartitionHealth:
+        return PartitionHealth(
+            label, {}, 0, held, 1, MB, 0, 0, 0, 0, 0, None,
+            deletion_vectors=1, deletion_vector_rows=deleted, vector_file_rows=held,
+        )  # fmt: skip
+
+    health = TableHealth(
+        "t", 100 * MB, 1, None, None, [part("p3", 10, 5), part("p2", 2_000_000, 10), part("p1", 1000, 20)], []
+    )
+    due = suggestions(health, HealthThresholds())
+    assert [s.split(":")[0] for s in due] == ["compact deletion vectors in p3", "compact deletion vectors in p2"]
+    off = HealthThresholds(max_vector_deleted_share=None, max_vector_file_rows=None)
+    assert suggestions(health, off) == []
+
+
 def test_delete_threshold_rewrites_a_lone_file_and_orders_groups_by_deletes() -> None:
     options = _options(min_input_files=5, delete_file_threshold=2, group_order="worst")
     files = [

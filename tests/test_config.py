@@ -126,7 +126,12 @@ def test_maintenance_on_a_thread() -> None:
     m = config.maintenance
     assert m is not None and m.on_thread and m.every_seconds == 300 and m.time_budget_seconds == 90
     assert m.fold_deletes == "position" and config.maintain_every_batches is None
+    assert (m.vector_deleted_share, m.vector_file_rows) == (0.1, 1_000_000)  # the deletion-vector policy's defaults
     assert PipelineConfig.from_dict(GOOD).maintenance is None
+    tuned = PipelineConfig.from_dict(
+        {**GOOD, "maintenance": {"every": "5m", "vector_deleted_share": 0.25, "vector_file_rows": "off"}}
+    ).maintenance
+    assert tuned is not None and (tuned.vector_deleted_share, tuned.vector_file_rows) == (0.25, None)
 
 
 @pytest.mark.parametrize(
@@ -141,6 +146,9 @@ def test_maintenance_on_a_thread() -> None:
             r"maintenance\.fold_deletes: 'merge' is not one of rewrite, position",
         ),
         ({"every": "1m", "time_budget": "x"}, r"maintenance\.time_budget"),
+        ({"every": "1m", "vector_deleted_share": 0}, r"maintenance\.vector_deleted_share: expected a share"),
+        ({"every": "1m", "vector_deleted_share": "half"}, r"maintenance\.vector_deleted_share: expected a share"),
+        ({"every": "1m", "vector_file_rows": 1.5}, r"maintenance\.vector_file_rows: expected a whole number"),
         ({"every": "1m", "mode": "thread"}, r"maintenance\.mode: unknown key"),
         ("often", r"maintenance: expected a mapping"),
     ],

@@ -319,6 +319,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fold every equality delete and compact now, whatever the thresholds: every engine reads the table",
     )
+    maintain.add_argument(
+        "--vector-deleted-share",
+        metavar="SHARE",
+        default="0.1",
+        help="compact a data file once its deletion vector marks this share of its rows (default: 0.1; off)",
+    )
+    maintain.add_argument(
+        "--vector-file-rows",
+        metavar="ROWS",
+        default="1000000",
+        help="compact a partition's files with a deletion vector once they hold this many rows (default: 1000000; off)",
+    )
     maintain.add_argument("--time-budget", metavar="DURATION", help="stop taking compaction groups after DURATION")
     maintain.add_argument(
         "--orphans", action="store_true", help="also delete orphan files older than 3 days (never a batch in flight)"

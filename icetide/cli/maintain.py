@@ -93,13 +93,19 @@ def _driver_stopped(exc: BaseException) -> DriverStoppedError:
 def cmd_maintain(args: argparse.Namespace) -> int:
     """One maintenance run, or one every --every interval until SIGINT/SIGTERM; progress bars in a terminal."""
     from icetide.config.pipeline import parse_duration
+    from icetide.config.runner import vector_deleted_share, vector_file_rows
     from icetide.maintenance.maintain import MaintenancePolicy
 
     if args.upgrade_v3:
         return _upgrade_v3(args)
     every = parse_duration(args.every, "--every") if args.every else None
     budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
-    policy = MaintenancePolicy(fold_deletes=args.fold_deletes, time_budget_seconds=budget)
+    policy = MaintenancePolicy(
+        fold_deletes=args.fold_deletes,
+        time_budget_seconds=budget,
+        vector_deleted_share=vector_deleted_share(args.vector_deleted_share, "--vector-deleted-share"),
+        vector_file_rows=vector_file_rows(args.vector_file_rows, "--vector-file-rows"),
+    )
     config = routing_pipeline(args)
     if config is not None and args.orphans:
         raise ConfigError("--orphans: name one table of the pipeline (icetide maintain TABLE --pipeline FILE)")

@@ -115,7 +115,39 @@ class RestartConfig:
 
 
 FOLD_DELETES = ("rewrite", "position")
-MAINTENANCE_KEYS = {"every_batches", "every", "time_budget", "fold_deletes"}
+MAINTENANCE_KEYS = {"every_batches", "every", "time_budget", "fold_deletes", "vector_deleted_share", "vector_file_rows"}
+VECTOR_DELETED_SHARE_DEFAULT = 0.1
+VECTOR_FILE_ROWS_DEFAULT = 1_000_000
+
+
+def _off(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() == "off")
+
+
+def vector_deleted_share(value: Any, key: str) -> float | None:
+    """The deletion-vector policy's share (above 0, at most 1), or None for `off`; ConfigError naming `key`."""
+    if _off(value):
+        return None
+    try:
+        share = float(value) if isinstance(value, str) else value
+    except ValueError:
+        share = None
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        raise ConfigError(f"{key}: expected a share above 0 and at most 1 (e.g. 0.1), or off; got {value!r}")
+    return float(share)
+
+
+def vector_file_rows(value: Any, key: str) -> int | None:
+    """The deletion-vector policy's rows (a whole number, at least 1), or None for `off`; ConfigError naming `key`."""
+    if _off(value):
+        return None
+    try:
+        rows = int(value.replace("_", "")) if isinstance(value, str) else value
+    except ValueError:
+        rows = None
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ConfigError(f"{key}: expected a whole number of rows, at least 1, or off; got {value!r}")
+    return rows
 
 
 @dataclass(frozen=True)
@@ -132,6 +164,8 @@ class MaintenanceConfig:
     every_seconds: float | None = None
     time_budget_seconds: float | None = None
     fold_deletes: Literal["rewrite", "position"] = "rewrite"
+    vector_deleted_share: float | None = VECTOR_DELETED_SHARE_DEFAULT
+    vector_file_rows: int | None = VECTOR_FILE_ROWS_DEFAULT
 
     @property
     def on_thread(self) -> bool:
@@ -171,4 +205,10 @@ class MaintenanceConfig:
             every_seconds=every,
             time_budget_seconds=parse_duration(budget, "maintenance.time_budget") if budget is not None else None,
             fold_deletes=fold,
+            vector_deleted_share=vector_deleted_share(
+                d.get("vector_deleted_share", VECTOR_DELETED_SHARE_DEFAULT), "maintenance.vector_deleted_share"
+            ),
+            vector_file_rows=vector_file_rows(
+                d.get("vector_file_rows", VECTOR_FILE_ROWS_DEFAULT), "maintenance.vector_file_rows"
+            ),
         )

@@ -10,7 +10,9 @@ delete files that applied then, are read back with the deletes applied and writt
 files that no snapshot holds until the commit. The commit is a `RewriteFiles` validated
 from the planned snapshot. With `use_starting_sequence_number` (the default) the new files get
 the planned snapshot's sequence number, so equality deletes the stream commits meanwhile still
-apply to them and the stream never has to lose to compaction (seed 001).
+apply to them and the stream never has to lose to compaction (seed 001). Deletion vectors the
+stream commits meanwhile on the files read are carried onto the new files in the same commit
+(format v3, maintenance/carry.py), which is then validated from the snapshot they were read at.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from icetide.errors import (
     SnapshotGoneError,
     one_line,
 )
+from icetide.faults import crash_point
+from icetide.maintenance.carry import CannotCarry, CarriedVectors, VectorCarrier
 from icetide.maintenance.deletes import LiveDataFile, removable_deletes
 from icetide.maintenance.inventory import SnapshotChanges, TableFiles
 from icetide.maintenance.planning import (
@@ -44,7 +48,7 @@ from icetide.maintenance.planning import (
 from icetide.maintenance.progress import ProgressCallback, notify
 from icetide.maintenance.results import CompactionResult, GroupResult, StagedGroup
 from icetide.maintenance.rewrite_files import rewrite_files
-from icetide.table.iceberg import java_exception_class, java_message, load_table, table_property
+from icetide.table.iceberg import format_version, java_exception_class, java_message, load_table, table_property
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,6 +58,7 @@ log = logging.getLogger(__name__)
 SUMMARY_OPERATION = "icetide.maintenance"
 SUMMARY_PLANNED_SNAPSHOT = "icetide.compaction.planned-snapshot-id"
 SUMMARY_COMMIT_ID = "icetide.compaction.commit-id"
+SUMMARY_CARRIED_ROWS = "icetide.compaction.carried-rows"  # rows deleted meanwhile, carried onto the new files
 
 
 class CompactionJob:
@@ -90,6 +95,7 @@ class CompactionJob:
         self._skipped: list[SkippedGroup] = []
         self._snapshot_ids: list[int] = []
         self._conflicted: set[PartitionKey] = set()
+        self._carriers: dict[tuple[int, ...], VectorCarrier] = {}
         self._rewritten = False
         self.plan: GroupPlan = self._plan(only_partitions)
         self._skipped.extend(self.plan.skipped)
@@ -295,16 +301,47 @@ class CompactionJob:
     def _commit_or_skip(self, indices: list[int]) -> None:
         if self.planned_snapshot_id is None:  # an empty table has no groups
             return
+        carrying = self._may_carry()
+        attempts = self.options.carry_attempts if carrying else 1
+        for attempt in range(1, attempts + 1):
+            if self._attempt_commit(indices, attempt, carrying=carrying, last=attempt == attempts):
+                return
+
+    def _may_carry(self) -> bool:
+        """Carry DVs committed meanwhile? On format v3 with the starting sequence number only:
+        the commit is then validated from a later snapshot, and only the planned sequence number
+        makes an equality delete committed in between still apply to the new files."""
+        if not self.options.carry_attempts or not self.options.use_starting_sequence_number:
+            return False
+        return format_version(self.table) >= 3
+
+    def _carrier(self, ready: list[int]) -> VectorCarrier:
+        """The carrier of these groups (the same one across attempts: it walks on from where it was)."""
+        key = tuple(ready)
+        if key not in self._carriers:
+            assert self.planned_snapshot_id is not None
+            inputs = {f.path: self._files.tasks[f.path] for i in ready for f in self._staged[i].group.files}
+            outputs = [o for i in ready for o in self._outputs[i]]
+            self._carriers = {key: VectorCarrier(self.spark, self.table, self.planned_snapshot_id, inputs, outputs)}
+        return self._carriers[key]
+
+    def _attempt_commit(self, indices: list[int], attempt: int, *, carrying: bool, last: bool) -> bool:
+        """One commit attempt; True when the groups are settled (committed, skipped, conflicting),
+        False when it lost a race to a DV and may carry again."""
+        crash_point("compaction_before_commit", attempt)
         self.table.refresh()
+        assert self.planned_snapshot_id is not None
         try:
             changes = self._files.changes_since(self.planned_snapshot_id, with_deletes=self.options.remove_deletes)
         except SnapshotGoneError as exc:
             for index in indices:  # nothing can be validated against a snapshot that is gone
                 self._conflict(index, f"the planned {exc}")
-            return
+            return True
         ready = []
         conflicted = False
         for index in indices:
+            if index in self._finished:
+                continue
             paths = [f.path for f in self._staged[index].group.files]
             gone = [p for p in paths if p in changes.removed_data]
             by = sorted({changes.removed_data[p] for p in gone})
@@ -326,19 +363,42 @@ class CompactionJob:
             else:
                 ready.append(index)
         if not ready:
-            return
+            return True
         if conflicted:
             for index in ready:  # an atomic commit lands every group or none
                 self._conflict(index, "not committed: another group of this atomic compaction conflicted")
-            return
-        self._commit_ready(ready, changes)
+            return True
+        carrier = self._carrier(ready) if carrying else None
+        carried = None
+        if carrier is not None:
+            try:
+                carried = carrier.stage()
+            except (CannotCarry, SnapshotGoneError) as exc:
+                log.info("compaction of %s cannot carry the DVs committed meanwhile: %s", self.table_name, exc)
+                carrier = None
+            if carried is not None:
+                crash_point("compaction_carried_dvs_written", attempt)
+        return self._commit_ready(ready, changes, carried, carrier, retry=not last)
 
-    def _commit_ready(self, ready: list[int], changes: SnapshotChanges) -> None:
+    def _commit_ready(
+        self,
+        ready: list[int],
+        changes: SnapshotChanges,
+        carried: CarriedVectors | None = None,
+        carrier: VectorCarrier | None = None,
+        *,
+        retry: bool = False,
+    ) -> bool:
+        """Commit the ready groups (with the carried DVs); True when settled, False when the commit
+        lost a race that carrying again may win (`retry`; the attempt's Puffin file deleted)."""
         groups = [self._staged[i].group for i in ready]
         replaced = frozenset(f.path for g in groups for f in g.files)
         doomed = self._removable(groups, replaced, changes) if self.options.remove_deletes else []
         commit_id = str(uuid.uuid4())
-        rewrite = self.table.newRewrite().validateFromSnapshot(self.planned_snapshot_id)
+        # Carrying reads the inputs' DVs at a later snapshot: Iceberg validates from there that no
+        # DV landed on an input since (data conflicts since the plan are checked above).
+        validate_from = carried.read_at if carried is not None else self.planned_snapshot_id
+        rewrite = self.table.newRewrite().validateFromSnapshot(validate_from)
         if self.options.use_starting_sequence_number:
             rewrite.dataSequenceNumber(self.planned_sequence_number)
         for index in ready:
@@ -348,14 +408,31 @@ class CompactionJob:
                 rewrite.addFile(new_file)
         for d in doomed:
             rewrite.deleteFile(self._files.delete_files[d.path])
+        if carried is not None:
+            for vector in carried.removed:
+                rewrite.deleteFile(vector)
+            for vector in carried.added:
+                rewrite.addFile(vector)
+            rewrite.set(SUMMARY_CARRIED_ROWS, str(carried.rows))
         rewrite.set(SUMMARY_OPERATION, "compaction")
         rewrite.set(SUMMARY_PLANNED_SNAPSHOT, str(self.planned_snapshot_id))
         rewrite.set(SUMMARY_COMMIT_ID, commit_id)
         try:
             rewrite.commit()
         except Exception as exc:
+            kind = java_exception_class(exc)
+            if carrier is not None and kind and kind not in UNKNOWN:
+                carrier.discard(carried)  # the outcome is known: this attempt's DVs are in no snapshot
+                if retry and kind in CONFLICTS:
+                    log.info(
+                        "compaction of %s lost a race (%s); carrying the DVs again",
+                        self.table_name,
+                        short_message(java_message(exc)),
+                    )
+                    return False
             self._commit_failed(ready, exc)
-            return
+            return True
+        crash_point("compaction_committed", 0)
         found = self._files.find_snapshot(SUMMARY_COMMIT_ID, commit_id)
         snapshot_id = found if found is not None else -1
         self._snapshot_ids.append(snapshot_id)
@@ -387,6 +464,14 @@ class CompactionJob:
             sum(len(self._staged[i].output_paths) for i in ready),
             len(doomed),
         )
+        if carried is not None and carried.rows:
+            log.info(
+                "compaction of %s carried %d row(s) deleted meanwhile onto its new files in %d DV(s)",
+                self.table_name,
+                carried.rows,
+                len(carried.added),
+            )
+        return True
 
     def _attribute(self, ready: list[int], doomed: list[DeleteRef]) -> dict[int, list[DeleteRef]]:
         """Each dropped delete file counted once, for the first group it applied to."""
@@ -465,7 +550,12 @@ def compaction(
     `max_groups` / `max_bytes` (bounds on one run), `max_group_bytes` (100GB),
     `use_starting_sequence_number` (True), `remove_deletes` (True: drop delete files that
     applied only to rewritten files, in the same commit), `max_conflict_retries` (1, for run()),
-    `group_order` ("newest": newest partitions first; "worst": most deletes and files first).
+    `group_order` ("newest": newest partitions first; "worst": most deletes and files first),
+    `carry_attempts` (5: on format v3, commit attempts that carry the DVs committed meanwhile on
+    the input files onto the new files; 0 never carries, and such a DV makes the group conflict),
+    `vector_deleted_share` (a file whose deletion vector marks at least this share of its rows is
+    rewritten, even alone; default off), `vector_file_rows` (every file with a deletion vector of a
+    partition where such files hold at least this many rows is rewritten; default off).
     `progress` receives a ProgressEvent per group rewritten and per group committed.
 
     Example::

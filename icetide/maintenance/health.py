@@ -33,6 +33,11 @@ class HealthThresholds:
     max_delete_files: int = 2  # equality/position delete files per partition, before folding
     max_delete_rows: int = 100_000  # delete rows per partition, before folding
     max_snapshots: int = 100  # before expiry
+    # Deletion vectors: compact a partition's files with a DV once they hold this many rows (PyIceberg
+    # pays ~0.25 s per million such rows per scan), or once their DVs mark this share of their rows
+    # on average (every engine reads the marked rows and drops them); None: off.
+    max_vector_file_rows: int | None = 1_000_000
+    max_vector_deleted_share: float | None = 0.1
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class PartitionHealth:
     last_updated: str | None
     deletion_vectors: int = 0  # position deletes kept as deletion vectors (format v3: Puffin files)
     deletion_vector_rows: int = 0
+    vector_file_rows: int = 0  # rows of the data files a DV or file-scoped position delete applies to
 
     @property
     def avg_data_file_bytes(self) -> int:
@@ -169,6 +175,7 @@ def table_health(spark: SparkSession, table: str, thresholds: HealthThresholds |
         g = groups.setdefault(key, {"values": values})
         kind = {0: "data", 2: "eq"}.get(int(r["content"]), "dv" if r["dv"] else "pos")
         g[kind] = (int(r["n"]), int(r["records"] or 0), int(r["bytes"] or 0), int(r["small"] or 0))
+    held = _vector_file_rows(spark, table, part_expr, label) if any(r["content"] == 1 for r in rows) else {}
     updated: dict[tuple[int, str], str] = {}
     if partitioned:
         for r in spark.sql(f"SELECT spec_id, partition AS p, last_updated_at FROM {table}.partitions").collect():
@@ -194,6 +201,7 @@ def table_health(spark: SparkSession, table: str, thresholds: HealthThresholds |
                 last_updated=updated.get(key) or None,
                 deletion_vectors=dv[0],
                 deletion_vector_rows=dv[1],
+                vector_file_rows=held.get(key, 0),
             )
         )
     snaps = spark.sql(f"SELECT count(*) AS n, min(committed_at) AS lo, max(committed_at) AS hi FROM {table}.snapshots")
@@ -213,6 +221,30 @@ def table_health(spark: SparkSession, table: str, thresholds: HealthThresholds |
     return replace(health, suggestions=suggestions(health, t))
 
 
+def _vector_file_rows(
+    spark: SparkSession, table: str, part_expr: str, label: Callable[[int, dict[str, Any]], str]
+) -> dict[tuple[int, str], int]:
+    """Per partition, the rows of the data files that a DV (or a file-scoped position delete)
+    applies to (metadata tables only)."""
+    rows = spark.sql(
+        f"SELECT f.spec_id, {part_expr.replace('partition', 'f.partition')} AS p, sum(f.record_count) AS records "
+        f"FROM {table}.data_files f JOIN (SELECT DISTINCT referenced_data_file FROM {table}.delete_files "
+        f"WHERE content = 1 AND referenced_data_file IS NOT NULL) d ON f.file_path = d.referenced_data_file "
+        f"GROUP BY 1, 2"
+    ).collect()
+    return {(int(r["spec_id"]), label(int(r["spec_id"]), _values(r["p"]))): int(r["records"] or 0) for r in rows}
+
+
+def vectors_due(p: PartitionHealth, thresholds: HealthThresholds) -> bool:
+    """Do the partition's files with a DV call for compaction (`HealthThresholds`)?"""
+    if not p.vector_file_rows:
+        return False
+    rows, share = thresholds.max_vector_file_rows, thresholds.max_vector_deleted_share
+    return (rows is not None and p.vector_file_rows >= rows) or (
+        share is not None and p.deletion_vector_rows + p.position_delete_rows >= share * p.vector_file_rows
+    )
+
+
 def suggestions(health: TableHealth, thresholds: HealthThresholds) -> list[str]:
     """What maintenance would do next, newest partitions first."""
     out = []
@@ -222,6 +254,12 @@ def suggestions(health: TableHealth, thresholds: HealthThresholds) -> list[str]:
         deletes = p.delete_files
         if deletes > thresholds.max_delete_files or p.equality_delete_rows > thresholds.max_delete_rows:
             out.append(f"fold deletes in {p.label}: {deletes} delete files, {p.equality_delete_rows:,} equality rows")
+        if vectors_due(p, thresholds):
+            marked = p.deletion_vector_rows + p.position_delete_rows
+            out.append(
+                f"compact deletion vectors in {p.label}: {p.vector_file_rows:,} rows in files with a deletion "
+                f"vector, {marked / p.vector_file_rows:.0%} of them deleted"
+            )
     if health.snapshots > thresholds.max_snapshots:
         out.append(f"expire snapshots: {health.snapshots} > {thresholds.max_snapshots}")
     return out

@@ -59,6 +59,11 @@ class MaintenancePolicy:
     time_budget_seconds: float | None = None  # compaction stops taking new groups past this
     fold_deletes: FoldDeletes = "rewrite"  # how equality deletes are folded away
     group_order: GroupOrder = "newest"  # which compaction groups run first
+    # Deletion vectors (format v3; docs/design.md "A maintenance policy for deletion vectors"): a
+    # data file whose DV marks this share of its rows is compacted, and so is every file with a DV
+    # of a partition where such files hold this many rows. None turns a rule off.
+    vector_deleted_share: float | None = 0.1
+    vector_file_rows: int | None = 1_000_000
 
     def __post_init__(self) -> None:
         if self.fold_deletes not in FOLD_DELETES:
@@ -71,6 +76,21 @@ class MaintenancePolicy:
             raise ConfigError("retain_snapshots: must be at least 1")
         if self.max_snapshot_age_seconds is not None and self.max_snapshot_age_seconds < 0:
             raise ConfigError("max_snapshot_age_seconds: must not be negative")
+        share = self.vector_deleted_share
+        if share is not None and (isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1):
+            raise ConfigError(f"vector_deleted_share: must be a number above 0 and at most 1, got {share!r}")
+        rows = self.vector_file_rows
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+            raise ConfigError(f"vector_file_rows: must be a whole number of at least 1, got {rows!r}")
+
+    @property
+    def health_thresholds(self) -> HealthThresholds:
+        """The health thresholds, with this policy's deletion-vector rules."""
+        return replace(
+            self.thresholds,
+            max_vector_deleted_share=self.vector_deleted_share,
+            max_vector_file_rows=self.vector_file_rows,
+        )
 
     @property
     def compaction_delete_threshold(self) -> int:
@@ -95,6 +115,8 @@ def _compact_within(
         "min_input_files": policy.min_input_files,
         "delete_file_threshold": policy.compaction_delete_threshold,
         "group_order": policy.group_order,
+        "vector_deleted_share": policy.vector_deleted_share,
+        "vector_file_rows": policy.vector_file_rows,
     }
     if fold_all and policy.fold_deletes == "rewrite":
         options["delete_file_threshold"] = 1
@@ -205,7 +227,7 @@ def maintain(
         return requested() or (deadline is not None and time.monotonic() >= deadline)
 
     properties_set = apply_retention_defaults(spark, table) if not requested() else {}
-    health = table_health(spark, table, p.thresholds)
+    health = table_health(spark, table, p.health_thresholds)
     due = tuple(health.suggestions)
     folding = any(s.startswith("fold deletes") for s in due) or (fold_all and health.delete_files > 0)
     conversion = None

@@ -76,7 +76,7 @@ def next_pass(
 ) -> NextPass:
     """Plan what `maintain(spark, table, policy)` would do now."""
     p = policy or MaintenancePolicy()
-    h = health or table_health(spark, table, p.thresholds)
+    h = health or table_health(spark, table, p.health_thresholds)
     due = tuple(h.suggestions)
     groups: tuple[PlannedGroup, ...] = ()
     left: tuple[SkippedGroup, ...] = ()
@@ -87,6 +87,8 @@ def next_pass(
             min_input_files=p.min_input_files,
             delete_file_threshold=p.compaction_delete_threshold,
             group_order=p.group_order,
+            vector_deleted_share=p.vector_deleted_share,
+            vector_file_rows=p.vector_file_rows,
         )
         groups = tuple(
             PlannedGroup(g.label, len(g.files), g.input_bytes, g.output_files, len(g.delete_files))

@@ -156,6 +156,14 @@ class CompactionOptions:
     remove_deletes: bool = True  # drop delete files that only applied to rewritten files
     max_conflict_retries: int = 1  # re-plans of conflicting groups in run()
     group_order: GroupOrder = "newest"  # which groups run first (and survive max_groups/max_bytes)
+    # v3: commit attempts that carry DVs committed meanwhile onto the new files (0: never carry)
+    carry_attempts: int = 5
+    # A file whose deletion vector (or file-scoped position deletes) marks at least this share of
+    # its rows is rewritten, even alone; None: off.
+    vector_deleted_share: float | None = None
+    # In a partition whose files with a deletion vector hold at least this many rows, every such
+    # file is rewritten; None: off.
+    vector_file_rows: int | None = None
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any], *, default_target: int) -> CompactionOptions:
@@ -183,12 +191,17 @@ class CompactionOptions:
             ("max_bytes", 1),
             ("max_group_bytes", 1),
             ("max_conflict_retries", 0),
+            ("carry_attempts", 0),
+            ("vector_file_rows", 1),
         ):
             value = values.get(key)
             if value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{key}: must be an integer of at least {low}, got {value!r}")
+        share = values.get("vector_deleted_share")
+        if share is not None and (isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1):
+            raise ConfigError(f"vector_deleted_share: must be a number above 0 and at most 1, got {share!r}")
         if values.get("group_order", "newest") not in GROUP_ORDERS:
             raise ConfigError(f"group_order: must be one of {', '.join(GROUP_ORDERS)}, got {values['group_order']!r}")
         if values.get("partition_filter") is not None and not str(values["partition_filter"]).strip():
@@ -268,6 +281,32 @@ def _too_many_deletes(f: DataFileRef, options: CompactionOptions) -> bool:
     return equality is not None and sum(1 for d in f.deletes if d.kind == "equality") >= equality
 
 
+def vector_rows(f: DataFileRef) -> int | None:
+    """Rows of `f` its deletion vector (or file-scoped position deletes) marks; None without one."""
+    marks = [d.record_count for d in f.deletes if d.referenced_data_file == f.path]
+    return sum(marks) if marks else None
+
+
+def due_by_vectors(files: Iterable[DataFileRef], options: CompactionOptions) -> set[str]:
+    """Paths of the files the deletion-vector policy wants rewritten: a file whose vector marks at
+    least `vector_deleted_share` of its rows, and every file with a vector in a partition where
+    such files hold at least `vector_file_rows` rows (readers such as PyIceberg pay per row of a
+    file with a vector, however few it marks)."""
+    share, limit = options.vector_deleted_share, options.vector_file_rows
+    if share is None and limit is None:
+        return set()
+    marked = [(f, rows) for f in files if (rows := vector_rows(f)) is not None]
+    held: dict[PartitionKey, int] = {}
+    for f, _ in marked:
+        held[f.partition] = held.get(f.partition, 0) + f.record_count
+    return {
+        f.path
+        for f, rows in marked
+        if (share is not None and rows >= share * max(f.record_count, 1))
+        or (limit is not None and held[f.partition] >= limit)
+    }
+
+
 def _bin_pack(files: list[DataFileRef], limit: int) -> list[list[DataFileRef]]:
     """First-fit decreasing: biggest files first, each into the first bin it fits."""
     bins: list[tuple[int, list[DataFileRef]]] = []
@@ -282,9 +321,11 @@ def _bin_pack(files: list[DataFileRef], limit: int) -> list[list[DataFileRef]]:
     return [members for _, members in bins]
 
 
-def _why_not(files: list[DataFileRef], options: CompactionOptions) -> str | None:
+def _why_not(files: list[DataFileRef], options: CompactionOptions, due: set[str] | None = None) -> str | None:
     """None if the group is worth rewriting, else the reason it is left alone."""
     total = sum(f.size for f in files)
+    if due and any(f.path in due for f in files):
+        return None
     if len(files) >= options.min_input_files:
         return None
     if len(files) > 1 and total >= options.target_file_size:
@@ -348,17 +389,17 @@ def plan_groups(
     """
     by_partition: dict[PartitionKey, list[DataFileRef]] = {}
     newest: dict[PartitionKey, int] = {}
+    files = [f for f in files if only_partitions is None or f.partition in only_partitions]
+    due = due_by_vectors(files, options)
     for f in files:
-        if only_partitions is not None and f.partition not in only_partitions:
-            continue
         newest[f.partition] = max(newest.get(f.partition, 0), partition_recency(f))
-        if _is_candidate(f, options):
+        if _is_candidate(f, options) or f.path in due:
             by_partition.setdefault(f.partition, []).append(f)
     chosen: list[FileGroup] = []
     skipped: list[SkippedGroup] = []
     for partition in sorted(by_partition):
         for members in _bin_pack(by_partition[partition], options.group_bytes_limit):
-            reason = _why_not(members, options)
+            reason = _why_not(members, options, due)
             total = sum(f.size for f in members)
             if reason is not None:
                 skipped.append(SkippedGroup(members[0].label, len(members), total, "small", reason))

@@ -30,7 +30,12 @@ DEFAULT_STOP_TIMEOUT = 600.0  # a run in flight finishes its compaction group, t
 
 def maintenance_policy(config: MaintenanceConfig) -> MaintenancePolicy:
     """The maintenance policy a pipeline's `maintenance:` block asks for."""
-    return MaintenancePolicy(time_budget_seconds=config.time_budget_seconds, fold_deletes=config.fold_deletes)
+    return MaintenancePolicy(
+        time_budget_seconds=config.time_budget_seconds,
+        fold_deletes=config.fold_deletes,
+        vector_deleted_share=config.vector_deleted_share,
+        vector_file_rows=config.vector_file_rows,
+    )
 
 
 class MaintenanceThread:
