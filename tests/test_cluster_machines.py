@@ -19,7 +19,8 @@ started as the worker dies (local Spark there: the cluster's cores are the run's
 
 What is isolated: the network (each machine has only its own address and loopback; the servers
 are reached over the bridge), and each machine's /tmp, a folder of its own (Spark's work and
-local dirs, temp files, the driver's pipeline file and wheel); on the workers this checkout and
+local dirs, temp files, the driver's pipeline file and wheel); on the workers this checkout's
+code (icetide/ and tests/; its .venv, where a clone keeps Python's site-packages, stays) and
 icetide's jar cache are covered by empty mounts, and their Python cannot import icetide (checked),
 so icetide's code and jars reach them only through Spark's file server on the driver. What is
 shared: the process table, the CPU and memory, and the rest of the file system (the JDK, Python
@@ -172,8 +173,9 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
         # Each worker's first attempt of batch 2's task pauses with its files written; the test
         # kills the machine it paused on, and the rerun on the other goes through.
         pause = {"ICETIDE_PAUSE_AT": PAUSE_POINT, "ICETIDE_PAUSE_BATCH": "2", "ICETIDE_PAUSE_SECONDS": "600"}
-        # The repository and icetide's jar cache (where this machine has one): not on a worker.
-        hidden = [p for p in (str(ROOT), cache_dir()) if os.path.isdir(p)]
+        # The repository's code and icetide's jar cache (where this machine has one): not on a
+        # worker. Not the whole checkout: a clone's .venv in it holds Spark and the dependencies.
+        hidden = [p for p in (str(ROOT / "icetide"), str(ROOT / "tests"), cache_dir()) if os.path.isdir(p)]
         for worker in workers:
             worker_class = "org.apache.spark.deploy.worker.Worker"
             resources = ("--cores", "1", "--memory", "1g")

@@ -449,3 +449,21 @@ def test_schemaless_fields_the_table_lacks_become_columns_typed_by_their_values(
     assert sink.write(second.good.drop("_source_ts"), batch_id=2).committed
     rows = {r["id"]: r.asDict() for r in spark.table(table_name).collect()}
     assert rows == {1: {**{k: None for k in new}, "id": 1, "name": "a"}, 2: new}
+
+
+def test_decimal_base64_that_looks_like_a_number_is_read_as_base64() -> None:
+    """A Connect Decimal's JSON form is base64 text: "77e4" is the bytes EF B7 B8, -10670.80 at
+    scale 2 (PostgreSQL's numeric(12,2), as Debezium's PostgreSQL connector sent it to
+    bench/cdc_live.py), not the number 77e4 (it landed as 770000.00 before)."""
+    import pyarrow as pa
+
+    from icetide.decode.debezium.connect_schema import ConnectField
+    from icetide.decode.debezium.conversions import Conversions
+
+    decimal = "org.apache.kafka.connect.data.Decimal"
+    price = ConnectField("price", "bytes", decimal, parameters={"scale": "2", "connect.decimal.precision": "12"})
+    convert = Conversions().converter(price, pa.decimal128(12, 2), "price")
+    assert base64.b64decode("77e4") == bytes([0xEF, 0xB7, 0xB8])
+    assert convert("77e4") == Decimal("-10670.80")
+    assert convert("AdTA") == Decimal("1200.00")
+    assert convert(Decimal("12.5")) == Decimal("12.50")  # decimal.format=NUMERIC: a JSON number

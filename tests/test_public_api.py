@@ -32,6 +32,7 @@ SIGNALS = {
     "icetide.decode.spark_compat.datetime_casts.Unsure",
     "icetide.decode.spark_compat.datetime_casts.Inexact",
     "icetide.decode.debezium.conversions._Dropped",
+    "icetide.maintenance.carry.CannotCarry",
     "icetide.faults.InjectedFault",
     "icetide.write.key_index.IndexOutOfDate",
     "icetide.write.key_index_copy.CopyMismatch",

@@ -286,19 +286,25 @@ def test_compaction_between_plan_and_commit_makes_the_conversion_conflict(spark:
     t.check()
 
 
-def test_compaction_planned_before_a_conversion_conflicts_instead_of_resurrecting_rows(
-    spark: Any, table_name: str
+@pytest.mark.parametrize("carry_attempts", [5, 0])
+def test_compaction_planned_before_a_conversion_carries_its_dvs_or_conflicts_never_resurrecting_rows(
+    spark: Any, table_name: str, carry_attempts: int
 ) -> None:
+    """The conversion commits DVs on the files the compaction read: the compaction carries them
+    onto its new files by row lineage (the default), or, with carrying off, conflicts."""
     t = v3_table(spark, table_name)
     t.append(A_ROWS)
     t.append(B_ROWS)
-    job = compaction(spark, table_name, min_input_files=2)
+    job = compaction(spark, table_name, min_input_files=2, carry_attempts=carry_attempts)
     job.rewrite()
     t.upsert([{**r, "_op": "DELETE"} for r in rows_of([2, 3], "x", seq=1)])
     assert convert_equality_deletes(spark, table_name).equality_files_removed == 1
     t.check()
-    with pytest.raises(CompactionConflictError, match="found new position delete for replaced data file"):
+    if carry_attempts:
         job.commit()
+    else:
+        with pytest.raises(CompactionConflictError, match="found new position delete for replaced data file"):
+            job.commit()
     t.check()
 
 
