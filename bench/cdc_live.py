@@ -24,9 +24,10 @@ updates, the rest deletes of live rows (one statement of each kind per transacti
   seconds of changes are left out.
 - rows/s per core: the changes committed over the CPU seconds (utime + stime from /proc, per
   process tree: bench/peers/processes.py) that PostgreSQL (postmaster, backends, the walsender),
-  the broker, Kafka Connect, and `icetide run` (its Python driver and its Spark JVM) spent from
-  the first paced change until the lake held the last one. This script's own work (producer,
-  consumer, poller) is not counted, though the broker's and PostgreSQL's share of it is.
+  the broker, Kafka Connect, and `icetide run` (its Python driver; its Spark JVM with any Python
+  workers under it) spent from the first paced change until the lake held the last one. This
+  script's own work (producer, consumer, poller) is not counted, though the broker's and
+  PostgreSQL's share of it is.
 After the runs, one Spark session checks each table against the database (count, sums of the
 numeric and the integer).
 """
@@ -61,7 +62,7 @@ from bench.peers.processes import TreeMeter
 TICK_SECONDS = 0.01
 POLL_SECONDS = 0.1
 MIX = (("insert", 0.5), ("update", 0.35), ("delete", 0.15))
-PROCESSES = ("PostgreSQL", "broker", "Kafka Connect", "icetide driver", "Spark JVM")
+PROCESSES = ("PostgreSQL", "broker", "Kafka Connect", "icetide driver", "Spark JVM + workers")
 
 
 def log(message: str) -> None:
@@ -518,7 +519,7 @@ def one_run(servers: Any, args: Any, work: Path, index: int) -> RunResult:
                 "broker": broker.proc.pid,
                 "Kafka Connect": connect.proc.pid,
                 "icetide": sync.pid,
-                "Spark JVM": jvm,
+                "Spark JVM + workers": jvm,
             }
         ).start()
         before, own_before, load_before = meter.sample(), harness_cpu(), os.getloadavg()
@@ -566,7 +567,7 @@ def one_run(servers: Any, args: Any, work: Path, index: int) -> RunResult:
         conn.close()
         with_slot_dropped(postgres, database, f"dbz_{tag}")
     cpu = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
-    cpu["icetide driver"] = cpu.pop("icetide") - cpu["Spark JVM"]
+    cpu["icetide driver"] = cpu.pop("icetide") - cpu["Spark JVM + workers"]
     counted_from = producer.started + args.warmup
     paced = [c for c in reader.changes if c.committed_us / 1e6 >= counted_from]
     measured = lags(paced, poller, table_of)
