@@ -632,12 +632,28 @@ def check(postgres: Any, warehouse: Path, results: list[RunResult]) -> list[str]
                     row = spark.sql(f"SELECT count(*), coalesce(sum(amount), 0), coalesce(sum(k), 0) FROM {lake}")
                     got = tuple(row.collect()[0])
                     if tuple(map(str, got)) != tuple(map(str, want)):
-                        found.append(f"{lake}: lake {got}, database {want}")
+                        rows = rows_differing(conn, spark, table, lake)
+                        found.append(f"{lake}: lake {got}, database {want}; {rows}")
             finally:
                 conn.close()
     finally:
         spark.stop()
     return found
+
+
+def rows_differing(conn: Any, spark: Any, table: str, lake: str) -> str:
+    """The first rows (id, k, amount, note) that differ between the database and the lake."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT id, k, amount::text, note, changed_at FROM {table}")
+        want = {r[0]: r[1:] for r in cur.fetchall()}
+    got = {
+        r[0]: tuple(r[1:])
+        for r in spark.sql(f"SELECT id, k, CAST(amount AS STRING), note, changed_at FROM {lake}").collect()
+    }
+    differ = sorted(k for k in set(want) | set(got) if want.get(k, (None,) * 4)[:3] != got.get(k, (None,) * 4)[:3])
+    return f"{len(differ)} rows differ, e.g. " + "; ".join(
+        f"id {k}: database {want.get(k)}, lake {got.get(k)}" for k in differ[:3]
+    )
 
 
 @contextlib.contextmanager
