@@ -39,7 +39,6 @@ import contextlib
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -57,7 +56,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, bench_session, parser, render_table, report
-from bench.peers.processes import TreeMeter
+from bench.peers.processes import TreeMeter, stop_group
 
 TICK_SECONDS = 0.01
 POLL_SECONDS = 0.1
@@ -589,18 +588,6 @@ def one_run(servers: Any, args: Any, work: Path, index: int) -> RunResult:
         database=database,
         load=(load_before, load),
     )
-
-
-def stop_group(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    """SIGTERM to the process group this script started, SIGKILL if it outlives `timeout`."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def wait_topics(bootstrap: str, topics: list[str], timeout: float) -> None:

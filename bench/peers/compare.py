@@ -67,7 +67,7 @@ from bench.peers.flink.peer import (
     FlinkSinkSpec,
     create_iceberg_table,
 )
-from bench.peers.processes import TreeMeter
+from bench.peers.processes import TreeMeter, stop_group
 from bench.peers.workloads import Workload, ads, appends, debezium
 
 PARTITIONS = 4
@@ -119,18 +119,6 @@ def start_icetide(config: Path, log: Path) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-
-
-def stop_group(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    """SIGTERM to the process group the harness started, SIGKILL if it outlives `timeout`."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def produce(bootstrap: str, topic: str, workload: Workload, messages: list[dict[str, Any]], rate: float | None) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,3 +82,16 @@ class TreeMeter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """SIGTERM to the process group a bench started (`start_new_session=True`), SIGKILL if it
+    outlives `timeout`."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
