@@ -95,6 +95,9 @@ class ServerProcess:
 
     proc: subprocess.Popen[bytes] | None = None
 
+    def start(self) -> None:
+        raise NotImplementedError
+
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -284,13 +287,20 @@ def kafka_broker_process(
     """A started `KafkaBroker` (options as its constructor's), stopped afterwards, also on errors and
     at interpreter exit."""
     broker = KafkaBroker(workdir, broker_settings=broker_settings, jvm_options=jvm_options, log_level=log_level)
-    atexit.register(broker.kill)
-    try:
-        broker.start()
+    with started(broker):
         yield broker
+
+
+@contextlib.contextmanager
+def started(server: ServerProcess) -> Iterator[None]:
+    """`server` started, and stopped afterwards, also on errors and at interpreter exit."""
+    atexit.register(server.kill)
+    try:
+        server.start()
+        yield
     finally:
-        broker.stop()
-        atexit.unregister(broker.kill)
+        server.stop()
+        atexit.unregister(server.kill)
 
 
 @contextlib.contextmanager

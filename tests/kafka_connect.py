@@ -23,7 +23,6 @@ the JSON converter with schemas, for keys and values. The worker's log is `workd
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -38,7 +37,7 @@ from typing import Any
 import pytest
 
 from tests.connect_jars import fetch_connector_jars, fetch_worker_jars
-from tests.kafka_broker import KafkaBroker, ServerProcess, _die_with_parent, free_port, java
+from tests.kafka_broker import KafkaBroker, ServerProcess, _die_with_parent, free_port, java, started
 
 START_TIMEOUT_SECONDS = 90.0
 JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
@@ -206,13 +205,8 @@ class KafkaConnect(ServerProcess):  # stop(): SIGTERM, so tasks stop and commit 
 def kafka_connect_process(workdir: Path, bootstrap: str) -> Iterator[KafkaConnect]:
     """A started `KafkaConnect`, stopped afterwards, also on errors and at interpreter exit."""
     worker = KafkaConnect(workdir, bootstrap)
-    atexit.register(worker.kill)
-    try:
-        worker.start()
+    with started(worker):
         yield worker
-    finally:
-        worker.stop()
-        atexit.unregister(worker.kill)
 
 
 @pytest.fixture(scope="session")
