@@ -476,7 +476,11 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
     load = os.getloadavg()
     command = (
         f".venv/bin/python bench/peers/compare.py --workload {workload.name} --hours {args.hours} "
-        + (f"--events-per-batch {args.events_per_batch} " if workload.name != "appends" else f"--events {args.events} ")
+        + (
+            f"--events-per-batch {args.events_per_batch} "
+            if workload.name != "appends"
+            else f"--events {args.events} --warm-up {args.warm_up} "
+        )
         + f"--rate {args.rate:g} --read-cap {args.read_cap:g}"
     )
     return (
