@@ -63,7 +63,8 @@ test: install
 	@$(BIN)/python -m tests.kafka_jars
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 -m "not peer" tests
 
-# The Flink peer harness on tiny topics (bench/peers/, docs/peers.md): minutes, and PyFlink's own venv.
+# The peer harness on tiny topics (bench/peers/, docs/peers.md: the Flink and Kafka Connect Iceberg sinks):
+# minutes, and PyFlink's own venv.
 test-peers: install
 	@$(BIN)/python -m tests.kafka_jars
 	$(BIN)/python -m pytest -q -m peer tests

@@ -18,7 +18,9 @@ dependency the connectors do not use here.) Converters:
 the JSON converter with schemas, for keys and values. The worker's log is `workdir/connect.log`.
 
 `kafka_connect` (session fixture) gives the running `KafkaConnect`; tests register connectors with
-`create_connector` and remove them with `delete_connector`.
+`create_connector` and remove them with `delete_connector`. The peer harness
+(bench/peers/kafka_connect/peer.py) runs its own worker of this class with Iceberg's sink as its
+one plugin (`plugins`) and a benchmark's JVM options (`jvm_options`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +63,21 @@ class KafkaConnect(ServerProcess):  # stop(): SIGTERM, so tasks stop and commit 
     """One distributed Connect worker in `workdir` on the broker at `bootstrap`: `start`, `stop`,
     `restart`; `url` is its REST API."""
 
-    def __init__(self, workdir: Path, bootstrap: str, *, group: str = "icetide-connect") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        bootstrap: str,
+        *,
+        group: str = "icetide-connect",
+        plugins: Mapping[str, Sequence[str]] | None = None,
+        jvm_options: tuple[str, ...] = JVM_OPTIONS,
+    ) -> None:
+        """`plugins`: the jars of each plugin folder (default: Debezium's connectors, tests/connect_jars.py)."""
         self.workdir = Path(workdir)
         self.bootstrap = bootstrap
         self.group = group
+        self.plugins = plugins
+        self.jvm_options = jvm_options
         self.log_path = self.workdir / "connect.log"
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -76,7 +89,8 @@ class KafkaConnect(ServerProcess):  # stop(): SIGTERM, so tasks stop and commit 
     def _plugin_path(self) -> Path:
         """One folder per connector plugin, of links to its cached jars."""
         root = self.workdir / "plugins"
-        for plugin, jars in fetch_connector_jars().items():
+        plugins = fetch_connector_jars() if self.plugins is None else self.plugins
+        for plugin, jars in plugins.items():
             folder = root / plugin
             folder.mkdir(parents=True, exist_ok=True)
             for jar in jars:
@@ -125,7 +139,7 @@ class KafkaConnect(ServerProcess):  # stop(): SIGTERM, so tasks stop and commit 
         config.write_text(self._properties())
         command = [
             java(),
-            *JVM_OPTIONS,
+            *self.jvm_options,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp",

@@ -218,3 +218,56 @@ def test_bad_bytes_and_objects_from_kafka_are_dead_letters_on_both_paths(spark: 
         assert table_rows(spark, f"lake.kafka.{name}", ["id", "note", "n"], ["id"]) == model.rows
         dead = spark.table(f"lake.kafka.{name}_dead_letter").select("source_position", "payload", "error").collect()
         assert sorted(tuple(r) for r in dead) == sorted(expected_dead)
+
+
+def test_a_steady_stream_commits_once_an_interval_and_a_backlog_at_once(spark: Any, kafka_broker: str) -> None:
+    """The cadence (docs/runner.md): a batch that did not fill `max_records` waits out the
+    interval from its start, though records keep arriving; a full one (a backlog) starts the next
+    at once. A producer thread sends 5 records every 0.5 s (20 an interval, under the limit) while
+    the runner runs, after a backlog of 3 full batches."""
+    import threading
+    import time
+
+    topic = create_topic(kafka_broker, partitions=3)
+    backlog = events(0, 210)
+    produce(kafka_broker, topic, backlog)
+    config = PipelineConfig.from_dict(
+        doc("cadence", kafka_broker, topic, trigger={"interval": "2s", "max_records": 70})
+    )
+    runner = Runner(config, spark)
+    steady: list[tuple[int, bytes, bytes, None]] = []
+    done = threading.Event()
+
+    def produce_steadily() -> None:
+        start = len(backlog)
+        while not done.wait(0.5):
+            more = events(start + len(steady), 5)
+            produce(kafka_broker, topic, more)
+            steady.extend(more)
+
+    ends: list[tuple[float, int]] = []  # (when the batch was reported, records)
+
+    def on_batch(metrics: Any) -> None:
+        ends.append((time.monotonic(), metrics.records_in))
+        if sum(1 for _, n in ends if n < 70) == 5:  # after the backlog, 5 batches of the steady stream
+            runner.stop()
+
+    producer = threading.Thread(target=produce_steadily, daemon=True)
+    stop = threading.Timer(300, runner.stop)  # a safety net only
+    producer.start()
+    stop.start()
+    try:
+        runner.run(handle_signals=False, on_batch=on_batch)
+    finally:
+        done.set()
+        stop.cancel()
+        producer.join()
+    assert [n for _, n in ends[:3]] == [70, 70, 70]  # the backlog first, in full batches, back to back
+    # Then one batch an interval: 5 batches start at least 2 s apart, so the 5 end at least 8 s
+    # apart, give or take one batch's length (well under 1.5 s here), where back to back they
+    # would end about a batch's length apart.
+    paced = [t for t, n in ends if n < 70]
+    assert paced[-1] - paced[0] >= 2.0 * (len(paced) - 1) - 1.5, ends
+    rest = Runner(config, spark).run(once=True, handle_signals=False)  # what arrived after the stop
+    assert sum(n for _, n in ends) + sum(b.records_in for b in rest.batches) == len(backlog) + len(steady)
+    assert table_rows(spark, config.table.name, COLUMNS, KEY) == model_of(backlog + steady)

@@ -17,6 +17,7 @@ from typing import Any
 from tests.commands import ROOT, warehouse_reader
 from tests.model import ReferenceModel, table_rows
 from tests.test_compaction import COLUMNS, KEY
+from tests.test_runner_files import referenced_and_present
 from tests.vectors_stream_driver import batch_rows
 
 BATCHES = 6
@@ -56,3 +57,7 @@ def test_sigkill_at_every_vectors_step_then_restart(spark: Any, tmp_path: Path) 
         int(r[0]) for r in reader.sql(f"SELECT summary['icetide.batch-id'] FROM {table}.snapshots").collect() if r[0]
     )
     assert batches == list(range(1, BATCHES + 1))  # each batch landed once
+    # No file is left that no snapshot holds: a restart deletes a killed batch's files, and the
+    # equality-delete files a committed batch's DVs replaced (killed at `vectors_committed`).
+    referenced, present = referenced_and_present(reader, table, warehouse)
+    assert present and present <= referenced, sorted(present - referenced)[:3]

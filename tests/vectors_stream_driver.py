@@ -29,6 +29,7 @@ def main() -> None:
     spark = icetide.spark_session(warehouse=warehouse, master="local[1]", conf={"spark.sql.shuffle.partitions": "2"})
     icetide.create_table(spark, table, schema=SCHEMA, key=KEY, partition_by=["hours(ts)"], format_version=3)
     sink = icetide.UpsertSink(spark, table, pipeline_id="stream", order_by="seq", deletes="vectors")
+    sink.remove_abandoned_files()  # as `icetide run` does when it starts: a killed run's files go
     for b in range(1, batches + 1):
         rows = batch_rows(b)
         df = spark.createDataFrame([tuple(r.get(c) for c in [*COLUMNS, "_op"]) for r in rows], UPSERT_DDL)

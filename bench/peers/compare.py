@@ -1,10 +1,11 @@
-"""Benchmark: icetide beside Apache Iceberg's Flink sink, the same topic on the same broker, one run.
+"""Benchmark: icetide beside Apache Iceberg's Flink sink (and, on appends, Iceberg's Kafka Connect
+sink), the same topic on the same broker, one run.
 
     .venv/bin/python bench/peers/compare.py --workload ads [--hours 24] [--events-per-batch 2000]
         [--rate 2000] [--record]
     .venv/bin/python bench/peers/compare.py --workload appends [--events 200000] [--rate 4000] [--record]
 
-One topic (4 partitions) is produced once and read by both systems, each into its own table of
+One topic (4 partitions) is produced once and read by every system, each into its own table of
 one Hadoop catalog (one warehouse folder):
 - icetide: `icetide run` on a pipeline file with icetide's defaults (trigger 5 s / 100,000
   records, distribution dynamic, upsert or append, Kafka from the earliest offset), its own
@@ -12,9 +13,13 @@ one Hadoop catalog (one warehouse folder):
 - Flink: bench/peers/flink/job.py, the Iceberg Flink sink as its docs set it up (format v2,
   `write.distribution-mode=hash`, the key as identifier fields and `upsert-enabled` for upserts),
   PyFlink 2.0.2 with Iceberg 1.11.0, checkpoint interval = icetide's trigger interval (5 s),
-  parallelism = the machine's cores; its own process (PyFlink's client and its JVM).
-Both start, a warm-up (the workload's first part) is produced and waited for until both tables
-hold it, then the rest is produced at a steady `rate` while both consume; the run ends when each
+  parallelism = the machine's cores; its own process (PyFlink's client and its JVM);
+- on appends only (it has no upsert mode), Iceberg's Kafka Connect sink 1.12.0
+  (bench/peers/kafka_connect/peer.py) in its own Kafka Connect 4.3.1 worker, as its docs set it
+  up: the table created first, `iceberg.control.commit.interval-ms` = icetide's trigger
+  interval, the JSON converter without schemas, `tasks.max` = the machine's cores; its one JVM.
+All start, a warm-up (the workload's first part) is produced and waited for until every table
+holds it, then the rest is produced at a steady `rate` while all consume; the run ends when each
 table holds the model (polled every few seconds). Per system, from the end of the warm-up to the
 moment its table held the model:
 - rows/s per core: messages produced after the warm-up / CPU seconds of the system's whole process
@@ -25,9 +30,9 @@ moment its table held the model:
 - files: data and delete files per partition (hour) and their average size, from `<table>.files`;
 - reads: a full scan (count + sum) and a point lookup by key in Spark, DuckDB and PyIceberg
   (PyIceberg refuses equality deletes), medians of 3 after a warm-up, in the harness's Spark.
-Both tables are checked against the model (the last message per key, or every message): the run
-fails if either differs. The broker is bench.common.kafka_broker; the harness's own work
-(generation, production, polling, reads) is not counted for either system.
+Every table is checked against the model (the last message per key, or every message): the run
+fails if any differs. The broker is bench.common.kafka_broker; the harness's own work
+(generation, production, polling, reads) is not counted for any system.
 """
 
 from __future__ import annotations
@@ -67,13 +72,30 @@ from bench.peers.flink.peer import (
     FlinkSinkSpec,
     create_iceberg_table,
 )
+from bench.peers.kafka_connect.peer import (
+    ICEBERG_KAFKA_CONNECT_VERSION,
+    KafkaConnectSink,
+    KafkaConnectSinkSpec,
+    create_sink_table,
+)
 from bench.peers.processes import TreeMeter, stop_group
 from bench.peers.workloads import Workload, ads, appends, debezium
+from tests.kafka_jars import KAFKA_VERSION
 
 PARTITIONS = 4
 TRIGGER_SECONDS = 5.0  # icetide's default trigger.interval (icetide/config/runner.py)
 POLL_SECONDS = 3.0
-SYSTEMS = ("icetide", "flink")
+# Each peer's short name (ratio columns) and its column's heading.
+PEERS = {
+    "flink": ("Flink", f"Flink {FLINK_VERSION} sink"),
+    "kafka_connect": ("Kafka Connect", f"Kafka Connect sink {ICEBERG_KAFKA_CONNECT_VERSION}"),
+}
+
+
+def systems_for(workload: Workload) -> tuple[str, ...]:
+    """icetide and its peers on `workload`: Iceberg's Kafka Connect sink has no upsert mode, so it
+    runs on appends only."""
+    return ("icetide", "flink") if workload.upsert else ("icetide", "flink", "kafka_connect")
 
 
 @dataclass
@@ -284,7 +306,8 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
     else:
         workload = appends(hours=args.hours, events=args.events, warm_up=args.warm_up)
     print(f"{workload.name}: {len(workload.warm_up):,} warm-up + {len(workload.messages):,} messages", flush=True)
-    runs = {s: SystemRun(s, f"lake.bench.{s}_{workload.name}") for s in SYSTEMS}
+    systems = systems_for(workload)
+    runs = {s: SystemRun(s, f"lake.bench.{s}_{workload.name}") for s in systems}
     create_iceberg_table(
         spark,
         runs["flink"].table,
@@ -293,6 +316,8 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         partition_by=workload.partition_by,
         upsert=workload.upsert,
     )
+    if "kafka_connect" in runs:
+        create_sink_table(spark, runs["kafka_connect"].table, workload.spark_schema, partition_by=workload.partition_by)
     with kafka_broker(work / "broker") as bootstrap:
         from tests.kafka_broker import create_topic
 
@@ -315,48 +340,77 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
             ),
             work,
         )
+        connect = (
+            KafkaConnectSink(
+                KafkaConnectSinkSpec(
+                    bootstrap=bootstrap,
+                    topic=topic,
+                    warehouse=f"file://{warehouse}",
+                    table=runs["kafka_connect"].table.removeprefix("lake."),
+                    commit_interval_seconds=TRIGGER_SECONDS,
+                    tasks=args.flink_parallelism or cores,
+                ),
+                work,
+            )
+            if "kafka_connect" in runs
+            else None
+        )
         icetide_proc = start_icetide(config, work / "icetide.log")
         runs["icetide"].pid = icetide_proc.pid
-        runs["flink"].pid = flink.start()
-        alive = {"icetide": lambda: icetide_proc.poll() is None, "flink": flink.running}
-        meter = TreeMeter({s: runs[s].pid for s in SYSTEMS}).start()
+        alive: dict[str, Any] = {"icetide": lambda: icetide_proc.poll() is None}
+        meter: TreeMeter | None = None
         try:
+            runs["flink"].pid = flink.start()
+            alive["flink"] = flink.running
+            if connect is not None:
+                runs["kafka_connect"].pid = connect.start()  # returns once its tasks run
+                alive["kafka_connect"] = connect.running
+            meter = TreeMeter({s: runs[s].pid for s in systems}).start()
             produce(bootstrap, topic, workload, workload.warm_up, None)
             first = rows_of(dataclasses.replace(workload, messages=[]))  # the warm-up alone
             started = time.monotonic()
             wait_for(spark, workload, runs, expected(workload, first), meter, alive, args.timeout)
-            print(f"warm-up held by both after {time.monotonic() - started:.0f} s", flush=True)
+            print(f"warm-up held by every system after {time.monotonic() - started:.0f} s", flush=True)
             cpu = meter.sample()
-            for s in SYSTEMS:
+            for s in systems:
                 runs[s].cpu_at_start = cpu[s]
             paced_ms = int(time.time() * 1000)
             paced_at = time.monotonic()
             produce(bootstrap, topic, workload, workload.messages, args.rate)
             rows = rows_of(workload)  # after production: the messages carry their produced_at
             wait_for(spark, workload, runs, expected(workload, rows), meter, alive, args.timeout)
-            for s in SYSTEMS:
+            for s in systems:
                 runs[s].seconds = (runs[s].caught_up_at or paced_at) - paced_at
+        except BaseException:
+            for name, peer in (("flink", flink), ("kafka_connect", connect)):
+                if peer is not None:
+                    print(f"{name}'s log ends:\n{peer.tail()}", file=sys.stderr, flush=True)
+            raise
         finally:
-            meter.stop()
+            if meter is not None:
+                meter.stop()
             stop_group(icetide_proc)
             flink.stop()
+            if connect is not None:
+                connect.stop()
         produce_seconds = len(workload.messages) / args.rate if args.rate else 0.0
-    for s in SYSTEMS:
+    for s in systems:
         check_model(spark, workload, runs[s].table, rows)
-    print("both tables equal the model", flush=True)
+    print(f"every table equals the model ({', '.join(systems)})", flush=True)
 
     n = len(workload.messages)
-    per_core = {s: n / max(1e-9, runs[s].cpu_at_end - runs[s].cpu_at_start) for s in SYSTEMS}
-    for s in SYSTEMS:
+    assert meter is not None  # started, or the run raised
+    per_core = {s: n / max(1e-9, runs[s].cpu_at_end - runs[s].cpu_at_start) for s in systems}
+    for s in systems:
         print(
             f"{s}: {runs[s].cpu_at_end - runs[s].cpu_at_start:.1f} CPU s, {per_core[s]:,.0f} rows/s per core, "
             f"held the model after {runs[s].seconds:.1f} s, peak RSS {meter.peak_rss.get(s, 0) / 2**20:,.0f} MiB",
             flush=True,
         )
-    lags = {s: freshness(spark, runs[s].table, paced_ms) for s in SYSTEMS}
-    layout = {s: files(spark, runs[s].table) for s in SYSTEMS}
-    snapshots = {s: commits(spark, runs[s].table, paced_ms) for s in SYSTEMS}
-    for s in SYSTEMS:
+    lags = {s: freshness(spark, runs[s].table, paced_ms) for s in systems}
+    layout = {s: files(spark, runs[s].table) for s in systems}
+    snapshots = {s: commits(spark, runs[s].table, paced_ms) for s in systems}
+    for s in systems:
         print(
             f"{s}: freshness p50 {pick(lags[s], 0.5):.1f} s p99 {pick(lags[s], 0.99):.1f} s; "
             f"{snapshots[s]} commits; {layout[s]}",
@@ -365,7 +419,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
     probe = rows[len(rows) // 2][workload.key_field]
     reads: dict[str, TableReads] = {}
     with duckdb_with_iceberg() as con:
-        for s in SYSTEMS:
+        for s in systems:
             reads[s] = table_reads(
                 spark,
                 runs[s].table,
@@ -382,49 +436,72 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
     def ratio(a: float, b: float) -> str:
         return f"{a / b:.2f}x" if b else "-"
 
-    i, f = "icetide", "flink"
-    measures = [
-        ("rows/s per core (CPU s of the process tree)", *(f"{per_core[s]:,.0f}" for s in SYSTEMS)),
-        ("CPU seconds", *(f"{runs[s].cpu_at_end - runs[s].cpu_at_start:.1f}" for s in SYSTEMS)),
-        ("seconds to hold the model (from paced start)", *(f"{runs[s].seconds:.1f}" for s in SYSTEMS)),
-        ("commits (snapshots) after the warm-up", *(str(snapshots[s]) for s in SYSTEMS)),
-        ("freshness p50 s", *(f"{pick(lags[s], 0.5):.1f}" for s in SYSTEMS)),
-        ("freshness p99 s", *(f"{pick(lags[s], 0.99):.1f}" for s in SYSTEMS)),
-        ("peak memory MiB (process tree RSS)", *(f"{meter.peak_rss.get(s, 0) / 2**20:,.0f}" for s in SYSTEMS)),
-        ("partitions (hours)", *(str(layout[s].partitions) for s in SYSTEMS)),
-        ("data files per partition (mean)", *(f"{layout[s].data_per_partition:.1f}" for s in SYSTEMS)),
-        ("data files per partition (max)", *(str(layout[s].data_max) for s in SYSTEMS)),
-        ("delete files per partition (mean)", *(f"{layout[s].deletes_per_partition:.1f}" for s in SYSTEMS)),
-        ("average data file KiB", *(f"{layout[s].data_kib:.0f}" for s in SYSTEMS)),
-        ("average delete file KiB", *(f"{layout[s].delete_kib:.0f}" for s in SYSTEMS)),
+    peers = systems[1:]
+    measures: list[tuple[str, ...]] = [
+        ("rows/s per core (CPU s of the process tree)", *(f"{per_core[s]:,.0f}" for s in systems)),
+        ("CPU seconds", *(f"{runs[s].cpu_at_end - runs[s].cpu_at_start:.1f}" for s in systems)),
+        ("seconds to hold the model (from paced start)", *(f"{runs[s].seconds:.1f}" for s in systems)),
+        ("commits (snapshots) after the warm-up", *(str(snapshots[s]) for s in systems)),
+        ("freshness p50 s", *(f"{pick(lags[s], 0.5):.1f}" for s in systems)),
+        ("freshness p99 s", *(f"{pick(lags[s], 0.99):.1f}" for s in systems)),
+        ("peak memory MiB (process tree RSS)", *(f"{meter.peak_rss.get(s, 0) / 2**20:,.0f}" for s in systems)),
+        ("partitions (hours)", *(str(layout[s].partitions) for s in systems)),
+        ("data files per partition (mean)", *(f"{layout[s].data_per_partition:.1f}" for s in systems)),
+        ("data files per partition (max)", *(str(layout[s].data_max) for s in systems)),
+        ("delete files per partition (mean)", *(f"{layout[s].deletes_per_partition:.1f}" for s in systems)),
+        ("average data file KiB", *(f"{layout[s].data_kib:.0f}" for s in systems)),
+        ("average delete file KiB", *(f"{layout[s].delete_kib:.0f}" for s in systems)),
     ]
     for kind in ("scan", "lookup"):
         for engine in ("spark", "duckdb", "pyiceberg"):
-            got = {s: getattr(reads[s], kind)[engine] for s in SYSTEMS}
-            measures.append((f"{kind} s, {engine}", got[i].show(), got[f].show()))
+            got = {s: getattr(reads[s], kind)[engine] for s in systems}
+            measures.append((f"{kind} s, {engine}", *(got[s].show() for s in systems)))
+
+    def number(cell: str) -> float:
+        return float(cell.replace(",", "").split()[0])
+
     body_rows = []
-    for name, a, b in measures:
-        try:
-            r = ratio(float(a.replace(",", "").split()[0]), float(b.replace(",", "").split()[0]))
-        except (ValueError, IndexError):
-            r = "-"
-        body_rows.append((name, a, b, r))
-    table = render_table(["measure", "icetide", f"Flink {FLINK_VERSION} sink", "icetide / Flink"], body_rows)
+    for name, mine, *theirs in measures:
+        ratios = []
+        for other in theirs:
+            try:
+                ratios.append(ratio(number(mine), number(other)))
+            except (ValueError, IndexError):
+                ratios.append("-")
+        body_rows.append((name, mine, *theirs, *ratios))
+    table = render_table(
+        ["measure", "icetide", *(PEERS[s][1] for s in peers), *(f"icetide / {PEERS[s][0]}" for s in peers)],
+        body_rows,
+    )
     load = os.getloadavg()
     command = (
         f".venv/bin/python bench/peers/compare.py --workload {workload.name} --hours {args.hours} "
-        + (f"--events-per-batch {args.events_per_batch} " if workload.name != "appends" else f"--events {args.events} ")
+        + (
+            f"--events-per-batch {args.events_per_batch} "
+            if workload.name != "appends"
+            else f"--events {args.events} --warm-up {args.warm_up} "
+        )
         + f"--rate {args.rate:g} --read-cap {args.read_cap:g}"
     )
     return (
         f"Workload `{workload.name}`: {len(workload.warm_up):,} warm-up messages then {n:,} at {args.rate:,.0f}/s "
         f"(about {produce_seconds:.0f} s) into one topic of {PARTITIONS} partitions, {workload.simulated_hours} "
         f"simulated hours, {'upserts by ' + ', '.join(workload.key) if workload.upsert else 'appends'}; "
-        f"{len(rows):,} rows in each table, both equal to the model. icetide: `icetide run` at its defaults "
+        f"{len(rows):,} rows in each table, each equal to the model. icetide: `icetide run` at its defaults "
         f"(trigger 5 s); Flink {FLINK_VERSION} with iceberg-flink-runtime-2.0 {ICEBERG_FLINK_VERSION}, checkpoint "
         f"every {TRIGGER_SECONDS:g} s, parallelism {args.flink_parallelism or cores}, "
-        f"write.distribution-mode=hash{', upsert-enabled' if workload.upsert else ''}. Both ran at once on "
-        f"{cores} cores; load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min), "
+        f"write.distribution-mode=hash{', upsert-enabled' if workload.upsert else ''}"
+        + (
+            f"; Iceberg's Kafka Connect sink {ICEBERG_KAFKA_CONNECT_VERSION} in an Apache Kafka {KAFKA_VERSION} "
+            "Connect worker, "
+            f"iceberg.control.commit.interval-ms={TRIGGER_SECONDS * 1000:.0f}, "
+            f"tasks.max={args.flink_parallelism or cores}, "
+            "the JSON converter without schemas"
+            if connect is not None
+            else ""
+        )
+        + f". All ran at once on {cores} cores; load average at the end "
+        f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min), "
         f"the machine shared with other work. Command: `{command}`.\n\n{table}\n"
     )
 
@@ -437,14 +514,20 @@ def main() -> None:
     p.add_argument("--events", type=int, default=200_000, help="appends: messages after the warm-up")
     p.add_argument("--warm-up", type=int, default=2000, help="appends: warm-up messages")
     p.add_argument("--rate", type=float, default=2000.0, help="messages per second after the warm-up")
-    p.add_argument("--flink-parallelism", type=int, default=0, help="default: the machine's cores")
+    p.add_argument(
+        "--flink-parallelism",
+        type=int,
+        default=0,
+        help="the Flink job's parallelism and the Kafka Connect sink's tasks.max (default: the machine's cores)",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for a table to hold its model")
     p.add_argument("--read-cap", type=float, default=60.0, help="seconds after which a DuckDB read is stopped")
     args = p.parse_args()
-    # a SIGTERM (a timeout) unwinds like an error: both systems' process groups are stopped
+    # a SIGTERM (a timeout) unwinds like an error: every system's processes are stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     body = in_temp_warehouse(lambda wh: run(args.workload, args, wh))
-    report(f"bench/peers/compare.py: icetide beside the Flink Iceberg sink, {args.workload}", body, save=args.record)
+    peers = "the Flink Iceberg sink" + (" and Iceberg's Kafka Connect sink" if args.workload == "appends" else "")
+    report(f"bench/peers/compare.py: icetide beside {peers}, {args.workload}", body, save=args.record)
 
 
 if __name__ == "__main__":

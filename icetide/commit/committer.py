@@ -30,6 +30,7 @@ from icetide.errors import (
     SchemaError,
 )
 from icetide.faults import crash_point, fault_point
+from icetide.spark.py4j_collections import java_iter
 from icetide.table.delete_modes import table_deletes
 from icetide.table.iceberg import (
     iceberg_catalog,
@@ -131,6 +132,23 @@ class Committer:
         """The pipeline's last committed batch, read from fresh table metadata."""
         self.table.refresh()
         return read_pipeline_state(self.table, self.pipeline_id)
+
+    def files_of_batch(self, batch_id: int, *, walk_limit: int = 1_000) -> set[str] | None:
+        """The names (not paths) of the files this pipeline's commit of `batch_id` added, data and
+        delete files; None when no snapshot within `walk_limit` of the current one is that commit
+        (expired, or many commits ago)."""
+        io = self.table.io()
+        snapshot = self.table.currentSnapshot()
+        for _ in range(walk_limit):
+            if snapshot is None:
+                return None
+            summary = snapshot.summary()
+            if summary.get(SUMMARY_PIPELINE) == self.pipeline_id and summary.get(SUMMARY_BATCH) == str(batch_id):
+                added = [*java_iter(snapshot.addedDataFiles(io)), *java_iter(snapshot.addedDeleteFiles(io))]
+                return {str(f.location()).rsplit("/", 1)[-1] for f in added}
+            parent = snapshot.parentId()
+            snapshot = self.table.snapshot(parent) if parent is not None else None
+        return None
 
     def index_seconds(self) -> IndexSeconds:
         """deletes="vectors": the key index's time in the last `commit` call (zero otherwise)."""

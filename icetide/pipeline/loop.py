@@ -164,8 +164,11 @@ class PipelineLoop:
                 continue  # a backlog: the next batch is written while this one commits
             if once and (not done or not steps.last_plan_full()):
                 break  # a batch smaller than the limit drained what was there when it was planned
-            if once or (done and done[-1].source_lag > 0):
-                continue  # backlog: next batch right away
+            if once or (done and steps.last_plan_full()):
+                continue  # a backlog beyond one batch's limit: the next batch right away
+            # Otherwise one batch per interval, from this one's start (Spark's processing-time
+            # trigger, Flink's checkpoint interval): a steady stream commits once an interval,
+            # however few records arrived while this batch ran (docs/runner.md, "Cadence").
             self._stop.wait(max(0.0, self.config.trigger.interval - (time.monotonic() - started)))
         commits.finish()  # stopped with a batch in flight: it commits before the run ends
         for metrics in commits.take_finished():

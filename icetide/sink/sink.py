@@ -483,7 +483,10 @@ class UpsertSink:
         return removed
 
     def remove_abandoned_files(self) -> int:
-        """Delete files this pipeline wrote for batches after its last commit (a crashed run's).
+        """Delete files this pipeline wrote for batches after its last commit (a crashed run's),
+        and files of its last committed batch that the commit did not add: the equality-delete
+        files its deletion vectors replaced, left behind by a process that died right after the
+        commit.
 
         Call it when the pipeline (re)starts and before it writes: it assumes no other process
         is writing for the same pipeline id, since files of a batch still in flight look the same.
@@ -491,14 +494,21 @@ class UpsertSink:
         state = self.committer.last_committed()
         last = state.batch_id if state is not None else -1
         pattern = re.compile(re.escape(file_prefix(self.pipeline_id, 0)[: -len("b000000000000-")]) + r"b(\d{12})-")
+        committed = self.committer.files_of_batch(last) if last >= 0 else None
 
         def abandoned(name: str) -> bool:
             match = pattern.match(name)
-            return bool(match) and int(match.group(1)) > last  # type: ignore[union-attr]
+            if not match:
+                return False
+            batch = int(match.group(1))
+            return batch > last or (batch == last and committed is not None and name not in committed)
 
         removed = remove_files(data_location(self.committer.table), abandoned)
         if removed:
             log.info(
-                "deleted %d file(s) of uncommitted batches after %s of pipeline %s", removed, last, self.pipeline_id
+                "deleted %d file(s) of pipeline %s that no commit holds (of batches after %s, or replaced in it)",
+                removed,
+                self.pipeline_id,
+                last,
             )
         return removed
