@@ -161,6 +161,10 @@ class SchemaRegistryServer:
         handler.send_response(status)
         handler.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
         handler.send_header("Content-Length", str(len(data)))
+        # Said, not only implied by HTTP/1.0: Java's HttpClient (Apicurio's converter) pools a
+        # connection whose response has no `Connection: close`, and its next request on the
+        # connection this server closed fails with "header parser received no bytes".
+        handler.send_header("Connection", "close")
         handler.end_headers()
         handler.wfile.write(data)
 
