@@ -19,11 +19,16 @@ dependency:copy-dependencies -DincludeScope=runtime -Dmdep.useRepositoryLayout=t
 naming connect-runtime, connect-json and log4j-slf4j-impl; one pom per connector) and write the
 digests down.
 
-Avro: Confluent's `io.confluent:kafka-connect-avro-converter` is not on Maven Central. Apicurio's
-`io.apicurio:apicurio-registry-utils-converter` (2.6.13.Final) is, but its registry client speaks
-Apicurio's own REST API, not the Confluent API that tests/schema_registry_server.py (and
-icetide's `schema_registry:` client) speak, so no Avro converter runs in these tests
-(docs/how-to/debezium-sync.md says so).
+`APICURIO_CONVERTER`: Avro through a Schema Registry. Confluent's
+`io.confluent:kafka-connect-avro-converter` is not on Maven Central; Apicurio's
+`io.apicurio:apicurio-registry-utils-converter` is (2.6.13.Final, the newest 2.x: its client
+speaks Apicurio's v2 API, which tests/schema_registry_server.py serves beside Confluent's). Its
+Avro serializer and registry client with their own dependencies, less the worker's jars (Kafka's
+API, clients and JSON converter, SLF4J, the compression codecs) and less the JSON Schema serde
+its `ExtJsonConverter` needs (not used). Its jars name no Connect plugin in a ServiceLoader
+manifest, which the worker's `plugin.discovery=service_load` needs, so `PLUGIN_SERVICES` lists the
+converter and tests/kafka_connect.py writes the manifest into the plugin's folder, as Kafka's
+`connect-plugin-path sync-manifests` would.
 """
 
 from __future__ import annotations
@@ -522,10 +527,102 @@ MARIADB_CONNECTOR: tuple[Artifact, ...] = (
     ),
 )
 
-# Each connector's plugin folder name and jars.
+APICURIO_CONVERTER: tuple[Artifact, ...] = (
+    Artifact(
+        "com.fasterxml.jackson.core",
+        "jackson-annotations",
+        "2.16.2",
+        "d1cdd269ebaa753d1842933194e17d61958f058952d63e03dbfb3d1d78a6926e",
+    ),
+    Artifact(
+        "com.fasterxml.jackson.core",
+        "jackson-core",
+        "2.17.2",
+        "721a189241dab0525d9e858e5cb604d3ecc0ede081e2de77d6f34fa5779a5b46",
+    ),
+    Artifact(
+        "com.fasterxml.jackson.core",
+        "jackson-databind",
+        "2.16.2",
+        "53b6025d98c357068296e4b134242443a248c2c582800879f1c4ea93b54bafa6",
+    ),
+    Artifact(
+        "commons-codec", "commons-codec", "1.17.0", "f700de80ac270d0344fdea7468201d8b9c805e5c648331c3619f2ee067ccfc59"
+    ),
+    Artifact("commons-io", "commons-io", "2.16.1", "f41f7baacd716896447ace9758621f62c1c6b0a91d89acee488da26fc477c84f"),
+    Artifact(
+        "io.apicurio",
+        "apicurio-common-rest-client-common",
+        "0.1.18.Final",
+        "7e73da0b5bd1cff35ff24f2172d41b79ef55362dbbd6104c5d5108ffed87dcd7",
+    ),
+    Artifact(
+        "io.apicurio",
+        "apicurio-common-rest-client-jdk",
+        "0.1.18.Final",
+        "ef1feac9226e31722444f608ad5d998e0d0753ed886a6decad19effe23d9b734",
+    ),
+    Artifact(
+        "io.apicurio",
+        "apicurio-registry-client",
+        "2.6.13.Final",
+        "3b06edde267fbf98207fcab297679b25475d62f4b31aa54612eb0e44f1804ad2",
+    ),
+    Artifact(
+        "io.apicurio",
+        "apicurio-registry-common",
+        "2.6.13.Final",
+        "1f08d5cfdf183be38f53df9e4ed72cb11f7923405ba7f2b3043f334fe6c732df",
+    ),
+    Artifact(
+        "io.apicurio",
+        "apicurio-registry-schema-resolver",
+        "2.6.13.Final",
+        "171a974f39df803e0084c962b80b58a2e40645cb08e8297bdbbe34c2ef61a3c1",
+    ),
+    Artifact(
+        "io.apicurio",
+        "apicurio-registry-serde-common",
+        "2.6.13.Final",
+        "5f5e0e834699516be7b39ee6cdefa138a417758bbf66e28950158a7232014e76",
+    ),
+    Artifact(
+        "io.apicurio",
+        "apicurio-registry-serdes-avro-serde",
+        "2.6.13.Final",
+        "71e2a474b6ef82b94d161eed801bc6570a31b324e6872e7c19e09c3b10bc3ad1",
+    ),
+    Artifact(
+        "io.apicurio",
+        "apicurio-registry-utils-converter",
+        "2.6.13.Final",
+        "95392390745e31941e3f8e3565f883a2c31b9fd1d38eb0e22aac7721dd73508a",
+    ),
+    Artifact("org.apache.avro", "avro", "1.12.0", "1f5fbfff9b7427d6832cc3031a3c81413d3e21d9e2551847d9231c28493f9492"),
+    Artifact(
+        "org.apache.commons",
+        "commons-compress",
+        "1.26.2",
+        "9168a03141d8fc7eda21a2360d83cc0412bcbb1d6204d992bd48c2573cb3c6b8",
+    ),
+    Artifact(
+        "org.apache.commons",
+        "commons-lang3",
+        "3.14.0",
+        "7b96bf3ee68949abb5bc465559ac270e0551596fa34523fddf890ec418dde13c",
+    ),
+)
+APICURIO_AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+
+# Each plugin's folder name and jars: the connectors, and the Avro converter.
 CONNECTOR_PLUGINS: dict[str, tuple[Artifact, ...]] = {
     "debezium-connector-postgres": POSTGRES_CONNECTOR,
     "debezium-connector-mariadb": MARIADB_CONNECTOR,
+    "apicurio-registry-converter": APICURIO_CONVERTER,
+}
+# The ServiceLoader manifests a plugin's jars lack: plugin folder -> {service interface: classes}.
+PLUGIN_SERVICES: dict[str, dict[str, tuple[str, ...]]] = {
+    "apicurio-registry-converter": {"org.apache.kafka.connect.storage.Converter": (APICURIO_AVRO_CONVERTER,)},
 }
 
 

@@ -202,7 +202,9 @@ class KafkaBroker(ServerProcess):
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         config = str(self.workdir / "server.properties")
         done = subprocess.run(
-            self._jvm("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", config),
+            # `--cluster-id=ID` in one argument: an id that starts with "-" (1 in 64) is otherwise
+            # taken for an option ("argument --cluster-id/-t: expected one argument").
+            self._jvm("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "--config", config),
             capture_output=True,
             text=True,
             timeout=120,

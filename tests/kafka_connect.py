@@ -15,7 +15,8 @@ Each connector plugin gets its own folder under `plugin.path` (links to the cach
 Debezium's dependencies load in the plugin's class loader, apart from the worker's. (The worker's
 log names Debezium's `CloudEventsConverter` as not loadable: it needs jars of an optional
 dependency the connectors do not use here.) Converters:
-the JSON converter with schemas, for keys and values. The worker's log is `workdir/connect.log`.
+the JSON converter with schemas, for keys and values, unless a connector names its own (Apicurio's
+Avro converter, a plugin folder of its own too). The worker's log is `workdir/connect.log`.
 
 `kafka_connect` (session fixture) gives the running `KafkaConnect`; tests register connectors with
 `create_connector` and remove them with `delete_connector`. The peer harness
@@ -32,13 +33,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.connect_jars import fetch_connector_jars, fetch_worker_jars
+from tests.connect_jars import PLUGIN_SERVICES, fetch_connector_jars, fetch_worker_jars
 from tests.kafka_broker import KafkaBroker, ServerProcess, _die_with_parent, free_port, java, started
 
 START_TIMEOUT_SECONDS = 90.0
@@ -87,7 +89,7 @@ class KafkaConnect(ServerProcess):  # stop(): SIGTERM, so tasks stop and commit 
         return f"http://127.0.0.1:{self.port}"
 
     def _plugin_path(self) -> Path:
-        """One folder per connector plugin, of links to its cached jars."""
+        """One folder per plugin, of links to its cached jars (and the manifests its jars lack)."""
         root = self.workdir / "plugins"
         plugins = fetch_connector_jars() if self.plugins is None else self.plugins
         for plugin, jars in plugins.items():
@@ -97,6 +99,10 @@ class KafkaConnect(ServerProcess):  # stop(): SIGTERM, so tasks stop and commit 
                 link = folder / os.path.basename(jar)
                 if not link.exists():
                     link.symlink_to(jar)
+            if plugin in PLUGIN_SERVICES:
+                with zipfile.ZipFile(folder / "service-manifests.jar", "w") as manifests:
+                    for service, classes in PLUGIN_SERVICES[plugin].items():
+                        manifests.writestr(f"META-INF/services/{service}", "".join(f"{c}\n" for c in classes))
         return root
 
     def _properties(self) -> str:
