@@ -558,32 +558,57 @@ def test_the_lake_equals_postgresql_and_mariadb_through_kafka_connect(
         reader = warehouse_reader(spark, "cdccheck", tmp_path / "wh")
         databases = {pg.name: pg_database, maria.name: maria_database}
         tables = [(w, t, f"cdccheck.{namespace}.{databases[w.name]}_{t}") for w in works for t in w.tables]
-        deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
-        diff = ["not compared yet"]
-        while time.monotonic() < deadline:
-            assert sync.proc is not None and sync.proc.poll() is None, sync.tail()
-            diff = differences(reader, tables)
-            if not diff:
-                break
-            time.sleep(2)
-        assert not diff, (diff[:20], sync.tail())
-        dead = reader.table(f"cdccheck.{namespace}.dead_letter").collect() if _exists(reader, namespace) else []
-        # Only the records that must be dead letters are, each with its reason, once.
-        found = sorted((r["source_position"], r["error"]) for r in dead)
-        expected = sorted((f"pg{tag}.public.edges{at}", why) for at, why in pg.dead_letters.items())
-        assert found == expected, [(r["source_position"], r["error"], str(r["payload"])[:300]) for r in dead[:5]]
+        wait_until_the_lake_equals(reader, tables, sync)
+        assert_dead_letters(reader, f"cdccheck.{namespace}", pg, tag)
         assert sync.starts == 3
         counts = {f"{w.name}.{t}": len(w.rows(t)[1]) for w, t, _ in tables}
         assert all(counts.values()), counts  # nothing compared is empty
         mark("the lake equals the databases")
         print(f"rows {counts}; " + ", ".join(f"{p} {t:.1f}s" for p, t in phases))
     finally:
-        sync.stop()
-        for name in connectors:
-            kafka_connect.delete_connector(name)
-        for work in works:
-            work.conn.close()
-        with_slot_dropped(postgres, pg_database, f"dbz_{tag}")
+        tear_down(sync, kafka_connect, connectors, works, postgres, pg_database, tag)
+
+
+def wait_until_the_lake_equals(reader: Any, tables: list[tuple[Any, str, str]], sync: Sync) -> None:
+    """Compare every lake table with its database table until they are equal (the sync still
+    running), at most DRAIN_TIMEOUT_SECONDS; the differences and the sync's log otherwise."""
+    deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
+    diff = ["not compared yet"]
+    while time.monotonic() < deadline:
+        assert sync.proc is not None and sync.proc.poll() is None, sync.tail()
+        diff = differences(reader, tables)
+        if not diff:
+            return
+        time.sleep(1)
+    raise AssertionError((diff[:20], sync.tail()))
+
+
+def assert_dead_letters(reader: Any, namespace: str, pg: Workload, tag: str) -> None:
+    """Only the records that must be dead letters are (pg's `edges` values no column can hold),
+    each with its reason, once. `namespace`: catalog.namespace of the sync's tables."""
+    names = {t.name for t in reader.catalog.listTables(namespace)}
+    dead = reader.table(f"{namespace}.dead_letter").collect() if "dead_letter" in names else []
+    found = sorted((r["source_position"], r["error"]) for r in dead)
+    expected = sorted((f"pg{tag}.public.edges{at}", why) for at, why in pg.dead_letters.items())
+    assert found == expected, [(r["source_position"], r["error"], str(r["payload"])[:300]) for r in dead[:5]]
+
+
+def tear_down(
+    sync: Sync,
+    kafka_connect: KafkaConnect,
+    connectors: dict[str, Any],
+    works: list[Any],
+    postgres: PostgresServer,
+    pg_database: str,
+    tag: str,
+) -> None:
+    """Stop the sync, remove the connectors, close the workloads' connections, drop the slot."""
+    sync.stop()
+    for name in connectors:
+        kafka_connect.delete_connector(name)
+    for work in works:
+        work.conn.close()
+    with_slot_dropped(postgres, pg_database, f"dbz_{tag}")
 
 
 def pipeline_doc(bootstrap: str, tag: str, warehouse: Path) -> dict[str, Any]:
@@ -607,10 +632,6 @@ def pipeline_doc(bootstrap: str, tag: str, warehouse: Path) -> dict[str, Any]:
         "trigger": {"interval": "1s"},
         "dead_letter": f"lake.cdc{tag}.dead_letter",
     }
-
-
-def _exists(reader: Any, namespace: str) -> bool:
-    return any(t.name == "dead_letter" for t in reader.catalog.listTables(f"cdccheck.{namespace}"))
 
 
 def postgres_connector(postgres: PostgresServer, database: str, prefix: str, tag: str) -> dict[str, str]:

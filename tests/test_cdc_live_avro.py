@@ -35,15 +35,15 @@ from tests.mariadb_server import MariaDbServer
 from tests.postgres_server import PostgresServer
 from tests.schema_registry_server import GLOBAL_ID_BASE, SchemaRegistryServer
 from tests.test_cdc_live import (
-    DRAIN_TIMEOUT_SECONDS,
     MariaDbWorkload,
     Sync,
     Workload,
-    differences,
+    assert_dead_letters,
     mariadb_connector,
     pipeline_doc,
     postgres_connector,
-    with_slot_dropped,
+    tear_down,
+    wait_until_the_lake_equals,
 )
 
 
@@ -193,22 +193,9 @@ def test_the_lake_equals_postgresql_and_mariadb_through_apicurios_avro_converter
         reader = warehouse_reader(spark, "cdcavro", tmp_path / "wh")
         databases = {pg.name: pg_database, maria.name: maria_database}
         tables = [(w, t, f"cdcavro.{namespace}.{databases[w.name]}_{t}") for w in works for t in w.tables]
-        deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
-        diff = ["not compared yet"]
-        while time.monotonic() < deadline:
-            assert sync.proc is not None and sync.proc.poll() is None, sync.tail()
-            diff = differences(reader, tables)
-            if not diff:
-                break
-            time.sleep(1)
-        assert not diff, (diff[:20], sync.tail())
+        wait_until_the_lake_equals(reader, tables, sync)
         mark("the lake equals the databases")
-        # Only the records that must be dead letters are, each with its reason, once.
-        lake_tables = {t.name for t in reader.catalog.listTables(f"cdcavro.{namespace}")}
-        dead = reader.table(f"cdcavro.{namespace}.dead_letter").collect() if "dead_letter" in lake_tables else []
-        found = sorted((r["source_position"], r["error"]) for r in dead)
-        expected = sorted((f"pg{tag}.public.edges{at}", why) for at, why in pg.dead_letters.items())
-        assert found == expected, [(r["source_position"], r["error"], str(r["payload"])[:300]) for r in dead[:5]]
+        assert_dead_letters(reader, f"cdcavro.{namespace}", pg, tag)
         # Every table's keys and values went through the registry: the converter registered them
         # (Apicurio's API) and icetide read the ids it wrote (Confluent's API).
         subjects = {s for s in schema_registry.subjects if tag in s}
@@ -219,9 +206,4 @@ def test_the_lake_equals_postgresql_and_mariadb_through_apicurios_avro_converter
         assert all(counts.values()), counts
         print(f"rows {counts}; " + ", ".join(f"{p} {t:.1f}s" for p, t in phases))
     finally:
-        sync.stop()
-        for name in connectors:
-            kafka_connect.delete_connector(name)
-        for work in works:
-            work.conn.close()
-        with_slot_dropped(postgres, pg_database, f"dbz_{tag}")
+        tear_down(sync, kafka_connect, connectors, works, postgres, pg_database, tag)

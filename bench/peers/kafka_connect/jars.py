@@ -20,6 +20,7 @@ fetched by icetide's own fetcher (icetide/spark/maven.py: checked against its SH
 
 from __future__ import annotations
 
+from bench.peers.flink.peer import HADOOP_CLIENT
 from icetide.spark.maven import Artifact, fetch
 
 ICEBERG_KAFKA_CONNECT_VERSION = "1.12.0"
@@ -121,18 +122,7 @@ SINK_ARTIFACTS: tuple[Artifact, ...] = (
         "3.12.0",
         "d919d904486c037f8d193412da0c92e22a9fa24230b9d67a57855c5c31c7e94e",
     ),
-    Artifact(
-        "org.apache.hadoop",
-        "hadoop-client-api",
-        "3.4.1",
-        "a964d4daa054c9615bbafb4553efbb140fa7fb9ac6f358a24393f183a5703438",
-    ),
-    Artifact(
-        "org.apache.hadoop",
-        "hadoop-client-runtime",
-        "3.4.1",
-        "f6a800a159f918670db533606d33560d6c13b7e13f14eda493280ae33b9eeb2f",
-    ),
+    *HADOOP_CLIENT,  # pinned once, beside the Flink peer's
     Artifact(
         "org.apache.httpcomponents.client5",
         "httpclient5",
