@@ -56,7 +56,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, bench_session, parser, render_table, report
-from bench.peers.processes import TreeMeter, stop_group
+from bench.peers.processes import Every, TreeMeter, stop_group
 
 TICK_SECONDS = 0.01
 POLL_SECONDS = 0.1
@@ -293,8 +293,7 @@ class LakePoller:
     folder: Path  # the namespace's folder in the warehouse
     snapshots: dict[str, list[Seen]] = field(default_factory=dict)  # table -> snapshots, in order seen
     _versions: dict[str, str] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _every: Every | None = None
 
     def poll(self) -> None:
         now = time.time()
@@ -326,18 +325,12 @@ class LakePoller:
         return max((s.position.get(topic, {}).get(0, 0) for s in self.snapshots.get(table, [])), default=0)
 
     def start(self) -> LakePoller:
-        def loop() -> None:
-            while not self._stop.wait(POLL_SECONDS):
-                self.poll()
-
-        self._thread = threading.Thread(target=loop, daemon=True)
-        self._thread.start()
+        self._every = Every(POLL_SECONDS, self.poll).start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._every is not None:
+            self._every.stop()
 
 
 def lags(changes: list[Change], poller: LakePoller, table_of: dict[str, str]) -> dict[str, list[float]]:

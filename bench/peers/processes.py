@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,8 +54,7 @@ class TreeMeter:
     every: float = 1.0
     cpu: dict[str, float] = field(default_factory=dict)
     peak_rss: dict[str, int] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _every: Every | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sample(self) -> dict[str, float]:
@@ -70,18 +70,34 @@ class TreeMeter:
             return dict(self.cpu)
 
     def start(self) -> TreeMeter:
-        def loop() -> None:
-            while not self._stop.wait(self.every):
-                self.sample()
+        self._every = Every(self.every, self.sample).start()
+        return self
 
-        self._thread = threading.Thread(target=loop, daemon=True)
+    def stop(self) -> None:
+        if self._every is not None:
+            self._every.stop()
+
+
+class Every:
+    """`tick()` every `seconds` on a daemon thread, from `start` until `stop` (which waits for it)."""
+
+    def __init__(self, seconds: float, tick: Callable[[], object]) -> None:
+        self.seconds = seconds
+        self.tick = tick
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.seconds):
+            self.tick()
+
+    def start(self) -> Every:
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.join()
 
 
 def stop_group(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
