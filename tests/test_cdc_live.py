@@ -26,6 +26,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
 from decimal import Decimal
@@ -493,20 +494,10 @@ def test_the_lake_equals_postgresql_and_mariadb_through_kafka_connect(
 ) -> None:
     """Both databases' connectors feed one database-sync pipeline (one table per source table,
     `lake.<namespace>.<database>_<table>`); every fault hits both streams."""
-    began = time.monotonic()
-    phases: list[tuple[str, float]] = []
-
-    def mark(phase: str) -> None:
-        phases.append((phase, time.monotonic() - began))
-
-    tag = uuid.uuid4().hex[:8]
-    namespace = f"cdc{tag}"
-    pg_database, maria_database = postgres.new_database(), mariadb.new_database()
-    pg = Workload(postgres.connect(pg_database), seed=46)
-    maria = MariaDbWorkload(mariadb.connect(maria_database), seed=47)
-    works = [pg, maria]
-    for work in works:
-        work.setup()
+    run = LiveRun.begin(postgres, mariadb, seed=46)
+    tag, namespace, mark = run.tag, run.namespace, run.mark
+    pg, maria, works = run.pg, run.maria, run.works
+    pg_database, maria_database = run.pg_database, run.maria_database
     connectors = {
         f"pg-{tag}": postgres_connector(postgres, pg_database, f"pg{tag}", tag),
         f"maria-{tag}": mariadb_connector(mariadb, maria_database, f"maria{tag}", kafka_server.bootstrap),
@@ -564,9 +555,51 @@ def test_the_lake_equals_postgresql_and_mariadb_through_kafka_connect(
         counts = {f"{w.name}.{t}": len(w.rows(t)[1]) for w, t, _ in tables}
         assert all(counts.values()), counts  # nothing compared is empty
         mark("the lake equals the databases")
-        print(f"rows {counts}; " + ", ".join(f"{p} {t:.1f}s" for p, t in phases))
+        print(f"rows {counts}; {run.timeline()}")
     finally:
         tear_down(sync, kafka_connect, connectors, works, postgres, pg_database, tag)
+
+
+@dataclass
+class LiveRun:
+    """One live test's databases (a fresh one on each server, its tables created by its workload),
+    its tag (names of connectors, topics, slot and lake namespace) and the time of each phase."""
+
+    tag: str
+    pg_database: str
+    maria_database: str
+    pg: Workload
+    maria: MariaDbWorkload
+    began: float = field(default_factory=time.monotonic)
+    phases: list[tuple[str, float]] = field(default_factory=list)
+
+    @classmethod
+    def begin(cls, postgres: PostgresServer, mariadb: MariaDbServer, *, seed: int) -> LiveRun:
+        pg_database, maria_database = postgres.new_database(), mariadb.new_database()
+        run = cls(
+            uuid.uuid4().hex[:8],
+            pg_database,
+            maria_database,
+            Workload(postgres.connect(pg_database), seed=seed),
+            MariaDbWorkload(mariadb.connect(maria_database), seed=seed + 1),
+        )
+        for work in run.works:
+            work.setup()
+        return run
+
+    @property
+    def namespace(self) -> str:
+        return f"cdc{self.tag}"
+
+    @property
+    def works(self) -> list[Any]:
+        return [self.pg, self.maria]
+
+    def mark(self, phase: str) -> None:
+        self.phases.append((phase, time.monotonic() - self.began))
+
+    def timeline(self) -> str:
+        return ", ".join(f"{p} {t:.1f}s" for p, t in self.phases)
 
 
 def wait_until_the_lake_equals(reader: Any, tables: list[tuple[Any, str, str]], sync: Sync) -> None:

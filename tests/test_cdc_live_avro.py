@@ -35,7 +35,7 @@ from tests.mariadb_server import MariaDbServer
 from tests.postgres_server import PostgresServer
 from tests.schema_registry_server import GLOBAL_ID_BASE, SchemaRegistryServer
 from tests.test_cdc_live import (
-    MariaDbWorkload,
+    LiveRun,
     Sync,
     Workload,
     assert_dead_letters,
@@ -147,20 +147,10 @@ def test_the_lake_equals_postgresql_and_mariadb_through_apicurios_avro_converter
     schema_registry: SchemaRegistryServer,
     tmp_path: Path,
 ) -> None:
-    began = time.monotonic()
-    phases: list[tuple[str, float]] = []
-
-    def mark(phase: str) -> None:
-        phases.append((phase, time.monotonic() - began))
-
-    tag = uuid.uuid4().hex[:8]
-    namespace = f"cdc{tag}"
-    pg_database, maria_database = postgres.new_database(), mariadb.new_database()
-    pg = Workload(postgres.connect(pg_database), seed=146)
-    maria = MariaDbWorkload(mariadb.connect(maria_database), seed=147)
-    works = [pg, maria]
-    for work in works:
-        work.setup()
+    run = LiveRun.begin(postgres, mariadb, seed=146)
+    tag, namespace, mark = run.tag, run.namespace, run.mark
+    pg, maria, works = run.pg, run.maria, run.works
+    pg_database, maria_database = run.pg_database, run.maria_database
     avro = apicurio_avro_converters(schema_registry.url)
     connectors = {
         f"pg-{tag}": {**postgres_connector(postgres, pg_database, f"pg{tag}", tag), **avro},
@@ -204,6 +194,6 @@ def test_the_lake_equals_postgresql_and_mariadb_through_apicurios_avro_converter
         assert len(schema_registry.subjects[f"pg{tag}.public.orders-value"].versions) >= 2  # qty widened
         counts = {f"{w.name}.{t}": len(w.rows(t)[1]) for w, t, _ in tables}
         assert all(counts.values()), counts
-        print(f"rows {counts}; " + ", ".join(f"{p} {t:.1f}s" for p, t in phases))
+        print(f"rows {counts}; {run.timeline()}")
     finally:
         tear_down(sync, kafka_connect, connectors, works, postgres, pg_database, tag)
