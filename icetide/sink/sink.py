@@ -494,14 +494,19 @@ class UpsertSink:
         state = self.committer.last_committed()
         last = state.batch_id if state is not None else -1
         pattern = re.compile(re.escape(file_prefix(self.pipeline_id, 0)[: -len("b000000000000-")]) + r"b(\d{12})-")
-        committed = self.committer.files_of_batch(last) if last >= 0 else None
+        committed: list[set[str] | None] = []  # read once, at the first file of batch `last`: a batch
+        # that wrote no file here (its snapshot may be far back, or none) costs no snapshot walk
 
         def abandoned(name: str) -> bool:
             match = pattern.match(name)
             if not match:
                 return False
             batch = int(match.group(1))
-            return batch > last or (batch == last and committed is not None and name not in committed)
+            if batch != last:
+                return batch > last
+            if not committed:
+                committed.append(self.committer.files_of_batch(last))
+            return committed[0] is not None and name not in committed[0]
 
         removed = remove_files(data_location(self.committer.table), abandoned)
         if removed:
