@@ -1,6 +1,6 @@
 """The key index's sorted runs against a plain dict of key -> (file, position), step by step.
 
-Random adds (new files), kills by (file, position) (deletion vectors, with positions the runs do
+Random adds (new files, their rows in file order or shuffled), kills by (file, position) (deletion vectors, with positions the runs do
 not hold), and kills of whole files (compaction), for one BIGINT key (looked up by its exact
 form) and for a (STRING, BIGINT) key (looked up by hash, then checked): after every step every
 probe finds what the dict holds, and the live rows are exactly the dict's.
@@ -44,6 +44,9 @@ def test_runs_equal_the_model_after_every_step(composite: bool, seed: int) -> No
             fresh = [k for k in fresh if k not in model]
             where = where_of(np.full(len(fresh), files, np.int64), np.arange(len(fresh), dtype=np.int64))
             model.update(zip(fresh, where.tolist(), strict=True))
+            if rng.random() < 0.5:  # as Spark returns a table's rows (build), not in file order
+                shuffled = rng.sample(range(len(fresh)), len(fresh))
+                fresh, where = [fresh[i] for i in shuffled], where[shuffled]
             runs.add(_table(fresh, composite), where)
             files += 1
         elif op < 0.85 and model:  # a DV: some rows, and a position no run holds
@@ -62,6 +65,10 @@ def test_runs_equal_the_model_after_every_step(composite: bool, seed: int) -> No
         assert rows == sorted(zip(file_ids.tolist(), positions.tolist(), strict=True))
         assert runs.live_rows() == len(model)
         assert len(runs.runs) <= max(1, len(model)).bit_length() + 2  # merged as they grow
+        for run in runs.runs:  # both orders of every run, however it was made (new rows or a merge)
+            assert np.all(run.forms[1:] >= run.forms[:-1])
+            assert np.array_equal(run.where[run.by_where], run.where_sorted)
+            assert np.all(run.where_sorted[1:] > run.where_sorted[:-1])
 
 
 def test_bigint_keys_come_back_as_they_went_in() -> None:

@@ -15,7 +15,10 @@ binary search.
   probed every row of the index (O(rows) per batch, not flat in the table's size).
 - `add` makes the rows of newly committed data files a run; runs merge when a newer one grows
   to half its elder, so there are about log2(rows / batch) of them and each row is merged
-  about that many times.
+  about that many times. The runs that merge are merged at once, and a merge sorts nothing
+  from scratch: each run is already in both orders, so stable sorts (timsort) merge the
+  stretches in linear time. A compaction that rewrote a 10M-row table is followed in about 2 s
+  instead of 5.5 s (pairwise merges, each sorting `where` again).
 - `kill` marks rows dead (a DV's positions, a removed file's rows); a merge, or a run more
   than half dead, drops them.
 
@@ -55,20 +58,79 @@ def _order_type(n: int) -> type[np.integer]:
 class SortedRun:
     """Rows sorted by key form (`forms`), with their `where` and a second order by `where`."""
 
-    def __init__(self, keys: pa.Table | None, forms: np.ndarray, where: np.ndarray) -> None:
-        order = np.argsort(forms, kind="stable")  # timsort: two sorted runs merge in linear time
-        self.keys = keys.take(pa.array(order)) if keys is not None else None  # None: forms are the keys
-        self.forms = forms[order]
-        self.where = where[order]
-        self.by_where = np.argsort(self.where, kind="stable").astype(_order_type(len(order)))
-        self.where_sorted = self.where[self.by_where]
-        self.live = np.ones(len(order), np.bool_)
+    def __init__(
+        self,
+        keys: pa.Table | None,
+        forms: np.ndarray,
+        where: np.ndarray,
+        by_where: np.ndarray,
+        where_sorted: np.ndarray | None = None,
+    ) -> None:
+        """Rows already in form order; `by_where` orders them by `where` (`where_sorted`, if known)."""
+        self.keys = keys  # None: the forms are the keys
+        self.forms = forms
+        self.where = where
+        self.by_where = by_where.astype(_order_type(len(forms)), copy=False)
+        self.where_sorted = where[self.by_where] if where_sorted is None else where_sorted
+        self.live = np.ones(len(forms), np.bool_)
         self.dead = 0
-        bits = max(len(order).bit_length() - 2, 1)  # 2**bits buckets: 2 to 4 rows each
+        bits = max(len(forms).bit_length() - 2, 1)  # 2**bits buckets: 2 to 4 rows each
         self.shift = np.uint64(64 - bits)
-        counts = np.bincount((self.forms >> self.shift).astype(np.int64), minlength=1 << bits)
-        self.directory = np.zeros((1 << bits) + 1, _order_type(len(order)))
+        counts = np.bincount((forms >> self.shift).astype(np.int64), minlength=1 << bits)
+        self.directory = np.zeros((1 << bits) + 1, _order_type(len(forms)))
         np.cumsum(counts, out=self.directory[1:])
+
+    @classmethod
+    def of(cls, keys: pa.Table | None, forms: np.ndarray, where: np.ndarray) -> SortedRun:
+        """A run of new rows, in any order. New data files' rows come in `where` order; then the
+        order by `where` is the form order's inverse, with no second sort (sorting `where` again
+        was 1.4 s of a 10M-row compaction's catch-up)."""
+        order = np.argsort(forms, kind="stable")
+        if len(where) < 2 or bool(np.all(where[1:] > where[:-1])):
+            by_where = np.empty(len(order), _order_type(len(order)))
+            by_where[order] = np.arange(len(order), dtype=by_where.dtype)
+            where_sorted = where
+        else:
+            by_where, where_sorted = None, None
+        where = where[order]
+        return cls(
+            keys.take(pa.array(order)) if keys is not None else None,
+            forms[order],
+            where,
+            np.argsort(where, kind="stable") if by_where is None else by_where,
+            where_sorted,
+        )
+
+    @classmethod
+    def merged(cls, runs: list[SortedRun]) -> SortedRun:
+        """The live rows of `runs` in one run. Each run is already sorted both ways, so both
+        orders come from stable sorts of a few sorted stretches (timsort merges them in linear
+        time): sorting the merged rows' `where` from scratch took 1.4 s of a 10M-row merge."""
+        parts = [r.live_parts() for r in runs]
+        starts = np.cumsum([0, *(len(p[1]) for p in parts)])
+        forms = np.concatenate([p[1] for p in parts])
+        where = np.concatenate([p[2] for p in parts])
+        order = np.argsort(forms, kind="stable")
+        rank = np.empty(len(order), np.int64)  # each concatenated row's place in the merged run
+        rank[order] = np.arange(len(order))
+        by_where = np.concatenate([start + r.live_where_order() for r, start in zip(runs, starts.tolist(), strict=False)])
+        where_sorted = where[by_where]
+        merge = np.argsort(where_sorted, kind="stable")
+        keys = [p[0] for p in parts if p[0] is not None]
+        return cls(
+            pa.concat_tables(keys).take(pa.array(order)) if keys else None,
+            forms[order],
+            where[order],
+            rank[by_where[merge]],
+            where_sorted[merge],
+        )
+
+    def live_where_order(self) -> np.ndarray:
+        """The live rows' indices among the live rows (as `live_parts` gives them), in `where` order."""
+        if not self.dead:
+            return self.by_where.astype(np.int64)
+        among_live = np.cumsum(self.live, dtype=np.int64) - 1
+        return among_live[self.by_where[self.live[self.by_where]]]
 
     def __len__(self) -> int:
         return len(self.forms)
@@ -146,10 +208,13 @@ class KeyRuns:
         keys = keys.select(self.names)
         if self.key_types is None:
             self.key_types = [c.type for c in keys.columns]
-        self.runs.append(SortedRun(None if self.exact else keys, self.forms(keys), where))
-        while len(self.runs) > 1 and 2 * len(self.runs[-1]) >= len(self.runs[-2]):
-            newer = self.runs.pop()
-            self.runs[-1] = self._merged([self.runs[-1], newer])
+        self.runs.append(SortedRun.of(None if self.exact else keys, self.forms(keys), where))
+        merging, rows = 1, len(self.runs[-1])  # the newest runs that merge, and their rows
+        while merging < len(self.runs) and 2 * rows >= len(self.runs[-merging - 1]):
+            merging += 1
+            rows += len(self.runs[-merging])
+        if merging > 1:  # in one merge, not pairwise: each row is moved once
+            self.runs[-merging:] = [SortedRun.merged(self.runs[-merging:])]
 
     def kill(self, where: np.ndarray) -> None:
         """Mark dead the rows at these `where` values."""
@@ -169,13 +234,8 @@ class KeyRuns:
 
     def _drop_dead(self) -> None:
         """Rewrite a run more than half dead (amortised: its dead rows were each killed once)."""
-        self.runs = [self._merged([r]) if r.dead and 2 * r.dead > len(r) else r for r in self.runs]
+        self.runs = [SortedRun.merged([r]) if r.dead and 2 * r.dead > len(r) else r for r in self.runs]
         self.runs = [r for r in self.runs if len(r)]
-
-    def _merged(self, runs: list[SortedRun]) -> SortedRun:
-        parts = [r.live_parts() for r in runs]
-        keys = None if self.exact else pa.concat_tables([p[0] for p in parts if p[0] is not None])
-        return SortedRun(keys, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
 
     def find(self, keys: pa.Table) -> np.ndarray:
         """The sorted `where` of every live row holding one of `keys` (index form)."""
