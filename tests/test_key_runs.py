@@ -1,9 +1,10 @@
 """The key index's sorted runs against a plain dict of key -> (file, position), step by step.
 
-Random adds (new files, their rows in file order or shuffled), kills by (file, position) (deletion vectors, with positions the runs do
-not hold), and kills of whole files (compaction), for one BIGINT key (looked up by its exact
-form) and for a (STRING, BIGINT) key (looked up by hash, then checked): after every step every
-probe finds what the dict holds, and the live rows are exactly the dict's.
+Random adds (new files, their rows in file order or shuffled), kills by (file, position)
+(deletion vectors, with positions the runs do not hold), and kills of whole files (compaction),
+for one BIGINT key (looked up by its exact form) and for a (STRING, BIGINT) key (looked up by
+hash, then checked): after every step every probe finds what the dict holds, the live rows are
+exactly the dict's, and every run is in both its orders.
 """
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ class SortedRun:
         order = np.argsort(forms, kind="stable")
         rank = np.empty(len(order), np.int64)  # each concatenated row's place in the merged run
         rank[order] = np.arange(len(order))
-        by_where = np.concatenate([start + r.live_where_order() for r, start in zip(runs, starts.tolist(), strict=False)])
+        by_where = np.concatenate([s + r.live_where_order() for r, s in zip(runs, starts.tolist(), strict=False)])
         where_sorted = where[by_where]
         merge = np.argsort(where_sorted, kind="stable")
         keys = [p[0] for p in parts if p[0] is not None]
