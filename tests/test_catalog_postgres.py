@@ -6,13 +6,15 @@ password comes from the environment and never reaches any output. Tables are com
 reference models of the runner and sync tests.
 
 The kill test and the database sync keep their warehouse on the S3 server (tests/s3_server.py:
-S3FileIO for Iceberg, pyarrow for icetide's own files), the kill test's landing files too; the
-commit race keeps a local folder, so both kinds of warehouse stay covered."""
+S3FileIO for Iceberg, pyarrow for icetide's own files), the kill test's landing files too, and
+the kill test checks its deletion vectors and the key index's copy there; the commit race keeps
+a local folder, so both kinds of warehouse stay covered."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +26,9 @@ import yaml
 
 from icetide.errors import ConfigError, DependencyError
 from icetide.spark.jars import jdbc_driver_jar
-from icetide.table.iceberg import load_table
+from icetide.table.delete_modes import DELETES_PROPERTY
+from icetide.table.iceberg import format_version, load_table
+from icetide.write.key_index_copy import COPIES_KEPT, COPY_EVERY_BATCHES, COPY_FOLDER
 from tests.commands import ROOT, catalog_reader, crash_tour, run_cli
 from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_rows, duckdb_with_iceberg
@@ -93,7 +97,10 @@ def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
     The runner is killed right after its second commit; the restart (which takes over the dead
     runner's lease at once) lands the rest while `icetide maintain --every` compacts the table
     from another process. The table equals the model, each bad record is in the dead-letter table
-    once, and `icetide status` shows the pipeline's last batch."""
+    once, and `icetide status` shows the pipeline's last batch. The table is format v3 and the
+    stream's deletes are deletion vectors (Puffin files on S3); the key index's copy is on S3
+    (written through pyarrow, a copy every batch here) and the restart loads it instead of
+    reading the table."""
     monkeypatch.setenv(PASSWORD_ENV, postgres.password)
     monkeypatch.setenv(S3_SECRET_ENV, s3.secret_key)
     bucket = s3.new_bucket()
@@ -104,6 +111,7 @@ def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
     doc["source"]["files"]["path"] = f"s3a://{bucket}/landing"
     doc["catalog"] = in_file(options)
     doc["trigger"] = {"interval": "1s", "max_files": 1}
+    doc["table"]["properties"] = {COPY_EVERY_BATCHES: "1"}  # the key index's copy after every batch
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(doc))
 
@@ -112,7 +120,7 @@ def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
     # The restart holds each batch's files for 3 s before committing them, while one maintenance
     # pass runs in another process.
     restart = subprocess.Popen(
-        [sys.executable, "-m", "icetide.cli", "run", str(path), "--once"],
+        [sys.executable, "-m", "icetide.cli", "-v", "run", str(path), "--once"],  # -v: the key index's log
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -138,6 +146,7 @@ def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
     files = [r[0] for r in reader.sql("SELECT file_path FROM lake.runner.pgrun.files").collect()]
     assert files and all(f.startswith(f"s3://{bucket}/warehouse/runner/pgrun/data/") for f in files), files[:3]
     assert not (tmp_path / "warehouse").exists() and not (ROOT / "s3:").exists() and not (ROOT / bucket).exists()
+    assert_vectors_and_key_index_on_s3(reader, s3, bucket, "lake.runner.pgrun", err)
 
     status = run_cli("status", "--pipeline", str(path), "--json")
     assert status.returncode == 0, status.stderr[-3000:]
@@ -152,6 +161,38 @@ def test_run_exactly_once_through_kill_9_with_maintain_beside_it(
         assert_no_secret(secret, crashed, out + err, status, maintained)
     assert "'spark.sql.catalog.lake.jdbc.password': '***'" in maintained.stderr  # -v logs settings, redacted
     assert "'spark.sql.catalog.lake.s3.secret-access-key': '***'" in maintained.stderr
+
+
+def assert_vectors_and_key_index_on_s3(reader: Any, s3: S3Server, bucket: str, table: str, restart_log: str) -> None:
+    """`table` is format v3 in `deletes: vectors` mode, its deletes are deletion vectors (Puffin,
+    content 1) on S3, the copy of its key index is on S3, and the restart whose `-v` log is
+    `restart_log` loaded that copy before it built any index from the table."""
+    jtable = load_table(reader, table)
+    assert format_version(jtable) == 3
+    assert jtable.properties().get(DELETES_PROPERTY) == "vectors"
+    folder = f"warehouse/{table.split('.', 1)[1].replace('.', '/')}"
+    on_s3 = set(s3.keys(bucket, f"{folder}/"))
+    # Every snapshot is still there (icetide's retention keeps an hour): every delete file the
+    # stream and maintenance committed is listed.
+    deletes = reader.sql(f"SELECT content, file_format, file_path FROM {table}.all_delete_files").collect()
+    assert deletes, "no delete file was committed"
+    assert {(r["content"], r["file_format"]) for r in deletes} == {(1, "PUFFIN")}, deletes[:3]
+    paths = {r["file_path"] for r in deletes}
+    assert all(p.startswith(f"s3://{bucket}/{folder}/data/") for p in paths), sorted(paths)[:3]
+    assert {p.removeprefix(f"s3://{bucket}/") for p in paths} <= on_s3
+
+    # pyarrow's create_dir leaves an empty marker object `folder/`, which no listing takes for a file.
+    copies = sorted(k for k in on_s3 if k.startswith(f"{folder}/metadata/{COPY_FOLDER}/") and not k.endswith("/"))
+    named = [re.fullmatch(rf"{folder}/metadata/{COPY_FOLDER}/key-index-(-?\d+)\.parquet", k) for k in copies]
+    assert copies and all(named) and len(copies) <= COPIES_KEPT, copies  # pruned, no temporary file left
+    snapshots = {r[0] for r in reader.sql(f"SELECT snapshot_id FROM {table}.snapshots").collect()}
+    assert {int(m.group(1)) for m in named if m} <= snapshots, copies
+
+    loaded = re.search(rf"loaded the key index of {re.escape(table)} from its copy at snapshot (-?\d+)", restart_log)
+    assert loaded, restart_log[-3000:]
+    assert int(loaded.group(1)) in snapshots
+    built = restart_log.find(f"built the key index of {table}")  # a compaction beside it may force one later
+    assert built == -1 or built > loaded.start(), restart_log[-3000:]
 
 
 def test_a_database_synced_from_kafka_into_postgres_catalog(

@@ -3,9 +3,11 @@
 Iceberg's JDBC catalog on PostgreSQL with an `s3://` warehouse. Orphan removal on S3 keeps the
 files of a batch whose commit state is unknown and deletes a real orphan; compaction, delete
 folding and expiry on S3; PyIceberg and DuckDB read the table straight from S3, as
-docs/object_stores.md shows. `icetide run` exactly once through SIGKILL with `icetide maintain`
-beside it, `icetide status`, `icetide catalog serve` and the database sync on an S3 warehouse
-are in tests/test_catalog_postgres.py; the S3 settings themselves here, without a server.
+docs/object_stores.md shows. A two-stage pipeline from Kafka (the real broker) on S3, with raw
+retention deleting the raw files from S3 once stage 2 has passed them. `icetide run` exactly
+once through SIGKILL with `icetide maintain` beside it (format v3 deletion vectors and the key
+index's copy on S3), `icetide status`, `icetide catalog serve` and the database sync on an S3
+warehouse are in tests/test_catalog_postgres.py; the S3 settings themselves here, without a server.
 """
 
 from __future__ import annotations
@@ -19,17 +21,22 @@ from typing import Any
 import pytest
 import yaml
 
+import tests.test_two_stage as two_stage
 from icetide.catalog.settings import S3_FILE_IO, catalog_conf
+from icetide.config.pipeline import PipelineConfig
 from icetide.config.secrets import redact
+from icetide.filesystems import ENV_PREFIX as S3_ENV_PREFIX
 from icetide.filesystems import S3Settings, filesystem_for, is_s3, use_s3_settings
 from icetide.maintenance.expire import expire_snapshots
 from icetide.maintenance.maintain import maintain
 from icetide.maintenance.orphans import remove_orphan_files
+from icetide.pipeline.two_stage import TwoStageRunner
 from icetide.spark.jars import needs_aws_bundle
 from icetide.spark.maven import ICEBERG_AWS_BUNDLE
 from icetide.spark.session import spark_conf
-from icetide.table.iceberg import load_table
+from icetide.table.iceberg import format_version, load_table
 from tests.commands import catalog_reader, run_cli
+from tests.kafka_broker import create_topic, produce
 from tests.lake_readers import duckdb_with_iceberg, keyed
 from tests.model import table_rows
 from tests.postgres_server import PostgresServer
@@ -129,6 +136,83 @@ def test_on_s3_orphan_removal_keeps_a_batch_in_flight_and_maintenance_compacts_f
         scanned = duckdb_statement(con, s3, "SELECT * FROM iceberg_scan", **placeholder)
         names = [d[0] for d in scanned.description]
         assert keyed([dict(zip(names, r, strict=True)) for r in scanned.fetchall()], COLUMNS, KEY) == want
+
+
+@pytest.mark.usefixtures("keeps_the_active_session")
+def test_on_s3_a_two_stage_pipeline_from_kafka_merges_every_event_once_and_raw_retention_reclaims_storage(
+    spark: Any, postgres: PostgresServer, s3: S3Server, kafka_broker: str, tmp_path: Path
+) -> None:
+    """A Kafka topic through the raw table (stage 1, a Kafka source into one table) into the merged
+    table (stage 2), both on S3, with `raw.retention`, in this process: the table equals the merge
+    model run after run, bad records land in the dead-letter table on S3, and retention deletes
+    the raw rows, expires the snapshots stage 2 has passed and so deletes their files from S3."""
+    bucket = s3.new_bucket()
+    options = jdbc_options(postgres, f"s3://{bucket}/warehouse", s3)
+    topic = create_topic(kafka_broker)
+
+    def send(files: int, seed: int, first: int = 0) -> tuple[list[dict[str, Any]], int]:
+        good, bad = two_stage.land(tmp_path / "events", files, seed=seed, first=first)
+        lines = [
+            line
+            for n in range(first, first + files)
+            for line in (tmp_path / "events" / f"part-{n:03d}.json").read_text().splitlines()
+        ]
+        produce(kafka_broker, topic, [(0, None, line.encode(), None) for line in lines])
+        return good, bad
+
+    doc = two_stage.pipeline_doc("s3two", tmp_path / "events", tmp_path / "warehouse")
+    del doc["warehouse"]
+    doc["catalog"] = options
+    doc["source"] = {"kafka": {"bootstrap_servers": kafka_broker, "topic": topic, "starting_offsets": "earliest"}}
+    doc["trigger"] = {"interval": "1s", "max_records": 60}
+    doc["state"]["checkpoint"] = str(tmp_path / "chk")  # Spark's checkpoint: a local folder (no S3A jars)
+    doc["raw"] = {"retention": "30d"}  # the events are of 2026-01-01: all past it
+    config = PipelineConfig.from_dict(doc)
+    table, raw, dead = "lake.two.s3two", "lake.two.s3two_raw", "lake.two.s3two_dead_letter"
+    raw_data = "warehouse/two/s3two_raw/data/"
+    session = catalog_reader(spark, "lake", options)
+    # Until a query opens it, a new session's catalog manager answers with the test session's
+    # `lake` (the local warehouse): the runner would create its tables there.
+    session.sql("SHOW NAMESPACES IN lake").collect()
+    try:
+        events, bad = send(3, seed=21)
+        TwoStageRunner(config, session).run(once=True, handle_signals=False)
+        assert table_rows(session, table, two_stage.KEY + two_stage.VALUES, two_stage.KEY) == two_stage.expected(events)
+        assert session.table(raw).count() == len(events)
+        assert session.table(dead).count() == bad > 0
+        for t in (table, raw, dead):
+            files = [r[0] for r in session.sql(f"SELECT file_path FROM {t}.files").collect()]
+            assert files and all(f.startswith(f"s3://{bucket}/warehouse/two/") for f in files), (t, files[:3])
+        first_files = {k for k in s3.keys(bucket, raw_data) if k.endswith(".parquet")}
+        assert first_files
+
+        # Retention deletes the raw rows (all past it) and expires what stage 2 has passed.
+        more, _ = send(2, seed=22, first=3)
+        runner = TwoStageRunner(config, session)
+        result = runner.apply_retention()
+        assert result is not None and result.expired_snapshots > 0 and result.skipped_expiry is None, result
+        assert session.table(raw).count() == 0
+        runner.run(once=True, handle_signals=False)
+        want = two_stage.expected(events + more)
+        assert table_rows(session, table, two_stage.KEY + two_stage.VALUES, two_stage.KEY) == want
+        assert session.table(raw).count() == len(more)  # the first records were not ingested again
+        # Stage 2's table is format v3: the second run's upserts replaced rows with deletion vectors.
+        assert format_version(load_table(session, table)) == 3
+        formats = session.sql(f"SELECT DISTINCT content, file_format FROM {table}.all_delete_files").collect()
+        assert [tuple(r) for r in formats] == [(1, "PUFFIN")], formats
+
+        # Stage 2 has read past the delete: the next pass expires the snapshots that referenced the
+        # first records' files, and S3FileIO deletes them from the bucket.
+        result = TwoStageRunner(config, session).apply_retention()
+        assert result is not None and result.expired_snapshots > 0, result
+        assert not first_files & set(s3.keys(bucket, raw_data))
+        assert session.table(raw).count() == 0
+        assert table_rows(session, table, two_stage.KEY + two_stage.VALUES, two_stage.KEY) == want
+    finally:  # loading the tables installed the server's S3 settings in this process and its workers
+        use_s3_settings(None)
+        environment = spark.sparkContext.environment
+        for name in [n for n in environment if n.startswith(S3_ENV_PREFIX)]:
+            del environment[name]
 
 
 def test_s3_settings_come_from_the_catalog_options_and_reach_other_processes_redacted() -> None:
