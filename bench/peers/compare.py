@@ -335,6 +335,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
                 select=select,
                 upsert=workload.upsert,
                 format="debezium-json" if workload.envelope == "debezium" else "json",
+                checkpoint_dir=f"file://{work / 'flink-checkpoints'}",
                 checkpoint_seconds=TRIGGER_SECONDS,
                 parallelism=args.flink_parallelism or cores,
             ),

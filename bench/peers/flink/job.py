@@ -12,7 +12,8 @@ catalog. The table is created beforehand by the harness (Flink's DDL cannot decl
 hidden partition transforms such as hours(ts), seed 000), with its identifier fields (the primary
 key), `write.distribution-mode=hash` and format v2. With `upsert` the INSERT carries the
 `upsert-enabled` write option: the sink writes an equality delete on the key before every row.
-A checkpoint every `checkpoint_seconds` commits what the writers wrote since the last one.
+A checkpoint every `checkpoint_seconds` commits what the writers wrote since the last one;
+checkpoints are kept in files (`checkpoint_dir`).
 The job runs until the process is stopped (SIGTERM), or, with `end_offsets`, until it has read
 the topic up to those offsets, and then commits a last time and exits (the harness names the
 offsets it produced: the in-memory test broker of the time had a high watermark that lagged what was produced).
@@ -74,6 +75,15 @@ def main(path: str) -> None:
         "parallelism.default": str(spec["parallelism"]),
         "execution.checkpointing.interval": f"{spec['checkpoint_seconds']}s",
         "execution.checkpointing.mode": "EXACTLY_ONCE",
+        # Checkpoints in files, as a deployment keeps them: the JobManager's memory storage
+        # (the default without a folder) refuses any operator state over 5 MB.
+        **({"execution.checkpointing.dir": spec["checkpoint_dir"]} if spec.get("checkpoint_dir") else {}),
+        # A changelog source (debezium-json) into a keyed sink gets a SinkUpsertMaterializer by
+        # default: state holding every row in flight per key, re-ordering what could arrive out of
+        # order. Here each key's changes come in order through one Kafka partition and one writer
+        # (hash distribution by partition, and the key holds the partition's column), so it is
+        # not needed; its state outgrew the default checkpoint storage and stalled the commits.
+        **({"table.exec.sink.upsert-materialize": "NONE"} if spec.get("format") == "debezium-json" else {}),
         "pipeline.name": f"iceberg-sink-{spec['table']}",
     }.items():
         conf.set(key, value)

@@ -91,6 +91,7 @@ class FlinkSinkSpec:
     checkpoint_seconds: float
     parallelism: int
     format: str = "json"  # or debezium-json: Connect's JSON envelope with its schema
+    checkpoint_dir: str = ""  # the checkpoints' folder (file://...): Flink's file-system checkpoint storage
     end_offsets: dict[int, int] | None = None  # read up to these offsets, commit, exit
     group: str = field(default="")
 
