@@ -111,8 +111,11 @@ class SystemRun:
     seconds: float = 0.0
 
 
-def pipeline_file(path: Path, workload: Workload, warehouse: str, bootstrap: str, topic: str, table: str) -> None:
-    """icetide's pipeline file: its defaults, except what names the source and the table."""
+def pipeline_file(
+    path: Path, workload: Workload, warehouse: str, bootstrap: str, topic: str, table: str, maintain_every: str = ""
+) -> None:
+    """icetide's pipeline file: its defaults, except what names the source and the table (and,
+    with `maintain_every`, the maintenance block at its default policy, on a background thread)."""
     config: dict[str, Any] = {
         "pipeline": f"peer-{workload.name}",
         "warehouse": warehouse,
@@ -128,6 +131,8 @@ def pipeline_file(path: Path, workload: Workload, warehouse: str, bootstrap: str
     }
     if workload.order_by:
         config["order_by"] = workload.order_by
+    if maintain_every:
+        config["maintenance"] = {"every": maintain_every}
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
 
 
@@ -323,7 +328,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
 
         topic = create_topic(bootstrap, PARTITIONS, prefix=workload.name)
         config = work / "icetide-pipeline.yaml"
-        pipeline_file(config, workload, warehouse, bootstrap, topic, runs["icetide"].table)
+        pipeline_file(config, workload, warehouse, bootstrap, topic, runs["icetide"].table, args.icetide_maintenance)
         cols, select = workload.flink_source()
         flink = FlinkSink(
             FlinkSinkSpec(
@@ -483,14 +488,20 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
             else f"--events {args.events} --warm-up {args.warm_up} "
         )
         + f"--rate {args.rate:g} --read-cap {args.read_cap:g}"
+        + (f" --icetide-maintenance {args.icetide_maintenance}" if args.icetide_maintenance else "")
+    )
+    maintained = (
+        f", with `maintenance: {{every: {args.icetide_maintenance}}}` at its default policy"
+        if args.icetide_maintenance
+        else ""
     )
     return (
         f"Workload `{workload.name}`: {len(workload.warm_up):,} warm-up messages then {n:,} at {args.rate:,.0f}/s "
         f"(about {produce_seconds:.0f} s) into one topic of {PARTITIONS} partitions, {workload.simulated_hours} "
         f"simulated hours, {'upserts by ' + ', '.join(workload.key) if workload.upsert else 'appends'}; "
         f"{len(rows):,} rows in each table, each equal to the model. icetide: `icetide run` at its defaults "
-        f"(trigger 5 s); Flink {FLINK_VERSION} with iceberg-flink-runtime-2.0 {ICEBERG_FLINK_VERSION}, checkpoint "
-        f"every {TRIGGER_SECONDS:g} s, parallelism {args.flink_parallelism or cores}, "
+        f"(trigger 5 s{maintained}); Flink {FLINK_VERSION} with iceberg-flink-runtime-2.0 {ICEBERG_FLINK_VERSION}, "
+        f"checkpoint every {TRIGGER_SECONDS:g} s, parallelism {args.flink_parallelism or cores}, "
         f"write.distribution-mode=hash{', upsert-enabled' if workload.upsert else ''}"
         + (
             f"; Iceberg's Kafka Connect sink {ICEBERG_KAFKA_CONNECT_VERSION} in an Apache Kafka {KAFKA_VERSION} "
@@ -520,6 +531,12 @@ def main() -> None:
         type=int,
         default=0,
         help="the Flink job's parallelism and the Kafka Connect sink's tasks.max (default: the machine's cores)",
+    )
+    p.add_argument(
+        "--icetide-maintenance",
+        default="",
+        metavar="DURATION",
+        help="give icetide's pipeline `maintenance: {every: DURATION}` (compaction beside the stream); default: none",
     )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for a table to hold its model")
     p.add_argument("--read-cap", type=float, default=60.0, help="seconds after which a DuckDB read is stopped")
