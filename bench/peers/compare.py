@@ -243,16 +243,33 @@ def check_model(spark: Any, workload: Workload, table: str, rows: list[dict[str,
 
 
 def freshness(spark: Any, table: str, since_ms: int) -> list[float]:
-    """Seconds from produced_at to the commit of the snapshot that added the row's data file."""
-    return sorted(
-        float(r[0])
-        for r in spark.sql(
+    """Seconds from produced_at to the commit that made the row visible.
+
+    On a format v3 table that is the first commit of the row's `_last_updated_sequence_number`
+    (row lineage, which compaction keeps); otherwise the commit of the snapshot that added the
+    row's data file, which after a compaction is the compaction's, not the row's."""
+    if _format_version(spark, table) >= 3:
+        query = (
+            "SELECT (unix_millis(q.committed_at) - unix_millis(t.produced_at)) / 1000.0 "
+            f"FROM {table} t JOIN ("
+            f"SELECT e.sequence_number seq, min(s.committed_at) committed_at FROM {table}.all_entries e "
+            f"JOIN {table}.snapshots s ON e.snapshot_id = s.snapshot_id WHERE e.status = 1 GROUP BY 1"
+            ") q ON t._last_updated_sequence_number = q.seq "
+            f"WHERE unix_millis(t.produced_at) >= {since_ms}"
+        )
+    else:
+        query = (
             "SELECT (unix_millis(s.committed_at) - unix_millis(t.produced_at)) / 1000.0 "
             f"FROM {table} t JOIN {table}.entries e ON t._file = e.data_file.file_path "
             f"JOIN {table}.snapshots s ON e.snapshot_id = s.snapshot_id "
             f"WHERE e.status <> 2 AND unix_millis(t.produced_at) >= {since_ms}"
-        ).collect()
-    )
+        )
+    return sorted(float(r[0]) for r in spark.sql(query).collect())
+
+
+def _format_version(spark: Any, table: str) -> int:
+    rows = spark.sql(f"SHOW TBLPROPERTIES {table} ('format-version')").collect()
+    return int(rows[0]["value"]) if rows and str(rows[0]["value"]).isdigit() else 2
 
 
 @dataclass(frozen=True)
