@@ -1,14 +1,16 @@
 """Debezium values that contradict their declared Connect schema inside a struct, array or map, a
-Connect Decimal with digits beyond its declared scale, and a finite number beyond FLOAT's range:
+Connect Decimal with digits beyond its declared scale (a negative one too), text that is no base64
+where bytes are declared, a Decimal into a BINARY column, and a finite number beyond FLOAT's range:
 each one dead letter naming the field (its place inside the value), never a row Spark's reading
 repaired (issue 49; tests/test_bad_input_refused.py has the other kinds).
 
 The messages: Apache Flink's MySQL products stream (tests/data/debezium/
 flink_mysql_products_schema.jsonl, Flink's Debezium JSON test data, its source in
 tests/data/debezium/SOURCES.md) as it is, with mutated copies of its first update interleaved:
-the copy's schema declares five more fields (a struct, an array, a map, a Decimal of scale 2 and
-a float, in the JSON converter's schema layout) and its row carries them, each copy under a key of
-its own. The good copies land as rows, each bad one is one dead letter.
+the copy's schema declares eight more fields (a struct, an array, a map, a Decimal of scale 2, a
+float, bytes, a Decimal of scale -2 and one of scale 0, in the JSON converter's schema layout) and
+its row carries them, each copy under a key of its own. The good copies land as rows, each bad
+one is one dead letter.
 
 Every path decodes with the same converters (decode/debezium/conversions.py): the fast path's
 `TableRows` message by message, the Spark path's tasks (`DebeziumTask`, run here on an Arrow batch
@@ -53,7 +55,7 @@ from icetide.write.collapse import OP_COLUMN
 from tests.debezium_messages import apply_changes, messages
 
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
-# The JSON converter's schemas of the five fields the copies add (connect/json JsonSchema's layout).
+# The JSON converter's schemas of the eight fields the copies add (connect/json JsonSchema's layout).
 EXTRA_FIELDS: list[dict[str, Any]] = [
     {
         "type": "struct",
@@ -81,6 +83,16 @@ EXTRA_FIELDS: list[dict[str, Any]] = [
         "parameters": {"scale": "2", "connect.decimal.precision": "10"},
     },
     {"type": "float", "optional": True, "field": "ratio"},
+    {"type": "bytes", "optional": True, "field": "blob"},  # into a STRING column: its base64 text
+    {
+        "type": "bytes",
+        "optional": True,
+        "field": "lots",
+        "name": _DECIMAL,
+        "version": 1,
+        "parameters": {"scale": "-2"},  # hundreds: a Connect Decimal's scale may be negative
+    },
+    {"type": "bytes", "optional": True, "field": "code", "name": _DECIMAL, "version": 1, "parameters": {"scale": "0"}},
 ]
 TABLE = pa.schema(
     [
@@ -93,6 +105,9 @@ TABLE = pa.schema(
         pa.field("meta", pa.map_(pa.string(), pa.int32())),
         pa.field("price", pa.decimal128(10, 2)),
         pa.field("ratio", pa.float32()),
+        pa.field("blob", pa.string()),
+        pa.field("lots", pa.decimal128(10, 0)),
+        pa.field("code", pa.binary()),  # a decimal is no bytes: only null lands
     ]
 )
 GOOD_EXTRAS: dict[str, Any] = {
@@ -101,6 +116,8 @@ GOOD_EXTRAS: dict[str, Any] = {
     "meta": {"k": 1},
     "price": 1.5,  # decimal.format=NUMERIC
     "ratio": 3.4028235e38,  # the largest FLOAT, as Java writes it
+    "blob": "AQID",
+    "lots": "BQ==",  # 5 hundreds
 }
 DECLARED = "where the message's schema declares"
 # (what a copy changes in GOOD_EXTRAS, its dead letter's error or None for a row)
@@ -118,6 +135,10 @@ KINDS: list[tuple[dict[str, Any], str | None]] = [
     ({"price": "1.005"}, "column price: '1.005' has digits beyond the scale 2 its schema declares"),
     ({"ratio": 3.5e38}, "column ratio: '3.5E38' is out of FLOAT range"),
     ({"ratio": -1e39}, "column ratio: '-1.0E39' is out of FLOAT range"),
+    ({"lots": 700}, None),  # decimal.format=NUMERIC: the number itself, a multiple of 100
+    ({"blob": "no base64!"}, f"column blob: text 'no base64!' {DECLARED} bytes"),
+    ({"lots": 750}, "column lots: '750' has digits beyond the scale -2 its schema declares"),
+    ({"code": "AfQ="}, "column code: 'AfQ=' is not a BINARY"),  # Spark read the digits 500 as base64
 ]
 
 
@@ -161,13 +182,14 @@ def stream() -> tuple[list[bytes], dict[int, str], dict[int, tuple[Any, ...]]]:
 
 
 def _extra_columns(after: dict[str, Any] | None) -> tuple[Any, ...]:
-    """The five columns a good copy's row holds, as the table keeps them (None: a real message's row)."""
+    """The eight columns a good copy's row holds, as the table keeps them (None: a real message's row)."""
     if after is None:
-        return (None,) * 5
+        return (None,) * 8
     price = after["price"]
     exact = Decimal("1234.56") if price == "AeJA" else Decimal(str(price)).quantize(Decimal("0.01"))
     ratio = float("inf") if after["ratio"] == "Infinity" else 3.4028234663852886e38
-    return after["dims"], after["tags"], sorted(after["meta"].items()), exact, ratio
+    lots = Decimal(500) if after["lots"] == "BQ==" else Decimal(after["lots"])
+    return after["dims"], after["tags"], sorted(after["meta"].items()), exact, ratio, after["blob"], lots, None
 
 
 def _table(rows: list[dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
@@ -265,6 +287,12 @@ def test_the_columnar_reading_takes_only_what_the_converter_takes() -> None:
     assert column_of(pa.array(["BM4="]), price, pa.decimal128(10, 2), "price", convert).to_pylist() == [Decimal("1.23")]
     with pytest.raises(NotColumnar):
         column_of(pa.array(["BM4=", "BNI="]), price, pa.decimal128(10, 2), "price", convert)
+    # bytes into a STRING column: base64 text, checked value by value (text that is no base64 refused)
+    blob = C.ConnectField("blob", "bytes")
+    convert = conversions.converter(blob, pa.string(), "blob")
+    assert column_of(pa.array(["AQID", None]), blob, pa.string(), "blob", convert).to_pylist() == ["AQID", None]
+    with pytest.raises(NotColumnar, match="declares bytes"):
+        column_of(pa.array(["AQID", "no base64!"]), blob, pa.string(), "blob", convert)
 
 
 def test_without_a_schema_the_column_type_decides_and_an_object_is_no_text() -> None:
