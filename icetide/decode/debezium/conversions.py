@@ -248,6 +248,8 @@ class Conversions:
                     if kind is dict or kind is list:
                         shape = "object" if kind is dict else "array"
                         raise DeadLetter(unfit_error(name, field_text(v), t, shape=shape))
+                    if kind is Decimal and v.is_finite() and not json_values.double_holds(v):
+                        raise DeadLetter(unfit_error(name, str(v), t, shape="number"))  # as in plain JSON
                     return field_text(v)
 
                 return schemaless_text
