@@ -7,10 +7,10 @@ repaired (issue 49; tests/test_bad_input_refused.py has the other kinds).
 The messages: Apache Flink's MySQL products stream (tests/data/debezium/
 flink_mysql_products_schema.jsonl, Flink's Debezium JSON test data, its source in
 tests/data/debezium/SOURCES.md) as it is, with mutated copies of its first update interleaved:
-the copy's schema declares eight more fields (a struct, an array, a map, a Decimal of scale 2, a
-float, bytes, a Decimal of scale -2 and one of scale 0, in the JSON converter's schema layout) and
-its row carries them, each copy under a key of its own. The good copies land as rows, each bad
-one is one dead letter.
+the copy's schema declares nine more fields (a struct, an array, a map, a Decimal of scale 2, a
+float, bytes, a Decimal of scale -2, one of scale 0 and a map with int32 keys, in the JSON
+converter's schema layout) and its row carries them, each copy under a key of its own. The good
+copies land as rows, each bad one is one dead letter.
 
 Every path decodes with the same converters (decode/debezium/conversions.py): the fast path's
 `TableRows` message by message, the Spark path's tasks (`DebeziumTask`, run here on an Arrow batch
@@ -56,7 +56,7 @@ from icetide.write.collapse import OP_COLUMN
 from tests.debezium_messages import apply_changes, messages
 
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
-# The JSON converter's schemas of the eight fields the copies add (connect/json JsonSchema's layout).
+# The JSON converter's schemas of the nine fields the copies add (connect/json JsonSchema's layout).
 EXTRA_FIELDS: list[dict[str, Any]] = [
     {
         "type": "struct",
@@ -94,6 +94,13 @@ EXTRA_FIELDS: list[dict[str, Any]] = [
         "parameters": {"scale": "-2"},  # hundreds: a Connect Decimal's scale may be negative
     },
     {"type": "bytes", "optional": True, "field": "code", "name": _DECIMAL, "version": 1, "parameters": {"scale": "0"}},
+    {  # keys that are not strings: the JSON converter writes [key, value] pairs
+        "type": "map",
+        "optional": True,
+        "field": "codes",
+        "keys": {"type": "int32", "optional": False},
+        "values": {"type": "string", "optional": True},
+    },
 ]
 TABLE = pa.schema(
     [
@@ -109,6 +116,9 @@ TABLE = pa.schema(
         pa.field("blob", pa.string()),
         pa.field("lots", pa.decimal128(10, 0)),
         pa.field("code", pa.binary()),  # a decimal is no bytes: only null lands
+        # null only: the decoders refuse the JSON converter's [key, value] pairs into a MAP column
+        # (`is not a map<int,string>`); what is checked here is the declared check of each pair
+        pa.field("codes", pa.map_(pa.int32(), pa.string())),
     ]
 )
 GOOD_EXTRAS: dict[str, Any] = {
@@ -140,6 +150,8 @@ KINDS: list[tuple[dict[str, Any], str | None]] = [
     ({"blob": "no base64!"}, f"column blob: text 'no base64!' {DECLARED} bytes"),
     ({"lots": 750}, "column lots: '750' has digits beyond the scale -2 its schema declares"),
     ({"code": "AfQ="}, "column code: 'AfQ=' is not a BINARY"),  # Spark read the digits 500 as base64
+    ({"codes": [[7, "a"], ["x", "b"]]}, f"column codes[1].key: text 'x' {DECLARED} int32"),  # a map's key
+    ({"codes": [[7, 8]]}, f"column codes[0].value: number '8' {DECLARED} string"),
 ]
 
 
@@ -183,14 +195,14 @@ def stream() -> tuple[list[bytes], dict[int, str], dict[int, tuple[Any, ...]]]:
 
 
 def _extra_columns(after: dict[str, Any] | None) -> tuple[Any, ...]:
-    """The eight columns a good copy's row holds, as the table keeps them (None: a real message's row)."""
+    """The nine columns a good copy's row holds, as the table keeps them (None: a real message's row)."""
     if after is None:
-        return (None,) * 8
+        return (None,) * 9
     price = after["price"]
     exact = Decimal("1234.56") if price == "AeJA" else Decimal(str(price)).quantize(Decimal("0.01"))
     ratio = float("inf") if after["ratio"] == "Infinity" else 3.4028234663852886e38
     lots = Decimal(500) if after["lots"] == "BQ==" else Decimal(after["lots"])
-    return after["dims"], after["tags"], sorted(after["meta"].items()), exact, ratio, after["blob"], lots, None
+    return after["dims"], after["tags"], sorted(after["meta"].items()), exact, ratio, after["blob"], lots, None, None
 
 
 def _table(rows: list[dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
