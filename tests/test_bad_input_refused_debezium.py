@@ -1,14 +1,16 @@
 """Debezium values that contradict their declared Connect schema inside a struct, array or map, a
-Connect Decimal with digits beyond its declared scale, and a finite number beyond FLOAT's range:
+Connect Decimal with digits beyond its declared scale (a negative one too), text that is no base64
+where bytes are declared, a Decimal into a BINARY column, and a finite number beyond FLOAT's range:
 each one dead letter naming the field (its place inside the value), never a row Spark's reading
 repaired (issue 49; tests/test_bad_input_refused.py has the other kinds).
 
 The messages: Apache Flink's MySQL products stream (tests/data/debezium/
 flink_mysql_products_schema.jsonl, Flink's Debezium JSON test data, its source in
 tests/data/debezium/SOURCES.md) as it is, with mutated copies of its first update interleaved:
-the copy's schema declares five more fields (a struct, an array, a map, a Decimal of scale 2 and
-a float, in the JSON converter's schema layout) and its row carries them, each copy under a key of
-its own. The good copies land as rows, each bad one is one dead letter.
+the copy's schema declares nine more fields (a struct, an array, a map, a Decimal of scale 2, a
+float, bytes, a Decimal of scale -2, one of scale 0 and a map with int32 keys, in the JSON
+converter's schema layout) and its row carries them, each copy under a key of its own. The good
+copies land as rows, each bad one is one dead letter.
 
 Every path decodes with the same converters (decode/debezium/conversions.py): the fast path's
 `TableRows` message by message, the Spark path's tasks (`DebeziumTask`, run here on an Arrow batch
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -53,7 +56,7 @@ from icetide.write.collapse import OP_COLUMN
 from tests.debezium_messages import apply_changes, messages
 
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
-# The JSON converter's schemas of the five fields the copies add (connect/json JsonSchema's layout).
+# The JSON converter's schemas of the nine fields the copies add (connect/json JsonSchema's layout).
 EXTRA_FIELDS: list[dict[str, Any]] = [
     {
         "type": "struct",
@@ -81,6 +84,23 @@ EXTRA_FIELDS: list[dict[str, Any]] = [
         "parameters": {"scale": "2", "connect.decimal.precision": "10"},
     },
     {"type": "float", "optional": True, "field": "ratio"},
+    {"type": "bytes", "optional": True, "field": "blob"},  # into a STRING column: its base64 text
+    {
+        "type": "bytes",
+        "optional": True,
+        "field": "lots",
+        "name": _DECIMAL,
+        "version": 1,
+        "parameters": {"scale": "-2"},  # hundreds: a Connect Decimal's scale may be negative
+    },
+    {"type": "bytes", "optional": True, "field": "code", "name": _DECIMAL, "version": 1, "parameters": {"scale": "0"}},
+    {  # keys that are not strings: the JSON converter writes [key, value] pairs
+        "type": "map",
+        "optional": True,
+        "field": "codes",
+        "keys": {"type": "int32", "optional": False},
+        "values": {"type": "string", "optional": True},
+    },
 ]
 TABLE = pa.schema(
     [
@@ -93,6 +113,12 @@ TABLE = pa.schema(
         pa.field("meta", pa.map_(pa.string(), pa.int32())),
         pa.field("price", pa.decimal128(10, 2)),
         pa.field("ratio", pa.float32()),
+        pa.field("blob", pa.string()),
+        pa.field("lots", pa.decimal128(10, 0)),
+        pa.field("code", pa.binary()),  # a decimal is no bytes: only null lands
+        # null only: the decoders refuse the JSON converter's [key, value] pairs into a MAP column
+        # (`is not a map<int,string>`); what is checked here is the declared check of each pair
+        pa.field("codes", pa.map_(pa.int32(), pa.string())),
     ]
 )
 GOOD_EXTRAS: dict[str, Any] = {
@@ -101,6 +127,8 @@ GOOD_EXTRAS: dict[str, Any] = {
     "meta": {"k": 1},
     "price": 1.5,  # decimal.format=NUMERIC
     "ratio": 3.4028235e38,  # the largest FLOAT, as Java writes it
+    "blob": "AQID",
+    "lots": "BQ==",  # 5 hundreds
 }
 DECLARED = "where the message's schema declares"
 # (what a copy changes in GOOD_EXTRAS, its dead letter's error or None for a row)
@@ -118,6 +146,12 @@ KINDS: list[tuple[dict[str, Any], str | None]] = [
     ({"price": "1.005"}, "column price: '1.005' has digits beyond the scale 2 its schema declares"),
     ({"ratio": 3.5e38}, "column ratio: '3.5E38' is out of FLOAT range"),
     ({"ratio": -1e39}, "column ratio: '-1.0E39' is out of FLOAT range"),
+    ({"lots": 700}, None),  # decimal.format=NUMERIC: the number itself, a multiple of 100
+    ({"blob": "no base64!"}, f"column blob: text 'no base64!' {DECLARED} bytes"),
+    ({"lots": 750}, "column lots: '750' has digits beyond the scale -2 its schema declares"),
+    ({"code": "AfQ="}, "column code: 'AfQ=' is not a BINARY"),  # Spark read the digits 500 as base64
+    ({"codes": [[7, "a"], ["x", "b"]]}, f"column codes[1].key: text 'x' {DECLARED} int32"),  # a map's key
+    ({"codes": [[7, 8]]}, f"column codes[0].value: number '8' {DECLARED} string"),
 ]
 
 
@@ -161,13 +195,14 @@ def stream() -> tuple[list[bytes], dict[int, str], dict[int, tuple[Any, ...]]]:
 
 
 def _extra_columns(after: dict[str, Any] | None) -> tuple[Any, ...]:
-    """The five columns a good copy's row holds, as the table keeps them (None: a real message's row)."""
+    """The nine columns a good copy's row holds, as the table keeps them (None: a real message's row)."""
     if after is None:
-        return (None,) * 5
+        return (None,) * 9
     price = after["price"]
     exact = Decimal("1234.56") if price == "AeJA" else Decimal(str(price)).quantize(Decimal("0.01"))
     ratio = float("inf") if after["ratio"] == "Infinity" else 3.4028234663852886e38
-    return after["dims"], after["tags"], sorted(after["meta"].items()), exact, ratio
+    lots = Decimal(500) if after["lots"] == "BQ==" else Decimal(after["lots"])
+    return after["dims"], after["tags"], sorted(after["meta"].items()), exact, ratio, after["blob"], lots, None, None
 
 
 def _table(rows: list[dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
@@ -265,6 +300,12 @@ def test_the_columnar_reading_takes_only_what_the_converter_takes() -> None:
     assert column_of(pa.array(["BM4="]), price, pa.decimal128(10, 2), "price", convert).to_pylist() == [Decimal("1.23")]
     with pytest.raises(NotColumnar):
         column_of(pa.array(["BM4=", "BNI="]), price, pa.decimal128(10, 2), "price", convert)
+    # bytes into a STRING column: base64 text, checked value by value (text that is no base64 refused)
+    blob = C.ConnectField("blob", "bytes")
+    convert = conversions.converter(blob, pa.string(), "blob")
+    assert column_of(pa.array(["AQID", None]), blob, pa.string(), "blob", convert).to_pylist() == ["AQID", None]
+    with pytest.raises(NotColumnar, match="declares bytes"):
+        column_of(pa.array(["AQID", "no base64!"]), blob, pa.string(), "blob", convert)
 
 
 def test_without_a_schema_the_column_type_decides_and_an_object_is_no_text() -> None:
@@ -280,6 +321,15 @@ def test_without_a_schema_the_column_type_decides_and_an_object_is_no_text() -> 
         ({"description": ["a"]}, "column description: array '[\"a\"]' is not a STRING"),
         ({"tags": ["a", {"b": 1}]}, "column tags[1]: object '{\"b\":1}' is not a STRING"),
         ({"dims": {"w": "x"}}, "column dims.w: 'x' is not an INT"),
+        # numbers as sent (written in place of the text "=..."): a STRING takes a double's text only
+        # where that text is the number sent (issue 49, as in plain JSON)
+        ({"description": "=2.50"}, None),
+        ({"description": "=1e400"}, "column description: number '1E+400' is beyond a double: not a STRING"),
+        (
+            {"description": "=0.1000000000000000055511151231257827"},
+            "column description: number '0.1000000000000000055511151231257827' has digits a double does not hold:"
+            " not a STRING",
+        ),
     ]
     reader = EnvelopeReader(PayloadLimits())
     rows = TableRows(TABLE, ["id"], "upsert", Conversions())
@@ -287,9 +337,12 @@ def test_without_a_schema_the_column_type_decides_and_an_object_is_no_text() -> 
     for offset, (change, _) in enumerate(cases):
         payload = copy.deepcopy(update)
         payload["after"] = {**payload["after"], **change}
-        envelope = reader.read(json.dumps(payload).encode())
+        text = re.sub(r'"=([^"]*)"', r"\1", json.dumps(payload))
+        envelope = reader.read(text.encode())
         assert envelope is not None and envelope.schema is None
         dead += rows.add(envelope, source_order(envelope.source, envelope.ts_ms, offset), evolving=False)
     assert dead == [error for _, error in cases if error is not None]
-    (row,) = [r for r in rows.table().to_pylist() if r["_op"] == "UPSERT"]
-    assert (row["description"], row["tags"]) == ("42", ["a", "1"])
+    assert sorted((r["description"], r["tags"]) for r in rows.table().to_pylist() if r["_op"] == "UPSERT") == [
+        ("2.5", None),
+        ("42", ["a", "1"]),
+    ]

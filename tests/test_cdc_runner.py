@@ -235,10 +235,12 @@ def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
     # holds U+FFFD where they were)
     in_value = stream.change("c", None, {**row, "name": "badXY"}).replace(b'"badXY"', b'"bad\xff\xfe"')
     in_name = stream.change("c", None, row).replace(b'"weight":1.0', b'"wei\xc3ght":1.0')
-    at_value, at_name = in_value.index(b"\xff"), in_name.index(b"\xc3")
+    in_key = stream.change("c", None, {**row, "id": "badID"}).replace(b'"badID"', b'"5\xfd"')  # the key column
+    at_value, at_name, at_key = in_value.index(b"\xff"), in_name.index(b"\xc3"), in_key.index(b"\xfd")
     issue_49 += [
         (in_value, f"payload is not valid UTF-8 at byte {at_value}, in field payload.after.name"),
         (in_name, f"payload is not valid UTF-8 at byte {at_name}, in the name of field payload.after.wei\ufffdght"),
+        (in_key, f"payload is not valid UTF-8 at byte {at_key}, in field payload.after.id"),
     ]
     return [
         (stream.change("c", None, {**row, "weight": "heavy"}), "column weight: 'heavy' is not a DOUBLE"),
@@ -255,9 +257,15 @@ def bad_products(stream: ProductsStream) -> list[tuple[bytes, str]]:
 def test_bad_records_stay_on_the_fast_path_with_the_spark_paths_dead_letters(spark: Any, kafka_broker: str) -> None:
     """Bad records spread over the batches: every batch runs on the fast path, which commits the
     dead letters the Spark path (`fast_path: off`, same topic) commits, payload, error and
-    position alike; the good records land as the model says."""
+    position alike; the good records land as the model says. The first message's Kafka key is not
+    UTF-8 (a field name with byte FF): the table created from the stream takes its key columns
+    from the next message's key, and the message, whose value is good, is its row (the key's
+    bytes are read for nothing else)."""
     records, _ = cdc_stream(seed=13, count=45)
     records = [r for r in records if r[2] is None or json.loads(r[2])["payload"]["op"] != "t"]
+    first_key = records[0][1]
+    assert first_key is not None and first_key.count(b'"field":"id"') == 1
+    records[0] = (0, first_key.replace(b'"field":"id"', b'"field":"i\xffd"'), records[0][2], None)
     bad = bad_products(ProductsStream())
     mixed = list(records)
     for i, (value, _) in enumerate(bad):

@@ -8,9 +8,9 @@ write them. The later files are `ProductsStream` changes in that message's schem
 (updates, a key-moving update, deletes), with a line that is not JSON, two updates whose schema a
 producer changed so that their values contradict it (a struct field holding text where int32 is
 declared, a Decimal of scale 2 sent with three decimals), one whose key column holds text where
-int32 is declared, one with a double beyond FLOAT's range for the FLOAT column `score`, and two
-whose bytes are not UTF-8, in a value and in a field name (issue 49: dead letters naming the
-field, and the byte).
+int32 is declared, one with a double beyond FLOAT's range for the FLOAT column `score`, and three
+whose bytes are not UTF-8, in a value, in a field name and in the key column (issue 49: dead
+letters naming the field, and the byte).
 
 The same folder runs through two pipelines: the fast path (the sync fast path's task reading the
 files, executor/sync_task.py) and the Spark path (`fast_path: off`). Both tables must equal the
@@ -90,7 +90,7 @@ def declared_contradictions(stream: ProductsStream, row: dict[str, Any]) -> list
     might: `description` declared a struct whose int32 part holds text, `weight` a Decimal of scale
     2 sent as a number with three decimals (Spark's reading made a row of each: the struct's JSON
     text, the number rounded); the key as text, a double beyond FLOAT for `score` (Spark's reading:
-    infinity), and bytes that are not UTF-8 in a value and in a field name."""
+    infinity), and bytes that are not UTF-8 in a value, in a field name and in the key column."""
     out = []
     for name, value, declared in (
         ("description", {"x": "a"}, {"type": "struct", "fields": [{"type": "int32", "optional": True, "field": "x"}]}),
@@ -129,6 +129,9 @@ def declared_contradictions(stream: ProductsStream, row: dict[str, Any]) -> list
     text = stream.change("u", row, row).decode()
     head, _, tail = text.rpartition('"weight":')  # after's
     out.append(head + '"wei\udcc3ght":' + tail)
+    # and in the key column's value (\udcfd: byte FD)
+    text = stream.change("u", row, dict(row, id="badID")).decode()
+    out.append(text.replace('"badID"', '"1\udcfd"'))
     return out
 
 
@@ -166,6 +169,9 @@ def _declared_error(line: str) -> str | None:
     """The dead letter's error of a line `declared_contradictions` wrote, else None."""
     if line == NOT_JSON:
         return None
+    if "\udcfd" in line:
+        at = line.encode("utf-8", "surrogateescape").index(b"\xfd")
+        return f"payload is not valid UTF-8 at byte {at}, in field payload.after.id"
     if "\udcff" in line:
         at = line.encode("utf-8", "surrogateescape").index(b"\xff")
         return f"payload is not valid UTF-8 at byte {at}, in field payload.after.name"
@@ -244,11 +250,11 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
     # A line that is not JSON is read as the Spark path's tasks read it (decode/debezium/message.py
     # `final`): the same dead letter, and its batch stays on the fast path; so are the two updates
-    # that contradict their declared schema (the key column's too), the FLOAT overflow and the two
+    # that contradict their declared schema (the key column's too), the FLOAT overflow and the three
     # whose bytes are not UTF-8 (issue 49), each
     # counted in the batch's bad_records.
     paths = [(b.path, b.bad_records) for b in ran["fast"].batches]
-    assert paths == [("debezium_fast", 0), ("debezium_fast", 7)], paths
+    assert paths == [("debezium_fast", 0), ("debezium_fast", 8)], paths
     assert {(b.path, b.fallback) for b in ran["spark"].batches} == {("spark", "fast_path_off")}
     assert [b.records_in for b in ran["fast"].batches] == [b.records_in for b in ran["spark"].batches]
     assert [b.bad_records for b in ran["fast"].batches] == [b.bad_records for b in ran["spark"].batches]
@@ -269,7 +275,7 @@ def test_debezium_files_on_the_fast_path_equal_the_model_and_the_spark_path(spar
         assert table(spark, f"lake.dbzfiles.{name}") == model, name
         assert again[name].batches[0].batch_id == ran[name].batches[-1].batch_id + 1
     paths = [(b.path, b.bad_records) for b in again["fast"].batches]
-    assert paths == [("debezium_fast", 7), ("debezium_fast", 0)], paths
+    assert paths == [("debezium_fast", 8), ("debezium_fast", 0)], paths
     assert [b.bad_records for b in again["fast"].batches] == [b.bad_records for b in again["spark"].batches]
     dead = dead_letters(spark, "lake.dbzfiles.fast_dead_letter")
     assert dead == dead_letters(spark, "lake.dbzfiles.spark_dead_letter")

@@ -43,6 +43,9 @@ ODD_FILES = {
     "odd-latin1.json": (
         b'{"ad_id": "caf\xe9", "event_time": "2026-01-01T01:00:00", "clicks": 4, "seq": 9004}\n'
         b'{"ad_id": "ok", "event_time": "2026-01-01T01:00:00", "clicks": 5, "seq": 9005}\n'
+        # the Latin-1 byte in a value (of a member the table lacks) and in a field name
+        b'{"ad_id": "v", "event_time": "2026-01-01T01:00:00", "clicks": 6, "seq": 9006, "note": "na\xefve"}\n'
+        b'{"ad_id": "n", "event_time": "2026-01-01T01:00:00", "cl\xe9cks": 7, "seq": 9007}\n'
     ),
 }
 
@@ -124,11 +127,17 @@ def test_landing_files_on_the_fast_path_equal_the_model_and_the_spark_path(
         assert sorted(r[3] for r in fast_rows.values() if r[3] > 9000) == [9001, 9002, 9003, 9005]
     fast_dead = dead_letters(spark, f"lake.filesfast.fast_{mode}_dead_letter")
     assert fast_dead == dead_letters(spark, f"lake.filesfast.slow_{mode}_dead_letter")
-    # The Latin-1 line is one dead letter on both paths (U+FFFD in its payload), never a row (issue 49).
-    assert not any(str(key[0]).startswith("caf") for key in fast_rows)
-    latin1 = [r for r in fast_dead if r.source_position.endswith("odd-latin1.json:1")]
-    assert [(r.payload[:15], r.error) for r in latin1] == [
-        ('{"ad_id": "caf\ufffd', "payload is not valid UTF-8 at byte 14, in field ad_id")
+    # Each Latin-1 line (a byte in the key column, in a value, in a field name) is one dead letter
+    # on both paths, its payload with U+FFFD, never a row (issue 49).
+    assert not any(str(key[0]) in ("caf\ufffd", "v", "n") for key in fast_rows)
+    latin1 = [
+        (r.source_position.rpartition("/")[2], r.payload, r.error) for r in fast_dead if "latin1" in r.source_position
+    ]
+    odd = ODD_FILES["odd-latin1.json"].decode("utf-8", "replace").splitlines()
+    assert latin1 == [
+        ("odd-latin1.json:1", odd[0], "payload is not valid UTF-8 at byte 14, in field ad_id"),
+        ("odd-latin1.json:3", odd[2], "payload is not valid UTF-8 at byte 89, in field note"),
+        ("odd-latin1.json:4", odd[3], "payload is not valid UTF-8 at byte 55, in the name of field cl\ufffdcks"),
     ]
     assert {row.source_position.split(":")[0] for row in fast_dead} <= {str(p) for p in landing.iterdir()}
 

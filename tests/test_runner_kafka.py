@@ -193,13 +193,17 @@ def test_a_batch_read_again_after_its_dead_letters_committed_writes_each_once(
 def test_bad_bytes_and_objects_from_kafka_are_dead_letters_on_both_paths(spark: Any, kafka_broker: str) -> None:
     """Issue 49 through a Kafka topic: the decoder cases of tests/test_bad_input_refused.py (written
     there by hand: bytes that are not UTF-8 in a value, in the key column's value and in a field
-    name; an object and an array in a STRING column) as messages, run by the runner on the fast
-    path and on the Spark path. The table equals the model of the good messages, and the dead
-    letters are the bad ones, one by one: position, payload (U+FFFD for bad bytes) and error."""
+    name; an object and an array in a STRING column, an object in the key column) as messages, run
+    by the runner on the fast path and on the Spark path. The table equals the model of the good
+    messages, and the dead letters are the bad ones, one by one: position, payload (U+FFFD for bad
+    bytes) and error. `format: json` reads rows from the value alone (the key column too): a good
+    message whose Kafka message key is not UTF-8 is its row, on both paths."""
     from tests.test_bad_input_refused import JSON_CASES
 
     topic = create_topic(kafka_broker, partitions=1)
-    produce(kafka_broker, topic, [(0, None, payload, None) for payload, _ in JSON_CASES])
+    produce(
+        kafka_broker, topic, [(0, b"k\xff\xfe" if i == 0 else None, p, None) for i, (p, _) in enumerate(JSON_CASES)]
+    )
     good = [json.loads(p) for p, error in JSON_CASES if error is None]
     model = ReferenceModel(["id"], ["id", "note", "n"], None)
     model.apply(1, [{"id": r["id"], "note": r["note"], "n": r.get("n")} for r in good])

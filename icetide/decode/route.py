@@ -6,8 +6,9 @@ value has every character that is not a letter, digit or '_' replaced by '_', so
 always a valid identifier (`dbserver1.inventory.orders` as {topic} gives `dbserver1_inventory_orders`).
 
 The route is one SQL expression per record, computed where the records are read: a tombstone
-gets no route and no error (it carries no change), a record that names no table (not JSON, or
-a source block without a field the template needs) gets an error and goes to the dead-letter table.
+gets no route and no error (it carries no change), a record that names no table (not JSON, a
+source block without a field the template needs, or one whose field holds bytes that are not
+UTF-8) gets an error and goes to the dead-letter table.
 """
 
 from __future__ import annotations
@@ -85,10 +86,17 @@ def with_routes(
     error = F.when(tombstone, F.lit(None)).when(
         not_json, F.lit("not a JSON object: cannot route it to a table (table.name is a template)")
     )
+    # Bytes that are not UTF-8 read as U+FFFD, which the route would turn into "_" (a table named from
+    # them, issue 49): such a record is a dead letter naming the field. Re-encoding the text gives
+    # other bytes exactly when they are not UTF-8.
+    not_utf8 = F.encode(text, "UTF-8") != F.col(value_col)
     for f in source_fields:
         error = error.when(
             block[f].isNull(),
             F.lit(f"source.{f} is missing: cannot route the record to a table (table.name uses {{{f}}})"),
+        ).when(
+            not_utf8 & block[f].contains("\ufffd"),
+            F.lit(f"payload is not valid UTF-8 in source.{f}: cannot route the record to a table"),
         )
     return df.select(
         "*",

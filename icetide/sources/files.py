@@ -336,7 +336,8 @@ class FileSource:
     def read(self, spark: SparkSession, files: list[str], *, schema: StructType | None = None) -> DataFrame:
         """A lazy DataFrame of the records in `files` (paths as returned by `plan`).
 
-        json: one row per non-blank line: `value` (the line's text, invalid UTF-8 replaced),
+        json: one row per non-blank line: `value` (the line's bytes, kept as they are: a line that
+        is not UTF-8 is a dead letter, issue 49),
         `source_file` (the path) and `line` (1-based line number in the file), one Spark
         partition per file, in line order. csv and parquet: Spark's reader with `options` and
         `schema` (if given), typed columns plus `source_file`. Every action reads the files again.

@@ -185,9 +185,15 @@ class Conversions:
 
     def _of_text(self, t: pa.DataType, name: str) -> Callable[[str], Any]:
         """Decimal text into a column of `t` (the former Spark SQL decoder `_to_type`): a DECIMAL without
-        rounding, any other type as text is converted."""
+        rounding, never a BINARY (Spark read the digits as base64), any other type as text is converted."""
         if pa.types.is_decimal128(t):
             return lambda text: decimals.text_decimal(text, t, name)
+        if pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t):
+
+            def no_bytes(text: str) -> Any:  # issue 49: its digits read as base64 were bytes of nothing
+                raise DeadLetter(why=f"column {name}: a decimal is no BINARY")
+
+            return no_bytes
         return self._generic(t, name)
 
     def _schemaless_decimal(self, t: pa.Decimal128Type, name: str) -> Converter:
@@ -242,6 +248,8 @@ class Conversions:
                     if kind is dict or kind is list:
                         shape = "object" if kind is dict else "array"
                         raise DeadLetter(unfit_error(name, field_text(v), t, shape=shape))
+                    if kind is Decimal and v.is_finite() and not json_values.double_holds(v):
+                        raise DeadLetter(unfit_error(name, str(v), t, shape="number"))  # as in plain JSON
                     return field_text(v)
 
                 return schemaless_text

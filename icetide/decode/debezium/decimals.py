@@ -39,6 +39,8 @@ def connect_decimal_text(v: Any, scale: int, name: str) -> str:
     number = decimal_number(v, name)
     if number is None:
         return unscaled_text(base64_unscaled(v, name), scale)
+    if scale < 0 and (shifted := number.scaleb(scale)) != shifted.to_integral_value():
+        raise DeadLetter(f"column {name}: '{field_text(v)}' has digits beyond the scale {scale} its schema declares")
     if not 0 <= scale <= 38:
         return field_text(v)
     return java_decimal_text(decimal_unscaled(number, scale, name), scale)
@@ -96,7 +98,9 @@ def base64_unscaled(v: Any, name: str) -> int:
 
 
 def unscaled_text(unscaled: int, scale: int) -> str:
-    """The decimal text of `_decimal_text` in the former Spark SQL decoder (a negative scale: the digits alone)."""
-    digits = str(abs(unscaled)).rjust(scale + 1, "0") if scale > 0 else str(abs(unscaled))
+    """The decimal text of unscaled / 10**scale, plain, as `_decimal_text` in the former Spark SQL
+    decoder; a negative scale multiplies (issue 49: Spark's text was the digits alone, 5 at scale
+    -2 read as 5, not 500)."""
+    digits = str(abs(unscaled)).rjust(scale + 1, "0") if scale > 0 else str(abs(unscaled)) + "0" * -scale
     sign = "-" if unscaled < 0 else ""
     return sign + (digits[: len(digits) - scale] + "." + digits[len(digits) - scale :] if scale > 0 else digits)

@@ -4,7 +4,7 @@ With `schemas.enable=true` every field of a Debezium message is declared by its 
 logical name, and the JSON converter writes each type in one JSON form: integers as JSON integers
 within their width, float and double as JSON numbers (a non-finite one as the text `NaN`,
 `Infinity` or `-Infinity`, as Jackson writes it), booleans as `true`/`false`, string and bytes
-(base64) as text, a struct as an object, an array as an array, a map as an object (or, with keys
+(base64: other text is no bytes) as text, a struct as an object, an array as an array, a map as an object (or, with keys
 that are not strings, an array of pairs). A Connect Decimal is declared `bytes` but is a number or
 text with `decimal.format=NUMERIC` or `string` (Flink CDC sends numbers too). Avro records reach
 the decoder in the same forms (decode/avro/schema.py), their types fixed by the writer schema.
@@ -33,6 +33,7 @@ from typing import Any
 from icetide.decode import limits as lim
 from icetide.decode.debezium import connect_schema as C
 from icetide.decode.json.scalars import RAW_MESSAGE_CHARS
+from icetide.decode.spark_compat import json_values
 from icetide.decode.spark_compat.connect_text import DeadLetter, field_text
 
 __all__ = ["declared_check"]
@@ -103,6 +104,8 @@ def declared_check(f: C.ConnectField, name: str) -> Callable[[Any], None] | None
     forms = _DECIMAL_FORMS if f.logical == C.DECIMAL else _FORMS.get(f.type)
     if forms is None:
         return None
+    if f.type == "bytes" and f.logical != C.DECIMAL:
+        return _bytes_check(name, declared)
     non_finite = forms is _NUMBERS
 
     def form(v: Any) -> None:
@@ -110,6 +113,17 @@ def declared_check(f: C.ConnectField, name: str) -> Callable[[Any], None] | None
             raise _refused(name, v, declared)
 
     return form
+
+
+def _bytes_check(name: str, declared: str) -> _Check:
+    """`bytes` (a Connect Decimal aside) is base64 text: other text contradicts it, whatever the
+    column (issue 49: a STRING column took any text before; a BINARY column refused it)."""
+
+    def base64_text(v: Any) -> None:
+        if type(v) is not str or json_values.binary_value(v) is None:
+            raise _refused(name, v, declared)
+
+    return base64_text
 
 
 _Check = Callable[[Any], None]

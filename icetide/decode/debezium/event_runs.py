@@ -124,7 +124,13 @@ def column_of(
         return pa.nulls(len(values), t)
     logical = field.logical if field is not None else None
     columnar = None
-    if field is None or logical in (C.DECIMAL, C.VARIABLE_SCALE_DECIMAL) or pa.types.is_decimal(t):
+    # (bytes: base64 text, checked value by value, decode/debezium/declared.py)
+    if (
+        field is None
+        or logical in (C.DECIMAL, C.VARIABLE_SCALE_DECIMAL)
+        or pa.types.is_decimal(t)
+        or field.type == "bytes"
+    ):
         pass
     elif logical in C.TIMESTAMP_UNITS and pa.types.is_timestamp(t):
         columnar = _timestamp(values, C.TIMESTAMP_UNITS[logical])

@@ -320,6 +320,10 @@ def _scalar(e: Any, t: pa.DataType, r: Reading) -> Any:
     if pa.types.is_string(t):
         if isinstance(e, str):
             return e
+        if (
+            isinstance(e, Decimal) and e.is_finite() and not json_values.double_holds(e)
+        ):  # issue 49: not another number's text
+            raise Unfit("", str(e), t, shape="number")
         if isinstance(e, list):  # an _Object is a list too
             if not r.as_text:
                 raise Unfit("", _text(e), t, shape="object" if isinstance(e, _Object) else "array")

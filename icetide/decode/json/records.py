@@ -19,7 +19,10 @@ beyond a double (1e400, whose text as Jackson writes it is the quoted "Infinity"
 text) reads as infinity in FLOAT as in DOUBLE, as Spark reads it, and so does the text Infinity;
 BOOLEAN from true/false or Spark's boolean words;
 STRING from the raw text of any JSON scalar, as Spark keeps it (`json_values.spark_text`: a double
-as Java writes it, 1e7 as "1.0E7", and so in error messages); an object or array in a STRING
+as Java writes it, 1e7 as "1.0E7", and so in error messages), but a number whose double's text
+is another number makes the record bad (issue 49, `json_values.double_holds`: 1e400 was the text
+'"Infinity"', 0.1000000000000000055511151231257827 was "0.1"), in a STRING element or field too
+(the record read again, its numbers as sent, `_SENT_DECODER`); an object or array in a STRING
 column makes the record bad (issue 49: its JSON text is no text the record held), unless the
 decoder is built with `nested_as_text`, which keeps that JSON text, as Spark's reader does, and
 counts each such value (`DecodedBlock.nested_as_text`); TIMESTAMP from integral epoch
@@ -107,6 +110,41 @@ def _checked_float(text: str) -> float:
 
 
 _CHECKED_DECODER = json.JSONDecoder(parse_int=json_values.checked_int, parse_float=_checked_float)
+
+
+class _SentNumber(str):
+    """A JSON number's text as sent (`_SENT_DECODER`), told apart from JSON text."""
+
+
+# Reads a record again, its numbers kept as their text, when a STRING column, or an ARRAY, STRUCT
+# or MAP column, holds a number that is not an integer (rare): that text is what `double_holds`
+# checks (issue 49), not Jackson's text of its double.
+_SENT_DECODER = json.JSONDecoder(parse_int=json_values.checked_int, parse_float=_SentNumber)
+
+
+def _has_double(value: Any) -> bool:
+    """Whether a JSON value (as json.loads reads it) holds a number that is not an integer."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is float:
+            return True
+        if type(v) is dict:
+            stack.extend(v.values())
+        elif type(v) is list:
+            stack.extend(v)
+    return False
+
+
+def _sent_json(v: Any) -> str:
+    """A value of `_SENT_DECODER` as JSON text: numbers as sent, other scalars as Jackson writes them."""
+    if isinstance(v, _SentNumber):
+        return str.__str__(v)
+    if type(v) is dict:
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_sent_json(x)}" for k, x in v.items()) + "}"
+    if type(v) is list:
+        return "[" + ",".join(_sent_json(x) for x in v) + "]"
+    return json.dumps(v, ensure_ascii=False) if isinstance(v, str) else json_values.spark_text(v)
 
 
 class ArrowJsonDecoder:
@@ -342,6 +380,7 @@ class ArrowJsonDecoder:
         kept_as_text: list[str] = []
         deleting = op == DELETE  # a delete's values but its key go unread (a value that does not fit is null)
         reading: nested.Reading | None = None  # of its ARRAY, STRUCT and MAP values, made at the first
+        sent: dict[str, Any] | None = None  # the record with its numbers' text, read at the first need
         for f in self.schema:
             value = obj.get(f.name)
             if value is None:
@@ -352,6 +391,16 @@ class ArrowJsonDecoder:
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
             raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
+            if type(value) is float and pa.types.is_string(f.type) and (not deleting or f.name in self.key):
+                if sent is None:
+                    sent = _SENT_DECODER.raw_decode(stripped)[0]
+                number = sent.get(f.name)
+                if isinstance(number, _SentNumber) and not json_values.double_holds(
+                    number
+                ):  # not a NaN or Infinity literal
+                    typed.append(None)
+                    errors[f.name] = _unfit(f.name, number, f.type, "number")
+                    continue
             if isinstance(value, dict | list) and pa.types.is_string(f.type):
                 if deleting and f.name not in self.key:
                     typed.append(None)
@@ -365,11 +414,16 @@ class ArrowJsonDecoder:
             if json_values.supported(f.type):
                 converted = json_values.value(raw, f.type)
             elif nested.supported(f.type):
+                read = raw  # errors quote `raw`, Jackson's text, as before
+                if type(value) in (dict, list) and _has_double(value):  # its numbers as sent (issue 49)
+                    if sent is None:
+                        sent = _SENT_DECODER.raw_decode(stripped)[0]
+                    read = _sent_json(sent[f.name])
                 if reading is None:
                     reading = nested.Reading(self.time_zone, as_text=self.nested_as_text)
                 kept = reading.kept
                 try:
-                    converted = nested.exact_value(raw, f.type, reading)
+                    converted = nested.exact_value(read, f.type, reading)
                 except nested.Unfit as part:  # a struct field, or JSON where a STRING is
                     typed.append(None)
                     if not deleting or f.name in self.key:

@@ -80,9 +80,13 @@ def type_name(dtype: pa.DataType) -> str:
 
 def unfit_error(column: str, raw: str, t: pa.DataType, shape: str | None = None, beyond: bool = False) -> str:
     """The error of a value that does not fit column (or part of a column) `column` of type `t`:
-    `shape` "object" or "array" for JSON where a STRING is, `beyond` for a finite number beyond
-    FLOAT. One wording for the JSON and the Debezium decoders."""
+    `shape` "object" or "array" for JSON where a STRING is, "number" for a number there that a
+    double does not hold exactly (`json_values.double_holds`), `beyond` for a finite number beyond FLOAT. One
+    wording for the JSON and the Debezium decoders."""
     quoted = raw if len(raw) <= RAW_MESSAGE_CHARS else raw[:RAW_MESSAGE_CHARS] + "..."
+    if shape == "number":  # one a STRING would hold as a double's text, which is another number
+        why = "is beyond a double" if math.isinf(float(raw)) else "has digits a double does not hold"
+        return f"column {column}: number '{quoted}' {why}: not a STRING"
     if shape is not None:
         return f"column {column}: {shape} '{quoted}' is not a STRING"
     shown = type_name(t)

@@ -87,6 +87,17 @@ def spark_text(value: Any) -> str:
     return value if isinstance(value, str) else _jackson(value)
 
 
+def double_holds(number: str | Decimal) -> bool:
+    """Whether a JSON number (its text, or its Decimal) is the number its double's shortest text
+    says: what a STRING column takes of it (Spark's text of a JSON number is its double's, as Java
+    writes it), so that text is the number sent. Issue 49: beyond a double ("1e400" became the
+    text '"Infinity"') or with digits a double does not hold ("0.1000000000000000055511151231257827"
+    became "0.1"), it is refused. Integers are no doubles (their digits are kept)."""
+    exact = Decimal(number)
+    x = float(exact)
+    return math.isfinite(x) and Decimal(repr(x)) == exact
+
+
 def _jackson(value: Any) -> str:
     if value is None:
         return "null"

@@ -277,7 +277,8 @@ def bad_records(
         records = routed(runner, plan, unroutable)
         frames.append(
             records.where(F.col(ROUTE_ERROR_COLUMN).isNotNull()).select(
-                F.col("value").cast("string").alias("payload"),
+                # U+FFFD where the bytes are not UTF-8: Spark's cast keeps them, which no writer takes
+                F.encode(F.col("value").cast("string"), "UTF-8").cast("string").alias("payload"),
                 F.col(ROUTE_ERROR_COLUMN).alias("error"),
                 source_position(POSITION_COLUMNS).alias("source_position"),
             )
