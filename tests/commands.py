@@ -78,6 +78,11 @@ def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:
     other.conf.set(f"{prefix}.type", "hadoop")
     other.conf.set(f"{prefix}.warehouse", str(warehouse))
     other.conf.set(f"{prefix}.cache-enabled", "false")
+    # Spark's CatalogManager opens a catalog with the settings of the thread's active session
+    # (SQLConf.get) and keeps it: opened from py4j outside a query (icetide's runner, load_table),
+    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. A
+    # query makes this session the active one while it runs.
+    other.sql(f"SHOW NAMESPACES IN `{catalog}`").collect()
     return other
 
 
@@ -135,7 +140,8 @@ def crash_tour(
 def catalog_reader(spark: Any, catalog: str, options: dict[str, str]) -> Any:
     """A session of the test's Spark whose catalog `catalog` is the one `options` describe (JDBC,
     REST), uncached. A JDBC catalog keeps its tables under its Spark name, so `catalog` is the
-    name the pipeline uses (its other settings in this session are cleared)."""
+    name the pipeline uses (its other settings in this session are cleared). The catalog is
+    opened before it is returned, so what is written through the session lands in it."""
     other = spark.newSession()
     prefix = f"spark.sql.catalog.{catalog}"
     for key in ("type", "warehouse", "lock-impl", "uri", "catalog-impl"):
@@ -144,4 +150,9 @@ def catalog_reader(spark: Any, catalog: str, options: dict[str, str]) -> Any:
     for key, value in options.items():
         other.conf.set(f"{prefix}.{key}", value)
     other.conf.set(f"{prefix}.cache-enabled", "false")
+    # Spark's CatalogManager opens a catalog with the settings of the thread's active session
+    # (SQLConf.get) and keeps it: opened from py4j outside a query (icetide's runner, load_table),
+    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. A
+    # query makes this session the active one while it runs.
+    other.sql(f"SHOW NAMESPACES IN `{catalog}`").collect()
     return other
