@@ -80,9 +80,19 @@ def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:
     other.conf.set(f"{prefix}.cache-enabled", "false")
     # Spark's CatalogManager opens a catalog with the settings of the thread's active session
     # (SQLConf.get) and keeps it: opened from py4j outside a query (icetide's runner, load_table),
-    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. A
-    # query makes this session the active one while it runs.
-    other.sql(f"SHOW NAMESPACES IN `{catalog}`").collect()
+    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. So
+    # it is opened here with this session active (a query would do it too, but listing namespaces
+    # fails on a file catalog whose warehouse does not exist yet).
+    sessions = other._jvm.org.apache.spark.sql.SparkSession
+    active = sessions.getActiveSession()
+    sessions.setActiveSession(other._jsparkSession)
+    try:
+        other._jsparkSession.sessionState().catalogManager().catalog(catalog)
+    finally:
+        if active.isDefined():
+            sessions.setActiveSession(active.get())
+        else:
+            sessions.clearActiveSession()
     return other
 
 
@@ -152,7 +162,17 @@ def catalog_reader(spark: Any, catalog: str, options: dict[str, str]) -> Any:
     other.conf.set(f"{prefix}.cache-enabled", "false")
     # Spark's CatalogManager opens a catalog with the settings of the thread's active session
     # (SQLConf.get) and keeps it: opened from py4j outside a query (icetide's runner, load_table),
-    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. A
-    # query makes this session the active one while it runs.
-    other.sql(f"SHOW NAMESPACES IN `{catalog}`").collect()
+    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. So
+    # it is opened here with this session active (a query would do it too, but listing namespaces
+    # fails on a file catalog whose warehouse does not exist yet).
+    sessions = other._jvm.org.apache.spark.sql.SparkSession
+    active = sessions.getActiveSession()
+    sessions.setActiveSession(other._jsparkSession)
+    try:
+        other._jsparkSession.sessionState().catalogManager().catalog(catalog)
+    finally:
+        if active.isDefined():
+            sessions.setActiveSession(active.get())
+        else:
+            sessions.clearActiveSession()
     return other
