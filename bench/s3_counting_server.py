@@ -6,7 +6,8 @@ The same server as tests/s3_server.py (`moto.server`'s app on werkzeug), wrapped
 middleware. `GET /__counts` answers the counts so far as JSON and `POST /__counts` resets them.
 Kinds: PUT (PutObject, UploadPart, CopyObject, and the POSTs that start and complete a multipart
 upload: S3 bills them as PUT), GET (GetObject, ranged reads included), HEAD, LIST (a GET of the
-bucket: ListObjectsV2), DELETE (DeleteObject, and DeleteObjects, one request for many keys).
+bucket: ListObjectsV2), DELETE (DeleteObject, and DeleteObjects, one request for many keys). Each
+request is also counted under "KIND object", the object being what its key names (`what`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,27 @@ def kind(method: str, path: str, query: str) -> str:
     return method  # PUT, HEAD, DELETE
 
 
+def what(path: str) -> str:
+    """What the object of a path-style request is, by the names Iceberg and icetide give files."""
+    key = path.strip("/").partition("/")[2]
+    name = key.rsplit("/", 1)[-1]
+    if not key:
+        return "bucket (list, batch delete)"
+    if "/_icetide-key-index/" in key:
+        return "key index copy"
+    if "/metadata/" in key:
+        if name.endswith(".metadata.json"):
+            return "table metadata"
+        if name.endswith(".avro"):
+            return "manifest list" if name.startswith("snap-") else "manifest"
+        return "other metadata"
+    if "-eqdel-" in name:
+        return "equality deletes"
+    if name.endswith(".puffin"):
+        return "deletion vectors"
+    return "data" if "/data/" in key else "other"
+
+
 class Counting:
     """WSGI middleware counting requests by kind."""
 
@@ -49,7 +71,9 @@ class Counting:
             start_response("200 OK", [("Content-Type", "application/json")])
             return [body]
         with self.lock:
-            self.counts[kind(method, path, environ.get("QUERY_STRING", ""))] += 1
+            billed = kind(method, path, environ.get("QUERY_STRING", ""))
+            self.counts[billed] += 1
+            self.counts[f"{billed} {what(path)}"] += 1
         return self.app(environ, start_response)
 
 

@@ -7,10 +7,12 @@ disk, then in each round drains them four times through the runner, each into it
 append and upsert, into a JDBC catalog (SQLite) whose warehouse is a local folder, and into one
 whose warehouse is on an S3 API server (moto's, bench/s3_counting_server.py, its own process on
 127.0.0.1). Both catalogs are in one Spark session, so the pipelines alternate within a round and
-a noisy neighbour hits them alike. Reported: rows/s of wall time, batches, and for S3 the requests
-per batch by kind (PUT, GET, HEAD, LIST, DELETE): what object storage bills. The S3 server runs on
-this machine, so its latency is far below a real store's; the request counts carry over, the
-times do not.
+a noisy neighbour hits them alike. Reported: rows/s of wall time, batches, each table's format
+version and delete mode (today's defaults: v3, upserts with deletion vectors), the machine's load
+average, and for S3 the requests per batch by kind (PUT, GET, HEAD, LIST, DELETE), what object
+storage bills, then by the object they name (data, equality deletes, deletion vectors,
+manifests, table metadata, key index copies). The S3 server runs on this machine, so its latency
+is far below a real store's; the request counts carry over, the times do not.
 """
 
 from __future__ import annotations
@@ -116,6 +118,18 @@ def drain(spark: Any, config: Any) -> tuple[float, int, int]:
     return wall, summary.rows_written, len(summary.batches)
 
 
+def table_kind(spark: Any, table: str, mode: str) -> str:
+    """The table's format version and, for upserts, how it deletes replaced rows: `v3 vectors`."""
+    from icetide.table.delete_modes import DELETES_OF_UNMARKED_TABLES, DELETES_PROPERTY
+    from icetide.table.iceberg import format_version, load_table
+
+    jtable = load_table(spark, table)
+    if mode != "upsert":
+        return f"v{format_version(jtable)}"
+    deletes = jtable.properties().get(DELETES_PROPERTY) or DELETES_OF_UNMARKED_TABLES
+    return f"v{format_version(jtable)} {deletes}"
+
+
 def run(events: int, files: int, max_files: int, rounds: int, work: Path) -> str:
     import icetide
     from icetide.catalog.settings import catalog_conf
@@ -145,6 +159,8 @@ def run(events: int, files: int, max_files: int, rounds: int, work: Path) -> str
         )
         drain(spark, pipeline("warmup", "local", options["local"], folder, "append", files))
         results: dict[tuple[str, str], list[tuple[float, int, dict[str, int]]]] = {}
+        kinds: dict[tuple[str, str], str] = {}
+        loads = [os.getloadavg()[0]]  # other work shares the machine: say how busy it was
         for r in range(rounds):
             for mode in ("append", "upsert"):
                 for catalog in ("local", "s3"):
@@ -155,8 +171,11 @@ def run(events: int, files: int, max_files: int, rounds: int, work: Path) -> str
                     )
                     assert rows == events, f"{name} wrote {rows} rows of {events}"
                     requests = counts(endpoint)
+                    loads.append(os.getloadavg()[0])
                     results.setdefault((mode, catalog), []).append((events / wall, batches, requests))
-                    print(f"round {r + 1} {mode} {catalog}: {events / wall:,.0f} rows/s, {batches} batches, {requests}")
+                    kinds[mode, catalog] = table_kind(spark, f"{catalog}.bench.{name}", mode)
+                    billed = {k: requests[k] for k in KINDS if k in requests}
+                    print(f"round {r + 1} {mode} {catalog}: {events / wall:,.0f} rows/s, {batches} batches, {billed}")
         spark.stop()
     finally:
         server.terminate()
@@ -167,13 +186,25 @@ def run(events: int, files: int, max_files: int, rounds: int, work: Path) -> str
         per_batch = [
             f"{median([r[2].get(k, 0) / max(1, r[1]) for r in runs]):,.1f}" if catalog == "s3" else "-" for k in KINDS
         ]
-        rows.append([mode, catalog, f"{median([r[0] for r in runs]):,.0f}", batches, *per_batch])
-    table = render_table(["mode", "warehouse", "rows/s", "batches", *(f"{k}/batch" for k in KINDS)], rows)
+        rows.append([mode, catalog, kinds[mode, catalog], f"{median([r[0] for r in runs]):,.0f}", batches, *per_batch])
+    table = render_table(["mode", "warehouse", "table", "rows/s", "batches", *(f"{k}/batch" for k in KINDS)], rows)
+    by_object = []
+    for (mode, catalog), runs in results.items():
+        if catalog != "s3":
+            continue
+        objects = sorted({k.partition(" ")[2] for r in runs for k in r[2] if " " in k})
+        for what in objects:
+            per_batch = [median([r[2].get(f"{k} {what}", 0) / max(1, r[1]) for r in runs]) for k in KINDS]
+            by_object.append([mode, what, *(f"{n:,.1f}" if n else "-" for n in per_batch)])
+    objects_table = render_table(["mode", "object", *(f"{k}/batch" for k in KINDS)], by_object)
     return (
         f"`bench/s3_warehouse.py --events {events} --files {files} --max-files {max_files} --rounds {rounds}`: "
         f"{events:,} events of about 200 bytes in {files} local files, {events // files * max_files:,} per batch, "
         f"into a JDBC catalog (SQLite) on a local folder and on moto's S3 server on 127.0.0.1 (requests counted "
-        f"by the server, table creation included).\n\n{table}"
+        f"by the server, table creation included). Load average (1 min) of the machine, shared with other "
+        f"work, from {min(loads):.1f} to {max(loads):.1f} over the drains.\n\n{table}\n\n"
+        f"The S3 requests per batch by the object they name (bench/s3_counting_server.py `what`; table "
+        f"metadata, manifests and the dead-letter table's metadata included):\n\n{objects_table}"
     )
 
 

@@ -78,6 +78,21 @@ def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:
     other.conf.set(f"{prefix}.type", "hadoop")
     other.conf.set(f"{prefix}.warehouse", str(warehouse))
     other.conf.set(f"{prefix}.cache-enabled", "false")
+    # Spark's CatalogManager opens a catalog with the settings of the thread's active session
+    # (SQLConf.get) and keeps it: opened from py4j outside a query (icetide's runner, load_table),
+    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. So
+    # it is opened here with this session active (a query would do it too, but listing namespaces
+    # fails on a file catalog whose warehouse does not exist yet).
+    sessions = other._jvm.org.apache.spark.sql.SparkSession
+    active = sessions.getActiveSession()
+    sessions.setActiveSession(other._jsparkSession)
+    try:
+        other._jsparkSession.sessionState().catalogManager().catalog(catalog)
+    finally:
+        if active.isDefined():
+            sessions.setActiveSession(active.get())
+        else:
+            sessions.clearActiveSession()
     return other
 
 
@@ -135,7 +150,8 @@ def crash_tour(
 def catalog_reader(spark: Any, catalog: str, options: dict[str, str]) -> Any:
     """A session of the test's Spark whose catalog `catalog` is the one `options` describe (JDBC,
     REST), uncached. A JDBC catalog keeps its tables under its Spark name, so `catalog` is the
-    name the pipeline uses (its other settings in this session are cleared)."""
+    name the pipeline uses (its other settings in this session are cleared). The catalog is
+    opened before it is returned, so what is written through the session lands in it."""
     other = spark.newSession()
     prefix = f"spark.sql.catalog.{catalog}"
     for key in ("type", "warehouse", "lock-impl", "uri", "catalog-impl"):
@@ -144,4 +160,19 @@ def catalog_reader(spark: Any, catalog: str, options: dict[str, str]) -> Any:
     for key, value in options.items():
         other.conf.set(f"{prefix}.{key}", value)
     other.conf.set(f"{prefix}.cache-enabled", "false")
+    # Spark's CatalogManager opens a catalog with the settings of the thread's active session
+    # (SQLConf.get) and keeps it: opened from py4j outside a query (icetide's runner, load_table),
+    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. So
+    # it is opened here with this session active (a query would do it too, but listing namespaces
+    # fails on a file catalog whose warehouse does not exist yet).
+    sessions = other._jvm.org.apache.spark.sql.SparkSession
+    active = sessions.getActiveSession()
+    sessions.setActiveSession(other._jsparkSession)
+    try:
+        other._jsparkSession.sessionState().catalogManager().catalog(catalog)
+    finally:
+        if active.isDefined():
+            sessions.setActiveSession(active.get())
+        else:
+            sessions.clearActiveSession()
     return other

@@ -1,13 +1,14 @@
 """Warehouses on S3, against a real S3 API server in its own process (tests/s3_server.py).
 
 Iceberg's JDBC catalog on PostgreSQL with an `s3://` warehouse. Orphan removal on S3 keeps the
-files of a batch whose commit state is unknown and deletes a real orphan; compaction, delete
-folding and expiry on S3; PyIceberg and DuckDB read the table straight from S3, as
-docs/object_stores.md shows. A two-stage pipeline from Kafka (the real broker) on S3, with raw
-retention deleting the raw files from S3 once stage 2 has passed them. `icetide run` exactly
-once through SIGKILL with `icetide maintain` beside it (format v3 deletion vectors and the key
-index's copy on S3), `icetide status`, `icetide catalog serve` and the database sync on an S3
-warehouse are in tests/test_catalog_postgres.py; the S3 settings themselves here, without a server.
+files of a batch whose commit state is unknown and deletes a real orphan; compaction, the
+folding of equality deletes (a `deletes: equality` table) and expiry on S3; PyIceberg and DuckDB
+read the table straight from S3, as docs/object_stores.md shows. A two-stage pipeline from Kafka
+(the real broker) on S3, with raw retention deleting the raw files from S3 once stage 2 has
+passed them. `icetide run` exactly once through SIGKILL with `icetide maintain` beside it
+(format v3 deletion vectors and the key index's copy on S3), `icetide status`, `icetide catalog
+serve` and the database sync on an S3 warehouse are in tests/test_catalog_postgres.py; the S3
+settings themselves here, without a server.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from icetide.filesystems import S3Settings, filesystem_for, is_s3, use_s3_settin
 from icetide.maintenance.expire import expire_snapshots
 from icetide.maintenance.maintain import maintain
 from icetide.maintenance.orphans import remove_orphan_files
+from icetide.pipeline.table_runner import Runner
 from icetide.pipeline.two_stage import TwoStageRunner
 from icetide.spark.jars import needs_aws_bundle
 from icetide.spark.maven import ICEBERG_AWS_BUNDLE
@@ -57,15 +59,24 @@ def keeps_the_active_session(spark: Any) -> Iterator[None]:
     SparkSession._activeSession = spark
 
 
+def forget_s3_settings(spark: Any) -> None:
+    """Undo what loading a table on S3 in this process did (`adopt_s3_settings`): the S3 settings
+    of icetide's own files, here and in the environment of the session's Python workers."""
+    use_s3_settings(None)
+    environment = spark.sparkContext.environment
+    for name in [n for n in environment if n.startswith(S3_ENV_PREFIX)]:
+        del environment[name]
+
+
 @pytest.mark.usefixtures("keeps_the_active_session")
 def test_on_s3_orphan_removal_keeps_a_batch_in_flight_and_maintenance_compacts_folds_and_expires(
     spark: Any, postgres: PostgresServer, s3: S3Server, tmp_path: Path
 ) -> None:
     """A runner killed with its second batch's files written but not committed: orphan removal
     with no age limit lists the table on S3, keeps those files (their commit state is unknown)
-    and deletes a planted orphan. The restart lands the rest; maintenance compacts, folds the
-    equality deletes and expires snapshots; PyIceberg and DuckDB, reading straight from S3, see
-    the model."""
+    and deletes a planted orphan. The restart lands the rest; maintenance compacts and expires
+    snapshots; PyIceberg and DuckDB, reading straight from S3, see the model. The same files upserted
+    into a `deletes: equality` table leave equality deletes on S3, which maintenance folds away."""
     bucket = s3.new_bucket()
     options = jdbc_options(postgres, f"s3://{bucket}/warehouse", s3)
     lines, _ = land_files(tmp_path / "landing", 3, seed=48)
@@ -83,8 +94,6 @@ def test_on_s3_orphan_removal_keeps_a_batch_in_flight_and_maintenance_compacts_f
     written = {k for k in s3.keys(bucket, prefix) if "-b000000000002-" in k}
     assert written, "batch 2 wrote no file"
     reader = catalog_reader(spark, "lake", options)
-    # A fresh session's JDBC catalog answers Spark3Util.loadIcebergTable only once a query opened it.
-    assert reader.sql("SHOW TABLES IN lake.runner").count() == 2
     use_s3_settings(S3Settings.from_catalog(options))  # this process's own listing reaches the server
     try:
         orphan = f"s3://{bucket}/{prefix}00000-crashed-elsewhere.parquet"
@@ -104,9 +113,30 @@ def test_on_s3_orphan_removal_keeps_a_batch_in_flight_and_maintenance_compacts_f
     want = expected(lines)
     assert table_rows(reader, table, COLUMNS, KEY) == want
     report = maintain(reader, table)
-    deletes = reader.sql(f"SELECT count(*) FROM {table}.delete_files WHERE content = 2").first()[0]
-    assert deletes == 0, report.lines()  # folded away
+    assert report.compaction is not None and report.compaction.groups > 0, report.lines()
     assert table_rows(reader, table, COLUMNS, KEY) == want
+
+    # The same files into a table with `deletes: equality`, in this process: its upserts write
+    # equality deletes to S3 (the table above writes deletion vectors), which maintenance folds.
+    folds = f"{table}_equality"
+    folding = pipeline_doc("s3folds", tmp_path / "landing")
+    folding["catalog"] = options
+    folding["table"] |= {"name": folds, "deletes": "equality"}
+    folding["dead_letter"] = f"{folds}_dead_letter"
+    folding["trigger"] = {"interval": "1s", "max_files": 1}  # 3 delete files a partition: folding is due
+    try:
+        runner = Runner(PipelineConfig.from_dict(folding), reader)
+        batches = len(runner.run(once=True, handle_signals=False).batches)
+        runner.close()
+        equality = f"SELECT count(*) FROM {folds}.delete_files WHERE content = 2"
+        before = reader.sql(equality).first()[0]
+        assert batches == 3 and before > 0, (batches, before)
+        assert table_rows(reader, folds, COLUMNS, KEY) == want
+        folded = maintain(reader, folds)
+        assert reader.sql(equality).first()[0] == 0, folded.lines()  # folded away
+        assert table_rows(reader, folds, COLUMNS, KEY) == want
+    finally:  # loading the table installed the server's S3 settings in this process and its workers
+        forget_s3_settings(spark)
     # Expiry drops the snapshots before compaction and deletes their files on S3 (S3FileIO), the
     # source position kept; orphan removal takes what expiry leaves: S3 holds the live files only.
     before = set(s3.keys(bucket, prefix))
@@ -171,9 +201,6 @@ def test_on_s3_a_two_stage_pipeline_from_kafka_merges_every_event_once_and_raw_r
     table, raw, dead = "lake.two.s3two", "lake.two.s3two_raw", "lake.two.s3two_dead_letter"
     raw_data = "warehouse/two/s3two_raw/data/"
     session = catalog_reader(spark, "lake", options)
-    # Until a query opens it, a new session's catalog manager answers with the test session's
-    # `lake` (the local warehouse): the runner would create its tables there.
-    session.sql("SHOW NAMESPACES IN lake").collect()
     try:
         events, bad = send(3, seed=21)
         TwoStageRunner(config, session).run(once=True, handle_signals=False)
@@ -209,10 +236,7 @@ def test_on_s3_a_two_stage_pipeline_from_kafka_merges_every_event_once_and_raw_r
         assert session.table(raw).count() == 0
         assert table_rows(session, table, two_stage.KEY + two_stage.VALUES, two_stage.KEY) == want
     finally:  # loading the tables installed the server's S3 settings in this process and its workers
-        use_s3_settings(None)
-        environment = spark.sparkContext.environment
-        for name in [n for n in environment if n.startswith(S3_ENV_PREFIX)]:
-            del environment[name]
+        forget_s3_settings(spark)
 
 
 def test_s3_settings_come_from_the_catalog_options_and_reach_other_processes_redacted() -> None:
