@@ -11,6 +11,7 @@ lines, and bytes that are not UTF-8 (a Latin-1 export).
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import urllib.request
@@ -249,10 +250,66 @@ def test_files_are_cut_into_tasks_by_size_in_order() -> None:
     assert [f for g in groups for f in g] == files and len(groups) <= 4
 
 
-def test_csv_files_stay_on_the_spark_path(spark: Any, tmp_path: Path) -> None:
+CSV_FILES = {
+    # name -> bytes, and per line number: None for a row, else its dead letter's error
+    "a.csv": (
+        b"ad_id,event_time,clicks,seq\n"
+        b"ad1,2026-01-01T01:00:00,3,1\n"
+        b"ad2,2026-01-01T01:00:00,many,2\n"
+        b"ad3,2026-01-01T01:00:00,4\n"
+        b"caf\xe9,2026-01-01T01:00:00,5,4\n"
+        b"\n"
+        b"ad1,2026-01-01T01:00:00,7,5\n"
+        b"ad4,2026-01-01T02:00:00,,6\n"
+        b"ad5,2026-01-01T02:00:00,1,7,extra\n"
+        b'"ad6,quoted",2026-01-01T02:00:00,2,8\n'
+        b"ad7,yesterday,1,9\n"
+        b"ad8,2026-01-01T03:00:00,1,99999999999999999999",
+        {
+            3: "column clicks: 'many' is not an INT",
+            4: "csv: the line has 3 fields, the table has 4 columns",
+            5: "payload is not valid UTF-8 at byte 3, in column ad_id",
+            9: "csv: the line has 5 fields, the table has 4 columns",
+            11: "column event_time: 'yesterday' is not a TIMESTAMP",
+            12: "column seq: '99999999999999999999' is not a BIGINT",
+        },
+    ),
+    "b.csv": (  # its own header; CRLF line ends
+        b"ad_id,event_time,clicks,seq\r\nad9,2026-01-01T03:00:00,2,10\r\nad9,2026-01-01T03:00:00,2\xff,11\r\n",
+        {3: "payload is not valid UTF-8 at byte 25, in column clicks"},
+    ),
+}
+
+
+def test_csv_files_are_read_exactly_each_bad_line_one_dead_letter(spark: Any, tmp_path: Path) -> None:
+    """CSV landing files stay on the Spark path, parsed exactly (decode/csv_lines.py): a line
+    whose bytes are not UTF-8, with a field its column's type does not hold, or with more or fewer
+    fields than the table's columns is one dead letter naming the column (the byte offset for
+    bad bytes) and counted in bad_records; never a row with U+FFFD or a null in its place. The
+    table is compared with the model, the dead letters one by one."""
     landing = tmp_path / "landing"
     landing.mkdir()
-    (landing / "a.csv").write_text("ad_id,event_time,clicks,seq\nad1,2026-01-01T01:00:00,3,1\n")
+    model = ReferenceModel(KEY, COLUMNS, "seq")
+    rows, expected_dead = [], []
+    for n, (name, (data, errors)) in enumerate(CSV_FILES.items()):
+        (landing / name).write_bytes(data)
+        os.utime(landing / name, (1_767_300_000 + n, 1_767_300_000 + n))
+        for number, raw in enumerate(data.split(b"\n")[1:], 2):
+            line = raw.rstrip(b"\r")
+            if number in errors:
+                text = line.decode("utf-8", "replace")
+                expected_dead.append((f"{landing / name}:{number}", text, errors[number]))
+            elif line:
+                ad, at, clicks, seq = next(csv.reader([line.decode()]))
+                rows.append(
+                    {
+                        "ad_id": ad,
+                        "event_time": datetime.fromisoformat(at),
+                        "clicks": int(clicks) if clicks else None,
+                        "seq": int(seq),
+                    }
+                )
+    model.apply(1, rows)
     doc = pipeline_doc("files_csv", landing)
     doc["source"]["files"]["format"] = "csv"
     doc["table"]["name"] = "lake.filesfast.csv"
@@ -261,7 +318,10 @@ def test_csv_files_stay_on_the_spark_path(spark: Any, tmp_path: Path) -> None:
     assert [(b.path, b.fallback, b.fallback_detail) for b in summary.batches] == [
         ("spark", "files_format", "source.files.format: csv")
     ]
-    assert len(table_rows(spark, "lake.filesfast.csv", COLUMNS, KEY)) == 1
+    assert [b.bad_records for b in summary.batches] == [len(expected_dead)]
+    assert table_rows(spark, "lake.filesfast.csv", COLUMNS, KEY) == model.rows
+    dead = dead_letters(spark, "lake.filesfast.csv_dead_letter")
+    assert [(r.source_position, r.payload, r.error) for r in dead] == sorted(expected_dead)
 
 
 def test_a_file_gone_before_its_task_reads_it_fails_the_batch_naming_it(spark: Any, tmp_path: Path) -> None:
