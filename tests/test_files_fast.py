@@ -240,6 +240,61 @@ def test_an_object_in_a_string_column_is_a_dead_letter_on_both_paths_or_its_text
         assert series[("icetide_nested_as_text_total", labels)] == len(NESTED_ERRORS)
 
 
+PRICE_LINES = [  # (the price's JSON text, its value or None for a dead letter)
+    ("1.5", 1.5),
+    ("1e400", None),
+    ("-1e400", None),
+    ('"1e400"', None),
+    ("1" + "0" * 400, None),
+    ("Infinity", float("inf")),
+    ('"-Infinity"', float("-inf")),
+    ("1.7976931348623157e308", 1.7976931348623157e308),
+]
+
+
+def test_a_number_beyond_a_double_is_a_dead_letter_on_both_paths_and_infinity_a_value(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A finite number beyond a double into a DOUBLE column is one dead letter naming the column
+    (issue 49), never infinity, on the fast path and the Spark path alike; the literal and the
+    text Infinity are values. The tables are compared with the model, the dead letters one by one."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    path = landing / "prices.json"
+    lines = [
+        f'{{"ad_id": "p{n}", "event_time": "2026-01-01T01:00:00", "clicks": 1, "seq": {n}, "price": {text}}}'
+        for n, (text, _) in enumerate(PRICE_LINES, 1)
+    ]
+    path.write_text("".join(line + "\n" for line in lines))
+    columns = [*COLUMNS, "price"]
+    model = ReferenceModel(KEY, columns, "seq")
+    at = datetime.fromisoformat("2026-01-01T01:00:00")
+    rows = [
+        {"ad_id": f"p{n}", "event_time": at, "clicks": 1, "seq": n, "price": value}
+        for n, (_, value) in enumerate(PRICE_LINES, 1)
+        if value is not None
+    ]
+    model.apply(1, rows)
+    shown = {"1" + "0" * 400: "1" + "0" * 59 + "...", '"1e400"': "1e400"}
+    expected_dead = [
+        (f"{path}:{n}", line, f"column price: '{shown.get(text, text)}' is out of DOUBLE range")
+        for n, ((text, value), line) in enumerate(zip(PRICE_LINES, lines, strict=True), 1)
+        if value is None
+    ]
+    for name, extra in (("fast", {}), ("spark", {"fast_path": "off"})):
+        doc = pipeline_doc(f"prices_{name}", landing)
+        doc["table"]["name"] = f"lake.filesfast.prices_{name}"
+        doc["table"]["schema"] += ", price DOUBLE"
+        doc["dead_letter"] = f"lake.filesfast.prices_{name}_dead_letter"
+        _, summary = run(spark, {**doc, **extra})
+        expected = ("json_fast", None) if name == "fast" else ("spark", "fast_path_off")
+        assert [(b.path, b.fallback) for b in summary.batches] == [expected]
+        assert [b.bad_records for b in summary.batches] == [len(expected_dead)]
+        assert table_rows(spark, f"lake.filesfast.prices_{name}", columns, KEY) == model.rows
+        dead = dead_letters(spark, f"lake.filesfast.prices_{name}_dead_letter")
+        assert [(r.source_position, r.payload, r.error) for r in dead] == expected_dead
+
+
 def test_files_are_cut_into_tasks_by_size_in_order() -> None:
     files = [f"f{i}" for i in range(6)]
     assert split_files(files, [10, 10, 10, 10, 10, 10], 3) == [["f0", "f1"], ["f2", "f3"], ["f4", "f5"]]
