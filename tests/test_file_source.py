@@ -185,7 +185,7 @@ def test_csv_lines_are_read_without_headers_and_parquet_is_typed_with_its_source
     ]
     schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("name", T.StringType())])
     schema.add("score", T.DoubleType())
-    good, bad = decode_csv(df, "value", schema, "append", ["source_file", "line"], options, keep=[])
+    good, bad = decode_csv(df, "value", schema, ["id"], "append", ["source_file", "line"], options, keep=[])
     assert [(r.id, r.name, r.score) for r in good.collect()] == [(1, "ann", 1.5), (2, "bob", 2.5), (3, "cy", 3.5)]
     assert bad.count() == 0
     assert source.read(spark, []).count() == 0

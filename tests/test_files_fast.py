@@ -308,29 +308,37 @@ def test_files_are_cut_into_tasks_by_size_in_order() -> None:
 CSV_FILES = {
     # name -> bytes, and per line number: None for a row, else its dead letter's error
     "a.csv": (
-        b"ad_id,event_time,clicks,seq\n"
-        b"ad1,2026-01-01T01:00:00,3,1\n"
-        b"ad2,2026-01-01T01:00:00,many,2\n"
-        b"ad3,2026-01-01T01:00:00,4\n"
-        b"caf\xe9,2026-01-01T01:00:00,5,4\n"
+        b"ad_id,event_time,clicks,seq,price\n"
+        b"ad1,2026-01-01T01:00:00,3,1,1.5\n"
+        b"ad2,2026-01-01T01:00:00,many,2,1.5\n"
+        b"ad3,2026-01-01T01:00:00,4,3\n"
+        b"caf\xe9,2026-01-01T01:00:00,5,4,1.5\n"
         b"\n"
-        b"ad1,2026-01-01T01:00:00,7,5\n"
-        b"ad4,2026-01-01T02:00:00,,6\n"
-        b"ad5,2026-01-01T02:00:00,1,7,extra\n"
-        b'"ad6,quoted",2026-01-01T02:00:00,2,8\n'
-        b"ad7,yesterday,1,9\n"
-        b"ad8,2026-01-01T03:00:00,1,99999999999999999999",
+        b"ad1,2026-01-01T01:00:00,7,5,2.5\n"
+        b"ad4,2026-01-01T02:00:00,,6,\n"
+        b"ad5,2026-01-01T02:00:00,1,7,1.5,extra\n"
+        b'"ad6,quoted",2026-01-01T02:00:00,2,8,1.5\n'
+        b"ad7,yesterday,1,9,1.5\n"
+        b"ad8,2026-01-01T03:00:00,1,99999999999999999999,1.5\n"
+        b",2026-01-01T03:00:00,1,13,1.5\n"
+        b"ad11,2026-01-01T03:00:00,1,14,1e400\n"
+        b"ad12,2026-01-01T03:00:00,1,15,-Infinity\n"
+        b"ad13,2026-01-01T03:00:00,1,16,Inf",
         {
             3: "column clicks: 'many' is not an INT",
-            4: "csv: the line has 3 fields, the table has 4 columns",
+            4: "csv: the line has 4 fields, the table has 5 columns",
             5: "payload is not valid UTF-8 at byte 3, in column ad_id",
-            9: "csv: the line has 5 fields, the table has 4 columns",
+            9: "csv: the line has 6 fields, the table has 5 columns",
             11: "column event_time: 'yesterday' is not a TIMESTAMP",
             12: "column seq: '99999999999999999999' is not a BIGINT",
+            13: "key column ad_id is missing or null",
+            14: "column price: '1e400' is out of DOUBLE range",
         },
     ),
     "b.csv": (  # its own header; CRLF line ends
-        b"ad_id,event_time,clicks,seq\r\nad9,2026-01-01T03:00:00,2,10\r\nad9,2026-01-01T03:00:00,2\xff,11\r\n",
+        b"ad_id,event_time,clicks,seq,price\r\n"
+        b"ad9,2026-01-01T03:00:00,2,10,0.5\r\n"
+        b"ad9,2026-01-01T03:00:00,2\xff,11,0.5\r\n",
         {3: "payload is not valid UTF-8 at byte 25, in column clicks"},
     ),
 }
@@ -340,11 +348,13 @@ def test_csv_files_are_read_exactly_each_bad_line_one_dead_letter(spark: Any, tm
     """CSV landing files stay on the Spark path, parsed exactly (decode/csv_lines.py): a line
     whose bytes are not UTF-8, with a field its column's type does not hold, or with more or fewer
     fields than the table's columns is one dead letter naming the column (the byte offset for
-    bad bytes) and counted in bad_records; never a row with U+FFFD or a null in its place. The
+    bad bytes) and counted in bad_records; never a row with U+FFFD or a null in its place; so is
+    a null key and a number beyond a double (infinity where Spark's parser wrote it). The
     table is compared with the model, the dead letters one by one."""
     landing = tmp_path / "landing"
     landing.mkdir()
-    model = ReferenceModel(KEY, COLUMNS, "seq")
+    columns = [*COLUMNS, "price"]
+    model = ReferenceModel(KEY, columns, "seq")
     rows, expected_dead = [], []
     for n, (name, (data, errors)) in enumerate(CSV_FILES.items()):
         (landing / name).write_bytes(data)
@@ -355,26 +365,28 @@ def test_csv_files_are_read_exactly_each_bad_line_one_dead_letter(spark: Any, tm
                 text = line.decode("utf-8", "replace")
                 expected_dead.append((f"{landing / name}:{number}", text, errors[number]))
             elif line:
-                ad, at, clicks, seq = next(csv.reader([line.decode()]))
+                ad, at, clicks, seq, price = next(csv.reader([line.decode()]))
                 rows.append(
                     {
                         "ad_id": ad,
                         "event_time": datetime.fromisoformat(at),
                         "clicks": int(clicks) if clicks else None,
                         "seq": int(seq),
+                        "price": float(price) if price else None,
                     }
                 )
     model.apply(1, rows)
     doc = pipeline_doc("files_csv", landing)
     doc["source"]["files"]["format"] = "csv"
     doc["table"]["name"] = "lake.filesfast.csv"
+    doc["table"]["schema"] += ", price DOUBLE"
     doc["dead_letter"] = "lake.filesfast.csv_dead_letter"
     _, summary = run(spark, doc)
     assert [(b.path, b.fallback, b.fallback_detail) for b in summary.batches] == [
         ("spark", "files_format", "source.files.format: csv")
     ]
     assert [b.bad_records for b in summary.batches] == [len(expected_dead)]
-    assert table_rows(spark, "lake.filesfast.csv", COLUMNS, KEY) == model.rows
+    assert table_rows(spark, "lake.filesfast.csv", columns, KEY) == model.rows
     dead = dead_letters(spark, "lake.filesfast.csv_dead_letter")
     assert [(r.source_position, r.payload, r.error) for r in dead] == sorted(expected_dead)
 

@@ -11,7 +11,10 @@ letter (payload: the line, as text with U+FFFD where its bytes are not UTF-8) wh
 - its bytes are not UTF-8: "payload is not valid UTF-8 at byte 12, in column note";
 - it has more or fewer fields than the table has columns: "csv: the line has 3 fields, the table
   has 4 columns";
-- a field does not parse as its column's type: "column clicks: 'many' is not an INT".
+- a field does not parse as its column's type: "column clicks: 'many' is not an INT";
+- a finite number beyond its FLOAT or DOUBLE column's range, which Spark reads as infinity:
+  "column price: '1e400' is out of DOUBLE range" (the words Spark reads as infinity stay values);
+- a key column or a NOT NULL column is null: "key column ad_id is missing or null".
 
 A field equal to the `nullValue` option (default: empty) is null in any column, as in Spark.
 """
@@ -19,6 +22,7 @@ A field equal to the `nullValue` option (default: empty) is null in any column, 
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -48,6 +52,7 @@ def decode_csv(
     lines: DataFrame,
     value_col: str,
     table_schema: StructType,
+    key: Sequence[str],
     op_mode: OpMode,
     position_cols: Sequence[str],
     options: Mapping[str, str],
@@ -58,8 +63,15 @@ def decode_csv(
     binary lines in `value_col`. The parsed lines are persisted once and appended to `keep`."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     names = [f.name for f in table_schema.fields]
+    lowered = {k.lower(): v for k, v in options.items()}
+    # The texts Spark's CSV parser reads as infinity: its own words and the options' (default Inf, -Inf).
+    infinity_words = [
+        *(w.lower() for w in (lowered.get("positiveinf", "Inf"), lowered.get("negativeinf", "-Inf"))),
+        *(s + w for s in ("", "+", "-") for w in ("inf", "infinity")),
+    ]
     typed_ddl = ", ".join(
         [*(f"c{i} {f.dataType.simpleString()}" for i, f in enumerate(table_schema.fields)), f"{CORRUPT} STRING"]
     )
@@ -78,6 +90,22 @@ def decode_csv(
         .when(F.col(f"_fields.{CORRUPT}").isNotNull(), F.lit(_FIELD_COUNT))
         .when(F.col(f"_typed.{CORRUPT}").isNotNull(), _unfit(table_schema))
     )
+    for i, f in enumerate(table_schema.fields):  # as the JSON decoder words them
+        value, field = F.col(f"_typed.c{i}"), F.col(f"_fields.c{i}")
+        if f.name in key or not f.nullable:
+            why = f"key column {f.name} is missing or null" if f.name in key else f"column {f.name} is missing or null"
+            problem = problem.when(value.isNull(), F.lit(why + ("" if f.name in key else " (NOT NULL)")))
+        if isinstance(f.dataType, T.FloatType | T.DoubleType):
+            # Spark reads a number beyond the type's range as infinity: a finite number, refused (issue 49)
+            beyond = (F.abs(value) == F.lit(math.inf)) & ~F.lower(F.trim(field)).isin(*infinity_words)
+            problem = problem.when(
+                beyond,
+                F.concat(
+                    F.lit(f"column {f.name}: '"),
+                    _quoted(field),
+                    F.lit(f"' is out of {f.dataType.simpleString().upper()} range"),
+                ),
+            )
     parsed = parsed.withColumn("_problem", problem).persist(StorageLevel.MEMORY_AND_DISK)
     keep.append(parsed)
     op = F.lit(INSERT if op_mode == "append" else UPSERT)
@@ -101,9 +129,7 @@ def _unfit(table_schema: StructType) -> Column:
     cases = None
     for i, f in enumerate(table_schema.fields):
         field = F.col(f"_fields.c{i}")
-        shown = F.when(F.length(field) <= RAW_MESSAGE_CHARS, field).otherwise(
-            F.concat(F.substring(field, 1, RAW_MESSAGE_CHARS), F.lit("..."))
-        )
+        shown = _quoted(field)
         shown_type = f.dataType.simpleString().upper()
         article = "an" if shown_type[:1] in "AEIOU" else "a"
         message = F.concat(F.lit(f"column {f.name}: '"), shown, F.lit(f"' is not {article} {shown_type}"))
@@ -111,6 +137,15 @@ def _unfit(table_schema: StructType) -> Column:
         cases = F.when(fails, message) if cases is None else cases.when(fails, message)
     fallback = F.lit(f"csv: the line does not parse into the table's {len(table_schema.fields)} columns")
     return fallback if cases is None else cases.otherwise(fallback)
+
+
+def _quoted(field: Column) -> Column:
+    """A field's text as an error quotes it: at most RAW_MESSAGE_CHARS characters."""
+    from pyspark.sql import functions as F
+
+    return F.when(F.length(field) <= RAW_MESSAGE_CHARS, field).otherwise(
+        F.concat(F.substring(field, 1, RAW_MESSAGE_CHARS), F.lit("..."))
+    )
 
 
 def _problem_explainer(names: list[str], options: Mapping[str, str]) -> Callable[[str, bytes], str]:

@@ -281,7 +281,7 @@ class SourceAdapter:
             from icetide.sources.files import CSV_DEFAULT_OPTIONS, POSITION_COLUMNS
 
             options = {**CSV_DEFAULT_OPTIONS, **self.files.config.options}
-            good, bad = decode_csv(raw, "value", schema, op_mode, list(POSITION_COLUMNS), options, keep=keep)
+            good, bad = decode_csv(raw, "value", schema, key, op_mode, list(POSITION_COLUMNS), options, keep=keep)
             return Decoded(good, bad, self.config.order_by)
         else:  # parquet: Spark's reader already typed the columns
             from icetide.decode.frames import BAD_DDL
