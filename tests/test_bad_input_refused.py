@@ -44,6 +44,7 @@ from icetide.decode.avro.schema_registry import HEADER_BYTES
 from icetide.decode.debezium.rows import NotHere
 from icetide.decode.json.evolution import UNKNOWN, UNKNOWN_PAYLOAD
 from icetide.decode.json.records import ArrowJsonDecoder
+from icetide.decode.json.scalars import RAW_MESSAGE_CHARS
 from icetide.decode.json.tasks import ERROR, PAYLOAD, POSITION, JsonTask
 from icetide.write.collapse import OP_COLUMN
 from tests.debezium_messages import apply_changes, messages
@@ -269,11 +270,42 @@ def test_json_text_after_the_object_and_numbers_beyond_float_leave_the_block_rea
     assert [(b.source_position, b.error) for b in decoded.bad] == [(str(i), e) for i, (_, e) in bad.items()]
     kept = [i for i in range(600) if i not in bad]
     assert decoded.rows.to_pylist() == [{"id": f"x{i}", "r": i + 0.5} for i in kept]
-    # the text Infinity, and a number beyond a double (1e400: Jackson's text of it is the quoted
-    # "Infinity"), read as infinity, as in a DOUBLE column: only what a double holds is refused
-    beyond_double = [b'{"id": "z", "r": "Infinity"}', b'{"id": "z", "r": -1e400}', b'{"id": "z", "r": "1e400"}']
-    decoded = decoder.decode(beyond_double, str)
-    assert decoded.rows["r"].to_pylist() == [float("inf"), float("-inf"), float("inf")] and not decoded.bad
+
+
+@pytest.mark.parametrize("column_type", [pa.float32(), pa.float64()])
+def test_json_numbers_beyond_a_double_are_dead_letters_and_infinity_stays_a_value(column_type: pa.DataType) -> None:
+    """A finite number beyond a double (as a number, as numeric text, as an integer) is no
+    infinity (issue 49): a dead letter naming the column, in FLOAT and DOUBLE alike, in a block
+    read by pyarrow (which reads a long integer as infinity) or record by record. The literal and
+    the text Infinity, and NaN, keep their meaning."""
+    schema = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("r", column_type)])
+    decoder = ArrowJsonDecoder(schema, ["id"])
+    shown = "FLOAT" if column_type == pa.float32() else "DOUBLE"
+    long_number = "1" + "0" * (RAW_MESSAGE_CHARS - 1)  # as much of it as an error quotes
+    block = [b'{"id": "x%d", "r": %d.5}' % (i, i) for i in range(300)]
+    bad = {
+        50: (b'{"id": "y", "r": -1e400}', f"column r: '-1e400' is out of {shown} range"),
+        100: (b'{"id": "y", "r": "1e400"}', f"column r: '1e400' is out of {shown} range"),
+        150: (b'{"id": "y", "r": 1%s}' % (b"0" * 400), f"column r: '{long_number}...' is out of {shown} range"),
+        200: (b'{"id": "y", "r": " 2E+999 "}', f"column r: ' 2E+999 ' is out of {shown} range"),
+    }
+    values = {
+        250: (b'{"id": "z", "r": Infinity}', float("inf")),
+        251: (b'{"id": "z", "r": -Infinity}', float("-inf")),
+        252: (b'{"id": "z", "r": "Infinity"}', float("inf")),
+        253: (b'{"id": "z", "r": "-inf"}', float("-inf")),
+    }
+    for i, (payload, _) in bad.items():
+        block[i] = payload
+    for i, (payload, _) in values.items():
+        block[i] = payload
+    decoded = decoder.decode(block, str)
+    assert [(b.source_position, b.error) for b in decoded.bad] == [(str(i), e) for i, (_, e) in bad.items()]
+    expected = [values[i][1] if i in values else i + 0.5 for i in range(300) if i not in bad]
+    assert decoded.rows["r"].to_pylist() == expected
+    for i, (payload, error) in bad.items():  # alone, too
+        alone = decoder.decode([payload], str)
+        assert [b.error for b in alone.bad] == [error] and alone.rows.num_rows == 0, i
 
 
 # -- Debezium ------------------------------------------------------------------------------------
@@ -317,6 +349,11 @@ def _mutations(update: dict[str, Any]) -> list[tuple[bytes, str]]:
     key["payload"]["after"]["id"] = str(key["payload"]["after"]["id"])
     key["payload"]["before"]["id"] = str(key["payload"]["before"]["id"])
     out.append((json.dumps(key).encode(), "column id: text '106' where the message's schema declares int32"))
+    for sent, quoted in ((b"-1e400", "-1E+400"), (b"1" + b"0" * 400, "1" + "0" * (RAW_MESSAGE_CHARS - 1) + "...")):
+        beyond = copy.deepcopy(update)
+        beyond["payload"]["after"]["weight"] = 123456.789  # a finite number beyond a double: no infinity
+        error = f"column weight: '{quoted}' is out of DOUBLE range"
+        out.append((json.dumps(beyond).encode().replace(b"123456.789", sent), error))
     text = json.dumps(update).encode()
     after = text.index(b'"after"', text.index(b'"payload"'))
     bad_value = text[:after] + text[after:].replace(b'"hammer"', b'"ham\xffmer"', 1)
@@ -336,10 +373,10 @@ def test_debezium_values_against_their_declared_types_and_bad_bytes_are_dead_let
     expected_dead: dict[int, list[str]] = {}
     model: dict[int, tuple[Any, ...]] = {}
     mutations = _mutations(update)
-    for i, message in enumerate(stream):
+    for message in stream:
         values.append(json.dumps(message).encode())
         apply_changes(model, message["payload"])
-        if i % 2 == 1 and mutations:
+        if mutations:  # one after each message, while there are any
             value, error = mutations.pop(0)
             expected_dead[len(values)] = [error]
             values.append(value)

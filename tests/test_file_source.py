@@ -52,6 +52,18 @@ def test_config_from_dict_names_the_bad_key() -> None:
             {"path": "in", "format": "json", "pattern": "*"},
             r"source\.files\.pattern: unknown key \(allowed: format, glob, .*path, recursive\)",
         ),
+        (
+            {"path": "in", "format": "csv", "options": {"multiLine": True}},
+            r"source\.files\.options\.multiLine: not supported for csv: .* one record per line",
+        ),
+        (
+            {"path": "in", "format": "csv", "options": {"encoding": "latin1"}},
+            r"source\.files\.options\.encoding: not supported for csv: .* read as UTF-8",
+        ),
+        (
+            {"path": "in", "format": "csv", "options": {"mode": "DROPMALFORMED"}},
+            r"source\.files\.options\.mode: not supported for csv: .* always a dead letter",
+        ),
     ]:
         with pytest.raises(ConfigError, match=message):
             FileSourceConfig.from_dict(block)
@@ -149,29 +161,34 @@ def test_json_lines_keep_their_text_and_line_numbers(tmp_path: Path, spark: Any)
     assert source.read(spark, []).count() == 0
 
 
-def test_csv_and_parquet_are_typed_with_their_source_file(tmp_path: Path, spark: Any) -> None:
-    odd = ["a b%20+c.csv", "x [1].csv"]  # spaces, escapes, '+' and glob characters survive
-    land(tmp_path, odd[0], "id,name,score\n1,ann,1.5\n2,bob,2.5\n", age_seconds=100)
-    land(tmp_path, odd[1], "id,name,score\n3,cy,3.5\n", age_seconds=90)
-    source = FileSource(FileSourceConfig(path=str(tmp_path), format="csv"), clock=Clock())
-    files, _ = source.plan(None, 10)
-    df = source.read(spark, files)
-    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
-        ("id", "int"),
-        ("name", "string"),
-        ("score", "double"),
-        ("source_file", "string"),
-    ]
-    assert sorted((r.id, r.name, r.source_file) for r in df.collect()) == [
-        (1, "ann", files[0]),
-        (2, "bob", files[0]),
-        (3, "cy", files[1]),
-    ]
+def test_csv_lines_are_read_without_headers_and_parquet_is_typed_with_its_source_file(
+    tmp_path: Path, spark: Any
+) -> None:
+    """csv: each file's lines as bytes, its header and comment lines left out, for decode/csv_lines.py
+    to parse against the table's schema; parquet: Spark's reader, typed."""
     from pyspark.sql import types as T
 
+    from icetide.decode.csv_lines import decode_csv
+
+    odd = ["a b%20+c.csv", "x [1].csv"]  # spaces, escapes, '+' and glob characters survive
+    land(tmp_path, odd[0], "id;name;score\n1;ann;1.5\n# a comment\n\n2;bob;2.5\n", age_seconds=100)
+    land(tmp_path, odd[1], "\n# first a comment\nid;name;score\n3;cy;3.5\n", age_seconds=90)
+    options = {"sep": ";", "comment": "#"}
+    source = FileSource(FileSourceConfig(path=str(tmp_path), format="csv", options=options), clock=Clock())
+    files, _ = source.plan(None, 10)
+    df = source.read(spark, files)
+    assert df.columns == ["value", "source_file", "line"]
+    assert [(r.value, r.source_file, r.line) for r in df.collect()] == [
+        (b"1;ann;1.5", files[0], 2),
+        (b"2;bob;2.5", files[0], 5),
+        (b"3;cy;3.5", files[1], 4),
+    ]
     schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("name", T.StringType())])
-    typed = source.read(spark, files[1:], schema=schema)
-    assert [(r.id, r.name, r.source_file) for r in typed.collect()] == [(3, "cy", files[1])]
+    schema.add("score", T.DoubleType())
+    good, bad = decode_csv(df, "value", schema, ["id"], "append", ["source_file", "line"], options, keep=[])
+    assert [(r.id, r.name, r.score) for r in good.collect()] == [(1, "ann", 1.5), (2, "bob", 2.5), (3, "cy", 3.5)]
+    assert bad.count() == 0
+    assert source.read(spark, []).count() == 0
 
     parquet_root = tmp_path / "pq"
     parquet_root.mkdir()

@@ -11,6 +11,7 @@ lines, and bytes that are not UTF-8 (a Latin-1 export).
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import urllib.request
@@ -239,6 +240,61 @@ def test_an_object_in_a_string_column_is_a_dead_letter_on_both_paths_or_its_text
         assert series[("icetide_nested_as_text_total", labels)] == len(NESTED_ERRORS)
 
 
+PRICE_LINES = [  # (the price's JSON text, its value or None for a dead letter)
+    ("1.5", 1.5),
+    ("1e400", None),
+    ("-1e400", None),
+    ('"1e400"', None),
+    ("1" + "0" * 400, None),
+    ("Infinity", float("inf")),
+    ('"-Infinity"', float("-inf")),
+    ("1.7976931348623157e308", 1.7976931348623157e308),
+]
+
+
+def test_a_number_beyond_a_double_is_a_dead_letter_on_both_paths_and_infinity_a_value(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A finite number beyond a double into a DOUBLE column is one dead letter naming the column
+    (issue 49), never infinity, on the fast path and the Spark path alike; the literal and the
+    text Infinity are values. The tables are compared with the model, the dead letters one by one."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    path = landing / "prices.json"
+    lines = [
+        f'{{"ad_id": "p{n}", "event_time": "2026-01-01T01:00:00", "clicks": 1, "seq": {n}, "price": {text}}}'
+        for n, (text, _) in enumerate(PRICE_LINES, 1)
+    ]
+    path.write_text("".join(line + "\n" for line in lines))
+    columns = [*COLUMNS, "price"]
+    model = ReferenceModel(KEY, columns, "seq")
+    at = datetime.fromisoformat("2026-01-01T01:00:00")
+    rows = [
+        {"ad_id": f"p{n}", "event_time": at, "clicks": 1, "seq": n, "price": value}
+        for n, (_, value) in enumerate(PRICE_LINES, 1)
+        if value is not None
+    ]
+    model.apply(1, rows)
+    shown = {"1" + "0" * 400: "1" + "0" * 59 + "...", '"1e400"': "1e400"}
+    expected_dead = [
+        (f"{path}:{n}", line, f"column price: '{shown.get(text, text)}' is out of DOUBLE range")
+        for n, ((text, value), line) in enumerate(zip(PRICE_LINES, lines, strict=True), 1)
+        if value is None
+    ]
+    for name, extra in (("fast", {}), ("spark", {"fast_path": "off"})):
+        doc = pipeline_doc(f"prices_{name}", landing)
+        doc["table"]["name"] = f"lake.filesfast.prices_{name}"
+        doc["table"]["schema"] += ", price DOUBLE"
+        doc["dead_letter"] = f"lake.filesfast.prices_{name}_dead_letter"
+        _, summary = run(spark, {**doc, **extra})
+        expected = ("json_fast", None) if name == "fast" else ("spark", "fast_path_off")
+        assert [(b.path, b.fallback) for b in summary.batches] == [expected]
+        assert [b.bad_records for b in summary.batches] == [len(expected_dead)]
+        assert table_rows(spark, f"lake.filesfast.prices_{name}", columns, KEY) == model.rows
+        dead = dead_letters(spark, f"lake.filesfast.prices_{name}_dead_letter")
+        assert [(r.source_position, r.payload, r.error) for r in dead] == expected_dead
+
+
 def test_files_are_cut_into_tasks_by_size_in_order() -> None:
     files = [f"f{i}" for i in range(6)]
     assert split_files(files, [10, 10, 10, 10, 10, 10], 3) == [["f0", "f1"], ["f2", "f3"], ["f4", "f5"]]
@@ -249,19 +305,90 @@ def test_files_are_cut_into_tasks_by_size_in_order() -> None:
     assert [f for g in groups for f in g] == files and len(groups) <= 4
 
 
-def test_csv_files_stay_on_the_spark_path(spark: Any, tmp_path: Path) -> None:
+CSV_FILES = {
+    # name -> bytes, and per line number: None for a row, else its dead letter's error
+    "a.csv": (
+        b"ad_id,event_time,clicks,seq,price\n"
+        b"ad1,2026-01-01T01:00:00,3,1,1.5\n"
+        b"ad2,2026-01-01T01:00:00,many,2,1.5\n"
+        b"ad3,2026-01-01T01:00:00,4,3\n"
+        b"caf\xe9,2026-01-01T01:00:00,5,4,1.5\n"
+        b"\n"
+        b"ad1,2026-01-01T01:00:00,7,5,2.5\n"
+        b"ad4,2026-01-01T02:00:00,,6,\n"
+        b"ad5,2026-01-01T02:00:00,1,7,1.5,extra\n"
+        b'"ad6,quoted",2026-01-01T02:00:00,2,8,1.5\n'
+        b"ad7,yesterday,1,9,1.5\n"
+        b"ad8,2026-01-01T03:00:00,1,99999999999999999999,1.5\n"
+        b",2026-01-01T03:00:00,1,13,1.5\n"
+        b"ad11,2026-01-01T03:00:00,1,14,1e400\n"
+        b"ad12,2026-01-01T03:00:00,1,15,-Infinity\n"
+        b"ad13,2026-01-01T03:00:00,1,16,Inf",
+        {
+            3: "column clicks: 'many' is not an INT",
+            4: "csv: the line has 4 fields, the table has 5 columns",
+            5: "payload is not valid UTF-8 at byte 3, in column ad_id",
+            9: "csv: the line has 6 fields, the table has 5 columns",
+            11: "column event_time: 'yesterday' is not a TIMESTAMP",
+            12: "column seq: '99999999999999999999' is not a BIGINT",
+            13: "key column ad_id is missing or null",
+            14: "column price: '1e400' is out of DOUBLE range",
+        },
+    ),
+    "b.csv": (  # its own header; CRLF line ends
+        b"ad_id,event_time,clicks,seq,price\r\n"
+        b"ad9,2026-01-01T03:00:00,2,10,0.5\r\n"
+        b"ad9,2026-01-01T03:00:00,2\xff,11,0.5\r\n",
+        {3: "payload is not valid UTF-8 at byte 25, in column clicks"},
+    ),
+}
+
+
+def test_csv_files_are_read_exactly_each_bad_line_one_dead_letter(spark: Any, tmp_path: Path) -> None:
+    """CSV landing files stay on the Spark path, parsed exactly (decode/csv_lines.py): a line
+    whose bytes are not UTF-8, with a field its column's type does not hold, or with more or fewer
+    fields than the table's columns is one dead letter naming the column (the byte offset for
+    bad bytes) and counted in bad_records; never a row with U+FFFD or a null in its place; so is
+    a null key and a number beyond a double (infinity where Spark's parser wrote it). The
+    table is compared with the model, the dead letters one by one."""
     landing = tmp_path / "landing"
     landing.mkdir()
-    (landing / "a.csv").write_text("ad_id,event_time,clicks,seq\nad1,2026-01-01T01:00:00,3,1\n")
+    columns = [*COLUMNS, "price"]
+    model = ReferenceModel(KEY, columns, "seq")
+    rows, expected_dead = [], []
+    for n, (name, (data, errors)) in enumerate(CSV_FILES.items()):
+        (landing / name).write_bytes(data)
+        os.utime(landing / name, (1_767_300_000 + n, 1_767_300_000 + n))
+        for number, raw in enumerate(data.split(b"\n")[1:], 2):
+            line = raw.rstrip(b"\r")
+            if number in errors:
+                text = line.decode("utf-8", "replace")
+                expected_dead.append((f"{landing / name}:{number}", text, errors[number]))
+            elif line:
+                ad, at, clicks, seq, price = next(csv.reader([line.decode()]))
+                rows.append(
+                    {
+                        "ad_id": ad,
+                        "event_time": datetime.fromisoformat(at),
+                        "clicks": int(clicks) if clicks else None,
+                        "seq": int(seq),
+                        "price": float(price) if price else None,
+                    }
+                )
+    model.apply(1, rows)
     doc = pipeline_doc("files_csv", landing)
     doc["source"]["files"]["format"] = "csv"
     doc["table"]["name"] = "lake.filesfast.csv"
+    doc["table"]["schema"] += ", price DOUBLE"
     doc["dead_letter"] = "lake.filesfast.csv_dead_letter"
     _, summary = run(spark, doc)
     assert [(b.path, b.fallback, b.fallback_detail) for b in summary.batches] == [
         ("spark", "files_format", "source.files.format: csv")
     ]
-    assert len(table_rows(spark, "lake.filesfast.csv", COLUMNS, KEY)) == 1
+    assert [b.bad_records for b in summary.batches] == [len(expected_dead)]
+    assert table_rows(spark, "lake.filesfast.csv", columns, KEY) == model.rows
+    dead = dead_letters(spark, "lake.filesfast.csv_dead_letter")
+    assert [(r.source_position, r.payload, r.error) for r in dead] == sorted(expected_dead)
 
 
 def test_a_file_gone_before_its_task_reads_it_fails_the_batch_naming_it(spark: Any, tmp_path: Path) -> None:

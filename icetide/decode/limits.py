@@ -11,7 +11,8 @@ things as the Spark SQL decoders they replaced did, so a record is bad where it 
 
 Integers and decimals out of their type's range were already bad records (try_cast). The JSON
 decoder also refuses a number within a double but beyond FLOAT (`FLOAT32_OUT`), which a FLOAT
-column would hold as infinity (issue 49); one beyond a double is infinity in DOUBLE and FLOAT alike.
+column would hold as infinity (issue 49), and one beyond a double (1e400), in DOUBLE and FLOAT
+alike; the literals and texts NaN and Infinity keep their meaning.
 """
 
 from __future__ import annotations

@@ -276,7 +276,14 @@ class SourceAdapter:
             from icetide.sources.files import POSITION_COLUMNS
 
             value_col, position_cols = "value", list(POSITION_COLUMNS)
-        else:  # csv / parquet: Spark's reader already typed the columns
+        elif self.files.config.format == "csv":
+            from icetide.decode.csv_lines import decode_csv
+            from icetide.sources.files import CSV_DEFAULT_OPTIONS, POSITION_COLUMNS
+
+            options = {**CSV_DEFAULT_OPTIONS, **self.files.config.options}
+            good, bad = decode_csv(raw, "value", schema, key, op_mode, list(POSITION_COLUMNS), options, keep=keep)
+            return Decoded(good, bad, self.config.order_by)
+        else:  # parquet: Spark's reader already typed the columns
             from icetide.decode.frames import BAD_DDL
 
             op = F.lit(INSERT if op_mode == "append" else UPSERT)

@@ -39,6 +39,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
@@ -78,6 +79,16 @@ ARRIVAL_COLUMN = "_file_arrival"
 SOURCE_FILE_COLUMN = "source_file"
 CHUNK_BYTES = 16 * 1024 * 1024
 CSV_DEFAULT_OPTIONS = {"header": "true"}
+# CSV is read a line per record, as UTF-8 bytes, and parsed exactly (decode/csv.py): the reader
+# options that would read it otherwise, or repair what does not parse, cannot be honoured.
+CSV_REFUSED_OPTIONS = {
+    "multiline": "csv landing files are read one record per line",
+    "linesep": "csv landing files are read one record per line ('\\n' or '\\r\\n')",
+    "encoding": "csv landing files are read as UTF-8 (bytes that are not UTF-8 are dead letters)",
+    "charset": "csv landing files are read as UTF-8 (bytes that are not UTF-8 are dead letters)",
+    "mode": "a line that does not parse into the table's columns is always a dead letter",
+    "columnnameofcorruptrecord": "a line that does not parse into the table's columns is always a dead letter",
+}
 
 FILE_SOURCE_KEYS = ("path", "format", "min_age_seconds", "late_window_seconds", "recursive", "glob", "options")
 
@@ -87,7 +98,8 @@ class FileSourceConfig:
     """A landing folder and the format of its files; validated on construction.
 
     `format` "json" means JSON lines (one record per line). `options` are Spark reader options for
-    csv and parquet (csv defaults to header=true and, without a schema passed to `read`, inferSchema).
+    csv and parquet (csv defaults to header=true; its lines are parsed with Spark's `from_csv`, so
+    options that change how lines are read, or repair bad ones, are refused: CSV_REFUSED_OPTIONS).
     """
 
     path: str
@@ -144,6 +156,11 @@ def _check_fields(values: Mapping[str, Any], prefix: str) -> None:
         isinstance(k, str) and isinstance(v, str) for k, v in options.items()
     ):
         raise ConfigError(f"{prefix}.options: must map option names to strings")
+    if values["format"] == "csv":
+        for name in options:
+            why = CSV_REFUSED_OPTIONS.get(name.lower())
+            if why is not None:
+                raise ConfigError(f"{prefix}.options.{name}: not supported for csv: {why}")
 
 
 @dataclass(frozen=True)
@@ -336,20 +353,29 @@ class FileSource:
     def read(self, spark: SparkSession, files: list[str], *, schema: StructType | None = None) -> DataFrame:
         """A lazy DataFrame of the records in `files` (paths as returned by `plan`).
 
-        json: one row per non-blank line: `value` (the line's bytes, kept as they are: a line that
-        is not UTF-8 is a dead letter, issue 49),
-        `source_file` (the path) and `line` (1-based line number in the file), one Spark
-        partition per file, in line order. csv and parquet: Spark's reader with `options` and
-        `schema` (if given), typed columns plus `source_file`. Every action reads the files again.
+        json and csv: one row per non-blank line: `value` (the line's bytes, kept as they are: a
+        line that is not UTF-8 is a dead letter, issue 49), `source_file` (the path) and `line`
+        (1-based line number in the file), one Spark partition per file, in line order; csv
+        without its header line (option `header`, true unless set) and its comment lines (option
+        `comment`), for decode/csv.py to parse against the table's schema. parquet: Spark's reader
+        with `options` and `schema` (if given), typed columns plus `source_file`. Every action
+        reads the files again.
         """
-        if self.config.format == "json":
+        if self.config.format in ("json", "csv"):
             if not files:
                 return spark.createDataFrame([], JSON_LINES_DDL)
             frame = spark.createDataFrame(
                 spark.sparkContext.parallelize([(f,) for f in files], len(files)), "path STRING"
             )
-            return frame.mapInArrow(read_json_lines_task, JSON_LINES_DDL)
+            if self.config.format == "json":
+                return frame.mapInArrow(read_json_lines_task, JSON_LINES_DDL)
+            return frame.mapInArrow(partial(read_csv_lines_task, **self._csv_skips()), JSON_LINES_DDL)
         return self._read_with_spark(spark, files, schema)
+
+    def _csv_skips(self) -> dict[str, Any]:
+        """The lines csv's reader options say are no records: a header line, comment lines."""
+        options = {k.lower(): v for k, v in {**CSV_DEFAULT_OPTIONS, **self.config.options}.items()}
+        return {"header": options["header"].lower() == "true", "comment": options.get("comment") or None}
 
     def _read_with_spark(self, spark: SparkSession, files: list[str], schema: StructType | None) -> DataFrame:
         from pyspark.sql import functions as F
@@ -359,11 +385,7 @@ class FileSource:
             fields = list(schema.fields) if schema is not None else []
             empty = T.StructType([*fields, T.StructField(SOURCE_FILE_COLUMN, T.StringType())])
             return spark.createDataFrame([], empty)
-        options = dict(CSV_DEFAULT_OPTIONS) if self.config.format == "csv" else {}
-        if self.config.format == "csv" and schema is None:
-            options["inferSchema"] = "true"
-        options.update(self.config.options)
-        reader = spark.read.format(self.config.format).options(**options)
+        reader = spark.read.format(self.config.format).options(**self.config.options)
         if schema is not None:
             reader = reader.schema(schema)
         paths = [f if "://" in f else "file://" + f for f in files]
@@ -385,6 +407,29 @@ def read_json_lines_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Recor
         for path in batch.column("path").to_pylist():
             try:
                 yield from json_lines(path)
+            except OSError as exc:
+                raise ExecutorSourceError(f"{path}: cannot read: {exc}") from exc
+
+
+def read_csv_lines_task(
+    batches: Iterable[pa.RecordBatch], *, header: bool, comment: str | None
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: the record lines of every csv file in this Spark partition: as
+    `read_json_lines_task`, without each file's first line when `header` (the first non-blank
+    line that is no comment, as Spark's reader finds it) and lines starting with `comment`."""
+    keep_zip_directories()
+    marker = comment.encode() if comment else None
+    for batch in batches:
+        for path in batch.column("path").to_pylist():
+            skip_header = header
+            try:
+                for lines in json_lines(path):
+                    if marker is not None:
+                        lines = lines.filter(pc.invert(pc.starts_with(lines.column("value").cast(pa.binary()), marker)))
+                    if skip_header and lines.num_rows:
+                        lines, skip_header = lines.slice(1), False
+                    if lines.num_rows:
+                        yield lines
             except OSError as exc:
                 raise ExecutorSourceError(f"{path}: cannot read: {exc}") from exc
 

@@ -59,6 +59,8 @@ _EPOCH_WALL = datetime(1970, 1, 1)
 _EPOCH_DAY = date(1970, 1, 1)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT32_OUT = 2.0**128 - 2.0**103  # halfway from the largest FLOAT to 2**128: from here on, infinity
+# The words `java_double` reads as infinity (after Java's trim, a sign and any case): not a number.
+_INFINITY_WORDS = ("inf", "infinity")
 # What Spark's casts but to FLOAT and DOUBLE trim off text (UTF8String.trimAll: bytes that are
 # Java whitespace or ISO controls, so ASCII only), as measured (tests/test_decoder_golden_values.py)
 _TRIM_ALL = "".join(map(chr, [*range(0x21), 0x7F]))
@@ -279,10 +281,18 @@ class Conversions:
                         x = math.inf if v > 0 else -math.inf
                     if x != x and kind is Decimal:  # the NaN literal: Spark's text of it, '"NaN"', does not cast
                         raise DeadLetter()
+                    if math.isinf(x) and (kind is int or (kind is Decimal and v.is_finite())):
+                        # a number beyond a double, no infinity (issue 49): Spark wrote infinity. Its
+                        # field_text is Jackson's '"Infinity"': the error quotes the number read.
+                        raise DeadLetter(unfit_error(name, str(v), t, beyond=True))
                 else:
-                    parsed = java_double(field_text(v))
+                    text = field_text(v)
+                    parsed = java_double(text)
                     if parsed is None:
                         raise DeadLetter()
+                    word = text.strip(json_values.JAVA_TRIM).lower().lstrip("+-")
+                    if math.isinf(parsed) and word not in _INFINITY_WORDS:  # numeric text beyond a double
+                        raise DeadLetter(unfit_error(name, text, t, beyond=True))
                     x = parsed
                 # an integer that is its double: no doubt
                 if single and not (type(v) is int and math.isfinite(x) and int(x) == v):

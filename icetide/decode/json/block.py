@@ -222,6 +222,10 @@ class PyarrowBlock:
             return None  # text that looks like a date or time and is none, say "2024-13-45"
 
     def _convert_all(self, a: pa.Array, t: pa.DataType) -> pa.Array | None:
+        if pa.types.is_floating(t) and a.null_count < len(a) and pc.any(pc.is_inf(a)).as_py():
+            # the Infinity literal, or an integer beyond a double that pyarrow reads as infinity
+            # (a finite number, refused: issue 49): the record-by-record path tells them apart
+            return None
         if pa.types.is_string(t) or pa.types.is_boolean(t) or pa.types.is_float64(t):
             return a
         if pa.types.is_float32(t):

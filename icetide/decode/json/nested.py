@@ -34,8 +34,8 @@ or a dead letter, never one Spark repaired), by the rules above but that:
   (Spark: its JSON text);
 - a DATE element or field takes no text after its date but a midnight (Spark ignores it);
 - a DECIMAL takes no non-zero digit beyond its scale (Spark: rounded half up) and no text with a
-  comma (Spark drops commas: "1,5" is 15), a FLOAT no number a double holds beyond FLOAT's range
-  (Spark: infinity; beyond a double it is infinity, as at the top), a TINYINT no 128..255 (Spark
+  comma (Spark drops commas: "1,5" is 15), a FLOAT no number beyond FLOAT's range
+  and a DOUBLE none beyond a double's (Spark: infinity; as at the top), a TINYINT no 128..255 (Spark
   wraps them to -128..-1);
 - the keys no struct field has are still skipped, and counted by the decoder (`unknown_keys`).
 
@@ -285,11 +285,16 @@ def _shown(e: Any) -> str:
 
 
 def _beyond_float(e: Any, t: pa.DataType) -> bool:
-    """Whether `e` is a finite number that a FLOAT (`t`) would hold as infinity."""
-    if not pa.types.is_float32(t) or not (type(e) is int or isinstance(e, Decimal)):
+    """Whether `e` is a finite number that a FLOAT or DOUBLE (`t`) would hold as infinity (issue 49)."""
+    if not pa.types.is_floating(t) or not (type(e) is int or isinstance(e, Decimal)):
         return False
-    x = float(e)
-    return lim.FLOAT32_OUT <= abs(x) < math.inf
+    if isinstance(e, Decimal) and not e.is_finite():
+        return False
+    try:
+        x = abs(float(e))
+    except OverflowError:  # an integer beyond a double
+        return True
+    return x == math.inf or (pa.types.is_float32(t) and x >= lim.FLOAT32_OUT)
 
 
 def _key(k: str, t: pa.DataType, r: Reading) -> Any:

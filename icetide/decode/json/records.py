@@ -14,9 +14,10 @@ issue 49), where Spark's reader ignored it.
 
 Conversions (as in the former Spark SQL JSON decoder): integers from JSON numbers or integral text, in range;
 FLOAT/DOUBLE from numbers or numeric text, a number within a double but beyond FLOAT making the
-record bad (`column r: '1.0E39' is out of FLOAT range`, issue 49: Spark wrote infinity); a number
-beyond a double (1e400, whose text as Jackson writes it is the quoted "Infinity"; "1e400" as
-text) reads as infinity in FLOAT as in DOUBLE, as Spark reads it, and so does the text Infinity;
+record bad (`column r: '1.0E39' is out of FLOAT range`, issue 49: Spark wrote infinity); so does a
+number beyond a double, in FLOAT and DOUBLE alike (`column d: '1e400' is out of DOUBLE range`, as a
+number, as text or as an integer: Spark read infinity), while the literals and texts NaN and
+Infinity keep their meaning;
 BOOLEAN from true/false or Spark's boolean words;
 STRING from the raw text of any JSON scalar, as Spark keeps it (`json_values.spark_text`: a double
 as Java writes it, 1e7 as "1.0E7", and so in error messages), but a number whose double's text
@@ -86,6 +87,8 @@ __all__ = ["ArrowJsonDecoder", "BadRecord", "DecodedBlock"]
 _DECODER = json.JSONDecoder()
 _JSON_SPACE = " \t\n\r"
 _QUOTED_INFINITY = ('"Infinity"', '"-Infinity"')
+# The texts that mean infinity (scalars._NUMBER_TEXT's), as against a number too large for a double.
+_INFINITY_TEXT = re.compile(r"^\s*[+-]?(Infinity|inf)\s*$")
 # A piece of a refused block this small goes record by record: a pyarrow read of a piece has a
 # fixed cost of 0.4-1 ms (about 50-100 records' worth of the record-by-record look), and a piece
 # with a bad record is read in vain (measured on 10,000-record blocks: 256 keeps a block with a
@@ -391,6 +394,7 @@ class ArrowJsonDecoder:
                     errors[f.name] = f"column {f.name} is missing or null (NOT NULL)"
                 continue
             raw = json_values.spark_text(value)  # as Spark keeps it: 1e7 is "1.0E7"
+            quoted = raw  # what an error quotes
             if type(value) is float and pa.types.is_string(f.type) and (not deleting or f.name in self.key):
                 if sent is None:
                     sent = _SENT_DECODER.raw_decode(stripped)[0]
@@ -419,6 +423,8 @@ class ArrowJsonDecoder:
                     if sent is None:
                         sent = _SENT_DECODER.raw_decode(stripped)[0]
                     read = _sent_json(sent[f.name])
+                    if "Infinity" in raw and "Infinity" not in read:
+                        quoted = read  # Jackson's text of 1e400 is "Infinity", which a DOUBLE takes
                 if reading is None:
                     reading = nested.Reading(self.time_zone, as_text=self.nested_as_text)
                 kept = reading.kept
@@ -434,14 +440,28 @@ class ArrowJsonDecoder:
                     converted, kept = None, 0
                 kept_as_text += [f.name] * kept
             elif pa.types.is_floating(f.type) and raw in _QUOTED_INFINITY:
-                converted = scalar_value(
-                    raw[1:-1], f.type, self.time_zone
-                )  # Jackson's text of 1e400, read back (the former Spark SQL JSON decoder)
+                # The Infinity literal, or a number beyond a double (1e400): issue 49, that finite
+                # number is no infinity. The record read again, its numbers as sent, tells them apart.
+                if sent is None:
+                    sent = _SENT_DECODER.raw_decode(stripped)[0]
+                number = sent.get(f.name)
+                if isinstance(number, _SentNumber):
+                    typed.append(None)
+                    if not deleting or f.name in self.key:
+                        errors[f.name] = _unfit(f.name, str.__str__(number), f.type, beyond=True)
+                    continue
+                converted = scalar_value(raw[1:-1], f.type, self.time_zone)  # Jackson's text of the literal
             else:
                 converted = scalar_value(raw, f.type, self.time_zone)
+                if type(converted) is float and math.isinf(converted) and not _INFINITY_TEXT.match(raw):
+                    # numeric text, or an integer, beyond a double (issue 49): no infinity either
+                    typed.append(None)
+                    if not deleting or f.name in self.key:
+                        errors[f.name] = _unfit(f.name, raw, f.type, beyond=True)
+                    continue
             typed.append(converted)
             if converted is None and (not deleting or f.name in self.key):
-                errors[f.name] = _unfit(f.name, raw, f.type)
+                errors[f.name] = _unfit(f.name, quoted, f.type)
         # a finite number a FLOAT would hold as infinity (issue 49): looked for here, at no cost per field
         for i in self._floats:
             v = typed[i]
