@@ -145,6 +145,10 @@ def test_run_on_a_cluster_without_shared_disk_survives_a_dead_worker(
     network: netns.Network, spark: Any, tmp_path: Path
 ) -> None:
     net = network
+    # Each machine's /tmp is a folder of its own, mounted over /tmp: a checkout or a Python that
+    # lives under /tmp would vanish from every machine.
+    hidden = [str(p) for p in (ROOT, Path(sys.prefix)) if Path("/tmp") in (p.resolve(), *p.resolve().parents)]
+    assert not hidden, f"the cluster test gives each machine its own /tmp; move these out of /tmp: {hidden}"
     started = time.monotonic()
 
     def phase(what: str) -> None:
