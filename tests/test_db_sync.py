@@ -538,7 +538,9 @@ def bad_changes(stream: TableStream, *, utf8: bool = False) -> list[tuple[bytes,
         table = stream.source["table"].encode()
         in_route = stream.change("c", None, row).replace(b'"table": "%s"' % table, b'"table": "%s\xff"' % table)
         assert in_route.count(b"\xff") == 1
-        out.append((in_route, "payload is not valid UTF-8 in source.table: cannot route the record to a table"))
+        at = in_route.index(b"\xff")
+        error = f"payload is not valid UTF-8 at byte {at}, source.table among its bad bytes: cannot route the record"
+        out.append((in_route, error + " to a table"))
     return out
 
 

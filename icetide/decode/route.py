@@ -90,19 +90,38 @@ def with_routes(
     # them, issue 49): such a record is a dead letter naming the field. Re-encoding the text gives
     # other bytes exactly when they are not UTF-8.
     not_utf8 = F.encode(text, "UTF-8") != F.col(value_col)
+    first_bad = _first_bad_byte(text, F.col(value_col))
     for f in source_fields:
         error = error.when(
             block[f].isNull(),
             F.lit(f"source.{f} is missing: cannot route the record to a table (table.name uses {{{f}}})"),
         ).when(
             not_utf8 & block[f].contains("\ufffd"),
-            F.lit(f"payload is not valid UTF-8 in source.{f}: cannot route the record to a table"),
+            F.concat(
+                F.lit("payload is not valid UTF-8 at byte "),
+                first_bad,
+                F.lit(f", source.{f} among its bad bytes: cannot route the record to a table"),
+            ),
         )
     return df.select(
         "*",
         F.when(error.isNull() & ~tombstone, route).alias(ROUTE_COLUMN),
         error.alias(ROUTE_ERROR_COLUMN),
     )
+
+
+def _first_bad_byte(text: Column, value: Column) -> Column:
+    """The offset (as text) of the first byte of `value` that is not UTF-8: the length of what
+    reads before its first U+FFFD. Spark's cast to STRING keeps the bytes as they are, so the
+    replacement is made by `make_valid_utf8` (Spark 4) or by `decode`, which replaces on 3.5 and
+    raises on 4. (A payload holding a real U+FFFD before its first bad byte names that one.)"""
+    import pyspark
+    from pyspark.sql import functions as F
+
+    valid = (
+        F.decode(value, "UTF-8") if pyspark.__version__.startswith("3.") else F.call_function("make_valid_utf8", text)
+    )
+    return F.octet_length(valid.substr(F.lit(1), F.instr(valid, "\ufffd") - 1)).cast("string")
 
 
 def _format(template: str, values: dict[str, Column]) -> Column:
