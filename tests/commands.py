@@ -69,20 +69,12 @@ def demo_warehouse(
     run_demo(other, batches=batches, events_per_batch=events, format_version=format_version)
 
 
-def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:
-    """A session of the test's Spark with `catalog` on another process's warehouse, uncached, to
-    read what a `icetide run` subprocess committed."""
-    other = spark.newSession()
-    prefix = f"spark.sql.catalog.{catalog}"
-    other.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
-    other.conf.set(f"{prefix}.type", "hadoop")
-    other.conf.set(f"{prefix}.warehouse", str(warehouse))
-    other.conf.set(f"{prefix}.cache-enabled", "false")
-    # Spark's CatalogManager opens a catalog with the settings of the thread's active session
-    # (SQLConf.get) and keeps it: opened from py4j outside a query (icetide's runner, load_table),
-    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. So
-    # it is opened here with this session active (a query would do it too, but listing namespaces
-    # fails on a file catalog whose warehouse does not exist yet).
+def opened(other: Any, catalog: str) -> Any:
+    """`other` with its catalog `catalog` opened. Spark's CatalogManager opens a catalog with the
+    settings of the thread's active session (SQLConf.get) and keeps it: opened from py4j outside
+    a query (icetide's runner, load_table), it would be the test session's catalog of that name,
+    e.g. `lake` on the local warehouse. So it is opened with `other` active (a query would do it
+    too, but listing namespaces fails on a file catalog whose warehouse does not exist yet)."""
     sessions = other._jvm.org.apache.spark.sql.SparkSession
     active = sessions.getActiveSession()
     sessions.setActiveSession(other._jsparkSession)
@@ -94,6 +86,18 @@ def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:
         else:
             sessions.clearActiveSession()
     return other
+
+
+def warehouse_reader(spark: Any, catalog: str, warehouse: Path | str) -> Any:
+    """A session of the test's Spark with `catalog` on another process's warehouse, uncached, to
+    read what a `icetide run` subprocess committed."""
+    other = spark.newSession()
+    prefix = f"spark.sql.catalog.{catalog}"
+    other.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
+    other.conf.set(f"{prefix}.type", "hadoop")
+    other.conf.set(f"{prefix}.warehouse", str(warehouse))
+    other.conf.set(f"{prefix}.cache-enabled", "false")
+    return opened(other, catalog)
 
 
 def crash_tour(
@@ -160,19 +164,4 @@ def catalog_reader(spark: Any, catalog: str, options: dict[str, str]) -> Any:
     for key, value in options.items():
         other.conf.set(f"{prefix}.{key}", value)
     other.conf.set(f"{prefix}.cache-enabled", "false")
-    # Spark's CatalogManager opens a catalog with the settings of the thread's active session
-    # (SQLConf.get) and keeps it: opened from py4j outside a query (icetide's runner, load_table),
-    # it would be the test session's catalog of that name, e.g. `lake` on the local warehouse. So
-    # it is opened here with this session active (a query would do it too, but listing namespaces
-    # fails on a file catalog whose warehouse does not exist yet).
-    sessions = other._jvm.org.apache.spark.sql.SparkSession
-    active = sessions.getActiveSession()
-    sessions.setActiveSession(other._jsparkSession)
-    try:
-        other._jsparkSession.sessionState().catalogManager().catalog(catalog)
-    finally:
-        if active.isDefined():
-            sessions.setActiveSession(active.get())
-        else:
-            sessions.clearActiveSession()
-    return other
+    return opened(other, catalog)
