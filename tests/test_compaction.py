@@ -24,6 +24,7 @@ from icetide.maintenance.planning import (
     CompactionOptions,
     DataFileRef,
     DeleteRef,
+    combine_groups,
     output_file_count,
     plan_groups,
     split_size,
@@ -297,6 +298,28 @@ def plan(t: Table, use_start: bool) -> CompactionJob:
     return compaction(t.spark, t.name, use_starting_sequence_number=use_start, min_input_files=2)
 
 
+def test_small_groups_are_combined_into_units_of_work_in_plan_order() -> None:
+    files = [
+        *(_file(f"{p}{i}", 10 * MB, part=f"p={p}") for p in "abcde" for i in range(2)),
+        *(_file(f"big{i}", 300 * MB, part="p=f") for i in range(2)),  # writes several files: alone
+        *(_file(f"old{i}", MB, part="p=g") for i in range(2)),
+    ]
+    files = [f if f.partition[1] != "p=g" else DataFileRef(f.path, f.size, 10, 1, (1, "p=g")) for f in files]
+    plan = plan_groups(files, _options(min_input_files=2, group_order="worst"))
+    labels = [g.partition[1] for g in plan.groups]
+    units = [
+        [labels[i] for i in unit] for unit in combine_groups(plan.groups, _options(combine_groups_bytes="64MB"), 0)
+    ]
+    # 20 MB a group: three fit in 64 MB; a group of an older spec (p=g) and one that writes
+    # several files (p=f) run alone.
+    assert sorted(map(sorted, units)) == sorted(
+        [["p=a", "p=b", "p=c"], ["p=d", "p=e"], ["p=f"], ["p=g"]], key=lambda u: u[0]
+    )
+    assert [i for unit in combine_groups(plan.groups, _options(), 0) for i in unit] == list(range(len(labels)))
+    alone = combine_groups(plan.groups, _options(combine_groups_bytes=0), 0)
+    assert alone == [[i] for i in range(len(labels))]
+
+
 USE_START = pytest.mark.parametrize("use_start", [True, False], ids=["starting-seq", "new-seq"])
 
 
@@ -463,6 +486,20 @@ def test_partition_filter_partial_progress_and_bounds(spark: Any, table_name: st
     result = compact(spark, table_name, min_input_files=2, partial_progress=True)
     assert result.groups == 1 and len(set(result.snapshot_ids)) == 1
     assert t.data_files() == 3
+    t.check()
+    # Small groups share one Spark job and, with partial progress, one commit; each group
+    # gets its own partition's new file back.
+    for hour in range(3):
+        t.append(rows_of([900 + hour], "late", minutes=[60 * hour + 30]))
+    result = compact(spark, table_name, min_input_files=2, partial_progress=True)
+    assert result.groups == 3 and len(set(result.snapshot_ids)) == 1
+    assert [g.files_added for g in result.committed] == [1, 1, 1]
+    assert t.data_files() == 3
+    t.check()
+    for hour in range(3):
+        t.append(rows_of([950 + hour], "later", minutes=[60 * hour + 31]))
+    alone = compact(spark, table_name, min_input_files=2, partial_progress=True, combine_groups_bytes=0)
+    assert alone.groups == 3 and len(set(alone.snapshot_ids)) == 3
     t.check()
     with pytest.raises(ConfigError, match="partition_filter"):
         compaction(spark, table_name, partition_filter="no_such_column > 1")

@@ -43,6 +43,7 @@ from icetide.maintenance.planning import (
     PartitionKey,
     SkipKind,
     SkippedGroup,
+    combine_groups,
     plan_groups,
 )
 from icetide.maintenance.progress import ProgressCallback, notify
@@ -99,6 +100,8 @@ class CompactionJob:
         self._rewritten = False
         self.plan: GroupPlan = self._plan(only_partitions)
         self._skipped.extend(self.plan.skipped)
+        # units of work, one Spark job and (with partial_progress) one commit each
+        self.units: list[list[int]] = combine_groups(self.plan.groups, options, int(self.table.spec().specId()))
         log.info(
             "compaction of %s planned at snapshot %s: %d group(s) of %d file(s), %d left alone",
             table_name,
@@ -139,14 +142,72 @@ class CompactionJob:
         """
         if self._rewritten:
             raise ConfigError("rewrite: this compaction job was already rewritten; plan a new one")
-        for index in range(len(self.plan.groups)):
-            if index not in self._staged and index not in self._finished:
-                self._rewrite_group(index)
+        for unit in self.units:
+            self._rewrite_unit([i for i in unit if i not in self._staged and i not in self._finished])
         self._rewritten = True
         return tuple(self._staged[i] for i in sorted(self._staged))
 
     def _notify(self, step: str, done: int, detail: str = "") -> None:
         notify(self.progress, self.table_name, step, done, len(self.plan.groups), detail)
+
+    def _rewrite_unit(self, indices: list[int]) -> list[int]:
+        """Rewrite these groups in one Spark job (see `combine_groups`); the indices staged.
+
+        The job reads every group's files in one split, so each partition gets one new file;
+        the files are handed back to their groups by partition. Should the job fail, or a new
+        file land outside the groups' partitions, each group is rewritten alone instead."""
+        if len(indices) <= 1:
+            return [i for i in indices if self._rewrite_group(i) is not None]
+        groups = [self.plan.groups[i] for i in indices]
+        # One split for the whole unit: Iceberg weighs a task by its file and its delete files.
+        weight = sum(f.size + sum(d.size for d in f.deletes) for g in groups for f in g.files)
+        try:
+            outputs = rewrite_files(
+                self.spark,
+                self.table,
+                [self._files.tasks[f.path] for g in groups for f in g.files],
+                split_size=weight + 1,
+                target_file_size=max(g.write_max_file_size for g in groups),
+            )
+        except Exception as exc:
+            log.info(
+                "compaction of %s: rewriting %d groups at once failed (%s); one by one",
+                self.table_name,
+                len(indices),
+                one_line(exc),
+            )
+            log.debug("combined rewrite failed", exc_info=True)
+            return [i for i in indices if self._rewrite_group(i) is not None]
+        owner = {g.partition: i for i, g in zip(indices, groups, strict=True)}
+        by_group: dict[int, list[Any]] = {i: [] for i in indices}
+        for f in outputs:
+            index = owner.get(self._files.partition_key(f))
+            if index is None:
+                log.info(
+                    "compaction of %s: a combined rewrite wrote outside its partitions; one by one", self.table_name
+                )
+                for stray in outputs:
+                    self._delete_file(stray)
+                return [i for i in indices if self._rewrite_group(i) is not None]
+            by_group[index].append(f)
+        for index, files in by_group.items():
+            self._stage(index, files)
+        self._notify("rewrite groups", len(self._finished | set(self._staged)), f"{len(indices)} groups in one job")
+        log.debug(
+            "compaction of %s: %d groups rewritten in one job, %d file(s)", self.table_name, len(indices), len(outputs)
+        )
+        return indices
+
+    def _stage(self, index: int, outputs: list[Any]) -> StagedGroup:
+        self._outputs[index] = outputs
+        staged = StagedGroup(
+            group=self.plan.groups[index],
+            output_paths=tuple(str(f.location()) for f in outputs),
+            output_bytes=sum(int(f.fileSizeInBytes()) for f in outputs),
+            output_records=sum(int(f.recordCount()) for f in outputs),
+        )
+        self._staged[index] = staged
+        return staged
 
     def _rewrite_group(self, index: int) -> StagedGroup | None:
         group = self.plan.groups[index]
@@ -164,14 +225,7 @@ class CompactionJob:
             self._skip(index, "rewrite_failed", f"rewrite failed: {one_line(exc)}")
             self._notify("rewrite groups", index + 1, f"{group.label} failed")
             return None
-        self._outputs[index] = outputs
-        staged = StagedGroup(
-            group=group,
-            output_paths=tuple(str(f.location()) for f in outputs),
-            output_bytes=sum(int(f.fileSizeInBytes()) for f in outputs),
-            output_records=sum(int(f.recordCount()) for f in outputs),
-        )
-        self._staged[index] = staged
+        staged = self._stage(index, outputs)
         self._notify("rewrite groups", index + 1, group.label)
         log.debug("compaction of %s: group %s staged %d file(s)", self.table_name, group.label, len(outputs))
         return staged
@@ -181,9 +235,10 @@ class CompactionJob:
     def commit(self) -> CompactionResult:
         """Commit the rewritten groups, validated from the planned snapshot.
 
-        Atomic (one snapshot for all groups) unless `partial_progress`, which commits each group
-        on its own. Guarantees: no row is lost or doubled; a group whose input files were all
-        replaced meanwhile commits nothing and says so ("already_rewritten"); a conflicting
+        Atomic (one snapshot for all groups) unless `partial_progress`, which commits each unit
+        of work on its own (a group, or small groups rewritten together: `combine_groups`).
+        Guarantees: no row is lost or doubled; a group whose input files were all replaced
+        meanwhile commits nothing and says so ("already_rewritten"); a conflicting
         commit lands nothing, deletes its new files and raises CompactionConflictError naming
         Iceberg's conflict, after the other groups of a partial-progress job were committed.
         CommitStateUnknownError (nothing deleted) and CommitFailedError pass through.
@@ -204,23 +259,27 @@ class CompactionJob:
     def run(self, *, stop: Callable[[], bool] | None = None) -> CompactionResult:
         """Rewrite and commit, re-planning conflicting groups; never raises on a conflict.
 
-        With `partial_progress`, each group is committed as soon as it is rewritten. Groups that
+        With `partial_progress`, each unit of work (a group, or small groups rewritten in one job)
+        is committed as soon as it is rewritten. Groups that
         conflict are planned again from the current snapshot (only their partitions) up to
         `max_conflict_retries` times, then reported in `skipped` with Iceberg's reason.
-        `stop` (partial progress only) is asked before every group but the first: once it
+        `stop` (partial progress only) is asked before every unit but the first: once it
         returns True, the groups left are reported as deferred and nothing else is started.
         """
         if self.options.partial_progress:
             started = False
-            for index in range(len(self.plan.groups)):
-                if index in self._finished:
+            for unit in self.units:
+                left = [i for i in unit if i not in self._finished]
+                if not left:
                     continue
                 if started and stop is not None and stop():
                     self._defer_rest("stopped (time budget spent or maintenance stopping)")
                     break
                 started = True
-                if index in self._staged or self._rewrite_group(index) is not None:
-                    self._commit_groups([index])
+                staged = [i for i in left if i in self._staged]
+                staged += self._rewrite_unit([i for i in left if i not in self._staged])
+                if staged:
+                    self._commit_groups(sorted(staged))
             self._rewritten = True
         else:
             if not self._rewritten:
@@ -285,8 +344,10 @@ class CompactionJob:
         if not pending:
             return
         if self.options.partial_progress:
-            for index in pending:
-                self._commit_groups([index])
+            for unit in self.units:
+                ready = [i for i in unit if i in pending]
+                if ready:
+                    self._commit_groups(ready)
         else:
             self._commit_groups(pending)
 
@@ -527,13 +588,15 @@ class CompactionJob:
 
     def _delete_outputs(self, index: int) -> int:
         outputs = self._outputs.pop(index, [])
-        io = self.table.io()
         for f in outputs:
-            try:
-                io.deleteFile(f.location())
-            except Exception:
-                log.debug("could not delete %s", f.location(), exc_info=True)
+            self._delete_file(f)
         return len(outputs)
+
+    def _delete_file(self, data_file: Any) -> None:
+        try:
+            self.table.io().deleteFile(data_file.location())
+        except Exception:
+            log.debug("could not delete %s", data_file.location(), exc_info=True)
 
 
 def compaction(
@@ -555,7 +618,10 @@ def compaction(
     the input files onto the new files; 0 never carries, and such a DV makes the group conflict),
     `vector_deleted_share` (a file whose deletion vector marks at least this share of its rows is
     rewritten, even alone; default off), `vector_file_rows` (every file with a deletion vector of a
-    partition where such files hold at least this many rows is rewritten; default off).
+    partition where such files hold at least this many rows is rewritten; default off),
+    `combine_groups_bytes` (64MB: groups that each write one file are rewritten in one Spark job,
+    and with `partial_progress` committed together, up to this many input bytes and 100
+    partitions at once; 0 rewrites and commits each group alone).
     `progress` receives a ProgressEvent per group rewritten and per group committed.
 
     Example::

@@ -27,7 +27,7 @@ from icetide.maintenance.actions import ManifestRewriteResult, remove_dangling_d
 from icetide.maintenance.compaction import compact
 from icetide.maintenance.expire import ExpireResult, expire_snapshots
 from icetide.maintenance.health import HealthThresholds, table_health
-from icetide.maintenance.planning import GROUP_ORDERS, GroupOrder
+from icetide.maintenance.planning import DEFAULT_COMBINE_GROUPS_BYTES, GROUP_ORDERS, GroupOrder
 from icetide.maintenance.position_deletes import DeleteConversionResult, convert_equality_deletes
 from icetide.maintenance.progress import ProgressCallback
 from icetide.maintenance.results import CompactionResult
@@ -64,6 +64,8 @@ class MaintenancePolicy:
     # of a partition where such files hold this many rows. None turns a rule off.
     vector_deleted_share: float | None = 0.1
     vector_file_rows: int | None = 1_000_000
+    # small groups rewritten in one Spark job and committed together, up to this input (0: each alone)
+    combine_groups_bytes: int = DEFAULT_COMBINE_GROUPS_BYTES
 
     def __post_init__(self) -> None:
         if self.fold_deletes not in FOLD_DELETES:
@@ -117,6 +119,7 @@ def _compact_within(
         "group_order": policy.group_order,
         "vector_deleted_share": policy.vector_deleted_share,
         "vector_file_rows": policy.vector_file_rows,
+        "combine_groups_bytes": policy.combine_groups_bytes,
     }
     if fold_all and policy.fold_deletes == "rewrite":
         options["delete_file_threshold"] = 1

@@ -18,7 +18,7 @@ transforms (hours, days, months, years) is the newest time first; then the worst
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -31,6 +31,8 @@ DEFAULT_MAX_GROUP_BYTES = 100 * 1024**3  # Iceberg's max-file-group-size-bytes d
 MIN_FILE_SIZE_RATIO = 0.75  # Iceberg: min-file-size-bytes = 75% of the target
 MAX_FILE_SIZE_RATIO = 1.8  # Iceberg: max-file-size-bytes = 180% of the target
 SPLIT_OVERHEAD = 5 * 1024  # Iceberg adds this to a split so a split does not spill one extra file
+DEFAULT_COMBINE_GROUPS_BYTES = 64 * 1024 * 1024  # small groups rewritten in one job, up to this input
+COMBINE_MAX_GROUPS = 100  # ... and at most this many partitions at once: one open writer each
 
 PartitionKey = tuple[int, str]  # (spec id, partition path such as "ts_hour=2026-01-01-10"; "" unpartitioned)
 
@@ -164,6 +166,9 @@ class CompactionOptions:
     # In a partition whose files with a deletion vector hold at least this many rows, every such
     # file is rewritten; None: off.
     vector_file_rows: int | None = None
+    # Groups that each write one file are rewritten in one Spark job and committed together, up to
+    # this many input bytes (and COMBINE_MAX_GROUPS groups); 0 rewrites and commits each alone.
+    combine_groups_bytes: int = DEFAULT_COMBINE_GROUPS_BYTES
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any], *, default_target: int) -> CompactionOptions:
@@ -173,7 +178,14 @@ class CompactionOptions:
             if key not in known:
                 raise ConfigError(f"{key}: not a compaction option (one of {', '.join(sorted(known))})")
         values = dict(options)
-        for key in ("target_file_size", "min_file_size", "max_file_size", "max_bytes", "max_group_bytes"):
+        for key in (
+            "target_file_size",
+            "min_file_size",
+            "max_file_size",
+            "max_bytes",
+            "max_group_bytes",
+            "combine_groups_bytes",
+        ):
             if values.get(key) is not None:
                 values[key] = parse_size(values[key], key)
         values.setdefault("target_file_size", default_target)
@@ -193,6 +205,7 @@ class CompactionOptions:
             ("max_conflict_retries", 0),
             ("carry_attempts", 0),
             ("vector_file_rows", 1),
+            ("combine_groups_bytes", 0),
         ):
             value = values.get(key)
             if value is None:
@@ -428,3 +441,38 @@ def plan_groups(
         kept.append(group)
         used += group.input_bytes
     return GroupPlan(tuple(kept), tuple(skipped))
+
+
+def combine_groups(groups: Sequence[FileGroup], options: CompactionOptions, current_spec: int) -> list[list[int]]:
+    """The plan's groups (by index, in order) as units of work: one Spark job and one commit each.
+
+    Consecutive groups that each write a single file, in the current partition spec (their new
+    files land in their own partition) and of distinct partitions, share a unit while its input
+    stays within `combine_groups_bytes` and COMBINE_MAX_GROUPS groups: beside a stream that
+    touches many small partitions, a pass then pays one job and one commit instead of one per
+    partition (docs/design.md, "Compaction in fewer jobs"). Every other group is a unit alone.
+    """
+    units: list[list[int]] = []
+    used = 0
+    open_unit = False  # may the last unit take more groups?
+    for index, group in enumerate(groups):
+        combinable = (
+            group.output_files == 1
+            and group.partition[0] == current_spec
+            and group.input_bytes <= options.combine_groups_bytes
+        )
+        last = units[-1] if units else []
+        if (
+            combinable
+            and open_unit
+            and used + group.input_bytes <= options.combine_groups_bytes
+            and len(last) < COMBINE_MAX_GROUPS
+            and all(groups[i].partition != group.partition for i in last)
+        ):
+            last.append(index)
+            used += group.input_bytes
+        else:
+            units.append([index])
+            used = group.input_bytes
+            open_unit = combinable
+    return units
