@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from icetide.errors import ConfigError, SnapshotGoneError, one_line
 from icetide.maintenance.deletes import LiveDataFile
 from icetide.maintenance.planning import DataFileRef, DeleteRef, PartitionKey
-from icetide.spark.py4j_collections import java_iter
+from icetide.spark.py4j_collections import java_iter, java_list
 from icetide.table.iceberg import SpecTransforms, jvm, key_columns, spec_transforms
 from icetide.table.partition_labels import label_of_path
 
@@ -94,7 +94,7 @@ class TableFiles:
                         record_count=int(data_file.recordCount()),
                         sequence_number=int(sequence) if sequence is not None else 0,
                         partition=self.partition_key(data_file),
-                        deletes=tuple(self._delete_ref(d) for d in task.deletes()),
+                        deletes=tuple(self._delete_ref(d) for d in java_list(task.deletes())),
                         partition_label=self.label(data_file),
                     )
                 )

@@ -57,6 +57,7 @@ from icetide.maintenance.deletes import applies
 from icetide.maintenance.inventory import TableFiles
 from icetide.maintenance.planning import DataFileRef, DeleteRef, partition_label
 from icetide.maintenance.progress import ProgressCallback, notify
+from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import format_version, java_exception_class, java_message, jvm, load_table
 from icetide.write.keys import read_by_field_id
 from icetide.write.vectors import PlannedVector, plan_vector, write_vectors
@@ -248,7 +249,7 @@ class EqualityDeleteConversion:
 
     def _read_keys(self, delete: DeleteRef) -> str | None:
         java = self._files.delete_files[delete.path]
-        ids = tuple(int(i) for i in java.equalityFieldIds())
+        ids = tuple(int(i) for i in java_list(java.equalityFieldIds()))
         try:
             keys = read_by_field_id(delete.path, ids)
         except ConfigError as exc:
