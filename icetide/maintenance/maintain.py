@@ -230,7 +230,7 @@ def maintain(
         return requested() or (deadline is not None and time.monotonic() >= deadline)
 
     properties_set = apply_retention_defaults(spark, table) if not requested() else {}
-    health = table_health(spark, table, p.health_thresholds)
+    health = table_health(spark, table, p.health_thresholds, partition_times=False)
     due = tuple(health.suggestions)
     folding = any(s.startswith("fold deletes") for s in due) or (fold_all and health.delete_files > 0)
     conversion = None
