@@ -505,6 +505,33 @@ def test_partition_filter_partial_progress_and_bounds(spark: Any, table_name: st
         compaction(spark, table_name, partition_filter="no_such_column > 1")
 
 
+def test_a_failed_combined_rewrite_falls_back_to_one_group_at_a_time(
+    spark: Any, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spark job that rewrites several groups at once and fails (injected: the job raises) costs
+    no group: each is rewritten alone, and the table still equals the model."""
+    import icetide.maintenance.rewrite_files as rewrites
+
+    t = Table(spark, table_name)
+    for hour in range(3):
+        for n in range(2):
+            t.append(rows_of([10 * hour + n], "p", minutes=[60 * hour + n]))
+
+    combined_jobs: list[int] = []
+
+    def failing(spark: Any, table: Any, tasks: list[Any], **kwargs: Any) -> list[Any]:
+        combined_jobs.append(len(tasks))
+        raise RuntimeError("injected: the combined job failed")
+
+    monkeypatch.setattr(rewrites, "rewrite_files", failing)  # the combined path only
+    result = compact(spark, table_name, min_input_files=2, partial_progress=True)
+    assert combined_jobs == [6]  # tried once, with every group's files
+    assert result.groups == 3 and len(set(result.snapshot_ids)) == 1  # the unit still commits as one
+    assert [g.files_added for g in result.committed] == [1, 1, 1]
+    assert t.data_files() == 3
+    t.check()
+
+
 class _FailingCommits:
     """Wraps the Java table so the compaction's commit throws `java_class` from the JVM."""
 

@@ -47,8 +47,8 @@ from icetide.maintenance.planning import (
     plan_groups,
 )
 from icetide.maintenance.progress import ProgressCallback, notify
-from icetide.maintenance.results import CompactionResult, GroupResult, StagedGroup
-from icetide.maintenance.rewrite_files import rewrite_files
+from icetide.maintenance.results import CompactionResult, GroupResult, StagedGroup, committed_groups
+from icetide.maintenance.rewrite_files import rewrite_files, rewrite_together
 from icetide.table.iceberg import format_version, java_exception_class, java_message, load_table, table_property
 
 if TYPE_CHECKING:
@@ -158,56 +158,28 @@ class CompactionJob:
         file land outside the groups' partitions, each group is rewritten alone instead."""
         if len(indices) <= 1:
             return [i for i in indices if self._rewrite_group(i) is not None]
-        groups = [self.plan.groups[i] for i in indices]
-        # One split for the whole unit: Iceberg weighs a task by its file and its delete files.
-        weight = sum(f.size + sum(d.size for d in f.deletes) for g in groups for f in g.files)
-        try:
-            outputs = rewrite_files(
-                self.spark,
-                self.table,
-                [self._files.tasks[f.path] for g in groups for f in g.files],
-                split_size=weight + 1,
-                target_file_size=max(g.write_max_file_size for g in groups),
-            )
-        except Exception as exc:
-            log.info(
-                "compaction of %s: rewriting %d groups at once failed (%s); one by one",
-                self.table_name,
-                len(indices),
-                one_line(exc),
-            )
-            log.debug("combined rewrite failed", exc_info=True)
+        groups = {self.plan.groups[i].partition: i for i in indices}
+        outputs = rewrite_together(
+            self.spark,
+            self.table,
+            {key: [self._files.tasks[f.path] for f in self.plan.groups[i].files] for key, i in groups.items()},
+            weight=sum(f.size + sum(d.size for d in f.deletes) for i in indices for f in self.plan.groups[i].files),
+            target_file_size=max(self.plan.groups[i].write_max_file_size for i in indices),
+            partition_of=self._files.partition_key,
+        )
+        if outputs is None:
             return [i for i in indices if self._rewrite_group(i) is not None]
-        owner = {g.partition: i for i, g in zip(indices, groups, strict=True)}
-        by_group: dict[int, list[Any]] = {i: [] for i in indices}
-        for f in outputs:
-            index = owner.get(self._files.partition_key(f))
-            if index is None:
-                log.info(
-                    "compaction of %s: a combined rewrite wrote outside its partitions; one by one", self.table_name
-                )
-                for stray in outputs:
-                    self._delete_file(stray)
-                return [i for i in indices if self._rewrite_group(i) is not None]
-            by_group[index].append(f)
+        by_group = {groups[key]: files for key, files in outputs.items()}
         for index, files in by_group.items():
             self._stage(index, files)
         self._notify("rewrite groups", len(self._finished | set(self._staged)), f"{len(indices)} groups in one job")
-        log.debug(
-            "compaction of %s: %d groups rewritten in one job, %d file(s)", self.table_name, len(indices), len(outputs)
-        )
+        log.debug("compaction of %s: %d groups rewritten in one job", self.table_name, len(indices))
         return indices
 
     def _stage(self, index: int, outputs: list[Any]) -> StagedGroup:
         self._outputs[index] = outputs
-        staged = StagedGroup(
-            group=self.plan.groups[index],
-            output_paths=tuple(str(f.location()) for f in outputs),
-            output_bytes=sum(int(f.fileSizeInBytes()) for f in outputs),
-            output_records=sum(int(f.recordCount()) for f in outputs),
-        )
-        self._staged[index] = staged
-        return staged
+        self._staged[index] = StagedGroup.of(self.plan.groups[index], outputs)
+        return self._staged[index]
 
     def _rewrite_group(self, index: int) -> StagedGroup | None:
         group = self.plan.groups[index]
@@ -497,25 +469,8 @@ class CompactionJob:
         found = self._files.find_snapshot(SUMMARY_COMMIT_ID, commit_id)
         snapshot_id = found if found is not None else -1
         self._snapshot_ids.append(snapshot_id)
-        doomed_by_group = self._attribute(ready, doomed)
-        for index, group in zip(ready, groups, strict=True):
-            staged = self._staged[index]
-            removed = doomed_by_group.get(index, [])
-            self._committed.append(
-                GroupResult(
-                    partition=group.label,
-                    snapshot_id=snapshot_id,
-                    files_rewritten=len(group.files),
-                    bytes_rewritten=group.input_bytes,
-                    records_read=group.input_records,
-                    files_added=len(staged.output_paths),
-                    bytes_added=staged.output_bytes,
-                    records_written=staged.output_records,
-                    delete_files_removed=len(removed),
-                    delete_records_removed=sum(d.record_count for d in removed),
-                )
-            )
-            self._finished.add(index)
+        self._committed.extend(committed_groups([self._staged[i] for i in ready], snapshot_id, doomed))
+        self._finished.update(ready)
         log.info(
             "compaction of %s committed snapshot %s: %d group(s), %d file(s) -> %d, %d delete file(s) dropped",
             self.table_name,
@@ -533,16 +488,6 @@ class CompactionJob:
                 len(carried.added),
             )
         return True
-
-    def _attribute(self, ready: list[int], doomed: list[DeleteRef]) -> dict[int, list[DeleteRef]]:
-        """Each dropped delete file counted once, for the first group it applied to."""
-        out: dict[int, list[DeleteRef]] = {}
-        left = {d.path: d for d in doomed}
-        for index in ready:
-            for d in self._staged[index].group.delete_files:
-                if d.path in left:
-                    out.setdefault(index, []).append(left.pop(d.path))
-        return out
 
     def _commit_failed(self, ready: list[int], exc: Exception) -> None:
         kind = java_exception_class(exc)
@@ -588,15 +533,13 @@ class CompactionJob:
 
     def _delete_outputs(self, index: int) -> int:
         outputs = self._outputs.pop(index, [])
+        io = self.table.io()
         for f in outputs:
-            self._delete_file(f)
+            try:
+                io.deleteFile(f.location())
+            except Exception:
+                log.debug("could not delete %s", f.location(), exc_info=True)
         return len(outputs)
-
-    def _delete_file(self, data_file: Any) -> None:
-        try:
-            self.table.io().deleteFile(data_file.location())
-        except Exception:
-            log.debug("could not delete %s", data_file.location(), exc_info=True)
 
 
 def compaction(

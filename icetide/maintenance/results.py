@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
-from icetide.maintenance.planning import FileGroup, SkippedGroup
+from icetide.maintenance.planning import DeleteRef, FileGroup, SkippedGroup
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,16 @@ class StagedGroup:
     output_paths: tuple[str, ...]
     output_bytes: int
     output_records: int
+
+    @classmethod
+    def of(cls, group: FileGroup, outputs: list[Any]) -> StagedGroup:
+        """The group staged into `outputs` (Java DataFiles)."""
+        return cls(
+            group=group,
+            output_paths=tuple(str(f.location()) for f in outputs),
+            output_bytes=sum(int(f.fileSizeInBytes()) for f in outputs),
+            output_records=sum(int(f.recordCount()) for f in outputs),
+        )
 
 
 @dataclass(frozen=True)
@@ -99,3 +110,27 @@ class CompactionResult:
             snapshot_ids=self.snapshot_ids + later.snapshot_ids,
             retries=self.retries + 1 + later.retries,
         )
+
+
+def committed_groups(staged: list[StagedGroup], snapshot_id: int, dropped: list[DeleteRef]) -> list[GroupResult]:
+    """The results of groups committed together in one snapshot; each dropped delete file is
+    counted once, for the first group it applied to."""
+    left = {d.path: d for d in dropped}
+    out = []
+    for s in staged:
+        removed = [left.pop(d.path) for d in s.group.delete_files if d.path in left]
+        out.append(
+            GroupResult(
+                partition=s.group.label,
+                snapshot_id=snapshot_id,
+                files_rewritten=len(s.group.files),
+                bytes_rewritten=s.group.input_bytes,
+                records_read=s.group.input_records,
+                files_added=len(s.output_paths),
+                bytes_added=s.output_bytes,
+                records_written=s.output_records,
+                delete_files_removed=len(removed),
+                delete_records_removed=sum(d.record_count for d in removed),
+            )
+        )
+    return out

@@ -4,14 +4,20 @@ does it (see maintenance/compaction.py)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from icetide.errors import one_line
+from icetide.maintenance.planning import PartitionKey
 from icetide.spark.py4j_collections import java_iter
 from icetide.table.iceberg import jvm, static_call
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 
 def rewrite_files(
@@ -65,3 +71,47 @@ def rewrite_files(
         tables.remove(set_id)
         task_sets.removeTasks(table, set_id)
         coordinator.clearRewrite(table, set_id)
+
+
+def rewrite_together(
+    spark: SparkSession,
+    table: Any,
+    tasks: Mapping[PartitionKey, Sequence[Any]],
+    *,
+    weight: int,
+    target_file_size: int,
+    partition_of: Callable[[Any], PartitionKey],
+) -> dict[PartitionKey, list[Any]] | None:
+    """Several partitions' groups rewritten in one Spark job (maintenance/planning.py
+    `combine_groups`): the new files of each partition, by partition.
+
+    `weight` is at least what Iceberg weighs the tasks at (their files and delete files), so all
+    of them are read as one split and the fanout writer writes one file per partition. None when
+    the job failed, or a new file landed outside the given partitions (its files are deleted):
+    the caller rewrites the groups one by one."""
+    try:
+        outputs = rewrite_files(
+            spark,
+            table,
+            [task for group in tasks.values() for task in group],
+            split_size=weight + 1,
+            target_file_size=target_file_size,
+        )
+    except Exception as exc:
+        log.info("rewriting %d groups in one job failed (%s); one by one", len(tasks), one_line(exc))
+        log.debug("combined rewrite failed", exc_info=True)
+        return None
+    by_partition: dict[PartitionKey, list[Any]] = {key: [] for key in tasks}
+    for f in outputs:
+        key = partition_of(f)
+        if key not in by_partition:
+            log.info("a combined rewrite wrote outside its partitions (%s); one by one", key)
+            io = table.io()
+            for stray in outputs:
+                try:
+                    io.deleteFile(stray.location())
+                except Exception:
+                    log.debug("could not delete %s", stray.location(), exc_info=True)
+            return None
+        by_partition[key].append(f)
+    return by_partition
