@@ -331,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="1000000",
         help="compact a partition's files with a deletion vector once they hold this many rows (default: 1000000; off)",
     )
-    maintain.add_argument("--time-budget", metavar="DURATION", help="stop taking compaction groups after DURATION")
+    maintain.add_argument("--time-budget", metavar="DURATION", help="stop taking new compaction work after DURATION")
     maintain.add_argument(
         "--orphans", action="store_true", help="also delete orphan files older than 3 days (never a batch in flight)"
     )

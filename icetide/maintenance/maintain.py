@@ -56,7 +56,7 @@ class MaintenancePolicy:
         None  # snapshots expiry keeps; None: the table's history.expire.min-snapshots-to-keep
     )
     max_snapshot_age_seconds: float | None = None  # None: the table's history.expire.max-snapshot-age-ms
-    time_budget_seconds: float | None = None  # compaction stops taking new groups past this
+    time_budget_seconds: float | None = None  # compaction stops taking new work past this
     fold_deletes: FoldDeletes = "rewrite"  # how equality deletes are folded away
     group_order: GroupOrder = "newest"  # which compaction groups run first
     # Deletion vectors (format v3; docs/design.md "A maintenance policy for deletion vectors"): a
@@ -110,7 +110,8 @@ def _compact_within(
     fold_all: bool = False,
 ) -> CompactionResult:
     """Compaction in the policy's group order; when it may be stopped (a time budget, a stop
-    request), group by group, committing each, until `stopped()` says so: the rest is deferred.
+    request), unit by unit (a group, or small groups together), committing each, until `stopped()`
+    says so: the rest is deferred.
     With `fold_all`, any data file with a delete (`rewrite`) or an equality delete (`position`:
     what the conversion could not convert) is rewritten, even alone."""
     options: dict[str, Any] = {
