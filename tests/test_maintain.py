@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from icetide.cli.progress import ProgressBars, ProgressLines, progress_view
+from icetide.errors import ConfigError
 from icetide.maintenance.health import HealthThresholds
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
 from icetide.maintenance.progress import ProgressEvent
@@ -129,6 +130,11 @@ def test_time_budget_compacts_the_newest_partition_first(spark: Any, table_name:
     report = maintain(spark, table_name, MaintenancePolicy(thresholds=HealthThresholds(max_small_files=1)))
     assert report.compaction is not None and report.compaction.groups == 2
     t.check()
+
+
+def test_policy_refuses_a_bad_combine_size_at_construction() -> None:
+    with pytest.raises(ConfigError, match="combine_groups_bytes: must be a whole number of bytes, 0 or more, got -1"):
+        MaintenancePolicy(combine_groups_bytes=-1)
 
 
 def test_time_budget_takes_small_groups_together(spark: Any, table_name: str) -> None:

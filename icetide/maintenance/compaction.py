@@ -48,7 +48,7 @@ from icetide.maintenance.planning import (
 )
 from icetide.maintenance.progress import ProgressCallback, notify
 from icetide.maintenance.results import CompactionResult, GroupResult, StagedGroup, committed_groups
-from icetide.maintenance.rewrite_files import rewrite_files, rewrite_together
+from icetide.maintenance.rewrite_files import delete_staged, rewrite_files, rewrite_together
 from icetide.table.iceberg import format_version, java_exception_class, java_message, load_table, table_property
 
 if TYPE_CHECKING:
@@ -533,12 +533,7 @@ class CompactionJob:
 
     def _delete_outputs(self, index: int) -> int:
         outputs = self._outputs.pop(index, [])
-        io = self.table.io()
-        for f in outputs:
-            try:
-                io.deleteFile(f.location())
-            except Exception:
-                log.debug("could not delete %s", f.location(), exc_info=True)
+        delete_staged(self.table, outputs)
         return len(outputs)
 
 

@@ -84,6 +84,9 @@ class MaintenancePolicy:
         rows = self.vector_file_rows
         if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
             raise ConfigError(f"vector_file_rows: must be a whole number of at least 1, got {rows!r}")
+        combine = self.combine_groups_bytes
+        if isinstance(combine, bool) or not isinstance(combine, int) or combine < 0:
+            raise ConfigError(f"combine_groups_bytes: must be a whole number of bytes, 0 or more, got {combine!r}")
 
     @property
     def health_thresholds(self) -> HealthThresholds:

@@ -106,12 +106,18 @@ def rewrite_together(
         key = partition_of(f)
         if key not in by_partition:
             log.info("a combined rewrite wrote outside its partitions (%s); one by one", key)
-            io = table.io()
-            for stray in outputs:
-                try:
-                    io.deleteFile(stray.location())
-                except Exception:
-                    log.debug("could not delete %s", stray.location(), exc_info=True)
+            delete_staged(table, outputs)
             return None
         by_partition[key].append(f)
     return by_partition
+
+
+def delete_staged(table: Any, files: Sequence[Any]) -> None:
+    """Delete new files no snapshot holds (a rewrite's staged output); a file that cannot be
+    deleted is left for orphan removal, logged at debug level."""
+    io = table.io()
+    for f in files:
+        try:
+            io.deleteFile(f.location())
+        except Exception:
+            log.debug("could not delete %s", f.location(), exc_info=True)
