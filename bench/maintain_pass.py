@@ -60,7 +60,9 @@ def run(partitions: int, batches: int, keys: int, warehouse: str) -> str:
         cpus.append(meter.sample()["self"] - cpu0)
         did.append("; ".join(result.lines()) or "nothing")
     assert spark.table(table).count() == len(known)
-    rows = [[str(i + 1), f"{w:.2f}", f"{c:.2f}", d[:100]] for i, (w, c, d) in enumerate(zip(walls, cpus, did))]
+    rows = [
+        [str(i + 1), f"{w:.2f}", f"{c:.2f}", d[:100]] for i, (w, c, d) in enumerate(zip(walls, cpus, did, strict=True))
+    ]
     return (
         f"A v3 table with deletion vectors over {partitions} hourly partitions, {batches} upsert batches of "
         f"{keys:,} keys through UpsertSink, one `maintain` pass at the default policy after each. Load average at "
