@@ -22,10 +22,11 @@ import pytest
 import icetide
 import tests.test_compaction as seed
 from icetide.maintenance.compaction import CompactionConflictError, compact, compaction
-from icetide.maintenance.health import HealthThresholds
+from icetide.maintenance.health import HealthThresholds, table_health
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
 from icetide.maintenance.position_deletes import convert_equality_deletes, equality_delete_conversion
 from icetide.maintenance.upgrade import upgrade_format_version
+from icetide.spark.py4j_collections import java_iter
 from icetide.table.deletion_vectors import (
     DeletionVectorError,
     deserialize_positions,
@@ -317,6 +318,31 @@ def test_maintain_folds_into_dvs(spark: Any, table_name: str) -> None:
     assert any("deletion vector(s)" in line for line in report.lines())
     t.check()
     assert "equality" not in deletes_by_kind(t)
+
+
+def test_a_dv_goes_with_its_data_file(spark: Any, table_name: str) -> None:
+    """Iceberg drops a DV in the commit that removes its data file (ManifestFilterManager's dangling
+    DV filter; compaction and engines' overwrites remove files so). `maintain` relies on it: on a
+    table whose delete files are all DVs, each referencing a live data file, it runs no
+    dangling-delete action (that action's Spark jobs were a fixed cost of every pass)."""
+    t = v3_table(spark, table_name, deletes="vectors")
+    no_compaction = MaintenancePolicy(vector_deleted_share=None, vector_file_rows=None)
+    t.upsert(rows_of([0, 1, 2], "a"))
+    t.upsert(rows_of([3, 4], "b", seq=1))
+    t.upsert(rows_of([1, 4], "c", seq=2))  # a DV on each earlier file
+    assert sorted(one_dv_per_data_file(t).values()) == [1, 1]
+    jtable = load_table(spark, table_name)
+    jtable.refresh()
+    [first] = [task.file() for task in java_iter(jtable.newScan().planFiles()) if task.file().recordCount() == 3]
+    delete = jtable.newDelete()
+    delete.deleteFile(first)
+    delete.commit()
+    assert deletes_by_kind(t) == {"dv": 1}
+    health = table_health(spark, table_name)
+    assert health.deletion_vectors == 1 and not health.may_have_dangling_deletes
+    assert maintain(spark, table_name, no_compaction).dangling_deletes_removed == 0
+    rows = spark.sql(f"SELECT id, v FROM {table_name} ORDER BY id").collect()
+    assert [(r.id, r.v) for r in rows] == [(1, "c"), (3, "b"), (4, "c")]
 
 
 # ---------------------------------------------------------------- seed 001 on v3, and a random race

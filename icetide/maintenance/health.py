@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.commit.pipeline_state import PipelineState, all_pipeline_states
+from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import load_table, spec_transforms, table_property
 from icetide.table.partition_labels import label_of_values, partition_title
 
@@ -60,6 +61,7 @@ class PartitionHealth:
     deletion_vectors: int = 0  # position deletes kept as deletion vectors (format v3: Puffin files)
     deletion_vector_rows: int = 0
     vector_file_rows: int = 0  # rows of the data files a DV or file-scoped position delete applies to
+    vector_data_files: int = 0  # the data files a DV or file-scoped position delete applies to
 
     @property
     def avg_data_file_bytes(self) -> int:
@@ -107,6 +109,15 @@ class TableHealth:
         """Deletion vectors (format v3) in the current snapshot."""
         return sum(p.deletion_vectors for p in self.partitions)
 
+    @property
+    def may_have_dangling_deletes(self) -> bool:
+        """Could some delete file apply to no live data file? Equality and position-delete files
+        can, by sequence numbers; a DV only when more DVs are live than data files they reference
+        (a live data file has at most one): Iceberg drops a DV in the commit that removes its data
+        file as a DataFile, but not one removed by path."""
+        referenced = sum(p.vector_data_files for p in self.partitions)
+        return self.delete_files > self.deletion_vectors or self.deletion_vectors > referenced
+
     def to_json(self) -> str:
         """The report as JSON: each partition's label beside its stored values."""
         doc = asdict(self)
@@ -126,6 +137,11 @@ def _when(value: Any) -> str | None:
     if isinstance(value, datetime):
         return value.isoformat(sep=" ", timespec="seconds")
     return str(value)
+
+
+def _utc(millis: int) -> datetime:
+    """Epoch milliseconds as the naive UTC time Spark's metadata tables give (sessions run in UTC)."""
+    return datetime.fromtimestamp(millis / 1000, UTC).replace(tzinfo=None)
 
 
 def _values(value: Any) -> dict[str, Any]:
@@ -157,8 +173,9 @@ def table_health(
 ) -> TableHealth:
     """Read the table's metadata into a TableHealth, with maintenance suggestions.
 
-    Only metadata tables are read (`files`, `delete_files`, `partitions`, `snapshots`), never a
-    data file. Deletion vectors are the position-delete files in Puffin format (content 1).
+    Only metadata is read (the `files`, `delete_files` and `partitions` tables; the snapshots
+    through the Java API), never a data file. Deletion vectors are the position-delete files in
+    Puffin format (content 1).
     `partition_times=False` leaves each partition's `last_updated` unset and skips the query
     behind it (maintenance decides without it: a pass saves about 0.1 s).
     """
@@ -177,13 +194,15 @@ def table_health(
         f"upper(f.file_format) = 'PUFFIN' AS dv, count(*) AS n, "
         f"sum(f.record_count) AS records, sum(f.file_size_in_bytes) AS bytes, "
         f"sum(CASE WHEN f.content = 0 AND f.file_size_in_bytes < {small_limit} THEN 1 ELSE 0 END) AS small, "
-        f"sum(CASE WHEN d.referenced_data_file IS NOT NULL THEN f.record_count ELSE 0 END) AS held "
+        f"sum(CASE WHEN d.referenced_data_file IS NOT NULL THEN f.record_count ELSE 0 END) AS held, "
+        f"sum(CASE WHEN d.referenced_data_file IS NOT NULL THEN 1 ELSE 0 END) AS held_files "
         f"FROM {table}.files f LEFT JOIN (SELECT DISTINCT referenced_data_file FROM {table}.delete_files "
         f"WHERE content = 1 AND referenced_data_file IS NOT NULL) d "
         f"ON f.content = 0 AND f.file_path = d.referenced_data_file GROUP BY 1, 2, 3, 4"
     ).collect()
     groups: dict[tuple[int, str], dict[str, Any]] = {}
     held: dict[tuple[int, str], int] = {}
+    held_files: dict[tuple[int, str], int] = {}
     for r in rows:
         values = _values(r["p"])
         key = (int(r["spec_id"]), label(int(r["spec_id"]), values))
@@ -192,6 +211,7 @@ def table_health(
         g[kind] = (int(r["n"]), int(r["records"] or 0), int(r["bytes"] or 0), int(r["small"] or 0))
         if r["held"]:
             held[key] = held.get(key, 0) + int(r["held"])
+            held_files[key] = held_files.get(key, 0) + int(r["held_files"])
     updated: dict[tuple[int, str], str] = {}
     if partitioned and partition_times:
         for r in spark.sql(f"SELECT spec_id, partition AS p, last_updated_at FROM {table}.partitions").collect():
@@ -218,17 +238,18 @@ def table_health(
                 deletion_vectors=dv[0],
                 deletion_vector_rows=dv[1],
                 vector_file_rows=held.get(key, 0),
+                vector_data_files=held_files.get(key, 0),
             )
         )
-    snaps = spark.sql(f"SELECT count(*) AS n, min(committed_at) AS lo, max(committed_at) AS hi FROM {table}.snapshots")
-    s = snaps.first()
+    # The snapshots through the Java API: the metadata holds them, a Spark job would only list them.
+    committed = [int(s.timestampMillis()) for s in java_list(jtable.snapshots())]
     current = [tr for _, tr in specs.get(int(jtable.spec().specId()), [])]
     health = TableHealth(
         table=table,
         target_file_size=target,
-        snapshots=int(s["n"]) if s else 0,  # type: ignore[index]
-        oldest_snapshot=_when(s["lo"]) if s else None,  # type: ignore[index]
-        newest_snapshot=_when(s["hi"]) if s else None,  # type: ignore[index]
+        snapshots=len(committed),
+        oldest_snapshot=_when(_utc(min(committed))) if committed else None,
+        newest_snapshot=_when(_utc(max(committed))) if committed else None,
         partitions=partitions,
         pipelines=all_pipeline_states(jtable),
         partitioned_by=partition_title(current),

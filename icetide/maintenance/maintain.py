@@ -244,11 +244,11 @@ def maintain(
     if (fold_all or folding or any(s.startswith("compact") for s in due)) and not requested():
         stoppable = out_of_time if deadline is not None or stop is not None else None
         compaction = _compact_within(spark, table, p, stoppable, progress, fold_all=fold_all)
-    dangling = remove_dangling_deletes(spark, table) if health.delete_files and not requested() else 0
+    # The action's Spark jobs only when the health report says some delete file may dangle.
+    dangling = remove_dangling_deletes(spark, table) if health.may_have_dangling_deletes and not requested() else 0
     manifests = None
-    if not requested():
-        manifests_count = spark.sql(f"SELECT count(*) FROM {table}.manifests").first()[0]  # type: ignore[index]
-        manifests = rewrite_manifests(spark, table) if manifests_count > p.max_manifests else None
+    if not requested() and manifest_count(spark, table) > p.max_manifests:
+        manifests = rewrite_manifests(spark, table)
     expiry = None
     if not requested():  # every run: expiry is age-based, and commits nothing when nothing is due
         age = timedelta(seconds=p.max_snapshot_age_seconds) if p.max_snapshot_age_seconds is not None else None
@@ -269,6 +269,14 @@ def maintain(
     )
     log.info("maintenance of %s: %s", table, "; ".join(report.lines()))
     return report
+
+
+def manifest_count(spark: SparkSession, table: str) -> int:
+    """Manifests of the table's current snapshot, from its manifest list (no Spark job)."""
+    jtable = load_table(spark, table)
+    jtable.refresh()  # compaction may have committed since the table was loaded
+    snapshot = jtable.currentSnapshot()
+    return int(snapshot.allManifests(jtable.io()).size()) if snapshot is not None else 0
 
 
 def equality_delete_files(spark: SparkSession, table: str) -> int:
