@@ -192,34 +192,28 @@ class TableReads:
     rows: int  # what Spark counted
 
 
-def table_reads(
-    spark: Any,
-    table: str,
-    metadata: str,
-    probe: int | str,
-    con: Any,
-    *,
-    key_column: str = "id",
-    sum_column: str = "amount",
-    repeats: int = 3,
-    slow: float = 10.0,
-    duckdb_cap: float | None = None,
-    skip: Sequence[str] = (),
-    snapshot_id: int | None = None,
-) -> TableReads:
-    """Medians of `repeats` reads after one warm-up, in Spark (`table`), DuckDB and PyIceberg (the
-    metadata file `metadata`); a read slower than `slow` seconds is timed once. PyIceberg refusing
-    equality deletes is recorded as refused; a DuckDB read past `duckdb_cap` seconds is interrupted
-    and recorded as capped; an engine in `skip` is not read (recorded as capped, with no seconds).
-    With `snapshot_id`, that snapshot is read instead of the current one. The scan sums
-    `sum_column`; the lookup reads the rows whose `key_column` is `probe`."""
+@dataclass(frozen=True)
+class ReadTarget:
+    """A table to read: Spark's name for it, its metadata file (DuckDB and PyIceberg), the snapshot
+    to read (None: the current one) and engines not to read (recorded as capped, with no seconds)."""
+
+    table: str
+    metadata: str
+    snapshot_id: int | None = None
+    skip: Sequence[str] = ()
+
+
+def _readers(
+    spark: Any, target: ReadTarget, probe: int | str, con: Any, key_column: str, sum_column: str, counted: list[int]
+) -> dict[tuple[str, str], Callable[[], Any]]:
+    """(engine, "scan" | "lookup") -> a function doing that read of `target`; Spark's scans append
+    their row count to `counted`."""
     from pyiceberg.expressions import EqualTo
     from pyiceberg.table import StaticTable
 
+    table, metadata, snapshot_id = target.table, target.metadata, target.snapshot_id
     at = f" VERSION AS OF {snapshot_id}" if snapshot_id is not None else ""
     scan_of = f"iceberg_scan('{metadata}'" + (f", snapshot_from_id={snapshot_id})" if snapshot_id is not None else ")")
-
-    counted: list[int] = []
     literal = f"'{probe}'" if isinstance(probe, str) else str(probe)
 
     def spark_scan() -> Any:
@@ -250,9 +244,39 @@ def table_reads(
             .to_arrow()
         )
 
-    def once(engine: str, fn: Callable[[], Any]) -> ReadTime:
-        import duckdb
+    return {
+        ("spark", "scan"): spark_scan,
+        ("spark", "lookup"): spark_lookup,
+        ("duckdb", "scan"): duck_scan,
+        ("duckdb", "lookup"): duck_lookup,
+        ("pyiceberg", "scan"): py_scan,
+        ("pyiceberg", "lookup"): py_lookup,
+    }
 
+
+def tables_reads(
+    spark: Any,
+    targets: Sequence[ReadTarget],
+    probe: int | str,
+    con: Any,
+    *,
+    key_column: str = "id",
+    sum_column: str = "amount",
+    repeats: int = 3,
+    slow: float = 10.0,
+    duckdb_cap: float | None = None,
+) -> list[TableReads]:
+    """Full scans and point lookups of each target in Spark, DuckDB and PyIceberg: for each engine
+    and kind of read, one warm-up read of every target, then `repeats` rounds reading the targets
+    in turn, so that tables compared with each other are read under the same machine load (a
+    maintenance pass or another engineer's job lands on all of them, not on one). Each figure is
+    the median of its `repeats`; a warm-up slower than `slow` seconds is the figure itself.
+    PyIceberg refusing equality deletes is recorded as refused; a DuckDB read past `duckdb_cap`
+    seconds is interrupted and recorded as capped. The scan sums `sum_column`; the lookup reads
+    the rows whose `key_column` is `probe`."""
+    import duckdb
+
+    def once(engine: str, fn: Callable[[], Any]) -> ReadTime:
         if engine != "duckdb" or duckdb_cap is None:
             return ReadTime(timed(fn)[0])
         timer = threading.Timer(duckdb_cap, con.interrupt)
@@ -264,32 +288,68 @@ def table_reads(
         finally:
             timer.cancel()
 
-    def measured(engine: str, fn: Callable[[], Any]) -> ReadTime:
-        first = once(engine, fn)
-        if first.capped or (first.seconds or 0.0) > slow:
-            return first
-        runs = [once(engine, fn) for _ in range(repeats)]
-        if any(r.capped for r in runs):
-            return next(r for r in runs if r.capped)
-        return ReadTime(median([r.seconds or 0.0 for r in runs]))
+    counted: list[list[int]] = [[] for _ in targets]
+    readers = [_readers(spark, t, probe, con, key_column, sum_column, counted[i]) for i, t in enumerate(targets)]
+    found: list[dict[str, dict[str, ReadTime]]] = [{"scan": {}, "lookup": {}} for _ in targets]
+    for engine in READ_ENGINES:
+        reading = [i for i, t in enumerate(targets) if engine not in t.skip]
+        for i, t in enumerate(targets):
+            if engine in t.skip:
+                found[i]["scan"][engine] = found[i]["lookup"][engine] = ReadTime(None, capped=True)
+        for kind in ("scan", "lookup"):
+            runs: dict[int, list[float]] = {}
+            for i in list(reading):
+                try:
+                    first = once(engine, readers[i][engine, kind])
+                except ValueError:  # PyIceberg: "does not yet support equality deletes"
+                    found[i]["scan"][engine] = found[i]["lookup"][engine] = ReadTime(None)
+                    reading.remove(i)
+                    continue
+                if first.capped or (first.seconds or 0.0) > slow:
+                    found[i][kind][engine] = first
+                else:
+                    runs[i] = []
+            for _ in range(repeats):
+                for i in list(runs):
+                    run = once(engine, readers[i][engine, kind])
+                    if run.capped:
+                        found[i][kind][engine] = run
+                        del runs[i]
+                    else:
+                        runs[i].append(run.seconds or 0.0)
+            for i, seconds in runs.items():
+                found[i][kind][engine] = ReadTime(median(seconds))
+    return [TableReads(f["scan"], f["lookup"], c[0] if c else -1) for f, c in zip(found, counted, strict=True)]
 
-    scan: dict[str, ReadTime] = {}
-    lookup: dict[str, ReadTime] = {}
-    for engine, scan_fn, lookup_fn in (
-        ("spark", spark_scan, spark_lookup),
-        ("duckdb", duck_scan, duck_lookup),
-        ("pyiceberg", py_scan, py_lookup),
-    ):
-        if engine in skip:
-            scan[engine] = lookup[engine] = ReadTime(None, capped=True)
-            continue
-        try:
-            scan[engine] = measured(engine, scan_fn)
-        except ValueError:  # PyIceberg: "does not yet support equality deletes"
-            scan[engine] = lookup[engine] = ReadTime(None)
-            continue
-        lookup[engine] = measured(engine, lookup_fn)
-    return TableReads(scan, lookup, counted[0] if counted else -1)
+
+def table_reads(
+    spark: Any,
+    table: str,
+    metadata: str,
+    probe: int | str,
+    con: Any,
+    *,
+    key_column: str = "id",
+    sum_column: str = "amount",
+    repeats: int = 3,
+    slow: float = 10.0,
+    duckdb_cap: float | None = None,
+    skip: Sequence[str] = (),
+    snapshot_id: int | None = None,
+) -> TableReads:
+    """`tables_reads` of one table (with `snapshot_id`, that snapshot instead of the current one)."""
+    target = ReadTarget(table, metadata, snapshot_id, tuple(skip))
+    return tables_reads(
+        spark,
+        [target],
+        probe,
+        con,
+        key_column=key_column,
+        sum_column=sum_column,
+        repeats=repeats,
+        slow=slow,
+        duckdb_cap=duckdb_cap,
+    )[0]
 
 
 def current_metadata(spark: Any, table: str) -> str:

@@ -13,8 +13,10 @@ it in its own OS process, at its default policy). The first two get no maintenan
 
 After every `--read-every`th batch a compacted copy of the same rows is written (one data file, as
 compaction makes it) and each table is read: a full scan (count and a sum over every row) and a
-point lookup of one key, in Spark, DuckDB and PyIceberg, medians of 3 after a warm-up (a read over
-10 s is timed once). The same reads of `maintained` and a fresh compacted copy follow each batch
+point lookup of one key, in Spark, DuckDB and PyIceberg, medians of `--repeats` after a warm-up (a
+read over 10 s is timed once). The tables and the copy are read in turn, one read of each per
+round (`bench.common.tables_reads`), so that a maintenance pass or other load lands on the table
+and its copy alike. The same reads of `maintained` and a fresh compacted copy follow each batch
 after which a maintenance commit (compaction) is found in the table's history: "right after each
 maintenance pass" (the batches the stream committed after that commit are counted). DuckDB reading
 equality deletes is stopped at `--duckdb-cap` seconds, and not tried again once stopped; PyIceberg
@@ -45,6 +47,7 @@ from bench.common import (
     READ_ENGINES,
     ROOT,
     UPSERT_SCHEMA,
+    ReadTarget,
     ReadTime,
     TableReads,
     UpsertBatches,
@@ -56,7 +59,7 @@ from bench.common import (
     parser,
     render_table,
     report,
-    table_reads,
+    tables_reads,
 )
 
 PREFIX = "lake.bench.v3s_"
@@ -186,20 +189,21 @@ def run(args: Any, warehouse: str) -> tuple[str, str]:
             snapshot of the one table named."""
             write_compacted_copy(spark, names[tables[0]] if snapshot_id else names["vectors"], snapshot_id)
             probe = stream.rng.randrange(args.rows)
-            out = {}
-            for table in [*tables, "compacted"]:
+            read_as = [*tables, "compacted"]  # read in turn, so load lands on each alike
+            targets = []
+            for table in read_as:
                 name = names.get(table, COMPACTED)
-                reads = table_reads(
-                    spark,
-                    name,
-                    current_metadata(spark, name),
-                    probe,
-                    con,
-                    repeats=args.repeats,
-                    duckdb_cap=args.duckdb_cap,
-                    skip=[e for t, e in stopped if t == table],
-                    snapshot_id=snapshot_id if table != "compacted" else None,
+                targets.append(
+                    ReadTarget(
+                        name,
+                        current_metadata(spark, name),
+                        snapshot_id if table != "compacted" else None,
+                        tuple(e for t, e in stopped if t == table),
+                    )
                 )
+            found = tables_reads(spark, targets, probe, con, repeats=args.repeats, duckdb_cap=args.duckdb_cap)
+            out = {}
+            for table, reads in zip(read_as, found, strict=True):
                 stopped.update((table, e) for e in READ_ENGINES if reads.scan[e].capped or reads.lookup[e].capped)
                 out[COMPACTED if table == "compacted" else table] = reads
             counts = {t: r.rows for t, r in out.items()}
@@ -334,7 +338,8 @@ def _report(
         f"policy in its own process). After every {args.read_every}th batch, each table and a compacted copy of the "
         f"same rows (one data file) read by Spark {pyspark_version}/Iceberg {ICEBERG_VERSION}, DuckDB 1.5.5 and "
         f"PyIceberg 0.12.0: full "
-        f"scan (count, sum) and point lookup, medians of {args.repeats} after a warm-up. DuckDB stopped at "
+        f"scan (count, sum) and point lookup, medians of {args.repeats} after a warm-up, the tables and the copy read "
+        f"in turn. DuckDB stopped at "
         f"{args.duckdb_cap:.0f} s. Command: `.venv/bin/python bench/v3_stream_reads.py --rows {args.rows} "
         f"--batches {args.batches} --keys {args.keys} --read-every {args.read_every} --maintain-every "
         f"{args.maintain_every} --duckdb-cap {args.duckdb_cap:g} --repeats {args.repeats}"

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
 from bench.common import (
     ROOT,
+    ReadTarget,
     TableReads,
     bench_session,
     current_metadata,
@@ -63,7 +64,7 @@ from bench.common import (
     produce_waiting,
     render_table,
     report,
-    table_reads,
+    tables_reads,
 )
 from bench.peers.flink.peer import (
     FLINK_VERSION,
@@ -441,18 +442,19 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         )
     probe = rows[len(rows) // 2][workload.key_field]
     reads: dict[str, TableReads] = {}
-    with duckdb_with_iceberg() as con:
-        for s in systems:
-            reads[s] = table_reads(
-                spark,
-                runs[s].table,
-                current_metadata(spark, runs[s].table),
-                probe,
-                con,
-                key_column=workload.key_field,
-                sum_column=workload.sum_column,
-                duckdb_cap=args.read_cap,
-            )
+    with duckdb_with_iceberg() as con:  # the systems' tables read in turn, under the same load
+        targets = [ReadTarget(runs[s].table, current_metadata(spark, runs[s].table)) for s in systems]
+        found = tables_reads(
+            spark,
+            targets,
+            probe,
+            con,
+            key_column=workload.key_field,
+            sum_column=workload.sum_column,
+            duckdb_cap=args.read_cap,
+        )
+        for s, system_reads in zip(systems, found, strict=True):
+            reads[s] = system_reads
             print(f"{s}: reads {reads[s]}", flush=True)
     spark.stop()
 
