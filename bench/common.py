@@ -322,36 +322,6 @@ def tables_reads(
     return [TableReads(f["scan"], f["lookup"], c[0] if c else -1) for f, c in zip(found, counted, strict=True)]
 
 
-def table_reads(
-    spark: Any,
-    table: str,
-    metadata: str,
-    probe: int | str,
-    con: Any,
-    *,
-    key_column: str = "id",
-    sum_column: str = "amount",
-    repeats: int = 3,
-    slow: float = 10.0,
-    duckdb_cap: float | None = None,
-    skip: Sequence[str] = (),
-    snapshot_id: int | None = None,
-) -> TableReads:
-    """`tables_reads` of one table (with `snapshot_id`, that snapshot instead of the current one)."""
-    target = ReadTarget(table, metadata, snapshot_id, tuple(skip))
-    return tables_reads(
-        spark,
-        [target],
-        probe,
-        con,
-        key_column=key_column,
-        sum_column=sum_column,
-        repeats=repeats,
-        slow=slow,
-        duckdb_cap=duckdb_cap,
-    )[0]
-
-
 def current_metadata(spark: Any, table: str) -> str:
     """The table's current metadata file, fresh from the catalog (for DuckDB and PyIceberg); Spark's
     cached copy of the table is refreshed too."""

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import (
     READ_ENGINES,
     UPSERT_SCHEMA,
+    ReadTarget,
     TableReads,
     UpsertBatches,
     bench_session,
@@ -33,7 +34,7 @@ from bench.common import (
     parser,
     render_table,
     report,
-    table_reads,
+    tables_reads,
     timed,
 )
 
@@ -67,7 +68,7 @@ def run(rows: int, batches: int, keys: int, warehouse: str) -> str:
     with duckdb_with_iceberg() as con:
 
         def reads(name: str) -> TableReads:
-            return table_reads(spark, name, current_metadata(spark, name), probe, con)
+            return tables_reads(spark, [ReadTarget(name, current_metadata(spark, name))], probe, con)[0]
 
         states.append(("equality, as streamed", reads(eq), ""))
         states.append(("vectors, as streamed", reads(vec), ""))
