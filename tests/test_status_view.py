@@ -179,3 +179,13 @@ def test_lag_of_the_pipeline_of_the_file_is_measured(tmp_path: Path) -> None:
     time.sleep(0.01)  # the files source takes files older than min_age_seconds
     assert source_lag(config, "lagged", None) == 3  # nothing committed yet: every file is lag
     assert source_lag(config, "another", None) is None  # another pipeline's source is not in this file
+
+
+def test_dangling_deletes_are_suspected_by_kind_and_by_count() -> None:
+    """`maintain` runs the dangling-delete action only when this says so: equality deletes can
+    dangle; DVs only when more are live than the data files they reference."""
+    assert health(LABELS).may_have_dangling_deletes  # equality deletes (the helper's default)
+    dvs = {"equality_delete_files": 0, "equality_delete_rows": 0, "deletion_vectors": 2}
+    assert not health(LABELS, **dvs, vector_data_files=2).may_have_dangling_deletes
+    assert health(LABELS, **dvs, vector_data_files=1).may_have_dangling_deletes
+    assert not health(LABELS, equality_delete_files=0, equality_delete_rows=0).may_have_dangling_deletes

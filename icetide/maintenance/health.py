@@ -113,8 +113,8 @@ class TableHealth:
     def may_have_dangling_deletes(self) -> bool:
         """Could some delete file apply to no live data file? Equality and position-delete files
         can, by sequence numbers; a DV only when more DVs are live than data files they reference
-        (a live data file has at most one): Iceberg drops a DV in the commit that removes its data
-        file as a DataFile, but not one removed by path."""
+        (a live data file has at most one). Iceberg drops a DV in the commit that removes its data
+        file (compaction, engines' overwrites); the count catches any writer that did not."""
         referenced = sum(p.vector_data_files for p in self.partitions)
         return self.delete_files > self.deletion_vectors or self.deletion_vectors > referenced
 
