@@ -2,13 +2,15 @@
 
 The same N events go into two topics: as plain JSON objects, and as Debezium JSON-converter
 messages with `schemas.enable=true` (the Connect schema repeated in every message, a MySQL source
-block with binlog positions). Five single-table pipelines drain them, in shuffled order each
-round: the plain JSON topic in append mode (the append fast path) and in upsert mode, on the fast
-path and with `fast_path: off` (the Spark path: how JSON upserts ran before the fast path took
-them), and the Debezium topic in upsert mode with `fast_path: off` (the Spark path: how every
-one-table Debezium pipeline ran before the sync fast path served it) and on the fast path. Rows/s
-per core is rows over the CPU seconds this benchmark's processes (driver, Spark JVM, Python
-workers, broker) spent during the run, so other load on a shared machine does not count.
+block with binlog positions). Six single-table pipelines drain them, in shuffled order each round:
+the plain JSON topic in append mode (the append fast path) and in upsert mode, on the fast path
+(with the default deletion vectors, and with `deletes: equality`, the default before format v3: the
+figure to compare with code older than that) and with `fast_path: off` (the Spark path: how JSON
+upserts ran before the fast path took them), and the Debezium topic in upsert mode with `fast_path:
+off` (the Spark path: how every one-table Debezium pipeline ran before the sync fast path served
+it) and on the fast path. Rows/s per core is rows over the CPU seconds this benchmark's processes
+(driver, Spark JVM, Python workers, broker) spent during the run, so other load on a shared machine
+does not count.
 """
 
 from __future__ import annotations
@@ -96,15 +98,18 @@ def produce_both(bootstrap: str, plain_topic: str, dbz_topic: str, count: int, e
     return sizes[0] // count, sizes[1] // count
 
 
-VARIANTS = {  # name -> (topic, format, mode, fast_path)
-    "json append": ("plain", "json", "append", "auto"),
-    "json upsert": ("plain", "json", "upsert", "auto"),
-    "json upsert, Spark path": ("plain", "json", "upsert", "off"),
-    "debezium, Spark path": ("dbz", "debezium", "upsert", "off"),
-    "debezium, fast path": ("dbz", "debezium", "upsert", "auto"),
+VARIANTS = {  # name -> (topic, format, mode, fast_path, deletes)
+    "json append": ("plain", "json", "append", "auto", None),
+    # the table's delete mode before deletion vectors became the default (compared with 8fd3bac)
+    "json upsert, equality deletes": ("plain", "json", "upsert", "auto", "equality"),
+    "json upsert": ("plain", "json", "upsert", "auto", None),
+    "json upsert, Spark path": ("plain", "json", "upsert", "off", None),
+    "debezium, Spark path": ("dbz", "debezium", "upsert", "off", None),
+    "debezium, fast path": ("dbz", "debezium", "upsert", "auto", None),
 }
 LABELS = {
     "json append": "plain JSON, append (append fast path)",
+    "json upsert, equality deletes": "plain JSON, upsert (fast path), deletes: equality",
     "json upsert": "plain JSON, upsert (fast path)",
     "json upsert, Spark path": "plain JSON, upsert, fast_path: off (Spark path)",
     "debezium, Spark path": "Debezium with schema, upsert, fast_path: off (Spark path)",
@@ -121,6 +126,7 @@ def config(
     max_records: int,
     mode: str = "upsert",
     fast_path: str = "auto",
+    deletes: str | None = None,
 ) -> Any:
     from icetide.config.pipeline import PipelineConfig
 
@@ -134,6 +140,7 @@ def config(
                 "schema": schema,
                 "key": ["event_id", "event_time"],
                 "partition_by": ["hours(event_time)"],
+                **({"deletes": deletes} if deletes else {}),
             },
             "mode": mode,
             "fast_path": fast_path,
@@ -168,9 +175,11 @@ def run_debezium(events: int, warehouse: str, broker_dir: Path, max_records: int
             order = list(VARIANTS)
             random.Random(r).shuffle(order)
             for name in order:
-                source, fmt, mode, fast_path = VARIANTS[name]
+                source, fmt, mode, fast_path, deletes = VARIANTS[name]
                 table = name.replace(",", "").replace(" ", "_")
-                cfg = config(bootstrap, topics[source], f"{table}_{r + 1}", fmt, schema, max_records, mode, fast_path)
+                cfg = config(
+                    bootstrap, topics[source], f"{table}_{r + 1}", fmt, schema, max_records, mode, fast_path, deletes
+                )
                 runner = Runner(cfg, spark)
                 before = process_cpu_seconds()
                 summary = runner.run(once=True, handle_signals=False)
@@ -214,7 +223,9 @@ def run_debezium(events: int, warehouse: str, broker_dir: Path, max_records: int
         f"Debezium fast path / Debezium Spark path: {m['debezium, fast path'] / m['debezium, Spark path']:.2f}x; "
         f"Debezium Spark path / plain JSON upsert Spark path: "
         f"{m['debezium, Spark path'] / m['json upsert, Spark path']:.2f}x; "
-        f"plain JSON upsert fast path / Spark path: {m['json upsert'] / m['json upsert, Spark path']:.2f}x.\n\n"
+        f"plain JSON upsert fast path / Spark path: {m['json upsert'] / m['json upsert, Spark path']:.2f}x; "
+        f"deletion vectors (the default) / equality deletes: "
+        f"{m['json upsert'] / m['json upsert, equality deletes']:.2f}x.\n\n"
         f"CPU seconds per million rows, by process (all rounds):\n\n{cpu_lines}\n"
     )
 
