@@ -8,7 +8,8 @@ For each table size, two identical tables are loaded; then the same batches of 2
 Reported: the median batch latency of each (after one warm-up batch), and their ratio.
 Beside each sink batch, in the same run, its floor: one Python-worker Spark job over the same
 cached rows (`mapInArrow` + collect of a count) plus one bare Iceberg commit (a RowDelta without
-validation or pipeline state) of the same files into a twin table loaded like the sink's.
+validation or pipeline state) of the same files into a twin table that holds the sink table's
+loaded files (the same files, so the sink's deletion vectors apply to it as they are).
 The sink's phases (plan, write, refresh, commit) are shown beside the floor's two parts.
 Then one INSERT-only DataFrame of 2M rows is written through the sink and by
 `df.writeTo(table).append()`, in 3 rounds that each start with the next writer, and the median
@@ -66,13 +67,15 @@ def count_rows(batches: Any) -> Any:
 
 def floor_commit(spark: Any, source_table: str, floor_table: str) -> float:
     """Seconds of one bare commit, into `floor_table`, of the files the last snapshot of
-    `source_table` added: a RowDelta with no validation, no summary and no table property."""
+    `source_table` added, and of the DVs it removed (each replaced by the file's new DV, which a
+    v3 table needs): a RowDelta with no validation, no summary and no table property."""
     from icetide.table.iceberg import load_table
 
     source = load_table(spark, source_table)
     snapshot = source.currentSnapshot()
     data = list(snapshot.addedDataFiles(source.io()))
     deletes = list(snapshot.addedDeleteFiles(source.io()))
+    replaced = list(snapshot.removedDeleteFiles(source.io()))
     target = load_table(spark, floor_table)
 
     def commit() -> None:
@@ -81,6 +84,8 @@ def floor_commit(spark: Any, source_table: str, floor_table: str) -> float:
             delta.addRows(f)
         for f in deletes:
             delta.addDeletes(f)
+        for f in replaced:
+            delta.removeDeletes(f)
         delta.commit()
 
     seconds, _ = timed(commit)
@@ -94,6 +99,25 @@ def load(spark: Any, table: str, size: int) -> None:
     spark.sql(rows_sql(id_range(0, size), 0)).writeTo(table).append()
 
 
+def load_twin(spark: Any, source_table: str, twin_table: str) -> None:
+    """`twin_table`: a new table like `source_table` (as `load` makes it) holding its live data
+    files, the same files: the DVs the sink later writes for them apply to the twin as well."""
+    import icetide
+    from icetide.spark.py4j_collections import java_iter
+    from icetide.table.iceberg import load_table
+
+    icetide.create_table(spark, twin_table, schema=SCHEMA, key=["id", "ts"], partition_by=["hours(ts)"])
+    source, target = load_table(spark, source_table), load_table(spark, twin_table)
+    append = target.newAppend()
+    tasks = source.newScan().planFiles()
+    try:
+        for task in java_iter(tasks):
+            append.appendFile(task.file().copy())
+    finally:
+        tasks.close()
+    append.commit()
+
+
 def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str, *, merge: bool, insert: bool) -> str:
     import icetide
 
@@ -102,8 +126,9 @@ def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str, *, mer
     for size in sizes:
         sink_table, merge_table = f"lake.bench.sink_{size}", f"lake.bench.merge_{size}"
         twin_table = f"lake.bench.floor_{size}"
-        for t in (sink_table, twin_table, *([merge_table] if merge else [])):
+        for t in (sink_table, *([merge_table] if merge else [])):
             load(spark, t, size)
+        load_twin(spark, sink_table, twin_table)
         sink = icetide.UpsertSink(spark, sink_table, pipeline_id="bench")
         sink_times, merge_times = [], []
         phases: dict[str, list[float]] = {k: [] for k in ("plan", "write", "refresh", "commit", "job", "bare commit")}
