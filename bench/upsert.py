@@ -68,7 +68,8 @@ def count_rows(batches: Any) -> Any:
 def floor_commit(spark: Any, source_table: str, floor_table: str) -> float:
     """Seconds of one bare commit, into `floor_table`, of the files the last snapshot of
     `source_table` added, and of the DVs it removed (each replaced by the file's new DV, which a
-    v3 table needs): a RowDelta with no validation, no summary and no table property."""
+    v3 table needs): a RowDelta with no validation (but Iceberg's check of DVs added since the
+    snapshot it starts from), no summary and no table property."""
     from icetide.table.iceberg import load_table
 
     source = load_table(spark, source_table)
@@ -80,6 +81,8 @@ def floor_commit(spark: Any, source_table: str, floor_table: str) -> float:
 
     def commit() -> None:
         delta = target.newRowDelta()
+        if replaced:  # a DV replacing one committed earlier: Iceberg checks DVs added since this
+            delta.validateFromSnapshot(target.currentSnapshot().snapshotId())  # (else: all history)
         for f in data:
             delta.addRows(f)
         for f in deletes:
