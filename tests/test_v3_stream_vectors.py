@@ -11,12 +11,16 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import icetide
 import tests.test_compaction as seed
 from icetide.errors import ConfigError
 from icetide.maintenance.compaction import compact
+from icetide.spark.py4j_collections import java_strings
+from icetide.table.iceberg import load_table
+from icetide.write.vectors import earlier_positions
 from tests.test_compaction import KEY, SCHEMA, Table
 from tests.test_v3_deletes import deletes_by_kind, one_dv_per_data_file, v3_table
 from tests.test_v3_readers import duckdb_connection, duckdb_rows, model_rows, pyiceberg_rows
@@ -36,6 +40,29 @@ def test_vectors_need_a_v3_table(spark: Any, table_name: str) -> None:
     icetide.create_table(spark, decimal_key, schema="k DECIMAL(10, 2) NOT NULL, v STRING", key=["k"], format_version=3)
     with pytest.raises(ConfigError, match="integer, string, date or timestamp type; k is decimal"):
         vectors_sink(spark, decimal_key)
+
+
+def index_knows_its_vectors(sink: Any) -> None:
+    """The DV positions the key index keeps (its own DVs, not read back) are those in the blobs."""
+    index = sink.committer.vectors.index
+    if index is None:  # a sink that has written no batch yet (the restart below)
+        return
+    for path, known in index.vector_positions.items():
+        assert path in index.vectors, path
+        assert np.array_equal(known, earlier_positions(index.vectors[path], path)), path
+
+
+def no_files_left_behind(t: Table) -> None:
+    """Every file in the table's data folder is in some snapshot: the equality-delete files the
+    DVs replaced are gone (the committer deletes them in one call)."""
+    referenced = {
+        r[0].removeprefix("file:")
+        for table in ("all_data_files", "all_delete_files")
+        for r in t.spark.sql(f"SELECT file_path FROM {t.name}.{table}").collect()
+    }
+    folder = Path(str(load_table(t.spark, t.name).location()).removeprefix("file:")) / "data"
+    on_disk = {str(p) for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")}
+    assert on_disk <= referenced, sorted(on_disk - referenced)[:5]
 
 
 @pytest.mark.guarantee
@@ -58,14 +85,24 @@ def test_every_batch_reads_like_a_compacted_table_in_every_engine(spark: Any, ta
             kinds = deletes_by_kind(t)
             assert "equality" not in kinds and "position" not in kinds, kinds
             one_dv_per_data_file(t)
+            index_knows_its_vectors(t.sink)
+            no_files_left_behind(t)
             expected = model_rows(t)
             assert pyiceberg_rows(t) == expected, f"batch {n}"
             assert duckdb_rows(t, duck) == expected, f"batch {n}"
     finally:
         duck.close()
     assert "dv" in deletes_by_kind(t)
+    assert t.sink.committer.vectors.index.vector_positions, "the index knows the positions of its DVs"
     summaries = spark.sql(f"SELECT summary FROM {table_name}.snapshots").collect()
     assert not any(int(s[0].get("added-equality-deletes", "0")) for s in summaries)
+
+
+def test_many_paths_go_to_the_jvm_in_one_list(spark: Any) -> None:
+    paths = [f"file:/warehouse/db/t/data/part-{i:05d}.parquet" for i in range(500)]
+    assert list(java_strings(spark, paths).toArray()) == paths
+    with pytest.raises(ValueError, match="newline"):
+        java_strings(spark, ["a\nb"])
 
 
 def test_a_table_with_equality_deletes_turns_to_vectors(spark: Any, table_name: str) -> None:

@@ -30,7 +30,7 @@ from icetide.errors import (
     SchemaError,
 )
 from icetide.faults import crash_point, fault_point
-from icetide.spark.py4j_collections import java_iter
+from icetide.spark.py4j_collections import java_iter, java_strings
 from icetide.table.delete_modes import table_deletes
 from icetide.table.iceberg import (
     iceberg_catalog,
@@ -263,16 +263,18 @@ class Committer:
                 reason = f"batch {batch_id} <= last committed {state.batch_id}"
                 return CommitOutcome(False, None, attempt, reason, refresh_seconds)
             if data is None:
-                data, deletes = self._content_files(files)
                 if self.vectors is not None:  # the keys go into DVs; the equality deletes are never committed
+                    data, _ = self._content_files([f for f in files if f.content == "data"])
                     self._keys = self.vectors.batch_keys(self.table, [f.path for f in files if f.content != "data"])
                     deletes = []
+                else:
+                    data, deletes = self._content_files(files)
             try:
                 snapshot_id = self._attempt(
                     batch_id, base.currentSnapshot(), data, deletes, recorded, truncate, schema_change
                 )
                 self._forget_cached_table()
-                self._vectors_landed(batch_id, files)
+                self._vectors_landed(batch_id, files, snapshot_id)
                 return CommitOutcome(True, snapshot_id, attempt, refresh_seconds=refresh_seconds)
             except Exception as exc:
                 if java_exception_class(exc) in CONFLICTS:
@@ -310,14 +312,14 @@ class Committer:
             self._discard_staged()
             raise
 
-    def _vectors_landed(self, batch_id: int, files: Sequence[WrittenFile]) -> None:
-        """deletes="vectors", after the batch landed: the index follows it, and the equality-delete
-        files the DVs replaced (never committed) are deleted."""
+    def _vectors_landed(self, batch_id: int, files: Sequence[WrittenFile], snapshot_id: int | None = None) -> None:
+        """deletes="vectors", after the batch landed (in `snapshot_id`, when known): the index
+        follows it, and the equality-delete files the DVs replaced (never committed) are deleted."""
         if self.vectors is None:
             return
         crash_point("vectors_committed", batch_id)
-        self._staged = None
-        self.vectors.landed(self.table, batch_id)
+        staged, self._staged = self._staged, None
+        self.vectors.landed(self.table, batch_id, snapshot_id, staged)
         replaced = [f for f in files if f.content != "data"]
         self.delete_files(replaced, reason=f"batch {batch_id} committed deletion vectors instead")
 
@@ -484,8 +486,21 @@ class Committer:
             return
         log.info("deleting %d file(s) of an uncommitted batch: %s", len(files), reason)
         io = self.table.io()
+        if len(files) > 1 and bulk_deletes(self.spark, io):
+            try:  # one JVM call, not one a file; failures are logged by Iceberg, and listed here
+                io.deleteFiles(java_strings(self.spark, [f.path for f in files]))
+                return
+            except Exception:
+                log.debug("could not delete some of %d files in bulk; one at a time", len(files), exc_info=True)
         for f in files:
             try:
                 io.deleteFile(f.path)
             except Exception:
                 log.debug("could not delete %s", f.path, exc_info=True)
+
+
+def bulk_deletes(spark: SparkSession, io: Any) -> bool:
+    """Does this Java FileIO delete many files in one call (Iceberg's SupportsBulkOperations)?"""
+    from py4j.java_gateway import is_instance_of
+
+    return bool(is_instance_of(spark.sparkContext._gateway, io, "org.apache.iceberg.io.SupportsBulkOperations"))

@@ -24,3 +24,12 @@ def java_iter(iterable: Any) -> Iterator[Any]:
     iterator = iterable.iterator()
     while iterator.hasNext():
         yield iterator.next()
+
+
+def java_strings(spark: Any, values: list[str]) -> Any:
+    """A java.util.List of `values` in three JVM calls however many there are (py4j would make
+    one call an element): one string, split in the JVM. No value may hold a newline."""
+    if any("\n" in v for v in values):
+        raise ValueError("java_strings: a value holds a newline")
+    j = spark.sparkContext._jvm
+    return j.java.util.regex.Pattern.compile("\n").splitAsStream("\n".join(values)).toList()

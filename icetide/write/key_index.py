@@ -102,6 +102,10 @@ class KeyIndex:
         self.ids: dict[str, int] = {}
         self.data_files: dict[str, Any] = {}  # path -> Java DataFile, every live data file
         self.vectors: dict[str, Any] = {}  # data file path -> its current DV (Java DeleteFile)
+        # data file path -> the positions its current DV marks, for the DVs whose positions the
+        # index has seen (read while catching up, or given by the stream that wrote them): the
+        # next DV of the file merges them without reading the blob again
+        self.vector_positions: dict[str, np.ndarray] = {}
 
     @property
     def rows(self) -> pa.Table:
@@ -148,10 +152,11 @@ class KeyIndex:
         parts = [self._file_rows(f) for f in self.data_files.values()]
         if parts:
             self.runs.add(pa.concat_tables([k for k, _ in parts]), np.concatenate([w for _, w in parts]))
+        self.vector_positions = {path: earlier_positions(d, path) for path, d in self.vectors.items()}
         marked = [
             where_of(np.full(len(p), self.file_id(path), np.int64), p)
-            for path, d in self.vectors.items()
-            if len(p := earlier_positions(d, path))
+            for path, p in self.vector_positions.items()
+            if len(p)
         ]
         if marked:
             self.runs.kill(np.concatenate(marked))
@@ -183,7 +188,7 @@ class KeyIndex:
         cost follows the number of files, not of rows); True when equality deletes apply to some
         data file. ConfigError when a data file still has Parquet position deletes from before
         format v3."""
-        self.data_files, self.vectors = {}, {}
+        self.data_files, self.vectors, self.vector_positions = {}, {}, {}
         equality = False
         tasks = jtable.newScan().useSnapshot(self.snapshot_id).planFiles()
         try:
@@ -207,9 +212,11 @@ class KeyIndex:
 
     # -- following commits ------------------------------------------------------------------
 
-    def catch_up(self, spark: SparkSession, jtable: Any) -> int:
+    def catch_up(self, spark: SparkSession, jtable: Any, own: tuple[int, dict[str, np.ndarray]] | None = None) -> int:
         """Apply every snapshot after `snapshot_id` up to the table's current one; returns how many.
-        Raises IndexOutOfDate when it cannot (then `build` again)."""
+        Raises IndexOutOfDate when it cannot (then `build` again). `own`: a snapshot id this
+        process committed and the positions of the DVs it added, by data file: those DVs are not
+        read back."""
         chain = []
         snapshot = jtable.currentSnapshot()
         while snapshot is not None and (self.snapshot_id is None or int(snapshot.snapshotId()) != self.snapshot_id):
@@ -229,15 +236,20 @@ class KeyIndex:
                 current = self.vectors.get(str(d.referencedDataFile())) if is_vector(d) else None
                 if current is not None and _same_blob(current, d):
                     del self.vectors[str(d.referencedDataFile())]
+                    self.vector_positions.pop(str(d.referencedDataFile()), None)
             self._drop_files({str(f.location()) for f in java_iter(s.removedDataFiles(io))})
             added = [self._file_rows(f.copy()) for f in java_iter(s.addedDataFiles(io))]
             if added:
                 self.runs.add(pa.concat_tables([k for k, _ in added]), np.concatenate([w for _, w in added]))
             marked = []
+            known = own[1] if own is not None and own[0] == int(s.snapshotId()) else {}
             for d in added_deletes:
                 referenced = str(d.referencedDataFile())
                 self.vectors[referenced] = d
-                positions = earlier_positions(d, referenced)
+                positions = known.get(referenced)
+                if positions is None:
+                    positions = earlier_positions(d, referenced)
+                self.vector_positions[referenced] = positions
                 marked.append(where_of(np.full(len(positions), self.file_id(referenced), np.int64), positions))
             if marked:
                 self.runs.kill(np.concatenate(marked))
@@ -257,6 +269,7 @@ class KeyIndex:
         for path in paths:
             self.data_files.pop(path, None)
             self.vectors.pop(path, None)
+            self.vector_positions.pop(path, None)
 
     def _file_rows(self, data_file: Any) -> tuple[pa.Table, np.ndarray]:
         """A data file's keys (index form; row i at position i) and their `where`."""
@@ -270,10 +283,10 @@ class KeyIndex:
 
     def nbytes(self) -> int:
         """The bytes this index holds in Python: its rows' Arrow buffers (each buffer once, as
-        allocated, not as sliced) and its file paths. The Java DataFiles and DVs live in the JVM
-        (one of each per live data file) and are not counted."""
+        allocated, not as sliced), its file paths and the DV positions it knows. The Java
+        DataFiles and DVs live in the JVM (one of each per live data file) and are not counted."""
         paths = sys.getsizeof(self.paths) + sys.getsizeof(self.ids) + sum(sys.getsizeof(p) for p in self.paths)
-        return self.runs.nbytes() + paths
+        return self.runs.nbytes() + paths + sum(p.nbytes for p in self.vector_positions.values())
 
     # -- lookups ----------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from icetide.errors import ConfigError
@@ -54,6 +55,7 @@ class StagedVectors:
     added: tuple[Any, ...]  # Java DeleteFiles (DVs)
     removed: tuple[Any, ...]  # the earlier DVs they merged
     referenced: tuple[str, ...]  # data files the DVs mark
+    positions: tuple[np.ndarray, ...] = ()  # the positions each DV marks, in the order of `referenced`
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ class StreamVectors:
         planned = []
         for path, positions in located.items():
             earlier = [index.vectors[path]] if path in index.vectors else []
-            vector = plan_vector(index.data_files[path], earlier, positions)
+            known = index.vector_positions.get(path) if earlier else None
+            vector = plan_vector(index.data_files[path], earlier, positions, None if known is None else [known])
             if vector is not None:
                 planned.append(vector)
         written = write_vectors(self.spark, jtable, planned)
@@ -134,13 +137,20 @@ class StreamVectors:
             written.delete_files,
             tuple(d for p in planned for d in p.replaces),
             tuple(str(p.data_file.location()) for p in planned),
+            tuple(p.positions for p in planned),
         )
 
-    def landed(self, jtable: Any, batch_id: int) -> None:
-        """After the batch committed: the index follows it (reads its new data files' keys), and
-        every `copy_every` batches a copy of it is written (a failure there is only logged)."""
+    def landed(
+        self, jtable: Any, batch_id: int, snapshot_id: int | None = None, staged: StagedVectors | None = None
+    ) -> None:
+        """After the batch committed: the index follows it (reads its new data files' keys; the
+        DVs `staged` for it, committed in `snapshot_id`, are not read back), and every
+        `copy_every` batches a copy of it is written (a failure there is only logged)."""
+        own = None
+        if snapshot_id is not None and snapshot_id >= 0 and staged is not None and staged.positions:
+            own = (snapshot_id, dict(zip(staged.referenced, staged.positions, strict=True)))
         try:
-            self._caught_up(jtable)
+            self._caught_up(jtable, own)
         except Exception:  # the batch is committed; the next one builds the index again
             log.warning("the key index of %s could not follow batch %s; it is rebuilt", self.table_name, batch_id)
             log.debug("key index catch-up", exc_info=True)
@@ -194,21 +204,21 @@ class StreamVectors:
             except Exception:
                 log.debug("could not delete %s", staged.location, exc_info=True)
 
-    def _caught_up(self, jtable: Any) -> KeyIndex:
+    def _caught_up(self, jtable: Any, own: tuple[int, dict[str, np.ndarray]] | None = None) -> KeyIndex:
         with self.lock:  # the bound does not drop the index while it changes
             started = time.monotonic()
             try:
-                index = self._follow(jtable)
+                index = self._follow(jtable, own)
             finally:
                 self._follow_seconds += time.monotonic() - started
             self._jtable = jtable
             self.memory.hold(self, index.nbytes())
             return index
 
-    def _follow(self, jtable: Any) -> KeyIndex:
+    def _follow(self, jtable: Any, own: tuple[int, dict[str, np.ndarray]] | None = None) -> KeyIndex:
         if self.index is not None:
             try:
-                self.index.catch_up(self.spark, jtable)
+                self.index.catch_up(self.spark, jtable, own)
                 return self.index
             except IndexOutOfDate as exc:  # a copy is older still: it could not follow either
                 log.info("key index of %s: %s; building it again", self.table_name, exc)

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 
 def is_vector(delete_file: Any) -> bool:
-    """Is this Java DeleteFile a deletion vector (a Puffin blob)?"""
-    return str(delete_file.format().toString()).upper() == "PUFFIN"
+    """Is this Java DeleteFile a deletion vector (a Puffin blob)? Only a DV has a content offset
+    (the spec requires it of DVs and gives it to no other delete file): one JVM call, not two."""
+    return delete_file.contentOffset() is not None
 
 
 def earlier_positions(delete_file: Any, data_file_path: str) -> np.ndarray:
@@ -66,11 +67,14 @@ class PlannedVector:
     replaces: tuple[Any, ...]  # Java DeleteFiles removed in the same commit
 
 
-def plan_vector(data_file: Any, earlier: Sequence[Any], new: np.ndarray) -> PlannedVector | None:
+def plan_vector(
+    data_file: Any, earlier: Sequence[Any], new: np.ndarray, earlier_known: Sequence[np.ndarray] | None = None
+) -> PlannedVector | None:
     """A data file's DV: the `new` positions merged with those its `earlier` position deletes
-    (Java DeleteFiles that apply to it) mark; None when `new` adds nothing."""
+    (Java DeleteFiles that apply to it) mark, read from them unless the caller knows them
+    (`earlier_known`, in the order of `earlier`); None when `new` adds nothing."""
     path = str(data_file.location())
-    known = [earlier_positions(d, path) for d in earlier]
+    known = list(earlier_known) if earlier_known is not None else [earlier_positions(d, path) for d in earlier]
     before = np.unique(np.concatenate(known)) if known else np.zeros(0, np.int64)
     merged = np.union1d(before, np.asarray(new, dtype=np.int64))
     if len(merged) == len(before):
@@ -99,8 +103,12 @@ def write_vectors(spark: SparkSession, jtable: Any, planned: Sequence[PlannedVec
     with fs.open_output_stream(path) as sink:
         sink.write(content)
     files = []
+    specs: dict[int, Any] = {}  # spec id -> Java PartitionSpec, one lookup each
     for p, w in zip(planned, written, strict=True):
-        spec = jtable.specs().get(int(p.data_file.specId()))
+        spec_id = int(p.data_file.specId())
+        spec = specs.get(spec_id)
+        if spec is None:
+            spec = specs[spec_id] = jtable.specs().get(spec_id)
         files.append(
             j.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec)
             .ofPositionDeletes()
