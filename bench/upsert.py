@@ -121,7 +121,16 @@ def load_twin(spark: Any, source_table: str, twin_table: str) -> None:
     append.commit()
 
 
-def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str, *, merge: bool, insert: bool) -> str:
+def run(
+    sizes: list[int],
+    batches: int,
+    insert_rows: int,
+    warehouse: str,
+    *,
+    merge: bool,
+    insert: bool,
+    deletes: str | None = None,
+) -> str:
     import icetide
 
     spark = bench_session(warehouse)
@@ -132,7 +141,7 @@ def run(sizes: list[int], batches: int, insert_rows: int, warehouse: str, *, mer
         for t in (sink_table, *([merge_table] if merge else [])):
             load(spark, t, size)
         load_twin(spark, sink_table, twin_table)
-        sink = icetide.UpsertSink(spark, sink_table, pipeline_id="bench")
+        sink = icetide.UpsertSink(spark, sink_table, pipeline_id="bench", deletes=deletes)
         sink_times, merge_times = [], []
         phases: dict[str, list[float]] = {k: [] for k in ("plan", "write", "refresh", "commit", "job", "bare commit")}
         for b in range(batches + 1):  # batch 0 warms up
@@ -292,10 +301,23 @@ def main() -> None:
     p.add_argument("--insert-rows", type=int, default=2_000_000)
     p.add_argument("--no-merge", action="store_true", help="skip MERGE INTO (the floor comparison only)")
     p.add_argument("--no-insert", action="store_true", help="skip the INSERT-only comparison")
+    p.add_argument(
+        "--deletes",
+        choices=("vectors", "equality"),
+        help="the sink's delete mode (default: the table's, deletion vectors on a new table)",
+    )
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     body = in_temp_warehouse(
-        lambda wh: run(sizes, args.batches, args.insert_rows, wh, merge=not args.no_merge, insert=not args.no_insert)
+        lambda wh: run(
+            sizes,
+            args.batches,
+            args.insert_rows,
+            wh,
+            merge=not args.no_merge,
+            insert=not args.no_insert,
+            deletes=args.deletes,
+        )
     )
     report("bench/upsert.py: UpsertSink vs MERGE INTO, and INSERT vs native append", body, save=args.record)
 

@@ -103,6 +103,7 @@ def write_vectors(spark: SparkSession, jtable: Any, planned: Sequence[PlannedVec
     with fs.open_output_stream(path) as sink:
         sink.write(content)
     files = []
+    file_metadata = j.org.apache.iceberg.FileMetadata  # resolved once: each `.` of a JVM path is a JVM call
     specs: dict[int, Any] = {}  # spec id -> Java PartitionSpec, one lookup each
     for p, w in zip(planned, written, strict=True):
         spec_id = int(p.data_file.specId())
@@ -110,7 +111,7 @@ def write_vectors(spark: SparkSession, jtable: Any, planned: Sequence[PlannedVec
         if spec is None:
             spec = specs[spec_id] = jtable.specs().get(spec_id)
         files.append(
-            j.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec)
+            file_metadata.deleteFileBuilder(spec)
             .ofPositionDeletes()
             .withFormat("PUFFIN")
             .withPath(location)
