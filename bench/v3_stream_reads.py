@@ -178,6 +178,7 @@ def run(args: Any, warehouse: str) -> tuple[str, str]:
     points: list[ReadPoint] = []
     after_pass: list[ReadPoint] = []
     passes = 0
+    layouts: dict[str, str] = {}  # table -> its layout at the last read
     stopped: set[tuple[str, str]] = set()  # (table, engine) whose reads passed the DuckDB cap
     log_path = Path(warehouse) / "maintain.log"
     started = time.monotonic()
@@ -224,6 +225,9 @@ def run(args: Any, warehouse: str) -> tuple[str, str]:
             if b % args.read_every == 0:
                 points.append(ReadPoint(b, read(list(STREAMS))))
                 print(f"  reads after batch {b}: {_brief(points[-1])}", flush=True)
+                for table in STREAMS:
+                    layouts[table] = layout(spark, names[table])
+                    print(f"    {table}: {layouts[table]}", flush=True)
             landed, pass_snapshot = watch.new_passes()
             if pass_snapshot is not None:
                 passes += landed
@@ -234,7 +238,22 @@ def run(args: Any, warehouse: str) -> tuple[str, str]:
     maintain_log = log_path.read_text(errors="replace")
     if args.maintain_log:
         Path(args.maintain_log).write_text(maintain_log)
-    return _report(args, results, points, after_pass, maintain_log, elapsed), maintain_log
+    return _report(args, results, points, after_pass, maintain_log, elapsed, layouts), maintain_log
+
+
+def layout(spark: Any, name: str) -> str:
+    """What a reader of the table's current snapshot opens: data files, DVs (and the Puffin files
+    holding them), other delete files, manifests."""
+    row = spark.sql(
+        f"SELECT (SELECT count(*) FROM {name}.data_files), "
+        f"(SELECT count(*) FROM {name}.delete_files WHERE file_format = 'PUFFIN'), "
+        f"(SELECT count(DISTINCT file_path) FROM {name}.delete_files WHERE file_format = 'PUFFIN'), "
+        f"(SELECT count(*) FROM {name}.delete_files WHERE file_format <> 'PUFFIN'), "
+        f"(SELECT count(*) FROM {name}.manifests)"
+    ).collect()[0]
+    return (
+        f"{row[0]} data files, {row[1]} DVs in {row[2]} Puffin files, {row[3]} other delete files, {row[4]} manifests"
+    )
 
 
 def _brief(point: ReadPoint) -> str:
@@ -262,6 +281,7 @@ def _report(
     after_pass: list[ReadPoint],
     maintain_log: str,
     elapsed: float,
+    layouts: dict[str, str] | None = None,
 ) -> str:
     batches = len(results["equality"])
     half = max(1, batches // 5)  # first and last fifth of the run, to see whether finding follows the table
@@ -326,6 +346,8 @@ def _report(
         f"- run: {elapsed / 60:.1f} min; `icetide maintain --every {args.maintain_every}` ran {done} passes, "
         f"{failed_runs} failed; {len(after_pass)} times a compaction commit was found after a batch"
     )
+    for table, text in (layouts or {}).items():
+        sections.append(f"- `{table}` at the last read: {text}")
     from pyspark import __version__ as pyspark_version
 
     from icetide.spark.maven import ICEBERG_VERSION
