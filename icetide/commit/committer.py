@@ -487,10 +487,10 @@ class Committer:
         log.info("deleting %d file(s) of an uncommitted batch: %s", len(files), reason)
         io = self.table.io()
         if len(files) > 1 and bulk_deletes(self.spark, io):
-            try:  # one JVM call, not one a file; failures are logged by Iceberg, and listed here
+            try:  # one JVM call (on S3 one request per batch of files), not one a file
                 io.deleteFiles(java_strings(self.spark, [f.path for f in files]))
                 return
-            except Exception:
+            except Exception:  # some were not deleted (Iceberg names how many): try each again
                 log.debug("could not delete some of %d files in bulk; one at a time", len(files), exc_info=True)
         for f in files:
             try:
