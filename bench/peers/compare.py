@@ -37,6 +37,7 @@ fails if any differs. The broker is bench.common.kafka_broker; the harness's own
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -79,6 +80,8 @@ from bench.peers.kafka_connect.peer import (
     KafkaConnectSinkSpec,
     create_sink_table,
 )
+from bench.peers.live_cdc import TABLE as LIVE_TABLE
+from bench.peers.live_cdc import live_database
 from bench.peers.processes import TreeMeter, stop_group
 from bench.peers.workloads import Workload, ads, appends, debezium
 from tests.kafka_jars import KAFKA_VERSION
@@ -116,12 +119,14 @@ def pipeline_file(
     path: Path, workload: Workload, warehouse: str, bootstrap: str, topic: str, table: str, maintain_every: str = ""
 ) -> None:
     """icetide's pipeline file: its defaults, except what names the source and the table (and,
-    with `maintain_every`, the maintenance block at its default policy, on a background thread)."""
+    with `maintain_every`, the maintenance block at its default policy, on a background thread).
+    A Debezium workload is a database sync (docs/how-to/debezium-sync.md): the topics of the
+    connector's tables, each table created from its messages, `table` the one this workload feeds."""
     config: dict[str, Any] = {
         "pipeline": f"peer-{workload.name}",
         "warehouse": warehouse,
         "source": {"kafka": {"bootstrap_servers": bootstrap, "topic": topic, "starting_offsets": "earliest"}},
-        "format": "debezium" if workload.envelope == "debezium" else "json",
+        "format": "json",
         "table": {
             "name": table,
             "schema": workload.spark_schema,
@@ -130,7 +135,19 @@ def pipeline_file(
         },
         "mode": "upsert" if workload.upsert else "append",
     }
-    if workload.order_by:
+    if workload.envelope == "debezium":
+        namespace, _, source_table = table.rpartition(".")
+        prefix = source_table.removesuffix(topic.rpartition(".")[2])
+        config["source"]["kafka"] = {
+            "bootstrap_servers": bootstrap,
+            "topic_pattern": topic.rpartition(".")[0].replace(".", r"\.") + r"\..*",
+            "starting_offsets": "earliest",
+        }
+        config["format"] = "debezium"
+        config["table"] = {"name": f"{namespace}.{prefix}{{table}}"}
+        config["tables"] = {table: {"partition_by": [workload.partition_by]}}
+        config["dead_letter"] = f"{namespace}.{prefix}dead_letter"
+    elif workload.order_by:
         config["order_by"] = workload.order_by
     if maintain_every:
         config["maintenance"] = {"every": maintain_every}
@@ -330,7 +347,10 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         workload = appends(hours=args.hours, events=args.events, warm_up=args.warm_up)
     print(f"{workload.name}: {len(workload.warm_up):,} warm-up + {len(workload.messages):,} messages", flush=True)
     systems = systems_for(workload)
+    live = workload.envelope == "debezium"  # (b): changes made to a PostgreSQL table, Debezium's topic
     runs = {s: SystemRun(s, f"lake.bench.{s}_{workload.name}") for s in systems}
+    if live:  # a database sync names its tables after the source's: <prefix><table>
+        runs["icetide"].table = f"lake.bench.icetide_{LIVE_TABLE}"
     create_iceberg_table(
         spark,
         runs["flink"].table,
@@ -341,10 +361,11 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
     )
     if "kafka_connect" in runs:
         create_sink_table(spark, runs["kafka_connect"].table, workload.spark_schema, partition_by=workload.partition_by)
-    with kafka_broker(work / "broker") as bootstrap:
+    with kafka_broker(work / "broker") as bootstrap, contextlib.ExitStack() as source:
         from tests.kafka_broker import create_topic
 
-        topic = create_topic(bootstrap, PARTITIONS, prefix=workload.name)
+        database = source.enter_context(live_database(workload, work, bootstrap, PARTITIONS)) if live else None
+        topic = database.topic if database else create_topic(bootstrap, PARTITIONS, prefix=workload.name)
         config = work / "icetide-pipeline.yaml"
         pipeline_file(config, workload, warehouse, bootstrap, topic, runs["icetide"].table, args.icetide_maintenance)
         cols, select = workload.flink_source()
@@ -390,8 +411,11 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
                 runs["kafka_connect"].pid = connect.start()  # returns once its tasks run
                 alive["kafka_connect"] = connect.running
             meter = TreeMeter({s: runs[s].pid for s in systems}).start()
-            produce(bootstrap, topic, workload, workload.warm_up, None)
-            first = rows_of(dataclasses.replace(workload, messages=[]))  # the warm-up alone
+            if database:  # the warm-up rows are in the table: the connector's snapshot
+                first = database.rows()
+            else:
+                produce(bootstrap, topic, workload, workload.warm_up, None)
+                first = rows_of(dataclasses.replace(workload, messages=[]))  # the warm-up alone
             started = time.monotonic()
             wait_for(spark, workload, runs, expected(workload, first), meter, alive, args.timeout)
             print(f"warm-up held by every system after {time.monotonic() - started:.0f} s", flush=True)
@@ -400,8 +424,14 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
                 runs[s].cpu_at_start = cpu[s]
             paced_ms = int(time.time() * 1000)
             paced_at = time.monotonic()
-            produce(bootstrap, topic, workload, workload.messages, args.rate)
-            rows = rows_of(workload)  # after production: the messages carry their produced_at
+            if database:
+                database.apply(workload.messages, args.rate)
+                rows = database.rows()  # the lake against the database itself
+                if expected(workload, rows) != expected(workload, rows_of(workload)):
+                    raise AssertionError("the database does not hold the generated changes")
+            else:
+                produce(bootstrap, topic, workload, workload.messages, args.rate)
+                rows = rows_of(workload)  # after production: the messages carry their produced_at
             wait_for(spark, workload, runs, expected(workload, rows), meter, alive, args.timeout)
             for s in systems:
                 runs[s].seconds = (runs[s].caught_up_at or paced_at) - paced_at

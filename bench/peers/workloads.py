@@ -4,18 +4,19 @@
     15-minute batch of simulated time holds new impressions (a long tail of late ones, up to 23
     hours back) and clicks/conversions updating impressions of earlier batches; upserts by
     (impression_id, event_time) into hourly partitions of event_time.
+(b) `debezium`: the ad events' changes made to a PostgreSQL table and captured by Debezium's
+    connector (bench/peers/live_cdc.py): the systems read the connector's topic.
 (c) `appends`: plain JSON events of about 200 bytes (bench/ingest.py's shape) whose event times
     walk through the simulated hours, up to an hour late; appended into hourly partitions.
 
-Every message carries `produced_at`, the wall time it was handed to the producer (epoch ms), set
-at production: freshness is measured from it. Times are epoch milliseconds, as icetide's JSON
-decoder and Flink's `TO_TIMESTAMP_LTZ(x, 3)` both read them.
+Every message carries `produced_at`, the wall time it was handed to the producer, or of the SQL
+statement that made the change (epoch ms): freshness is measured from it. Times are epoch
+milliseconds, as icetide's JSON decoder and Flink's `TO_TIMESTAMP_LTZ(x, 3)` both read them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import random
 from dataclasses import dataclass
@@ -65,7 +66,7 @@ class Workload:
     messages: list[dict[str, Any]]  # produced at a steady rate after the warm-up
     simulated_hours: int
     partition_by: str = "hours(event_time)"
-    envelope: str = "json"  # json: the row itself; debezium: {op, before, after} in a JSON-converter envelope
+    envelope: str = "json"  # json: the row itself; debezium: changes {op, before, after} made to a database
 
     @property
     def spark_schema(self) -> str:
@@ -95,19 +96,13 @@ class Workload:
 
     def key_of(self, m: dict[str, Any]) -> str:
         """The Kafka message key of message `m`."""
-        row = (m["after"] or m["before"]) if self.envelope == "debezium" else m
-        return str(row[self.key_field])
+        return str(m[self.key_field])
 
     def encode(self, m: dict[str, Any], now_ms: int) -> bytes:
-        """Message `m` as produced now: `produced_at` stamped into its row."""
-        if self.envelope != "debezium":
-            m["produced_at"] = now_ms
-            return json.dumps(m).encode()
-        if m["after"] is not None:
-            m["after"]["produced_at"] = now_ms
-        source = {"version": "3.6.0.Final", "connector": "mysql", "name": "bench", "ts_ms": now_ms, "db": "ads"}
-        payload = {"before": m["before"], "after": m["after"], "source": source, "op": m["op"], "ts_ms": now_ms}
-        return json.dumps({"schema": _debezium_schema(self.columns), "payload": payload}).encode()
+        """Message `m` as produced now: `produced_at` stamped into it. (A Debezium workload is not
+        produced by the harness: its changes are made to a database, bench/peers/live_cdc.py.)"""
+        m["produced_at"] = now_ms
+        return json.dumps(m).encode()
 
 
 def ads(spark: Any, *, hours: int, events_per_batch: int) -> Workload:
@@ -176,47 +171,11 @@ def appends(*, hours: int, events: int, warm_up: int, start_ms: int = 1_767_225_
     )
 
 
-_CONNECT_TYPES = {"STRING": "string", "BIGINT": "int64", "INT": "int32", "DOUBLE": "double"}
-
-
-@functools.cache
-def _schema_of(columns: tuple[tuple[str, str, str], ...]) -> dict[str, Any]:
-    fields = []
-    for name, ddl, kind in columns:
-        field: dict[str, Any] = {"field": name, "optional": "NOT NULL" not in ddl}
-        if kind == "TIMESTAMP":
-            field.update(type="int64", name="io.debezium.time.Timestamp", version=1)
-        else:
-            field["type"] = _CONNECT_TYPES[kind]
-        fields.append(field)
-    row = {"type": "struct", "fields": fields, "optional": True, "name": "bench.ads.impressions.Value"}
-    source = [
-        {"type": t, "optional": False, "field": f}
-        for f, t in (("version", "string"), ("connector", "string"), ("name", "string"), ("ts_ms", "int64"))
-    ] + [{"type": "string", "optional": True, "field": "db"}]
-    return {
-        "type": "struct",
-        "name": "bench.ads.impressions.Envelope",
-        "optional": False,
-        "fields": [
-            {**row, "field": "before"},
-            {**row, "field": "after"},
-            {"type": "struct", "fields": source, "optional": False, "field": "source"},
-            {"type": "string", "optional": False, "field": "op"},
-            {"type": "int64", "optional": True, "field": "ts_ms"},
-        ],
-    }
-
-
-def _debezium_schema(columns: list[tuple[str, str, str]]) -> dict[str, Any]:
-    """The Connect schema of the envelope, as Kafka's JsonConverter writes it (schemas.enable=true)."""
-    return _schema_of(tuple(columns))
-
-
 def debezium(ad_events: Workload, *, delete_every: int = 40) -> Workload:
-    """(b) The ad events as a Debezium change stream of a database table: a key's first change is a
-    create (`c`), later ones updates (`u`, with the row before), and every `delete_every`-th change of
-    a key seen before is a delete (`d`) instead; a key changed after its delete is created again."""
+    """(b) The ad events as changes to a database table, which Debezium captures
+    (bench/peers/live_cdc.py): a key's first change is a create (`c`), later ones updates (`u`, with
+    the row before), and every `delete_every`-th change of a key seen before is a delete (`d`)
+    instead; a key changed after its delete is created again."""
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def changes(rows: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
