@@ -41,6 +41,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -447,6 +448,10 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
             flink.stop()
             if connect is not None:
                 connect.stop()
+            if args.logs:  # the systems' logs outlive the temporary warehouse
+                Path(args.logs).mkdir(parents=True, exist_ok=True)
+                for log in (*work.glob("*.log"), *work.glob("*/*.log")):
+                    shutil.copy(log, Path(args.logs) / f"{log.parent.name}-{log.name}")
         produce_seconds = len(workload.messages) / args.rate if args.rate else 0.0
     for s in systems:
         check_model(spark, workload, runs[s].table, rows)
@@ -587,6 +592,7 @@ def main() -> None:
         metavar="DURATION",
         help="give icetide's pipeline `maintenance: {every: DURATION}` (compaction beside the stream); default: none",
     )
+    p.add_argument("--logs", default="", metavar="FOLDER", help="copy every system's log into FOLDER at the end")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for a table to hold its model")
     p.add_argument("--read-cap", type=float, default=60.0, help="seconds after which a DuckDB read is stopped")
     args = p.parse_args()
