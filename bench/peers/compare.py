@@ -85,6 +85,7 @@ from bench.peers.live_cdc import TABLE as LIVE_TABLE
 from bench.peers.live_cdc import live_database
 from bench.peers.processes import TreeMeter, stop_group
 from bench.peers.workloads import Workload, ads, appends, debezium
+from tests.connect_jars import DEBEZIUM_VERSION
 from tests.kafka_jars import KAFKA_VERSION
 
 PARTITIONS = 4
@@ -117,10 +118,18 @@ class SystemRun:
 
 
 def pipeline_file(
-    path: Path, workload: Workload, warehouse: str, bootstrap: str, topic: str, table: str, maintain_every: str = ""
+    path: Path,
+    workload: Workload,
+    warehouse: str,
+    bootstrap: str,
+    topic: str,
+    table: str,
+    maintain_every: str = "",
+    maintain_every_batches: int = 0,
 ) -> None:
-    """icetide's pipeline file: its defaults, except what names the source and the table (and,
-    with `maintain_every`, the maintenance block at its default policy, on a background thread).
+    """icetide's pipeline file: its defaults, except what names the source and the table (and the
+    maintenance block at its default policy: with `maintain_every`, on a background thread; with
+    `maintain_every_batches`, between batches).
     A Debezium workload is a database sync (docs/how-to/debezium-sync.md): the topics of the
     connector's tables, each table created from its messages, `table` the one this workload feeds."""
     config: dict[str, Any] = {
@@ -152,6 +161,8 @@ def pipeline_file(
         config["order_by"] = workload.order_by
     if maintain_every:
         config["maintenance"] = {"every": maintain_every}
+    elif maintain_every_batches:
+        config["maintenance"] = {"every_batches": maintain_every_batches}
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
 
 
@@ -368,7 +379,16 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         database = source.enter_context(live_database(workload, work, bootstrap, PARTITIONS)) if live else None
         topic = database.topic if database else create_topic(bootstrap, PARTITIONS, prefix=workload.name)
         config = work / "icetide-pipeline.yaml"
-        pipeline_file(config, workload, warehouse, bootstrap, topic, runs["icetide"].table, args.icetide_maintenance)
+        pipeline_file(
+            config,
+            workload,
+            warehouse,
+            bootstrap,
+            topic,
+            runs["icetide"].table,
+            args.icetide_maintenance,
+            args.icetide_maintenance_batches,
+        )
         cols, select = workload.flink_source()
         flink = FlinkSink(
             FlinkSinkSpec(
@@ -543,17 +563,33 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
         )
         + f"--rate {args.rate:g} --read-cap {args.read_cap:g}"
         + (f" --icetide-maintenance {args.icetide_maintenance}" if args.icetide_maintenance else "")
+        + (
+            f" --icetide-maintenance-batches {args.icetide_maintenance_batches}"
+            if args.icetide_maintenance_batches
+            else ""
+        )
     )
     maintained = (
         f", with `maintenance: {{every: {args.icetide_maintenance}}}` at its default policy"
         if args.icetide_maintenance
+        else f", with `maintenance: {{every_batches: {args.icetide_maintenance_batches}}}` at its default policy"
+        if args.icetide_maintenance_batches
         else ""
     )
     return (
-        f"Workload `{workload.name}`: {len(workload.warm_up):,} warm-up messages then {n:,} at {args.rate:,.0f}/s "
-        f"(about {produce_seconds:.0f} s) into one topic of {PARTITIONS} partitions, {workload.simulated_hours} "
+        (
+            f"Workload `{workload.name}`: {len(workload.warm_up):,} rows in a PostgreSQL table (the connector's "
+            f"snapshot), then {n:,} changes made to it at {args.rate:,.0f}/s (about {produce_seconds:.0f} s), "
+            f"captured by Debezium {DEBEZIUM_VERSION}'s PostgreSQL connector into one topic of {PARTITIONS} "
+            f"partitions (bench/peers/live_cdc.py)"
+            if live
+            else f"Workload `{workload.name}`: {len(workload.warm_up):,} warm-up messages then {n:,} at "
+            f"{args.rate:,.0f}/s (about {produce_seconds:.0f} s) into one topic of {PARTITIONS} partitions"
+        )
+        + f", {workload.simulated_hours} "
         f"simulated hours, {'upserts by ' + ', '.join(workload.key) if workload.upsert else 'appends'}; "
-        f"{len(rows):,} rows in each table, each equal to the model. icetide: `icetide run` at its defaults "
+        f"{len(rows):,} rows in each table, each equal to the {'database table' if live else 'model'}. "
+        f"icetide: `icetide run` {'on a database-sync pipeline ' if live else ''}at its defaults "
         f"(trigger 5 s{maintained}); Flink {FLINK_VERSION} with iceberg-flink-runtime-2.0 {ICEBERG_FLINK_VERSION}, "
         f"checkpoint every {TRIGGER_SECONDS:g} s, parallelism {args.flink_parallelism or cores}, "
         f"write.distribution-mode=hash{', upsert-enabled' if workload.upsert else ''}"
@@ -591,6 +627,13 @@ def main() -> None:
         default="",
         metavar="DURATION",
         help="give icetide's pipeline `maintenance: {every: DURATION}` (compaction beside the stream); default: none",
+    )
+    p.add_argument(
+        "--icetide-maintenance-batches",
+        type=int,
+        default=0,
+        metavar="N",
+        help="give icetide's pipeline `maintenance: {every_batches: N}` (compaction between batches); default: none",
     )
     p.add_argument("--logs", default="", metavar="FOLDER", help="copy every system's log into FOLDER at the end")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for a table to hold its model")

@@ -7,6 +7,7 @@ to drop). `changes_since` tells what later snapshots did to the files of an earl
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,11 +36,6 @@ def delete_key(delete_file: Any) -> str:
     return location if offset is None else f"{location}#{int(offset)}"
 
 
-def _referenced(delete_file: Any) -> str | None:
-    referenced = delete_file.referencedDataFile()
-    return None if referenced is None else str(referenced)
-
-
 @dataclass
 class SnapshotChanges:
     """What the snapshots after a given one did to data and delete files."""
@@ -61,6 +57,8 @@ class TableFiles:
         self.delete_files: dict[str, Any] = {}  # delete file path -> Java DeleteFile
         self._delete_refs: dict[str, DeleteRef] = {}
         self._specs: dict[int, Any] = {}
+        self._partition_keys: dict[tuple[int, str], PartitionKey] = {}
+        self._parser = jvm(spark).org.apache.iceberg.ContentFileParser
         self._transforms: dict[int, SpecTransforms] | None = None
         self._current_spec = 0
 
@@ -85,17 +83,22 @@ class TableFiles:
         try:
             for task in java_iter(tasks):
                 data_file = task.file()
-                path = str(data_file.location())
-                sequence = data_file.dataSequenceNumber()
+                # One call for what the planner needs of the file, not one per field.
+                fields = json.loads(str(self._parser.toJson(data_file, task.spec())))
+                path = fields["file-path"]
+                sequence = fields.get("data-sequence-number")  # written for v3 data files only
+                if sequence is None:
+                    sequence = data_file.dataSequenceNumber()
+                partition = self._partition_of(fields, data_file)
                 refs.append(
                     DataFileRef(
                         path=path,
-                        size=int(data_file.fileSizeInBytes()),
-                        record_count=int(data_file.recordCount()),
+                        size=int(fields["file-size-in-bytes"]),
+                        record_count=int(fields["record-count"]),
                         sequence_number=int(sequence) if sequence is not None else 0,
-                        partition=self.partition_key(data_file),
+                        partition=partition,
                         deletes=tuple(self._delete_ref(d) for d in java_list(task.deletes())),
-                        partition_label=self.label(data_file),
+                        partition_label=self._label_of(partition),
                     )
                 )
                 if keep_tasks:
@@ -143,10 +146,22 @@ class TableFiles:
         spec = self._spec(spec_id)
         return (spec_id, "" if spec.isUnpartitioned() else str(spec.partitionToPath(content_file.partition())))
 
+    def _partition_of(self, fields: dict[str, Any], content_file: Any) -> PartitionKey:
+        """`partition_key` of a file whose ContentFileParser JSON is `fields`: Iceberg's partition
+        path is asked for once per distinct partition value, not once per file."""
+        seen = (int(fields["spec-id"]), json.dumps(fields.get("partition")))
+        known = self._partition_keys.get(seen)
+        if known is None:
+            known = self._partition_keys[seen] = self.partition_key(content_file)
+        return known
+
     def label(self, content_file: Any) -> str:
         """A data or delete file's partition as people read it (`2026-01-01 05:00`, `bucket[16]=3`);
         a partition of an earlier spec than the current one says so (`... [spec 0]`)."""
-        spec_id, path = self.partition_key(content_file)
+        return self._label_of(self.partition_key(content_file))
+
+    def _label_of(self, partition: PartitionKey) -> str:
+        spec_id, path = partition
         if self._transforms is None:
             self._transforms = spec_transforms(self.table)
             self._current_spec = int(self.table.spec().specId())
@@ -160,20 +175,22 @@ class TableFiles:
         return self._specs[spec_id]
 
     def _delete_ref(self, delete_file: Any) -> DeleteRef:
-        path = delete_key(delete_file)
+        spec = self._spec(int(delete_file.specId()))
+        fields = json.loads(str(self._parser.toJson(delete_file, spec)))
+        offset = fields.get("content-offset")
+        path = fields["file-path"] if offset is None else f"{fields['file-path']}#{int(offset)}"  # as delete_key
         known = self._delete_refs.get(path)
         if known is not None:
             return known
-        equality = delete_file.content().toString() == "EQUALITY_DELETES"
-        unpartitioned = self._spec(int(delete_file.specId())).isUnpartitioned()
+        equality = fields["content"] in ("equality-deletes", "EQUALITY_DELETES")  # 1.11+, and before
         ref = DeleteRef(
             path=path,
             kind="equality" if equality else "position",
             sequence_number=int(delete_file.dataSequenceNumber()),
-            scope=None if equality and unpartitioned else self.partition_key(delete_file),
-            record_count=int(delete_file.recordCount()),
-            size=int(delete_file.fileSizeInBytes()),
-            referenced_data_file=None if equality else _referenced(delete_file),
+            scope=None if equality and spec.isUnpartitioned() else self._partition_of(fields, delete_file),
+            record_count=int(fields["record-count"]),
+            size=int(fields["file-size-in-bytes"]),
+            referenced_data_file=None if equality else fields.get("referenced-data-file"),
         )
         self._delete_refs[path] = ref
         self.delete_files[path] = delete_file
