@@ -1,6 +1,8 @@
 """The peer harness (bench/peers/compare.py) still runs: icetide and the Flink Iceberg sink (and, on
 appends, Iceberg's Kafka Connect sink) read one tiny topic into their tables, and every table
-equals the model.
+equals the model. On `debezium` the topic is Debezium's: the changes are made to a PostgreSQL
+table and captured by its PostgreSQL connector in a Kafka Connect worker (bench/peers/live_cdc.py),
+and the tables must equal the database table.
 
 Slow (PyFlink's venv is built from bench/peers/requirements-flink.txt on first use, about 3 minutes,
 and the Flink job's JVM starts in about a minute); `-m "not peer"` leaves it out.

@@ -643,7 +643,14 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     body = in_temp_warehouse(lambda wh: run(args.workload, args, wh))
     peers = "the Flink Iceberg sink" + (" and Iceberg's Kafka Connect sink" if args.workload == "appends" else "")
-    report(f"bench/peers/compare.py: icetide beside {peers}, {args.workload}", body, save=args.record)
+    maintained = (
+        f", icetide with maintenance every {args.icetide_maintenance}"
+        if args.icetide_maintenance
+        else f", icetide with maintenance every {args.icetide_maintenance_batches} batches"
+        if args.icetide_maintenance_batches
+        else ""
+    )
+    report(f"bench/peers/compare.py: icetide beside {peers}, {args.workload}{maintained}", body, save=args.record)
 
 
 if __name__ == "__main__":
