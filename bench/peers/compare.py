@@ -146,17 +146,18 @@ def pipeline_file(
         "mode": "upsert" if workload.upsert else "append",
     }
     if workload.envelope == "debezium":
-        namespace, _, source_table = table.rpartition(".")
-        prefix = source_table.removesuffix(topic.rpartition(".")[2])
+        # topic <topic.prefix>.<schema>.<source table>; `table` ends with the source table's name
+        schema_topics, _, source_table = topic.rpartition(".")
+        names = table.removesuffix(source_table)
         config["source"]["kafka"] = {
             "bootstrap_servers": bootstrap,
-            "topic_pattern": topic.rpartition(".")[0].replace(".", r"\.") + r"\..*",
+            "topic_pattern": schema_topics.replace(".", r"\.") + r"\..*",
             "starting_offsets": "earliest",
         }
         config["format"] = "debezium"
-        config["table"] = {"name": f"{namespace}.{prefix}{{table}}"}
+        config["table"] = {"name": names + "{table}"}
         config["tables"] = {table: {"partition_by": [workload.partition_by]}}
-        config["dead_letter"] = f"{namespace}.{prefix}dead_letter"
+        config["dead_letter"] = names + "dead_letter"
     elif workload.order_by:
         config["order_by"] = workload.order_by
     if maintain_every:
