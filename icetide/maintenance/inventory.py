@@ -155,12 +155,9 @@ class TableFiles:
             known = self._partition_keys[seen] = self.partition_key(content_file)
         return known
 
-    def label(self, content_file: Any) -> str:
-        """A data or delete file's partition as people read it (`2026-01-01 05:00`, `bucket[16]=3`);
-        a partition of an earlier spec than the current one says so (`... [spec 0]`)."""
-        return self._label_of(self.partition_key(content_file))
-
     def _label_of(self, partition: PartitionKey) -> str:
+        """A partition as people read it (`2026-01-01 05:00`, `bucket[16]=3`); a partition of an
+        earlier spec than the current one says so (`... [spec 0]`)."""
         spec_id, path = partition
         if self._transforms is None:
             self._transforms = spec_transforms(self.table)
