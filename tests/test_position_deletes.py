@@ -15,14 +15,13 @@ import pytest
 
 from icetide.executor.file_metrics import FIELD_ID_KEY
 from icetide.maintenance.compaction import CompactionConflictError, compact, compaction
+from icetide.maintenance.equality_match import convertible, deleted_positions
 from icetide.maintenance.health import HealthThresholds
 from icetide.maintenance.maintain import MaintenancePolicy, maintain
 from icetide.maintenance.position_deletes import (
     DELETE_FILE_PATH_ID,
     DELETE_FILE_POS_ID,
     convert_equality_deletes,
-    convertible,
-    deleted_positions,
     equality_delete_conversion,
 )
 from icetide.write.keys import columns_by_field_id

@@ -9,7 +9,8 @@ data file"); now its commit carries those DVs onto its new files by row lineage
 
 - A stream at a one-second trigger upserting half the keys of both partitions every batch (a DV
   on every file), `icetide maintain --every 1s` at its default policy beside it: compactions land
-  within a bounded number of the maintainer's passes, carrying rows, and the table equals the
+  within a bounded number of the maintainer's passes, one carries rows within a bounded number of
+  batches, and the table equals the
   model after every batch (no row doubled: no DV lost; none missing: none applied twice), rows
   not touched keep their `_row_id`, and PyIceberg and DuckDB read the model at the end.
 - kill -9 of the maintainer at every new step: after the carried DVs are written (not committed)
@@ -46,7 +47,11 @@ from tests.test_v3_readers import duckdb_connection, duckdb_rows, model_rows, py
 KEYS = 160
 TRIGGER_SECONDS = 1.0
 COMPACTIONS_WANTED = 2
-MAX_PASSES = 6  # the maintainer's passes, from its first, by which the wanted compactions landed
+# The maintainer's passes, from its first, by which the wanted compactions landed. A carry needs a
+# stream commit between a compaction's plan and its commit; with small units rewritten on the
+# driver (maintenance/driver_rewrite.py) that window is a fraction of a second, so a carrying
+# commit may take more passes: it is awaited within MAX_BATCHES, not MAX_PASSES.
+MAX_PASSES = 6
 MAX_BATCHES = 60
 WAIT_SECONDS = 180.0  # a maintainer's JVM, its plan and rewrite, on 2 busy cores
 
@@ -81,6 +86,7 @@ def test_compaction_lands_beside_a_one_second_vectors_stream(
         _wait_for_first_pass(process, table_name, log)
         first_pass = _passes(log, table_name)
         carried: list[dict[str, str]] = []
+        landed_after: int | None = None  # passes after the first by which the wanted compactions landed
         while stream.batch < MAX_BATCHES:
             started = time.monotonic()
             stream.check(stream.write(_upserts(stream, rng, 0.5)))
@@ -89,17 +95,22 @@ def test_compaction_lands_beside_a_one_second_vectors_stream(
             last_batch = max(stream_positions(summaries))
             landed = [s for i, op, s in maintainer_commits(summaries) if op == "compaction" and i < last_batch]
             carried = [s for s in landed if int(s.get(SUMMARY_CARRIED_ROWS, 0)) > 0]
+            if len(landed) >= COMPACTIONS_WANTED and landed_after is None:
+                landed_after = _passes(log, table_name) - first_pass
             if len(landed) >= COMPACTIONS_WANTED and carried:
                 break
             time.sleep(max(0.0, TRIGGER_SECONDS - (time.monotonic() - started)))
         passes = _passes(log, table_name) - first_pass
         output = _log_text(log)
         print(  # the run in numbers, for the record (pytest -s)
-            f"{stream.batch} batches; {len(landed)} compaction(s) landed in {passes} pass(es) after the first, "
+            f"{stream.batch} batches, {passes} pass(es) after the first; {COMPACTIONS_WANTED} compaction(s) landed "
+            f"after {landed_after}, {len(landed)} in all, "
             f"{len(carried)} carrying {sum(int(s[SUMMARY_CARRIED_ROWS]) for s in carried)} row(s)"
         )
         assert len(landed) >= COMPACTIONS_WANTED and carried, f"after {stream.batch} batches: {len(landed)} landed"
-        assert passes <= MAX_PASSES, f"{passes} passes before {COMPACTIONS_WANTED} compactions landed"
+        assert landed_after is not None and landed_after <= MAX_PASSES, (
+            f"{landed_after} passes before {COMPACTIONS_WANTED} compactions landed"
+        )
         assert "maintenance failed" not in output
         assert "Traceback" not in output and "icetide: error" not in output
 

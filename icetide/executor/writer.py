@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
+from typing import Protocol
 from urllib.parse import quote
 
 import numpy as np
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 WRITER_ID = f"{socket.gethostname()}:{os.getpid()}"  # which process wrote a file, for debugging
 DATA, EQUALITY_DELETES = "data", "equality_deletes"
+DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024  # write.parquet.row-group-size-bytes, as Iceberg's default
 
 WRITTEN_FILE_SCHEMA = pa.schema(
     [
@@ -121,10 +123,25 @@ def partition_folder(names: tuple[str, ...], texts: list[str | None]) -> str:
     return "/".join(f"{n}={quote(t if t is not None else 'null', safe='')}" for n, t in zip(names, texts, strict=True))
 
 
+class FileSettings(Protocol):
+    """What `RollingFileWriter` needs of its configuration (a WriterConfig has it)."""
+
+    @property
+    def data_location(self) -> str: ...
+    @property
+    def target_file_size(self) -> int: ...
+    @property
+    def row_group_bytes(self) -> int: ...
+    @property
+    def compression(self) -> str: ...
+    @property
+    def compression_level(self) -> int | None: ...
+
+
 class RollingFileWriter:
     """Writes one partition's rows of one kind into Parquet files rolled at the target size."""
 
-    def __init__(self, config: WriterConfig, schema: pa.Schema, folder: str, name_prefix: str) -> None:
+    def __init__(self, config: FileSettings, schema: pa.Schema, folder: str, name_prefix: str) -> None:
         self.config = config
         self.schema = schema
         self.fs, base = filesystem_for(config.data_location)

@@ -4,15 +4,15 @@
     job.rewrite()   # writes the new files, commits nothing
     job.commit()    # validated from the planned snapshot; raises on a conflict, naming it
 
-The rewrite uses Iceberg's own Spark machinery, as Iceberg's rewrite_data_files does
-(maintenance/rewrite_files.py): the group's FileScanTasks, planned at the snapshot with the
-delete files that applied then, are read back with the deletes applied and written into new
-files that no snapshot holds until the commit. The commit is a `RewriteFiles` validated
-from the planned snapshot. With `use_starting_sequence_number` (the default) the new files get
-the planned snapshot's sequence number, so equality deletes the stream commits meanwhile still
-apply to them and the stream never has to lose to compaction (seed 001). Deletion vectors the
-stream commits meanwhile on the files read are carried onto the new files in the same commit
-(format v3, maintenance/carry.py), which is then validated from the snapshot they were read at.
+The rewrite reads each group's FileScanTasks, planned at the snapshot with the delete files that
+applied then, with those deletes applied, and writes new files that no snapshot holds until the
+commit: small units with Arrow on the driver (maintenance/driver_rewrite.py), the rest with
+Iceberg's own Spark machinery as its rewrite_data_files does (maintenance/rewrite_files.py).
+The commit is a `RewriteFiles` validated from the planned snapshot. With
+`use_starting_sequence_number` (the default) the new files get the planned snapshot's sequence
+number, so equality deletes the stream commits meanwhile still apply to them and the stream never
+has to lose to compaction (seed 001). Deletion vectors the stream commits meanwhile on the files
+read are carried onto the new files in the same commit (format v3, maintenance/carry.py).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from icetide.errors import (
 from icetide.faults import crash_point
 from icetide.maintenance.carry import CannotCarry, CarriedVectors, VectorCarrier
 from icetide.maintenance.deletes import LiveDataFile, removable_deletes
+from icetide.maintenance.driver_rewrite import rewrite_on_driver
 from icetide.maintenance.inventory import SnapshotChanges, TableFiles
 from icetide.maintenance.planning import (
     DEFAULT_TARGET_FILE_SIZE,
@@ -151,11 +152,12 @@ class CompactionJob:
         notify(self.progress, self.table_name, step, done, len(self.plan.groups), detail)
 
     def _rewrite_unit(self, indices: list[int]) -> list[int]:
-        """Rewrite these groups in one Spark job (see `combine_groups`); the indices staged.
-
-        The job reads every group's files in one split, so each partition gets one new file;
-        the files are handed back to their groups by partition. Should the job fail, or a new
-        file land outside the groups' partitions, each group is rewritten alone instead."""
+        """Rewrite these groups on the driver where it can, else in one Spark job reading every
+        group's files in one split, so each partition gets one new file (`combine_groups`); the
+        indices staged. Should the job fail, or write outside the groups' partitions, each group
+        is rewritten alone instead."""
+        if self._rewrite_on_driver(indices):
+            return indices
         if len(indices) <= 1:
             return [i for i in indices if self._rewrite_group(i) is not None]
         groups = {self.plan.groups[i].partition: i for i in indices}
@@ -175,6 +177,18 @@ class CompactionJob:
         self._notify("rewrite groups", len(self._finished | set(self._staged)), f"{len(indices)} groups in one job")
         log.debug("compaction of %s: %d groups rewritten in one job", self.table_name, len(indices))
         return indices
+
+    def _rewrite_on_driver(self, indices: list[int]) -> bool:
+        """Rewrite the unit with Arrow on the driver; False when Spark is to rewrite it."""
+        groups = [self.plan.groups[i] for i in indices]
+        limit = self.options.driver_rewrite_bytes
+        outputs = rewrite_on_driver(self.spark, self.table, groups, self._files.tasks, limit=limit)
+        if outputs is None:
+            return False
+        for index, group in zip(indices, groups, strict=True):
+            self._stage(index, outputs[group.partition])
+        self._notify("rewrite groups", len(self._finished | set(self._staged)), f"{len(indices)} on the driver")
+        return True
 
     def _stage(self, index: int, outputs: list[Any]) -> StagedGroup:
         self._outputs[index] = outputs
@@ -231,12 +245,12 @@ class CompactionJob:
     def run(self, *, stop: Callable[[], bool] | None = None) -> CompactionResult:
         """Rewrite and commit, re-planning conflicting groups; never raises on a conflict.
 
-        With `partial_progress`, each unit of work (a group, or small groups rewritten in one job)
-        is committed as soon as it is rewritten. Groups that
-        conflict are planned again from the current snapshot (only their partitions) up to
-        `max_conflict_retries` times, then reported in `skipped` with Iceberg's reason.
-        `stop` (partial progress only) is asked before every unit but the first: once it
-        returns True, the groups left are reported as deferred and nothing else is started.
+        With `partial_progress`, each unit of work (a group, or small groups rewritten together)
+        is committed as soon as it is rewritten. Groups that conflict are planned again from the
+        current snapshot (only their partitions) up to `max_conflict_retries` times, then reported
+        in `skipped` with Iceberg's reason. `stop` (partial progress only) is asked before every
+        unit but the first: once it returns True, the groups left are reported as deferred and
+        nothing else is started.
         """
         if self.options.partial_progress:
             started = False
@@ -261,22 +275,13 @@ class CompactionJob:
         attempts = 0
         while result.conflicts and attempts < self.options.max_conflict_retries and not (stop and stop()):
             attempts += 1
-            log.info(
-                "compaction of %s: re-planning %d conflicting group(s) (retry %d)",
-                self.table_name,
-                len(result.conflicts),
-                attempts,
-            )
-            retry = CompactionJob(
-                self.spark,
-                self.table_name,
-                self.options,
-                only_partitions=frozenset(self._conflicted),
-                progress=self.progress,
-            )
-            retry_result = retry._run_once()
+            n = len(result.conflicts)
+            log.info("compaction of %s: re-planning %d conflicting group(s) (retry %d)", self.table_name, n, attempts)
+            partitions = frozenset(self._conflicted)
+            retry = CompactionJob(self.spark, self.table_name, self.options, only_partitions=partitions)
+            retry.progress = self.progress
+            result = result.then(retry._run_once())
             self._conflicted = retry._conflicted
-            result = result.then(retry_result)
         return result
 
     def _defer_rest(self, why: str) -> None:
@@ -559,7 +564,8 @@ def compaction(
     partition where such files hold at least this many rows is rewritten; default off),
     `combine_groups_bytes` (64MB: groups that each write one file are rewritten in one Spark job,
     and with `partial_progress` committed together, up to this many input bytes and 100
-    partitions at once; 0 rewrites and commits each group alone).
+    partitions at once; 0 rewrites and commits each group alone), `driver_rewrite_bytes` (32MB:
+    a unit reading at most this much is rewritten with Arrow on the driver; 0: always Spark).
     `progress` receives a ProgressEvent per group rewritten and per group committed.
 
     Example::

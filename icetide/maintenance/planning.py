@@ -32,6 +32,7 @@ MIN_FILE_SIZE_RATIO = 0.75  # Iceberg: min-file-size-bytes = 75% of the target
 MAX_FILE_SIZE_RATIO = 1.8  # Iceberg: max-file-size-bytes = 180% of the target
 SPLIT_OVERHEAD = 5 * 1024  # Iceberg adds this to a split so a split does not spill one extra file
 DEFAULT_COMBINE_GROUPS_BYTES = 64 * 1024 * 1024  # small groups rewritten in one job, up to this input
+DEFAULT_DRIVER_REWRITE_BYTES = 32 * 1024 * 1024  # units up to this input are rewritten on the driver
 COMBINE_MAX_GROUPS = 100  # ... and at most this many partitions at once: one open writer each
 
 PartitionKey = tuple[int, str]  # (spec id, partition path such as "ts_hour=2026-01-01-10"; "" unpartitioned)
@@ -169,6 +170,10 @@ class CompactionOptions:
     # Groups that each write one file are rewritten in one Spark job and committed together, up to
     # this many input bytes (and COMBINE_MAX_GROUPS groups); 0 rewrites and commits each alone.
     combine_groups_bytes: int = DEFAULT_COMBINE_GROUPS_BYTES
+    # A unit of work reading at most this many bytes (data and delete files) is rewritten on the
+    # driver with Arrow instead of in a Spark job, where it can be (maintenance/driver_rewrite.py);
+    # 0: always Spark.
+    driver_rewrite_bytes: int = DEFAULT_DRIVER_REWRITE_BYTES
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any], *, default_target: int) -> CompactionOptions:
@@ -185,6 +190,7 @@ class CompactionOptions:
             "max_bytes",
             "max_group_bytes",
             "combine_groups_bytes",
+            "driver_rewrite_bytes",
         ):
             if values.get(key) is not None:
                 values[key] = parse_size(values[key], key)
@@ -206,6 +212,7 @@ class CompactionOptions:
             ("carry_attempts", 0),
             ("vector_file_rows", 1),
             ("combine_groups_bytes", 0),
+            ("driver_rewrite_bytes", 0),
         ):
             value = values.get(key)
             if value is None:

@@ -40,12 +40,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from icetide.commit.failures import CONFLICTS, UNKNOWN, short_message
@@ -54,6 +52,7 @@ from icetide.executor.file_metrics import FIELD_ID_KEY
 from icetide.filesystems import filesystem_for, make_parent
 from icetide.maintenance.compaction import SUMMARY_COMMIT_ID, SUMMARY_OPERATION, SUMMARY_PLANNED_SNAPSHOT
 from icetide.maintenance.deletes import applies
+from icetide.maintenance.equality_match import convertible, deleted_positions, sorted_unique
 from icetide.maintenance.inventory import TableFiles
 from icetide.maintenance.planning import DataFileRef, DeleteRef, partition_label
 from icetide.maintenance.progress import ProgressCallback, notify
@@ -75,46 +74,9 @@ POSITION_DELETE_SCHEMA = pa.schema(
         pa.field("pos", pa.int64(), nullable=False, metadata={FIELD_ID_KEY: str(DELETE_FILE_POS_ID)}),
     ]
 )
-_POS = "__icetide_pos"
 
 
-# ---------------------------------------------------------------- pure: keys and positions
-
-
-def convertible(keys: pa.Table) -> str | None:
-    """None if equality-delete keys can be matched exactly by value, else why not."""
-    for name, column in zip(keys.column_names, keys.columns, strict=True):
-        if pa.types.is_floating(column.type) or pa.types.is_nested(column.type):
-            return f"column {name} is {column.type}: left for compaction"
-        if column.null_count:
-            return f"column {name} holds nulls: left for compaction"
-    return None
-
-
-def deleted_positions(data_keys: pa.Table, delete_keys: Iterable[pa.Table]) -> pa.Array:
-    """Sorted, distinct row positions of `data_keys` whose key equals a row of any `delete_keys`.
-
-    `data_keys` holds a data file's equality columns in file order (row i is position i);
-    every `delete_keys` table has the same columns. Rows with a null key match nothing here
-    (`convertible` keeps null-bearing deletes out).
-    """
-    tables = [t for t in delete_keys if t.num_rows]
-    if not tables or data_keys.num_rows == 0:
-        return pa.array([], pa.int64())
-    deletes = pa.concat_tables(tables).combine_chunks()
-    names = data_keys.column_names
-    indexed = data_keys.append_column(_POS, pa.array(range(data_keys.num_rows), pa.int64()))
-    if len(names) == 1:
-        mask = pc.is_in(indexed[names[0]], value_set=deletes[names[0]].combine_chunks())
-        matched = indexed.filter(mask)[_POS]
-    else:
-        matched = indexed.join(deletes.group_by(names).aggregate([]), keys=names, join_type="left semi")[_POS]
-    return _sorted_unique(matched)
-
-
-def _sorted_unique(values: pa.ChunkedArray | pa.Array) -> pa.Array:  # type: ignore[type-arg]
-    unique = pc.unique(values)
-    return unique.take(pc.sort_indices(unique))
+# ---------------------------------------------------------------- pure: positions
 
 
 def position_delete_table(data_file_path: str, positions: pa.Array) -> pa.Table:
@@ -278,7 +240,7 @@ class EqualityDeleteConversion:
             positions: list[pa.Array] = []
             for ids, keys in by_ids.items():
                 positions.append(deleted_positions(read_by_field_id(f.path, ids), keys))
-            merged = _sorted_unique(pa.concat_arrays(positions)) if positions else pa.array([], pa.int64())
+            merged = sorted_unique(pa.concat_arrays(positions)) if positions else pa.array([], pa.int64())
             if self.vectors:
                 earlier = [self._files.delete_files[d.path] for d in f.deletes if d.kind == "position"]
                 planned = plan_vector(self._files.tasks[f.path].file(), earlier, merged.to_numpy(zero_copy_only=False))

@@ -13,7 +13,14 @@ import pyarrow as pa
 from icetide.commit.committer import CommitOutcome, Committer, WrittenFile
 from icetide.commit.pipeline_state import PipelineState
 from icetide.errors import ConfigError
-from icetide.executor.writer import SpecLayout, WriterConfig, file_prefix, remove_files, write_appends
+from icetide.executor.writer import (
+    DEFAULT_ROW_GROUP_BYTES,
+    SpecLayout,
+    WriterConfig,
+    file_prefix,
+    remove_files,
+    write_appends,
+)
 from icetide.faults import crash_point
 from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import (
@@ -37,7 +44,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size-bytes default
-DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024
 DEFAULT_COMPRESSION_RATIO = 0.4
 PARTITION_COLUMN_PREFIX = "_icetide_p"
 # The table properties writer_config reads (data_location's included).

@@ -1,0 +1,260 @@
+"""Small compaction units rewritten on the driver with Arrow instead of a Spark job.
+
+A unit of a few megabytes (beside a stream: one small file per partition per commit, 40 partitions)
+costs a Spark job about 1.5 s and 2-3 CPU s of scheduling, codegen and task start-up, more than
+its bytes. Read with pyarrow on the driver, the same unit takes a fraction of that
+(docs/design.md, "Small units on the driver"). This module does what `rewrite_files` does for
+such a unit, and declines (returns None, and Spark does it) whatever it would not do exactly as
+Spark's rewrite does:
+
+- every input is a Parquet file of the table's current partition spec, and the table has no sort
+  order (bin-pack keeps rows in file order; a sorted table's rewrite sorts);
+- every column of the table's current schema is in every input, by field id, of the very type
+  the table's writer writes (a file from before a schema change goes to Spark);
+- equality deletes are matched exactly by value: none on float or nested columns or holding nulls
+  (`equality_match.convertible`).
+
+Each input's rows are read, the rows its deletes at the plan mark are dropped (deletion vectors
+and position deletes by position, equality deletes by key: the FileScanTask lists exactly the
+deletes that applied then), and what is left is written, in input order, into new files of the
+same partition that no snapshot holds until the compaction commits. On format v3 the outputs
+keep each row's lineage as Spark's rewrite does: `_row_id` (the file's value, else its
+`first_row_id` + position) and `_last_updated_sequence_number` (the file's value, else its data
+sequence number); maintenance/carry.py finds rows in the outputs by `_row_id`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from icetide.errors import one_line
+from icetide.executor.file_metrics import FIELD_ID_KEY, content_file_json
+from icetide.executor.writer import DEFAULT_ROW_GROUP_BYTES, RollingFileWriter
+from icetide.filesystems import filesystem_for
+from icetide.maintenance.carry import ROW_ID_FIELD_ID
+from icetide.maintenance.equality_match import convertible, deleted_positions
+from icetide.maintenance.planning import FileGroup, PartitionKey
+from icetide.spark.py4j_collections import java_iter, java_list
+from icetide.table.iceberg import arrow_schema, format_version, jvm, table_property
+from icetide.write.keys import columns_by_field_id, read_by_field_id
+from icetide.write.vectors import earlier_positions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+LAST_UPDATED_FIELD_ID = 2147483539  # Iceberg's MetadataColumns.LAST_UPDATED_SEQUENCE_NUMBER
+LINEAGE_FIELDS = (
+    pa.field("_row_id", pa.int64(), metadata={FIELD_ID_KEY: str(ROW_ID_FIELD_ID).encode()}),
+    pa.field("_last_updated_sequence_number", pa.int64(), metadata={FIELD_ID_KEY: str(LAST_UPDATED_FIELD_ID).encode()}),
+)
+
+
+class Declined(Exception):
+    """This unit is not one the driver rewrites exactly as Spark would; Spark rewrites it."""
+
+
+@dataclass(frozen=True)
+class FileSettings:
+    """Where and how the new files of one partition are written (`RollingFileWriter`)."""
+
+    data_location: str
+    target_file_size: int
+    row_group_bytes: int
+    compression: str
+    compression_level: int | None
+
+
+def _field_ids(schema: pa.Schema) -> dict[int, int]:
+    """field id -> column index, for the top-level columns that carry one."""
+    return {int(f.metadata[FIELD_ID_KEY]): i for i, f in enumerate(schema) if f.metadata and FIELD_ID_KEY in f.metadata}
+
+
+class DriverRewrite:
+    """One unit's rewrite on the driver; `run()` returns the staged Java DataFiles by partition."""
+
+    def __init__(self, spark: SparkSession, table: Any, tasks: Mapping[PartitionKey, Sequence[Any]], target: int):
+        self.spark = spark
+        self.table = table
+        self.tasks = tasks
+        self.target = target
+        self.schema = arrow_schema(table.schema())
+        self.lineage = format_version(table) >= 3
+        self.out_schema = pa.schema([*self.schema, *LINEAGE_FIELDS]) if self.lineage else self.schema
+        self._keys: dict[str, tuple[tuple[int, ...], pa.Table]] = {}  # equality delete -> (field ids, keys)
+        self._written: list[str] = []  # every new file, to delete should the unit fail
+        level = table_property(table, "write.parquet.compression-level", "")
+        self._codec = table_property(table, "write.parquet.compression-codec", "zstd").lower()
+        self._level = int(level) if level else None
+        self._row_group = int(table_property(table, "write.parquet.row-group-size-bytes", str(DEFAULT_ROW_GROUP_BYTES)))
+
+    def check(self) -> None:
+        """Raise Declined when Spark should rewrite this unit (module docstring)."""
+        if not self.table.sortOrder().isUnsorted():
+            raise Declined("the table has a sort order")
+        current = int(self.table.spec().specId())
+        for task in (t for group in self.tasks.values() for t in group):
+            f = task.file()
+            if int(f.specId()) != current or f.format().toString() != "PARQUET":
+                raise Declined(f"{f.location()} is not a Parquet file of the current spec")
+            for d in java_iter(task.deletes()):
+                if d.content().toString() == "EQUALITY_DELETES":
+                    self._equality_keys(d)
+
+    def _equality_keys(self, delete_file: Any) -> tuple[tuple[int, ...], pa.Table]:
+        path = str(delete_file.location())
+        known = self._keys.get(path)
+        if known is None:
+            ids = tuple(int(i) for i in java_list(delete_file.equalityFieldIds()))
+            keys = read_by_field_id(path, ids)
+            why = convertible(keys)
+            if why is not None:
+                raise Declined(f"equality delete {path}: {why}")
+            known = self._keys[path] = (ids, keys)
+        return known
+
+    def run(self) -> dict[PartitionKey, list[Any]]:
+        """Write every partition's rows into new files; the staged Java DataFiles by partition.
+        On any failure the files written so far are deleted and the error raised."""
+        self.check()
+        try:
+            return {key: self._rewrite_partition(tasks) for key, tasks in self.tasks.items()}
+        except BaseException:
+            io = self.table.io()
+            for location in self._written:
+                try:
+                    io.deleteFile(location)
+                except Exception:
+                    log.debug("could not delete %s", location, exc_info=True)
+            raise
+
+    def _rewrite_partition(self, tasks: Sequence[Any]) -> list[Any]:
+        rows = pa.concat_tables([self._live_rows(task) for task in tasks]) if tasks else self.out_schema.empty_table()
+        first = tasks[0].file()
+        spec = self.table.specs().get(int(first.specId()))
+        name = f"icetide-compaction-{uuid.uuid4().hex}-"
+        folder = posixpath.dirname(str(self.table.locationProvider().newDataLocation(spec, first.partition(), name)))
+        settings = FileSettings(folder, self.target, self._row_group, self._codec, self._level)
+        writer = RollingFileWriter(settings, self.out_schema, "", name)
+        try:
+            writer.write(rows)
+        finally:
+            self._written.extend(uri for uri, _, _ in writer.written)
+        # Iceberg's JSON of the input's partition: its values in spec order (older: by field id)
+        stored = json.loads(str(jvm(self.spark).org.apache.iceberg.ContentFileParser.toJson(first, spec)))["partition"]
+        ids = [int(pf.fieldId()) for pf in java_list(spec.fields())]
+        partition = dict(zip(ids, stored, strict=True)) if isinstance(stored, list) else stored
+        docs = [
+            content_file_json(
+                content="data",
+                path=uri,
+                spec_id=int(first.specId()),
+                partition={int(k): v for k, v in partition.items()},
+                file_size=size,
+                stats=stats,
+            )
+            for uri, size, stats in writer.written
+        ]
+        log.debug("driver rewrite: %d rows into %d file(s) in %s", rows.num_rows, len(docs), folder)
+        return self._data_files(docs)
+
+    def _data_files(self, docs: list[str]) -> list[Any]:
+        j = jvm(self.spark)
+        nodes = j.org.apache.iceberg.util.JsonUtil.mapper().readTree("[" + ",".join(docs) + "]")
+        specs = self.table.specs()
+        return [j.org.apache.iceberg.ContentFileParser.fromJson(nodes.get(i), specs) for i in range(len(docs))]
+
+    def _live_rows(self, task: Any) -> pa.Table:
+        """The task's file's rows in the output schema, with the rows its deletes mark dropped."""
+        data_file = task.file()
+        location = str(data_file.location())
+        fs, path = filesystem_for(location)
+        with fs.open_input_file(path) as handle:
+            rows = pq.ParquetFile(handle).read()
+        by_id = _field_ids(rows.schema)
+        columns = []
+        for f in self.schema:
+            at = by_id.get(int(f.metadata[FIELD_ID_KEY]))
+            if at is None or rows.schema.field(at).type != f.type:
+                raise Declined(f"{location} does not hold column {f.name} as {f.type}")
+            columns.append(rows.column(at).cast(f.type))
+        if self.lineage:
+            columns.extend(self._lineage(data_file, rows, by_id))
+        out = pa.Table.from_arrays(columns, schema=self.out_schema)
+        dropped = self._deleted(task, location, rows)
+        if not len(dropped):
+            return out
+        keep = np.ones(out.num_rows, dtype=bool)
+        keep[dropped] = False
+        return out.filter(pa.array(keep))
+
+    def _lineage(self, data_file: Any, rows: pa.Table, by_id: dict[int, int]) -> list[pa.Array]:
+        """`_row_id` and `_last_updated_sequence_number` of every row of the file, as Spark's
+        reader gives them: the file's value, else what the file's metadata says for it."""
+        n = rows.num_rows
+        first = data_file.firstRowId()
+        sequence = data_file.dataSequenceNumber()
+        inherited = (
+            pa.array(np.arange(n, dtype=np.int64) + int(first)) if first is not None else pa.nulls(n, pa.int64())
+        )
+        fallback = (
+            pa.array(np.full(n, int(sequence), dtype=np.int64)) if sequence is not None else pa.nulls(n, pa.int64())
+        )
+        out = []
+        for field_id, default in ((ROW_ID_FIELD_ID, inherited), (LAST_UPDATED_FIELD_ID, fallback)):
+            at = by_id.get(field_id)
+            stored = rows.column(at).combine_chunks().cast(pa.int64()) if at is not None else None
+            out.append(default if stored is None else pc.coalesce(stored, default))
+        return out
+
+    def _deleted(self, task: Any, location: str, rows: pa.Table) -> np.ndarray:
+        """Sorted positions of the file that its deletes at the plan mark."""
+        marked: list[np.ndarray] = []
+        by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
+        for d in java_iter(task.deletes()):
+            if d.content().toString() == "POSITION_DELETES":
+                marked.append(earlier_positions(d, location))
+            else:
+                ids, keys = self._equality_keys(d)
+                by_ids.setdefault(ids, []).append(keys)
+        for ids, keys in by_ids.items():
+            data_keys = columns_by_field_id(rows, ids)
+            marked.append(np.asarray(deleted_positions(data_keys, keys).to_numpy(zero_copy_only=False), np.int64))
+        if not marked:
+            return np.zeros(0, np.int64)
+        positions = np.unique(np.concatenate(marked))
+        return positions[positions < rows.num_rows]
+
+
+def rewrite_on_driver(
+    spark: SparkSession, table: Any, groups: Sequence[FileGroup], tasks: Mapping[str, Any], *, limit: int
+) -> dict[PartitionKey, list[Any]] | None:
+    """The new files (staged Java DataFiles) of a unit of compaction groups, by partition, written
+    on the driver; `tasks` maps each input path to its FileScanTask. None when Spark is to rewrite
+    the unit: its input (data and delete files) is above `limit` bytes, or the driver declines it
+    (module docstring) or fails (what it wrote is deleted); the reason is logged."""
+    weight = sum(f.size + sum(d.size for d in f.deletes) for g in groups for f in g.files)
+    if not groups or weight > limit:
+        return None
+    target = max(g.write_max_file_size for g in groups)
+    by_partition = {g.partition: [tasks[f.path] for f in g.files] for g in groups}
+    try:
+        return DriverRewrite(spark, table, by_partition, target).run()
+    except Declined as why:
+        log.debug("a compaction unit left to Spark: %s", why)
+    except Exception as exc:
+        log.info("compaction of %s: the driver's rewrite failed (%s); a Spark job does it", table.name(), one_line(exc))
+        log.debug("driver rewrite failed", exc_info=True)
+    return None
