@@ -27,7 +27,12 @@ from icetide.maintenance.actions import ManifestRewriteResult, remove_dangling_d
 from icetide.maintenance.compaction import compact
 from icetide.maintenance.expire import ExpireResult, expire_snapshots
 from icetide.maintenance.health import HealthThresholds, table_health
-from icetide.maintenance.planning import DEFAULT_COMBINE_GROUPS_BYTES, GROUP_ORDERS, GroupOrder
+from icetide.maintenance.planning import (
+    DEFAULT_COMBINE_GROUPS_BYTES,
+    DEFAULT_DRIVER_REWRITE_BYTES,
+    GROUP_ORDERS,
+    GroupOrder,
+)
 from icetide.maintenance.position_deletes import DeleteConversionResult, convert_equality_deletes
 from icetide.maintenance.progress import ProgressCallback
 from icetide.maintenance.results import CompactionResult
@@ -66,6 +71,8 @@ class MaintenancePolicy:
     vector_file_rows: int | None = 1_000_000
     # small groups rewritten in one Spark job and committed together, up to this input (0: each alone)
     combine_groups_bytes: int = DEFAULT_COMBINE_GROUPS_BYTES
+    # units of compaction reading at most this much are rewritten with Arrow on the driver (0: Spark)
+    driver_rewrite_bytes: int = DEFAULT_DRIVER_REWRITE_BYTES
 
     def __post_init__(self) -> None:
         if self.fold_deletes not in FOLD_DELETES:
@@ -87,6 +94,9 @@ class MaintenancePolicy:
         combine = self.combine_groups_bytes
         if isinstance(combine, bool) or not isinstance(combine, int) or combine < 0:
             raise ConfigError(f"combine_groups_bytes: must be a whole number of bytes, 0 or more, got {combine!r}")
+        driver = self.driver_rewrite_bytes
+        if isinstance(driver, bool) or not isinstance(driver, int) or driver < 0:
+            raise ConfigError(f"driver_rewrite_bytes: must be a whole number of bytes, 0 or more, got {driver!r}")
 
     @property
     def health_thresholds(self) -> HealthThresholds:
@@ -124,6 +134,7 @@ def _compact_within(
         "vector_deleted_share": policy.vector_deleted_share,
         "vector_file_rows": policy.vector_file_rows,
         "combine_groups_bytes": policy.combine_groups_bytes,
+        "driver_rewrite_bytes": policy.driver_rewrite_bytes,
     }
     if fold_all and policy.fold_deletes == "rewrite":
         options["delete_file_threshold"] = 1
