@@ -152,17 +152,14 @@ def test_a_failed_driver_rewrite_leaves_no_file_and_spark_does_the_unit(
     for batch in _batches(53, 3):
         stream.check(stream.write(batch))
     calls: list[int] = []
-    staged = driver_rewrite.DriverRewrite._data_files
 
-    def second_fails(self: Any, docs: list[str]) -> list[Any]:
-        calls.append(len(docs))
-        if len(calls) == 2:  # the first partition's file is written and staged, the second's written
-            raise OSError("injected: the driver's rewrite failed")
-        return staged(self, docs)
+    def failing(self: Any, docs: list[str]) -> list[Any]:
+        calls.append(len(docs))  # both partitions' files are written by now, none staged
+        raise OSError("injected: the driver's rewrite failed")
 
-    monkeypatch.setattr(driver_rewrite.DriverRewrite, "_data_files", second_fails)
+    monkeypatch.setattr(driver_rewrite.DriverRewrite, "_data_files", failing)
     result = compact(spark, table_name, min_input_files=2)
-    assert len(calls) == 2 and result.groups == 2 and result.files_added == 2
+    assert calls == [2] and result.groups == 2 and result.files_added == 2
     stream.check(set())
     live = {r[0] for r in spark.sql(f"SELECT file_path FROM {table_name}.files").collect()}
     location = str(load_table(spark, table_name).location())

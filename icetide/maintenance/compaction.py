@@ -182,7 +182,7 @@ class CompactionJob:
         """Rewrite the unit with Arrow on the driver; False when Spark is to rewrite it."""
         groups = [self.plan.groups[i] for i in indices]
         limit = self.options.driver_rewrite_bytes
-        outputs = rewrite_on_driver(self.spark, self.table, groups, self._files.tasks, limit=limit)
+        outputs = rewrite_on_driver(self.spark, self.table, groups, self._files, limit=limit)
         if outputs is None:
             return False
         for index, group in zip(indices, groups, strict=True):

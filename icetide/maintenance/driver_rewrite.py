@@ -25,11 +25,10 @@ sequence number); maintenance/carry.py finds rows in the outputs by `_row_id`.
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,11 +43,11 @@ from icetide.executor.writer import DEFAULT_ROW_GROUP_BYTES, RollingFileWriter
 from icetide.filesystems import filesystem_for
 from icetide.maintenance.carry import ROW_ID_FIELD_ID
 from icetide.maintenance.equality_match import convertible, deleted_positions
-from icetide.maintenance.planning import FileGroup, PartitionKey
-from icetide.spark.py4j_collections import java_iter, java_list
+from icetide.maintenance.inventory import TableFiles
+from icetide.maintenance.planning import DataFileRef, FileGroup, PartitionKey
 from icetide.table.iceberg import arrow_schema, format_version, jvm, table_property
 from icetide.write.keys import columns_by_field_id, read_by_field_id
-from icetide.write.vectors import earlier_positions
+from icetide.write.vectors import marked_positions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,43 +81,63 @@ def _field_ids(schema: pa.Schema) -> dict[int, int]:
     return {int(f.metadata[FIELD_ID_KEY]): i for i, f in enumerate(schema) if f.metadata and FIELD_ID_KEY in f.metadata}
 
 
-class DriverRewrite:
-    """One unit's rewrite on the driver; `run()` returns the staged Java DataFiles by partition."""
+def _is(fields: dict[str, Any], content: str) -> bool:
+    """Is this file's JSON of this content ("data", "position-deletes", "equality-deletes")?
+    Iceberg 1.11 and later write these; earlier ones the enum names."""
+    return str(fields["content"]).lower().replace("_", "-") == content
 
-    def __init__(self, spark: SparkSession, table: Any, tasks: Mapping[PartitionKey, Sequence[Any]], target: int):
+
+class DriverRewrite:
+    """One unit's rewrite on the driver; `run()` returns the staged Java DataFiles by partition.
+
+    The inputs are described by the planner's facts (`TableFiles.facts`: Iceberg's JSON of each
+    data and delete file), so the rewrite makes a handful of JVM calls per partition, not one per
+    field of every file (a py4j call costs about 0.2 ms)."""
+
+    def __init__(
+        self, spark: SparkSession, table: Any, files: TableFiles, groups: Sequence[FileGroup], target: int
+    ) -> None:
         self.spark = spark
         self.table = table
-        self.tasks = tasks
+        self.files = files
+        self.groups = groups
         self.target = target
         self.schema = arrow_schema(table.schema())
         self.lineage = format_version(table) >= 3
         self.out_schema = pa.schema([*self.schema, *LINEAGE_FIELDS]) if self.lineage else self.schema
         self._keys: dict[str, tuple[tuple[int, ...], pa.Table]] = {}  # equality delete -> (field ids, keys)
         self._written: list[str] = []  # every new file, to delete should the unit fail
+        self._provider: Any = None  # the table's LocationProvider, asked for once
         level = table_property(table, "write.parquet.compression-level", "")
         self._codec = table_property(table, "write.parquet.compression-codec", "zstd").lower()
         self._level = int(level) if level else None
         self._row_group = int(table_property(table, "write.parquet.row-group-size-bytes", str(DEFAULT_ROW_GROUP_BYTES)))
+
+    def _facts(self, path: str) -> dict[str, Any]:
+        fields = self.files.facts.get(path)
+        if fields is None:
+            raise Declined(f"{path} is not among the planned files")
+        return fields
 
     def check(self) -> None:
         """Raise Declined when Spark should rewrite this unit (module docstring)."""
         if not self.table.sortOrder().isUnsorted():
             raise Declined("the table has a sort order")
         current = int(self.table.spec().specId())
-        for task in (t for group in self.tasks.values() for t in group):
-            f = task.file()
-            if int(f.specId()) != current or f.format().toString() != "PARQUET":
-                raise Declined(f"{f.location()} is not a Parquet file of the current spec")
-            for d in java_iter(task.deletes()):
-                if d.content().toString() == "EQUALITY_DELETES":
-                    self._equality_keys(d)
+        for f in (f for g in self.groups for f in g.files):
+            fields = self._facts(f.path)
+            if int(fields["spec-id"]) != current or str(fields["file-format"]).lower() != "parquet":
+                raise Declined(f"{f.path} is not a Parquet file of the current spec")
+            for d in f.deletes:
+                if d.kind == "equality":
+                    self._equality_keys(d.path)
 
-    def _equality_keys(self, delete_file: Any) -> tuple[tuple[int, ...], pa.Table]:
-        path = str(delete_file.location())
+    def _equality_keys(self, path: str) -> tuple[tuple[int, ...], pa.Table]:
         known = self._keys.get(path)
         if known is None:
-            ids = tuple(int(i) for i in java_list(delete_file.equalityFieldIds()))
-            keys = read_by_field_id(path, ids)
+            fields = self._facts(path)
+            ids = tuple(int(i) for i in fields["equality-ids"])
+            keys = read_by_field_id(fields["file-path"], ids)
             why = convertible(keys)
             if why is not None:
                 raise Declined(f"equality delete {path}: {why}")
@@ -130,7 +149,9 @@ class DriverRewrite:
         On any failure the files written so far are deleted and the error raised."""
         self.check()
         try:
-            return {key: self._rewrite_partition(tasks) for key, tasks in self.tasks.items()}
+            written = {g.partition: self._rewrite_group(g) for g in self.groups}
+            files = iter(self._data_files([doc for docs in written.values() for doc in docs]))
+            return {key: [next(files) for _ in docs] for key, docs in written.items()}
         except BaseException:
             io = self.table.io()
             for location in self._written:
@@ -140,78 +161,79 @@ class DriverRewrite:
                     log.debug("could not delete %s", location, exc_info=True)
             raise
 
-    def _rewrite_partition(self, tasks: Sequence[Any]) -> list[Any]:
-        rows = pa.concat_tables([self._live_rows(task) for task in tasks]) if tasks else self.out_schema.empty_table()
-        first = tasks[0].file()
-        spec = self.table.specs().get(int(first.specId()))
+    def _rewrite_group(self, group: FileGroup) -> list[str]:
+        """Write the group's live rows into new files; Iceberg's JSON of each (ContentFileParser)."""
+        rows = pa.concat_tables([self._live_rows(f) for f in group.files])
+        first = self._facts(group.files[0].path)
+        spec = self.files.spec(int(first["spec-id"]))
         name = f"icetide-compaction-{uuid.uuid4().hex}-"
-        folder = posixpath.dirname(str(self.table.locationProvider().newDataLocation(spec, first.partition(), name)))
+        java_partition = self.files.tasks[group.files[0].path].file().partition()
+        folder = posixpath.dirname(str(self._locations().newDataLocation(spec, java_partition, name)))
         settings = FileSettings(folder, self.target, self._row_group, self._codec, self._level)
         writer = RollingFileWriter(settings, self.out_schema, "", name)
         try:
             writer.write(rows)
         finally:
             self._written.extend(uri for uri, _, _ in writer.written)
-        # Iceberg's JSON of the input's partition: its values in spec order (older: by field id)
-        stored = json.loads(str(jvm(self.spark).org.apache.iceberg.ContentFileParser.toJson(first, spec)))["partition"]
-        ids = [int(pf.fieldId()) for pf in java_list(spec.fields())]
+        stored = first["partition"]  # the values in spec order (Iceberg before 1.11: by field id)
+        ids = self.files.partition_field_ids(int(first["spec-id"]))
         partition = dict(zip(ids, stored, strict=True)) if isinstance(stored, list) else stored
-        docs = [
+        log.debug("driver rewrite: %d rows into %d file(s) in %s", rows.num_rows, len(writer.written), folder)
+        return [
             content_file_json(
                 content="data",
                 path=uri,
-                spec_id=int(first.specId()),
+                spec_id=int(first["spec-id"]),
                 partition={int(k): v for k, v in partition.items()},
                 file_size=size,
                 stats=stats,
             )
             for uri, size, stats in writer.written
         ]
-        log.debug("driver rewrite: %d rows into %d file(s) in %s", rows.num_rows, len(docs), folder)
-        return self._data_files(docs)
+
+    def _locations(self) -> Any:
+        if self._provider is None:
+            self._provider = self.table.locationProvider()
+        return self._provider
 
     def _data_files(self, docs: list[str]) -> list[Any]:
+        """The Java DataFiles of Iceberg's JSON of files: one parse, then one call a file."""
         j = jvm(self.spark)
         nodes = j.org.apache.iceberg.util.JsonUtil.mapper().readTree("[" + ",".join(docs) + "]")
-        specs = self.table.specs()
-        return [j.org.apache.iceberg.ContentFileParser.fromJson(nodes.get(i), specs) for i in range(len(docs))]
+        parser, specs = j.org.apache.iceberg.ContentFileParser, self.table.specs()
+        return [parser.fromJson(nodes.get(i), specs) for i in range(len(docs))]
 
-    def _live_rows(self, task: Any) -> pa.Table:
-        """The task's file's rows in the output schema, with the rows its deletes mark dropped."""
-        data_file = task.file()
-        location = str(data_file.location())
-        fs, path = filesystem_for(location)
+    def _live_rows(self, f: DataFileRef) -> pa.Table:
+        """The file's rows in the output schema, with the rows its deletes at the plan mark dropped."""
+        fs, path = filesystem_for(f.path)
         with fs.open_input_file(path) as handle:
             rows = pq.ParquetFile(handle).read()
         by_id = _field_ids(rows.schema)
         columns = []
-        for f in self.schema:
-            at = by_id.get(int(f.metadata[FIELD_ID_KEY]))
-            if at is None or rows.schema.field(at).type != f.type:
-                raise Declined(f"{location} does not hold column {f.name} as {f.type}")
-            columns.append(rows.column(at).cast(f.type))
+        for field in self.schema:
+            at = by_id.get(int(field.metadata[FIELD_ID_KEY]))
+            if at is None or rows.schema.field(at).type != field.type:
+                raise Declined(f"{f.path} does not hold column {field.name} as {field.type}")
+            columns.append(rows.column(at).cast(field.type))
         if self.lineage:
-            columns.extend(self._lineage(data_file, rows, by_id))
+            columns.extend(self._lineage(f, rows, by_id))
         out = pa.Table.from_arrays(columns, schema=self.out_schema)
-        dropped = self._deleted(task, location, rows)
+        dropped = self._deleted(f, rows)
         if not len(dropped):
             return out
         keep = np.ones(out.num_rows, dtype=bool)
         keep[dropped] = False
         return out.filter(pa.array(keep))
 
-    def _lineage(self, data_file: Any, rows: pa.Table, by_id: dict[int, int]) -> list[pa.Array]:
+    def _lineage(self, f: DataFileRef, rows: pa.Table, by_id: dict[int, int]) -> list[pa.Array]:
         """`_row_id` and `_last_updated_sequence_number` of every row of the file, as Spark's
         reader gives them: the file's value, else what the file's metadata says for it."""
         n = rows.num_rows
-        first = data_file.firstRowId()
-        sequence = data_file.dataSequenceNumber()
+        first = self._facts(f.path).get("first-row-id")
         inherited = (
             pa.array(np.arange(n, dtype=np.int64) + int(first)) if first is not None else pa.nulls(n, pa.int64())
         )
-        fallback = (
-            pa.array(np.full(n, int(sequence), dtype=np.int64)) if sequence is not None else pa.nulls(n, pa.int64())
-        )
+        fallback = pa.array(np.full(n, f.sequence_number, dtype=np.int64))
         out = []
         for field_id, default in ((ROW_ID_FIELD_ID, inherited), (LAST_UPDATED_FIELD_ID, fallback)):
             at = by_id.get(field_id)
@@ -219,15 +241,17 @@ class DriverRewrite:
             out.append(default if stored is None else pc.coalesce(stored, default))
         return out
 
-    def _deleted(self, task: Any, location: str, rows: pa.Table) -> np.ndarray:
+    def _deleted(self, f: DataFileRef, rows: pa.Table) -> np.ndarray:
         """Sorted positions of the file that its deletes at the plan mark."""
         marked: list[np.ndarray] = []
         by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
-        for d in java_iter(task.deletes()):
-            if d.content().toString() == "POSITION_DELETES":
-                marked.append(earlier_positions(d, location))
+        for d in f.deletes:
+            if d.kind == "position":
+                fields = self._facts(d.path)
+                offset, size = fields.get("content-offset"), fields.get("content-size-in-bytes")
+                marked.append(marked_positions(fields["file-path"], f.path, offset=offset, size=size))
             else:
-                ids, keys = self._equality_keys(d)
+                ids, keys = self._equality_keys(d.path)
                 by_ids.setdefault(ids, []).append(keys)
         for ids, keys in by_ids.items():
             data_keys = columns_by_field_id(rows, ids)
@@ -239,19 +263,19 @@ class DriverRewrite:
 
 
 def rewrite_on_driver(
-    spark: SparkSession, table: Any, groups: Sequence[FileGroup], tasks: Mapping[str, Any], *, limit: int
+    spark: SparkSession, table: Any, groups: Sequence[FileGroup], files: TableFiles, *, limit: int
 ) -> dict[PartitionKey, list[Any]] | None:
     """The new files (staged Java DataFiles) of a unit of compaction groups, by partition, written
-    on the driver; `tasks` maps each input path to its FileScanTask. None when Spark is to rewrite
-    the unit: its input (data and delete files) is above `limit` bytes, or the driver declines it
-    (module docstring) or fails (what it wrote is deleted); the reason is logged."""
+    on the driver; `files` is the planner's view of the table (its FileScanTasks and facts). None
+    when Spark is to rewrite the unit: its input (data and delete files) is above `limit` bytes,
+    or the driver declines it (module docstring) or fails (what it wrote is deleted); the reason
+    is logged."""
     weight = sum(f.size + sum(d.size for d in f.deletes) for g in groups for f in g.files)
     if not groups or weight > limit:
         return None
     target = max(g.write_max_file_size for g in groups)
-    by_partition = {g.partition: [tasks[f.path] for f in g.files] for g in groups}
     try:
-        return DriverRewrite(spark, table, by_partition, target).run()
+        return DriverRewrite(spark, table, files, groups, target).run()
     except Declined as why:
         log.debug("a compaction unit left to Spark: %s", why)
     except Exception as exc:

@@ -56,7 +56,10 @@ class TableFiles:
         self.tasks: dict[str, Any] = {}  # data file path -> FileScanTask
         self.delete_files: dict[str, Any] = {}  # delete file path -> Java DeleteFile
         self._delete_refs: dict[str, DeleteRef] = {}
+        # data file path, or delete key (`delete_key`) -> Iceberg's JSON of the file (ContentFileParser)
+        self.facts: dict[str, dict[str, Any]] = {}
         self._specs: dict[int, Any] = {}
+        self._field_ids: dict[int, list[int]] = {}
         self._partition_keys: dict[tuple[int, str], PartitionKey] = {}
         self._parser = jvm(spark).org.apache.iceberg.ContentFileParser
         self._transforms: dict[int, SpecTransforms] | None = None
@@ -103,6 +106,7 @@ class TableFiles:
                 )
                 if keep_tasks:
                     self.tasks[path] = task
+                    self.facts[path] = fields
         finally:
             tasks.close()
         return refs
@@ -128,6 +132,7 @@ class TableFiles:
         data, deletes = set(data_paths), set(delete_paths)
         self.tasks = {p: t for p, t in self.tasks.items() if p in data}
         self.delete_files = {p: d for p, d in self.delete_files.items() if p in deletes}
+        self.facts = {p: f for p, f in self.facts.items() if p in data or p in deletes}
 
     def iceberg_filter(self, predicate: str) -> Any:
         """An Iceberg expression for a Spark SQL predicate on the table's columns."""
@@ -143,7 +148,7 @@ class TableFiles:
     def partition_key(self, content_file: Any) -> PartitionKey:
         """(spec id, partition path) of a data or delete file."""
         spec_id = int(content_file.specId())
-        spec = self._spec(spec_id)
+        spec = self.spec(spec_id)
         return (spec_id, "" if spec.isUnpartitioned() else str(spec.partitionToPath(content_file.partition())))
 
     def _partition_of(self, fields: dict[str, Any], content_file: Any) -> PartitionKey:
@@ -166,13 +171,21 @@ class TableFiles:
         text = label_of_path([t for _, t in fields], path)
         return text if spec_id == self._current_spec else f"{text} [spec {spec_id}]"
 
-    def _spec(self, spec_id: int) -> Any:
+    def spec(self, spec_id: int) -> Any:
+        """The table's Java PartitionSpec of this id (asked once)."""
         if spec_id not in self._specs:
             self._specs[spec_id] = self.table.specs().get(spec_id)
         return self._specs[spec_id]
 
+    def partition_field_ids(self, spec_id: int) -> list[int]:
+        """The field ids of a spec's partition fields, in spec order (asked once)."""
+        known = self._field_ids.get(spec_id)
+        if known is None:
+            known = self._field_ids[spec_id] = [int(pf.fieldId()) for pf in java_list(self.spec(spec_id).fields())]
+        return known
+
     def _delete_ref(self, delete_file: Any) -> DeleteRef:
-        spec = self._spec(int(delete_file.specId()))
+        spec = self.spec(int(delete_file.specId()))
         fields = json.loads(str(self._parser.toJson(delete_file, spec)))
         offset = fields.get("content-offset")
         path = fields["file-path"] if offset is None else f"{fields['file-path']}#{int(offset)}"  # as delete_key
@@ -191,6 +204,7 @@ class TableFiles:
         )
         self._delete_refs[path] = ref
         self.delete_files[path] = delete_file
+        self.facts[path] = fields
         return ref
 
     def changes_since(self, snapshot_id: int, *, with_deletes: bool) -> SnapshotChanges:

@@ -40,10 +40,18 @@ def is_vector(delete_file: Any) -> bool:
 def earlier_positions(delete_file: Any, data_file_path: str) -> np.ndarray:
     """The positions of `data_file_path` a position-delete DeleteFile (a DV, or a Parquet
     position-delete file) marks, sorted int64."""
-    fs, path = filesystem_for(str(delete_file.location()))
-    if is_vector(delete_file):
+    offset = delete_file.contentOffset()  # a DV's, None for any other delete file (`is_vector`)
+    size = None if offset is None else int(delete_file.contentSizeInBytes())
+    return marked_positions(str(delete_file.location()), data_file_path, offset=offset, size=size)
+
+
+def marked_positions(location: str, data_file_path: str, *, offset: int | None, size: int | None) -> np.ndarray:
+    """`earlier_positions` from plain values: the delete file's location, and for a DV (a blob of
+    a Puffin file) its offset and size; sorted int64."""
+    fs, path = filesystem_for(location)
+    if offset is not None:
         with fs.open_input_file(path) as handle:
-            blob = handle.read_at(int(delete_file.contentSizeInBytes()), int(delete_file.contentOffset()))
+            blob = handle.read_at(int(size or 0), int(offset))
         return deserialize_positions(bytes(blob))
     with fs.open_input_file(path) as handle:
         table = pq.ParquetFile(handle).read(columns=["file_path", "pos"])
