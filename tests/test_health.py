@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from icetide.maintenance.health import HealthThresholds, table_health
+from icetide.maintenance.health import HealthThresholds, planned_health, table_health
 from icetide.maintenance.timeline import snapshot_timeline
 from tests.ad_events import stream_ad_events
 from tests.commands import demo_warehouse, run_cli
@@ -89,3 +90,45 @@ def test_cli_status_prints_text_and_page(spark: Any, tmp_path: Path) -> None:
     assert hours and set(labels) - set(hours) == {"demo"}, labels  # "demo": the pipelines table's row
     for hour in hours:
         assert hour in text
+
+
+def _planned(spark: Any, table: str, thresholds: HealthThresholds) -> Any:
+    from icetide.maintenance.inventory import TableFiles
+    from icetide.table.iceberg import load_table
+
+    jtable = load_table(spark, table)
+    jtable.refresh()
+    files = TableFiles(spark, table, jtable)
+    snapshot_id = int(jtable.currentSnapshot().snapshotId())
+    return planned_health(files, files.scan(snapshot_id), files.live_deletes(snapshot_id), thresholds)
+
+
+def _counts(health: Any) -> list[tuple[Any, ...]]:
+    """Everything but the partitions' values (Spark's types against Iceberg's JSON) and last_updated."""
+    return [tuple(v for k, v in asdict(p).items() if k not in ("values", "last_updated")) for p in health.partitions]
+
+
+def test_maintenance_health_from_the_planner_scan_agrees_with_the_report(spark: Any, table_name: str) -> None:
+    """maintain() decides by `planned_health` (the planner's scan, no Spark job); `icetide status`
+    reports `table_health` (the metadata tables). On the same snapshot they count alike: a v2
+    table of the generated ad events with equality deletes (some applying to no data file by key
+    bounds), and a v3 table with deletion vectors from Spark's own DELETE, one partition by day."""
+    thresholds = HealthThresholds(max_small_files=2, max_delete_files=2)
+    stream_ad_events(spark, table_name, pipeline_id="health", batches=4, events=800)
+    spark.sql(
+        f"CREATE TABLE {table_name}_dv (id BIGINT, day DATE, v STRING) USING iceberg PARTITIONED BY (day) "
+        "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')"
+    )
+    spark.sql(f"INSERT INTO {table_name}_dv SELECT id, DATE'2026-01-01' + CAST(id % 2 AS INT), 'x' FROM range(0, 100)")
+    spark.sql(f"INSERT INTO {table_name}_dv SELECT id, DATE'2026-01-01', 'y' FROM range(100, 150)")
+    spark.sql(f"DELETE FROM {table_name}_dv WHERE id < 10 OR id > 140")
+    for table in (table_name, f"{table_name}_dv"):
+        report, planned = table_health(spark, table, thresholds), _planned(spark, table, thresholds)
+        assert _counts(planned) == _counts(report), table
+        assert planned.suggestions == report.suggestions
+        assert (planned.snapshots, planned.target_file_size, planned.partitioned_by) == (
+            report.snapshots,
+            report.target_file_size,
+            report.partitioned_by,
+        )
+    assert _planned(spark, f"{table_name}_dv", thresholds).dangling_delete_files == 0

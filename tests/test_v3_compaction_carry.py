@@ -47,10 +47,8 @@ from tests.test_v3_readers import duckdb_connection, duckdb_rows, model_rows, py
 KEYS = 160
 TRIGGER_SECONDS = 1.0
 COMPACTIONS_WANTED = 2
-# The maintainer's passes, from its first, by which the wanted compactions landed. A carry needs a
-# stream commit between a compaction's plan and its commit; with small units rewritten on the
-# driver (maintenance/driver_rewrite.py) that window is a fraction of a second, so a carrying
-# commit may take more passes: it is awaited within MAX_BATCHES, not MAX_PASSES.
+# The maintainer's passes, from its first, by which the wanted compactions landed. A carrying commit
+# needs a stream commit between a compaction's plan and its commit: it is awaited within MAX_BATCHES.
 MAX_PASSES = 6
 MAX_BATCHES = 60
 WAIT_SECONDS = 180.0  # a maintainer's JVM, its plan and rewrite, on 2 busy cores
@@ -82,7 +80,10 @@ def test_compaction_lands_beside_a_one_second_vectors_stream(
     rng = random.Random(45)
     stream.check(stream.write([Stream.row(i, 1, "first") for i in range(KEYS)]))
     log = tmp_path / "maintain.log"
-    with maintainer_output_on_failure(log), maintainer(table_name, warehouse, log, ("--every", "1s")) as process:
+    # Spark's rewrite (not the driver's, a fraction of a second): a window between plan and commit
+    # wide enough for the one-second stream to land DVs in, which the commit then carries.
+    args = ("--every", "1s", "--driver-rewrite-bytes", "0")
+    with maintainer_output_on_failure(log), maintainer(table_name, warehouse, log, args) as process:
         _wait_for_first_pass(process, table_name, log)
         first_pass = _passes(log, table_name)
         carried: list[dict[str, str]] = []

@@ -333,6 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     maintain.add_argument("--time-budget", metavar="DURATION", help="stop taking new compaction work after DURATION")
     maintain.add_argument(
+        "--driver-rewrite-bytes",
+        metavar="SIZE",
+        default="32MB",
+        help="compact units reading at most SIZE with Arrow on the driver, not a Spark job (default: 32MB; 0: off)",
+    )
+    maintain.add_argument(
         "--orphans", action="store_true", help="also delete orphan files older than 3 days (never a batch in flight)"
     )
     maintain.add_argument(

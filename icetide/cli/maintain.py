@@ -92,7 +92,7 @@ def _driver_stopped(exc: BaseException) -> DriverStoppedError:
 
 def cmd_maintain(args: argparse.Namespace) -> int:
     """One maintenance run, or one every --every interval until SIGINT/SIGTERM; progress bars in a terminal."""
-    from icetide.config.pipeline import parse_duration
+    from icetide.config.pipeline import parse_duration, parse_size
     from icetide.config.runner import vector_deleted_share, vector_file_rows
     from icetide.maintenance.maintain import MaintenancePolicy
 
@@ -105,6 +105,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         time_budget_seconds=budget,
         vector_deleted_share=vector_deleted_share(args.vector_deleted_share, "--vector-deleted-share"),
         vector_file_rows=vector_file_rows(args.vector_file_rows, "--vector-file-rows"),
+        driver_rewrite_bytes=parse_size(args.driver_rewrite_bytes, "--driver-rewrite-bytes"),
     )
     config = routing_pipeline(args)
     if config is not None and args.orphans:

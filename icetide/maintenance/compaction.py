@@ -35,7 +35,7 @@ from icetide.faults import crash_point
 from icetide.maintenance.carry import CannotCarry, CarriedVectors, VectorCarrier
 from icetide.maintenance.deletes import LiveDataFile, removable_deletes
 from icetide.maintenance.driver_rewrite import rewrite_on_driver
-from icetide.maintenance.inventory import SnapshotChanges, TableFiles
+from icetide.maintenance.inventory import Scanned, SnapshotChanges, TableFiles
 from icetide.maintenance.planning import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionOptions,
@@ -78,6 +78,7 @@ class CompactionJob:
         *,
         only_partitions: frozenset[PartitionKey] | None = None,
         progress: ProgressCallback | None = None,
+        scanned: Scanned | None = None,
     ) -> None:
         self.spark = spark
         self.progress = progress
@@ -88,7 +89,9 @@ class CompactionJob:
         snapshot = self.table.currentSnapshot()
         self.planned_snapshot_id: int | None = int(snapshot.snapshotId()) if snapshot is not None else None
         self.planned_sequence_number: int | None = int(snapshot.sequenceNumber()) if snapshot is not None else None
-        self._files = TableFiles(spark, table_name, self.table)
+        fresh = scanned is not None and scanned[0] == self.planned_snapshot_id and not options.partition_filter
+        self._files = scanned[1] if fresh and scanned else TableFiles(spark, table_name, self.table)
+        self._scanned = scanned[2] if fresh and scanned else None  # a scan of the planned snapshot already made
         self._listing: list[LiveDataFile] = []  # every live data file of the planned snapshot
         self._outputs: dict[int, list[Any]] = {}  # group index -> staged Java DataFiles
         self._staged: dict[int, StagedGroup] = {}
@@ -118,7 +121,9 @@ class CompactionJob:
         if self.planned_snapshot_id is None:
             return GroupPlan((), ())
         predicate = self.options.partition_filter
-        files = self._files.scan(self.planned_snapshot_id, predicate=predicate)
+        files = self._scanned
+        if files is None:
+            files = self._files.scan(self.planned_snapshot_id, predicate=predicate)
         if predicate is None:
             listing = files
         else:  # delete scoping needs every live file of a partition, not only the filter's
@@ -476,22 +481,12 @@ class CompactionJob:
         self._snapshot_ids.append(snapshot_id)
         self._committed.extend(committed_groups([self._staged[i] for i in ready], snapshot_id, doomed))
         self._finished.update(ready)
+        added = sum(len(self._staged[i].output_paths) for i in ready)
+        moved = f", {carried.rows} row(s) deleted meanwhile carried onto them" if carried and carried.rows else ""
         log.info(
-            "compaction of %s committed snapshot %s: %d group(s), %d file(s) -> %d, %d delete file(s) dropped",
-            self.table_name,
-            snapshot_id,
-            len(ready),
-            len(replaced),
-            sum(len(self._staged[i].output_paths) for i in ready),
-            len(doomed),
+            f"compaction of {self.table_name} committed snapshot {snapshot_id}: {len(ready)} group(s), "
+            f"{len(replaced)} file(s) -> {added}, {len(doomed)} delete file(s) dropped{moved}"
         )
-        if carried is not None and carried.rows:
-            log.info(
-                "compaction of %s carried %d row(s) deleted meanwhile onto its new files in %d DV(s)",
-                self.table_name,
-                carried.rows,
-                len(carried.added),
-            )
         return True
 
     def _commit_failed(self, ready: list[int], exc: Exception) -> None:
@@ -543,7 +538,12 @@ class CompactionJob:
 
 
 def compaction(
-    spark: SparkSession, table: str, *, progress: ProgressCallback | None = None, **options: Any
+    spark: SparkSession,
+    table: str,
+    *,
+    progress: ProgressCallback | None = None,
+    scanned: Scanned | None = None,
+    **options: Any,
 ) -> CompactionJob:
     """Plan a compaction of `table` at its current snapshot; nothing is written yet.
 
@@ -566,7 +566,9 @@ def compaction(
     and with `partial_progress` committed together, up to this many input bytes and 100
     partitions at once; 0 rewrites and commits each group alone), `driver_rewrite_bytes` (32MB:
     a unit reading at most this much is rewritten with Arrow on the driver; 0: always Spark).
-    `progress` receives a ProgressEvent per group rewritten and per group committed.
+    `progress` receives a ProgressEvent per group rewritten and per group committed. `scanned` is
+    a scan of the table already made (snapshot id, its TableFiles, their `scan`), used when that
+    snapshot is still the current one.
 
     Example::
 
@@ -576,9 +578,8 @@ def compaction(
     """
     jtable = load_table(spark, table)
     default_target = int(table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE)))
-    return CompactionJob(
-        spark, table, CompactionOptions.from_kwargs(options, default_target=default_target), progress=progress
-    )
+    checked = CompactionOptions.from_kwargs(options, default_target=default_target)
+    return CompactionJob(spark, table, checked, progress=progress, scanned=scanned)
 
 
 def compact(
@@ -587,6 +588,7 @@ def compact(
     *,
     progress: ProgressCallback | None = None,
     stop: Callable[[], bool] | None = None,
+    scanned: Scanned | None = None,
     **options: Any,
 ) -> CompactionResult:
     """Plan, rewrite and commit in one call (`compaction(...).run()`); never raises on a conflict.
@@ -594,4 +596,4 @@ def compact(
     Conflicting groups are re-planned and retried, then reported in `result.skipped`. Safe to
     run in a loop beside the stream: the stream's commits never fail because of it.
     """
-    return compaction(spark, table, progress=progress, **options).run(stop=stop)
+    return compaction(spark, table, progress=progress, scanned=scanned, **options).run(stop=stop)

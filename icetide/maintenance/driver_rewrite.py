@@ -175,16 +175,16 @@ class DriverRewrite:
             writer.write(rows)
         finally:
             self._written.extend(uri for uri, _, _ in writer.written)
-        stored = first["partition"]  # the values in spec order (Iceberg before 1.11: by field id)
-        ids = self.files.partition_field_ids(int(first["spec-id"]))
-        partition = dict(zip(ids, stored, strict=True)) if isinstance(stored, list) else stored
+        spec_id = int(first["spec-id"])
+        ids = dict((name, i) for i, name in self.files.partition_fields(spec_id))
+        values = self.files.partition_values(spec_id, first["partition"])
         log.debug("driver rewrite: %d rows into %d file(s) in %s", rows.num_rows, len(writer.written), folder)
         return [
             content_file_json(
                 content="data",
                 path=uri,
-                spec_id=int(first["spec-id"]),
-                partition={int(k): v for k, v in partition.items()},
+                spec_id=spec_id,
+                partition={ids[name]: v for name, v in values.items()},
                 file_size=size,
                 stats=stats,
             )

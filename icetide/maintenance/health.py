@@ -9,12 +9,14 @@ rows per partition, snapshot count).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icetide.commit.pipeline_state import PipelineState, all_pipeline_states
+from icetide.maintenance.inventory import TableFiles
+from icetide.maintenance.planning import DataFileRef, DeleteRef, PartitionKey
 from icetide.spark.py4j_collections import java_list
 from icetide.table.iceberg import load_table, spec_transforms, table_property
 from icetide.table.partition_labels import label_of_values, partition_title
@@ -88,6 +90,8 @@ class TableHealth:
     suggestions: list[str] = field(default_factory=list)
     partitioned_by: str = "partition"  # what the labels are made of, e.g. "hours(event_time)"
     small_file_bytes: int = 0  # a data file below this size is small
+    # delete files that apply to no live data file, when known (`planned_health`); None: unknown
+    dangling_delete_files: int | None = None
 
     @property
     def data_files(self) -> int:
@@ -114,7 +118,10 @@ class TableHealth:
         """Could some delete file apply to no live data file? Equality and position-delete files
         can, by sequence numbers; a DV only when more DVs are live than data files they reference
         (a live data file has at most one). Iceberg drops a DV in the commit that removes its data
-        file (compaction, engines' overwrites); the count catches any writer that did not."""
+        file (compaction, engines' overwrites); the count catches any writer that did not. A
+        health from the planner's scan knows: the delete files no scan task applies."""
+        if self.dangling_delete_files is not None:
+            return self.dangling_delete_files > 0
         referenced = sum(p.vector_data_files for p in self.partitions)
         return self.delete_files > self.deletion_vectors or self.deletion_vectors > referenced
 
@@ -164,6 +171,26 @@ def partition_labeller(jtable: Any) -> Callable[[int, dict[str, Any]], str]:
     return label
 
 
+@dataclass
+class _Counts:
+    """One partition's files by kind as the gatherers find them: (files, rows, bytes, small files)
+    per kind ("data", "eq", "pos", "dv"), and the rows and files of data files a DV or file-scoped
+    position delete applies to."""
+
+    values: dict[str, Any]
+    kinds: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    held: int = 0
+    held_files: int = 0
+
+    def add(self, kind: str, records: int, size: int, small: int) -> None:
+        n, r, b, sm = self.kinds.get(kind, (0, 0, 0, 0))
+        self.kinds[kind] = (n + 1, r + records, b + size, sm + small)
+
+
+def _target_file_size(jtable: Any) -> int:
+    return int(table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE)))
+
+
 def table_health(
     spark: SparkSession,
     table: str,
@@ -175,17 +202,17 @@ def table_health(
 
     Only metadata is read (the `files`, `delete_files` and `partitions` tables; the snapshots
     through the Java API), never a data file. Deletion vectors are the position-delete files in
-    Puffin format (content 1).
+    Puffin format (content 1). Every live file is counted, a delete file that applies to no live
+    data file too (`planned_health` leaves those out).
     `partition_times=False` leaves each partition's `last_updated` unset and skips the query
-    behind it (maintenance decides without it: a pass saves about 0.1 s).
+    behind it (a pass saves about 0.1 s).
     """
     t = thresholds or HealthThresholds()
     jtable = load_table(spark, table)
-    target = int(table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE)))
     specs = spec_transforms(jtable)
     partitioned = any(specs.values())
     label = partition_labeller(jtable)
-    small_limit = int(target * t.small_file_ratio)
+    small_limit = int(_target_file_size(jtable) * t.small_file_ratio)
     part_expr = "partition" if partitioned else "NULL"
     # One query: per partition and kind, the files, and the rows of data files a DV (or a
     # file-scoped position delete) applies to, found by joining the delete files' references.
@@ -200,31 +227,78 @@ def table_health(
         f"WHERE content = 1 AND referenced_data_file IS NOT NULL) d "
         f"ON f.content = 0 AND f.file_path = d.referenced_data_file GROUP BY 1, 2, 3, 4"
     ).collect()
-    groups: dict[tuple[int, str], dict[str, Any]] = {}
-    held: dict[tuple[int, str], int] = {}
-    held_files: dict[tuple[int, str], int] = {}
+    groups: dict[tuple[int, str], _Counts] = {}
     for r in rows:
         values = _values(r["p"])
         key = (int(r["spec_id"]), label(int(r["spec_id"]), values))
-        g = groups.setdefault(key, {"values": values})
+        g = groups.setdefault(key, _Counts(values))
         kind = {0: "data", 2: "eq"}.get(int(r["content"]), "dv" if r["dv"] else "pos")
-        g[kind] = (int(r["n"]), int(r["records"] or 0), int(r["bytes"] or 0), int(r["small"] or 0))
-        if r["held"]:
-            held[key] = held.get(key, 0) + int(r["held"])
-            held_files[key] = held_files.get(key, 0) + int(r["held_files"])
+        g.kinds[kind] = (int(r["n"]), int(r["records"] or 0), int(r["bytes"] or 0), int(r["small"] or 0))
+        g.held += int(r["held"] or 0)
+        g.held_files += int(r["held_files"] or 0)
     updated: dict[tuple[int, str], str] = {}
     if partitioned and partition_times:
         for r in spark.sql(f"SELECT spec_id, partition AS p, last_updated_at FROM {table}.partitions").collect():
             key = (int(r["spec_id"]), label(int(r["spec_id"]), _values(r["p"])))
             updated[key] = _when(r["last_updated_at"]) or ""
+    return _health(table, jtable, t, groups, updated)
+
+
+def planned_health(
+    files: TableFiles, refs: Sequence[DataFileRef], deletes: Sequence[DeleteRef], thresholds: HealthThresholds
+) -> TableHealth:
+    """The TableHealth of a snapshot from the compaction planner's scan of it (`TableFiles.scan`:
+    each live data file with the delete files that apply to it) and its live delete files
+    (`TableFiles.live_deletes`), without a Spark job: what maintenance decides by.
+
+    The counts are `table_health`'s. `dangling_delete_files` is known: the live delete files that
+    apply to no live data file's scan task (by sequence number, partition or key bounds).
+    Partition values are Iceberg's JSON of them (an hour's number, a day's date as text), and
+    partitions' `last_updated` is not read."""
+    jtable = files.table
+    small_limit = int(_target_file_size(jtable) * thresholds.small_file_ratio)
+    groups: dict[tuple[int, str], _Counts] = {}
+
+    def counts(partition: PartitionKey, path: str) -> _Counts:
+        key = (partition[0], files.label_of(partition))
+        if key not in groups:
+            groups[key] = _Counts(files.partition_values(partition[0], files.facts[path]["partition"]))
+        return groups[key]
+
+    applying: set[str] = set()
+    for f in refs:
+        g = counts(f.partition, f.path)
+        g.add("data", f.record_count, f.size, int(f.size < small_limit))
+        if any(d.referenced_data_file == f.path for d in f.deletes):
+            g.held += f.record_count
+            g.held_files += 1
+        applying.update(d.path for d in f.deletes)
+    for d in deletes:
+        kind = "eq" if d.kind == "equality" else ("dv" if "#" in d.path else "pos")
+        scope = d.scope or (int(files.facts[d.path]["spec-id"]), "")  # a global equality delete
+        counts(scope, d.path).add(kind, d.record_count, d.size, 0)
+    dangling = sum(1 for d in deletes if d.path not in applying)
+    return _health(files.table_name, jtable, thresholds, groups, {}, dangling=dangling)
+
+
+def _health(
+    table: str,
+    jtable: Any,
+    t: HealthThresholds,
+    groups: dict[tuple[int, str], _Counts],
+    updated: dict[tuple[int, str], str],
+    *,
+    dangling: int | None = None,
+) -> TableHealth:
+    specs = spec_transforms(jtable)
     partitions = []
     for key in sorted(groups, key=lambda k: (k[1], k[0]), reverse=True):
         g = groups[key]
-        data, eq, pos, dv = (g.get(k, (0, 0, 0, 0)) for k in ("data", "eq", "pos", "dv"))
+        data, eq, pos, dv = (g.kinds.get(k, (0, 0, 0, 0)) for k in ("data", "eq", "pos", "dv"))
         partitions.append(
             PartitionHealth(
                 label=key[1],
-                values=g["values"],
+                values=g.values,
                 spec_id=key[0],
                 records=data[1],
                 data_files=data[0],
@@ -237,13 +311,14 @@ def table_health(
                 last_updated=updated.get(key) or None,
                 deletion_vectors=dv[0],
                 deletion_vector_rows=dv[1],
-                vector_file_rows=held.get(key, 0),
-                vector_data_files=held_files.get(key, 0),
+                vector_file_rows=g.held,
+                vector_data_files=g.held_files,
             )
         )
     # The snapshots through the Java API: the metadata holds them, a Spark job would only list them.
     committed = [int(s.timestampMillis()) for s in java_list(jtable.snapshots())]
     current = [tr for _, tr in specs.get(int(jtable.spec().specId()), [])]
+    target = _target_file_size(jtable)
     health = TableHealth(
         table=table,
         target_file_size=target,
@@ -253,7 +328,8 @@ def table_health(
         partitions=partitions,
         pipelines=all_pipeline_states(jtable),
         partitioned_by=partition_title(current),
-        small_file_bytes=small_limit,
+        small_file_bytes=int(target * t.small_file_ratio),
+        dangling_delete_files=dangling,
     )
     return replace(health, suggestions=suggestions(health, t))
 

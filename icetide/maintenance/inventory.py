@@ -59,7 +59,7 @@ class TableFiles:
         # data file path, or delete key (`delete_key`) -> Iceberg's JSON of the file (ContentFileParser)
         self.facts: dict[str, dict[str, Any]] = {}
         self._specs: dict[int, Any] = {}
-        self._field_ids: dict[int, list[int]] = {}
+        self._fields: dict[int, list[tuple[int, str]]] = {}
         self._partition_keys: dict[tuple[int, str], PartitionKey] = {}
         self._parser = jvm(spark).org.apache.iceberg.ContentFileParser
         self._transforms: dict[int, SpecTransforms] | None = None
@@ -101,19 +101,19 @@ class TableFiles:
                         sequence_number=int(sequence) if sequence is not None else 0,
                         partition=partition,
                         deletes=tuple(self._delete_ref(d) for d in java_list(task.deletes())),
-                        partition_label=self._label_of(partition),
+                        partition_label=self.label_of(partition),
                     )
                 )
+                self.facts[path] = fields
                 if keep_tasks:
                     self.tasks[path] = task
-                    self.facts[path] = fields
         finally:
             tasks.close()
         return refs
 
-    def equality_deletes(self, snapshot_id: int) -> list[DeleteRef]:
-        """Every equality-delete file live in the snapshot, whether or not it applies to a data file
-        (reads the delete manifests only)."""
+    def live_deletes(self, snapshot_id: int, *, equality_only: bool = False) -> list[DeleteRef]:
+        """Every delete file live in the snapshot (or only the equality deletes), whether or not it
+        applies to a data file (reads the delete manifests only)."""
         snapshot = self.table.snapshot(snapshot_id)
         reader = jvm(self.spark).org.apache.iceberg.ManifestFiles
         refs = []
@@ -121,7 +121,7 @@ class TableFiles:
             files = reader.readDeleteManifest(manifest, self.table.io(), self.table.specs())
             try:
                 for f in java_iter(files):
-                    if f.content().toString() == "EQUALITY_DELETES":
+                    if not equality_only or f.content().toString() == "EQUALITY_DELETES":
                         refs.append(self._delete_ref(f.copy()))
             finally:
                 files.close()
@@ -160,7 +160,7 @@ class TableFiles:
             known = self._partition_keys[seen] = self.partition_key(content_file)
         return known
 
-    def _label_of(self, partition: PartitionKey) -> str:
+    def label_of(self, partition: PartitionKey) -> str:
         """A partition as people read it (`2026-01-01 05:00`, `bucket[16]=3`); a partition of an
         earlier spec than the current one says so (`... [spec 0]`)."""
         spec_id, path = partition
@@ -177,12 +177,22 @@ class TableFiles:
             self._specs[spec_id] = self.table.specs().get(spec_id)
         return self._specs[spec_id]
 
-    def partition_field_ids(self, spec_id: int) -> list[int]:
-        """The field ids of a spec's partition fields, in spec order (asked once)."""
-        known = self._field_ids.get(spec_id)
+    def partition_fields(self, spec_id: int) -> list[tuple[int, str]]:
+        """The (field id, name) of a spec's partition fields, in spec order (asked once)."""
+        known = self._fields.get(spec_id)
         if known is None:
-            known = self._field_ids[spec_id] = [int(pf.fieldId()) for pf in java_list(self.spec(spec_id).fields())]
+            fields = java_list(self.spec(spec_id).fields())
+            known = self._fields[spec_id] = [(int(pf.fieldId()), str(pf.name())) for pf in fields]
         return known
+
+    def partition_values(self, spec_id: int, stored: Any) -> dict[str, Any]:
+        """A partition's values by field name, from Iceberg's JSON of a file's partition: the
+        values in spec order (Iceberg 1.11 and later), or by field id (before)."""
+        fields = self.partition_fields(spec_id)
+        if isinstance(stored, list):
+            return {name: v for (_, name), v in zip(fields, stored, strict=True)}
+        names = dict(fields)
+        return {names[int(k)]: v for k, v in (stored or {}).items()}
 
     def _delete_ref(self, delete_file: Any) -> DeleteRef:
         spec = self.spec(int(delete_file.specId()))
@@ -255,3 +265,6 @@ class TableFiles:
             parent = snapshot.parentId()
             snapshot = self.table.snapshot(parent) if parent is not None else None
         return None
+
+
+Scanned = tuple[int, TableFiles, list[DataFileRef]]  # a snapshot id, and the planner's scan of it

@@ -26,7 +26,8 @@ from icetide.errors import ConfigError, driver_stopped, one_line
 from icetide.maintenance.actions import ManifestRewriteResult, remove_dangling_deletes, rewrite_manifests
 from icetide.maintenance.compaction import compact
 from icetide.maintenance.expire import ExpireResult, expire_snapshots
-from icetide.maintenance.health import HealthThresholds, table_health
+from icetide.maintenance.health import HealthThresholds, planned_health
+from icetide.maintenance.inventory import Scanned, TableFiles
 from icetide.maintenance.planning import (
     DEFAULT_COMBINE_GROUPS_BYTES,
     DEFAULT_DRIVER_REWRITE_BYTES,
@@ -121,6 +122,7 @@ def _compact_within(
     progress: ProgressCallback | None,
     *,
     fold_all: bool = False,
+    scanned: Scanned | None = None,
 ) -> CompactionResult:
     """Compaction in the policy's group order; when it may be stopped (a time budget, a stop
     request), unit by unit (a group, or small groups together), committing each, until `stopped()`
@@ -141,8 +143,8 @@ def _compact_within(
     elif fold_all:
         options["equality_delete_file_threshold"] = 1
     if stopped is None:
-        return compact(spark, table, progress=progress, **options)
-    return compact(spark, table, progress=progress, stop=stopped, partial_progress=True, **options)
+        return compact(spark, table, progress=progress, scanned=scanned, **options)
+    return compact(spark, table, progress=progress, stop=stopped, partial_progress=True, scanned=scanned, **options)
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,10 @@ def maintain(
         return requested() or (deadline is not None and time.monotonic() >= deadline)
 
     properties_set = apply_retention_defaults(spark, table) if not requested() else {}
-    health = table_health(spark, table, p.health_thresholds, partition_times=False)
+    scanned = _scan(spark, table)
+    snapshot_id, files, refs = scanned
+    deletes = files.live_deletes(snapshot_id) if refs else []
+    health = planned_health(files, refs, deletes, p.health_thresholds)
     due = tuple(health.suggestions)
     folding = any(s.startswith("fold deletes") for s in due) or (fold_all and health.delete_files > 0)
     conversion = None
@@ -254,7 +259,8 @@ def maintain(
     compaction = None
     if (fold_all or folding or any(s.startswith("compact") for s in due)) and not requested():
         stoppable = out_of_time if deadline is not None or stop is not None else None
-        compaction = _compact_within(spark, table, p, stoppable, progress, fold_all=fold_all)
+        # the scan is stale once a conversion committed: compaction plans from the new snapshot
+        compaction = _compact_within(spark, table, p, stoppable, progress, fold_all=fold_all, scanned=scanned)
     # The action's Spark jobs only when the health report says some delete file may dangle.
     dangling = remove_dangling_deletes(spark, table) if health.may_have_dangling_deletes and not requested() else 0
     manifests = None
@@ -280,6 +286,18 @@ def maintain(
     )
     log.info("maintenance of %s: %s", table, "; ".join(report.lines()))
     return report
+
+
+def _scan(spark: SparkSession, table: str) -> Scanned:
+    """The planner's scan of the table's current snapshot: what `planned_health` reads, and what
+    compaction plans from while that snapshot is still the current one."""
+    jtable = load_table(spark, table)
+    jtable.refresh()
+    files = TableFiles(spark, table, jtable)
+    snapshot = jtable.currentSnapshot()
+    if snapshot is None:
+        return -1, files, []
+    return int(snapshot.snapshotId()), files, files.scan(int(snapshot.snapshotId()))
 
 
 def manifest_count(spark: SparkSession, table: str) -> int:

@@ -200,7 +200,9 @@ class EqualityDeleteConversion:
         # Equality deletes no data file's task lists (older data of their partition, overlapping key
         # bounds) change no row now and never will: newer data is out of their reach, and a
         # compaction's output keeps its input's bounds. They go in the same commit.
-        self.unused = tuple(d for d in self._files.equality_deletes(self.planned_snapshot_id) if d.path not in newest)
+        self.unused = tuple(
+            d for d in self._files.live_deletes(self.planned_snapshot_id, equality_only=True) if d.path not in newest
+        )
         chosen_paths = {d.path for d in chosen}
         self.chosen = tuple(chosen)
         self.data_files = tuple(f for f in files if any(d.path in chosen_paths for d in f.deletes))
