@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import random
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from icetide.maintenance.compaction import compact
 from icetide.table.iceberg import load_table
 from tests.test_compaction import COLUMNS, Table
 from tests.test_v3_maintain_beside_stream import Stream
-from tests.test_v3_readers import duckdb_connection, duckdb_rows, model_rows, pyiceberg_rows
+from tests.test_v3_readers import readers_agree
 
 KEYS = 60
 DRIVER_LOG = "icetide.maintenance.driver_rewrite"
@@ -49,23 +48,13 @@ def _lineage(spark: Any, table: str) -> list[tuple[Any, ...]]:
     )
 
 
-def _readers_agree(spark: Any, name: str, model: Any) -> None:
-    view: Any = SimpleNamespace(spark=spark, name=name, model=model)
-    expected = model_rows(view)
-    assert pyiceberg_rows(view) == expected
-    con = duckdb_connection()
-    try:
-        assert duckdb_rows(view, con) == expected
-    finally:
-        con.close()
-
-
 def _driver_messages(caplog: pytest.LogCaptureFixture) -> tuple[int, list[str]]:
     """(units the driver rewrote, reasons it left a unit to Spark) in the captured log."""
     records = [r.getMessage() for r in caplog.records if r.name == DRIVER_LOG]
     return sum(m.startswith("driver rewrite:") for m in records), [m for m in records if "left to Spark" in m]
 
 
+@pytest.mark.guarantee
 def test_the_driver_writes_what_sparks_rewrite_writes_on_a_v3_vectors_table(
     spark: Any, table_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -90,12 +79,12 @@ def test_the_driver_writes_what_sparks_rewrite_writes_on_a_v3_vectors_table(
     assert after == before == _lineage(spark, sparks.name)  # _last_updated_sequence_number kept too
     files = spark.sql(f"SELECT count(*) FROM {driver.name}.delete_files").first()
     assert files is not None and files[0] == 0
-    _readers_agree(spark, driver.name, driver.model)
+    readers_agree(spark, driver.name, driver.model)
 
     # The stream goes on over the driver's files: its DVs land on them.
     for batch in _batches(49, 3)[1:]:
         driver.check(driver.write(batch))
-    _readers_agree(spark, driver.name, driver.model)
+    readers_agree(spark, driver.name, driver.model)
 
 
 def test_the_driver_applies_equality_deletes_of_a_v2_stream(
@@ -114,7 +103,7 @@ def test_the_driver_applies_equality_deletes_of_a_v2_stream(
     assert rewritten and not declined, (rewritten, declined)
     assert result.rows_removed > 0
     t.check()
-    _readers_agree(spark, table_name, t.model)
+    readers_agree(spark, table_name, t.model)
 
 
 def test_units_the_driver_cannot_rewrite_exactly_go_to_spark(

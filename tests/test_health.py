@@ -132,3 +132,26 @@ def test_maintenance_health_from_the_planner_scan_agrees_with_the_report(spark: 
             report.partitioned_by,
         )
     assert _planned(spark, f"{table_name}_dv", thresholds).dangling_delete_files == 0
+
+
+def test_a_table_of_many_files_is_judged_by_the_metadata_query(
+    spark: Any, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above `scan_health_files` live files a pass asks the metadata tables (one Spark query), not
+    the planner's per-file scan, and still does what is due."""
+    import icetide.maintenance.maintain as maintain_module
+    from icetide.maintenance.maintain import MaintenancePolicy, maintain
+
+    stream_ad_events(spark, table_name, pipeline_id="health", batches=5, events=400)
+    asked: list[str] = []
+
+    def query(*args: Any, **kwargs: Any) -> Any:
+        asked.append(args[1])
+        return table_health(*args, **kwargs)
+
+    monkeypatch.setattr(maintain_module, "table_health", query)
+    report = maintain(spark, table_name, MaintenancePolicy(scan_health_files=0))
+    assert asked == [table_name]
+    assert report.compaction is not None and report.compaction.groups > 0, report.lines()
+    asked.clear()
+    assert maintain(spark, table_name).due is not None and asked == []  # the default: the scan

@@ -33,6 +33,7 @@ SIGNALS = {
     "icetide.decode.spark_compat.datetime_casts.Inexact",
     "icetide.decode.debezium.conversions._Dropped",
     "icetide.maintenance.carry.CannotCarry",
+    "icetide.maintenance.driver_rewrite.Declined",
     "icetide.faults.InjectedFault",
     "icetide.write.key_index.IndexOutOfDate",
     "icetide.write.key_index_copy.CopyMismatch",

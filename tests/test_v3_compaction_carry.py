@@ -26,7 +26,6 @@ import re
 import signal
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -42,7 +41,7 @@ from tests.test_v3_maintain_beside_stream import (
     maintainer_output_on_failure,
     stream_positions,
 )
-from tests.test_v3_readers import duckdb_connection, duckdb_rows, model_rows, pyiceberg_rows
+from tests.test_v3_readers import readers_agree
 
 KEYS = 160
 TRIGGER_SECONDS = 1.0
@@ -121,14 +120,7 @@ def test_compaction_lands_beside_a_one_second_vectors_stream(
     _one_vector_per_file(spark, table_name)
     kinds = {int(r[0]) for r in spark.sql(f"SELECT content FROM {table_name}.delete_files").collect()}
     assert kinds <= {1}, kinds  # deletion vectors only
-    view: Any = SimpleNamespace(spark=spark, name=table_name, model=stream.model)
-    expected = model_rows(view)
-    assert pyiceberg_rows(view) == expected
-    con = duckdb_connection()
-    try:
-        assert duckdb_rows(view, con) == expected
-    finally:
-        con.close()
+    readers_agree(spark, table_name, stream.model)
 
 
 @pytest.mark.guarantee

@@ -31,7 +31,6 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -43,7 +42,7 @@ from icetide.table.iceberg import load_table
 from tests.commands import ROOT
 from tests.model import ReferenceModel
 from tests.test_compaction import COLUMNS, KEY, SCHEMA, UPSERT_DDL
-from tests.test_v3_readers import duckdb_connection, duckdb_rows, model_rows, pyiceberg_rows
+from tests.test_v3_readers import readers_agree
 
 KEYS = 300
 MIN_BATCHES = 15
@@ -253,11 +252,4 @@ def test_stream_beside_icetide_maintain_in_another_process(
         referenced = [r[0] for r in spark.sql(f"SELECT referenced_data_file FROM {table_name}.delete_files").collect()]
         assert len(referenced) == len(set(referenced)), "two DVs for one data file"
 
-        view: Any = SimpleNamespace(spark=spark, name=table_name, model=stream.model)  # what the readers' helpers take
-        expected = model_rows(view)
-        assert pyiceberg_rows(view) == expected
-        con = duckdb_connection()
-        try:
-            assert duckdb_rows(view, con) == expected
-        finally:
-            con.close()
+        readers_agree(spark, table_name, stream.model)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -82,6 +83,18 @@ def duckdb_rows(t: Table, con: Any) -> Rows:
     cursor = con.execute(f"SELECT id, epoch_us(ts) AS ts, v, seq FROM iceberg_scan('{metadata_location(t)}')")
     names = [d[0] for d in cursor.description]
     return _keyed([dict(zip(names, r, strict=True)) for r in cursor.fetchall()])
+
+
+def readers_agree(spark: Any, name: str, model: Any) -> None:
+    """PyIceberg and DuckDB both read the table `name` as the reference `model` holds it."""
+    view: Any = SimpleNamespace(spark=spark, name=name, model=model)  # what the helpers above take
+    expected = model_rows(view)
+    assert pyiceberg_rows(view) == expected
+    con = duckdb_connection()
+    try:
+        assert duckdb_rows(view, con) == expected
+    finally:
+        con.close()
 
 
 @pytest.fixture(scope="module")

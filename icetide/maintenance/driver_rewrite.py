@@ -81,12 +81,6 @@ def _field_ids(schema: pa.Schema) -> dict[int, int]:
     return {int(f.metadata[FIELD_ID_KEY]): i for i, f in enumerate(schema) if f.metadata and FIELD_ID_KEY in f.metadata}
 
 
-def _is(fields: dict[str, Any], content: str) -> bool:
-    """Is this file's JSON of this content ("data", "position-deletes", "equality-deletes")?
-    Iceberg 1.11 and later write these; earlier ones the enum names."""
-    return str(fields["content"]).lower().replace("_", "-") == content
-
-
 class DriverRewrite:
     """One unit's rewrite on the driver; `run()` returns the staged Java DataFiles by partition.
 

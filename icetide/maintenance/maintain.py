@@ -26,7 +26,7 @@ from icetide.errors import ConfigError, driver_stopped, one_line
 from icetide.maintenance.actions import ManifestRewriteResult, remove_dangling_deletes, rewrite_manifests
 from icetide.maintenance.compaction import compact
 from icetide.maintenance.expire import ExpireResult, expire_snapshots
-from icetide.maintenance.health import HealthThresholds, planned_health
+from icetide.maintenance.health import HealthThresholds, TableHealth, planned_health, table_health
 from icetide.maintenance.inventory import Scanned, TableFiles
 from icetide.maintenance.planning import (
     DEFAULT_COMBINE_GROUPS_BYTES,
@@ -74,6 +74,8 @@ class MaintenancePolicy:
     combine_groups_bytes: int = DEFAULT_COMBINE_GROUPS_BYTES
     # units of compaction reading at most this much are rewritten with Arrow on the driver (0: Spark)
     driver_rewrite_bytes: int = DEFAULT_DRIVER_REWRITE_BYTES
+    # a table of at most this many live files is judged from the planner's scan, not a Spark query
+    scan_health_files: int = 2_000
 
     def __post_init__(self) -> None:
         if self.fold_deletes not in FOLD_DELETES:
@@ -95,6 +97,8 @@ class MaintenancePolicy:
         combine = self.combine_groups_bytes
         if isinstance(combine, bool) or not isinstance(combine, int) or combine < 0:
             raise ConfigError(f"combine_groups_bytes: must be a whole number of bytes, 0 or more, got {combine!r}")
+        if isinstance(self.scan_health_files, bool) or not isinstance(self.scan_health_files, int):
+            raise ConfigError(f"scan_health_files: must be a whole number, got {self.scan_health_files!r}")
         driver = self.driver_rewrite_bytes
         if isinstance(driver, bool) or not isinstance(driver, int) or driver < 0:
             raise ConfigError(f"driver_rewrite_bytes: must be a whole number of bytes, 0 or more, got {driver!r}")
@@ -247,10 +251,7 @@ def maintain(
         return requested() or (deadline is not None and time.monotonic() >= deadline)
 
     properties_set = apply_retention_defaults(spark, table) if not requested() else {}
-    scanned = _scan(spark, table)
-    snapshot_id, files, refs = scanned
-    deletes = files.live_deletes(snapshot_id) if refs else []
-    health = planned_health(files, refs, deletes, p.health_thresholds)
+    scanned, health = _health(spark, table, p)
     due = tuple(health.suggestions)
     folding = any(s.startswith("fold deletes") for s in due) or (fold_all and health.delete_files > 0)
     conversion = None
@@ -288,16 +289,27 @@ def maintain(
     return report
 
 
-def _scan(spark: SparkSession, table: str) -> Scanned:
-    """The planner's scan of the table's current snapshot: what `planned_health` reads, and what
-    compaction plans from while that snapshot is still the current one."""
+def _health(spark: SparkSession, table: str, policy: MaintenancePolicy) -> tuple[Scanned | None, TableHealth]:
+    """What the pass decides by. A table of at most `policy.scan_health_files` live files (by its
+    snapshot summary) is scanned by the compaction planner, and its health counted from that scan
+    (`planned_health`; compaction then plans from the same scan while the snapshot is current);
+    a larger one, or one whose summary has no totals, gets the metadata-table query
+    (`table_health`): the scan costs about 1 ms a file through py4j, the query about 0.4 s."""
     jtable = load_table(spark, table)
     jtable.refresh()
-    files = TableFiles(spark, table, jtable)
     snapshot = jtable.currentSnapshot()
     if snapshot is None:
-        return -1, files, []
-    return int(snapshot.snapshotId()), files, files.scan(int(snapshot.snapshotId()))
+        files = TableFiles(spark, table, jtable)
+        return (-1, files, []), planned_health(files, [], [], policy.health_thresholds)
+    summary = snapshot.summary()
+    totals = [summary.get(k) for k in ("total-data-files", "total-delete-files")]
+    if None in totals or sum(int(t) for t in totals) > policy.scan_health_files:
+        return None, table_health(spark, table, policy.health_thresholds, partition_times=False)
+    files = TableFiles(spark, table, jtable)
+    snapshot_id = int(snapshot.snapshotId())
+    refs = files.scan(snapshot_id)
+    health = planned_health(files, refs, files.live_deletes(snapshot_id), policy.health_thresholds)
+    return (snapshot_id, files, refs), health
 
 
 def manifest_count(spark: SparkSession, table: str) -> int:
