@@ -15,7 +15,7 @@ from rich.console import Console
 from icetide.cli.progress import ProgressBars, ProgressLines, progress_view
 from icetide.errors import ConfigError
 from icetide.maintenance.health import HealthThresholds
-from icetide.maintenance.maintain import MaintenancePolicy, maintain
+from icetide.maintenance.maintain import MaintenancePolicy, current_snapshot_id, maintain, maintain_tables
 from icetide.maintenance.progress import ProgressEvent
 from icetide.sources.generator import AdEventsConfig, ad_events
 from tests.ad_events import stream_ad_events
@@ -274,3 +274,25 @@ def test_cli_fold_all_makes_a_small_v2_table_readable_by_every_engine(
         assert duckdb_rows(con, f"iceberg_scan('{metadata()}')", columns, key) == model
     spark_rows = [r.asDict() for r in spark.table(table_name).collect()]
     assert {(r["id"],): (r["id"], r["v"]) for r in spark_rows} == model
+
+
+def test_a_scheduled_pass_skips_a_table_nothing_committed_to(spark: Any, table_name: str) -> None:
+    """maintain_tables with `settled` (what the pipeline's maintenance schedule keeps): a table a
+    whole pass left unchanged is skipped until something commits to it, then maintained again."""
+    t = Table(spark, table_name)
+    _three_hours(t)
+    policy = MaintenancePolicy(thresholds=HealthThresholds(max_small_files=1))
+    settled: dict[str, int] = {}
+    first = maintain_tables(spark, [table_name], policy, settled=settled)
+    compaction = first.reports[0].compaction
+    assert compaction is not None and compaction.groups == 3 and table_name not in settled  # it committed
+    second = maintain_tables(spark, [table_name], policy, settled=settled)
+    assert second.reports[0].did_nothing and settled == {table_name: current_snapshot_id(spark, table_name)}
+    third = maintain_tables(spark, [table_name], policy, settled=settled)
+    assert third.reports == [] and third.next_start == 0  # skipped: nothing committed since
+    t.append(rows_of([30], "twelve", minutes=[125]))  # a commit beside the schedule
+    t.append(rows_of([31], "twelve", minutes=[126]))
+    fourth = maintain_tables(spark, [table_name], policy, settled=settled)
+    compaction = fourth.reports[0].compaction
+    assert compaction is not None and compaction.groups == 1 and table_name not in settled
+    t.check()

@@ -206,7 +206,8 @@ class PipelineConfig:
     write_parallelism: int | None = None
     changelog: bool = False
     schema_evolution: bool = False  # new batch columns add table columns, widenings apply (UpsertSink)
-    maintenance: MaintenanceConfig | None = None  # icetide.maintain beside the pipeline; None: never
+    # icetide.maintain beside the pipeline (a thread every 10s unless the block says otherwise); None: `off`
+    maintenance: MaintenanceConfig | None = field(default_factory=MaintenanceConfig.default)
     spark: dict[str, str] = field(default_factory=dict)
     stateful: StatefulSettings | None = None  # merge engine / enrichment: a two-stage pipeline
     capture_source: bool = False  # stage 1 of two: keep each record's position and op as columns

@@ -167,6 +167,11 @@ class MaintenanceReport:
     properties_set: dict[str, str] = field(default_factory=dict)  # retention defaults the table lacked
     equality_deletes_left: int | None = None  # with fold_all: equality-delete files still live after it
 
+    @property
+    def did_nothing(self) -> bool:
+        """Nothing was due and nothing changed (a pass a schedule logs at DEBUG only)."""
+        return self.lines() == ["nothing due"]
+
     def lines(self) -> list[str]:
         """One line per thing done, for a terminal or a log."""
         out = []
@@ -285,7 +290,8 @@ def maintain(
         properties_set=properties_set,
         equality_deletes_left=left,
     )
-    log.info("maintenance of %s: %s", table, "; ".join(report.lines()))
+    level = logging.DEBUG if report.did_nothing else logging.INFO
+    log.log(level, "maintenance of %s: %s", table, "; ".join(report.lines()))
     return report
 
 
@@ -310,6 +316,14 @@ def _health(spark: SparkSession, table: str, policy: MaintenancePolicy) -> tuple
     refs = files.scan(snapshot_id)
     health = planned_health(files, refs, files.live_deletes(snapshot_id), policy.health_thresholds)
     return (snapshot_id, files, refs), health
+
+
+def current_snapshot_id(spark: SparkSession, table: str) -> int:
+    """The table's current snapshot id as its catalog has it now (-1 before the first commit)."""
+    jtable = load_table(spark, table)
+    jtable.refresh()
+    snapshot = jtable.currentSnapshot()
+    return int(snapshot.snapshotId()) if snapshot is not None else -1
 
 
 def manifest_count(spark: SparkSession, table: str) -> int:
@@ -348,6 +362,7 @@ def maintain_tables(
     stop: Callable[[], bool] | None = None,
     keep_going: bool = False,
     fold_all: bool = False,
+    settled: dict[str, int] | None = None,
 ) -> TablesPass:
     """One pass of `maintain` over `tables` (a pipeline's), within the policy's time budget for the whole pass.
 
@@ -359,6 +374,11 @@ def maintain_tables(
     budget. Once it is spent, the remaining tables wait for the next pass, which starts with the
     first of them (`next_start`), so every table is reached over a few passes however many there are.
     `fold_all` is passed to every table's `maintain`.
+
+    `settled` (kept by a caller that runs passes on a schedule) maps a table to the snapshot a
+    whole pass left unchanged: nothing was due, or nothing due could be done. The table is skipped
+    while that snapshot is still current, for the cost of one metadata refresh, and looked at
+    again once anything commits to it. Without it every table gets its full pass.
     """
     p = policy or MaintenancePolicy()
     started = time.monotonic()
@@ -374,7 +394,18 @@ def maintain_tables(
             break
         table_policy = p if left is None else replace(p, time_budget_seconds=max(0.0, left))
         try:
-            reports.append(maintain(spark, table, table_policy, progress=progress, stop=stop, fold_all=fold_all))
+            before = current_snapshot_id(spark, table) if settled is not None else None
+            if settled is not None and settled.get(table) == before:
+                log.debug("maintenance of %s: no commit since the last pass, skipped", table)
+                done += 1
+                continue
+            report = maintain(spark, table, table_policy, progress=progress, stop=stop, fold_all=fold_all)
+            reports.append(report)
+            if settled is not None and before is not None:
+                if not report.stopped and current_snapshot_id(spark, table) == before:
+                    settled[table] = before
+                else:
+                    settled.pop(table, None)
         except Exception as exc:
             if not keep_going or driver_stopped(exc):  # no table can be maintained without a driver
                 raise

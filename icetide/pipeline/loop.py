@@ -78,6 +78,7 @@ class PipelineLoop:
         self.config = steps.config
         self._stop = stop
         self._maintenance_cursor = 0
+        self._maintenance_settled: dict[str, int] = {}  # maintain_tables skips these until they change
 
     def run(
         self,
@@ -201,6 +202,7 @@ class PipelineLoop:
                 maintenance_policy(settings),
                 start=self._maintenance_cursor,
                 keep_going=True,
+                settled=self._maintenance_settled,
             )
             self._maintenance_cursor = passed.next_start
             self.steps.maintenance_runs.extend(passed.reports)

@@ -66,6 +66,7 @@ class MaintenanceThread:
         self.reports: list[MaintenanceReport] = reports if reports is not None else []
         self.failures = 0
         self._next_start = 0
+        self._settled: dict[str, int] = {}  # table -> the snapshot a pass left as it was (skipped until a commit)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
 
@@ -104,6 +105,7 @@ class MaintenanceThread:
                     start=self._next_start,
                     stop=self._stop.is_set,
                     keep_going=True,
+                    settled=self._settled,
                 )
             except Exception:
                 self.failures += 1
@@ -113,8 +115,12 @@ class MaintenanceThread:
             self.failures += len(passed.failed)
             for report in passed.reports:
                 self.reports.append(report)
-                log.info(
-                    "maintenance of %s (thread) in %.1fs: %s", report.table, report.seconds, "; ".join(report.lines())
+                log.log(
+                    logging.DEBUG if report.did_nothing else logging.INFO,
+                    "maintenance of %s (thread) in %.1fs: %s",
+                    report.table,
+                    report.seconds,
+                    "; ".join(report.lines()),
                 )
             if passed.not_reached:
                 log.info("maintenance: %d table(s) wait for the next run (time budget)", len(passed.not_reached))
