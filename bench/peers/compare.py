@@ -125,10 +125,11 @@ def pipeline_file(
     bootstrap: str,
     topic: str,
     table: str,
-    maintenance: dict[str, Any] | None = None,
+    maintenance: dict[str, Any] | str | None = None,
 ) -> None:
     """icetide's pipeline file: its defaults, except what names the source and the table (and
-    `maintenance`, the pipeline's maintenance block, at its default policy).
+    `maintenance`, the pipeline's maintenance block at its default policy, or "off"; None: the
+    default block, a thread every 10s).
     A Debezium workload is a database sync (docs/how-to/debezium-sync.md): the topics of the
     connector's tables, each table created from its messages, `table` the one this workload feeds."""
     config: dict[str, Any] = {
@@ -159,18 +160,31 @@ def pipeline_file(
         config["dead_letter"] = names + "dead_letter"
     elif workload.order_by:
         config["order_by"] = workload.order_by
-    if maintenance:
+    if maintenance is not None:
         config["maintenance"] = maintenance
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
 
 
-def maintenance_block(args: Any) -> dict[str, Any]:
-    """icetide's `maintenance:` block from the command line ({} without one)."""
+def maintenance_block(args: Any) -> dict[str, Any] | str | None:
+    """icetide's `maintenance:` block from the command line: None (its default, every 10s), "off",
+    or a schedule."""
+    if args.icetide_maintenance == "off":
+        return "off"
     if args.icetide_maintenance:
         return {"every": args.icetide_maintenance}
     if args.icetide_maintenance_batches:
         return {"every_batches": args.icetide_maintenance_batches}
-    return {}
+    return None
+
+
+def maintenance_words(block: dict[str, Any] | str | None) -> str:
+    """How a report names icetide's maintenance block."""
+    if block is None:
+        return "its default maintenance (a thread every 10s)"
+    if block == "off":
+        return "`maintenance: off`"
+    assert isinstance(block, dict)
+    return f"`maintenance: {{{', '.join(f'{k}: {v}' for k, v in block.items())}}}` at its default policy"
 
 
 def start_icetide(config: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -578,12 +592,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
             else ""
         )
     )
-    block = maintenance_block(args)
-    maintained = (
-        f", with `maintenance: {{{', '.join(f'{k}: {v}' for k, v in block.items())}}}` at its default policy"
-        if block
-        else ""
-    )
+    maintained = f", with {maintenance_words(maintenance_block(args))}"
     return (
         (
             f"Workload `{workload.name}`: {len(workload.warm_up):,} rows in a PostgreSQL table (the connector's "
@@ -634,14 +643,15 @@ def main() -> None:
         "--icetide-maintenance",
         default="",
         metavar="DURATION",
-        help="give icetide's pipeline `maintenance: {every: DURATION}` (compaction beside the stream); default: none",
+        help="give icetide's pipeline `maintenance: {every: DURATION}` (compaction beside the stream), or `off`; "
+        "default: no block, icetide's default (every 10s)",
     )
     p.add_argument(
         "--icetide-maintenance-batches",
         type=int,
         default=0,
         metavar="N",
-        help="give icetide's pipeline `maintenance: {every_batches: N}` (compaction between batches); default: none",
+        help="give icetide's pipeline `maintenance: {every_batches: N}` (compaction between batches)",
     )
     p.add_argument("--logs", default="", metavar="FOLDER", help="copy every system's log into FOLDER at the end")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for a table to hold its model")
@@ -651,14 +661,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     body = in_temp_warehouse(lambda wh: run(args.workload, args, wh))
     peers = "the Flink Iceberg sink" + (" and Iceberg's Kafka Connect sink" if args.workload == "appends" else "")
-    block = maintenance_block(args)
-    maintained = (
-        f", icetide with maintenance every {block['every']}"
-        if "every" in block
-        else f", icetide with maintenance every {block['every_batches']} batches"
-        if block
-        else ""
-    )
+    maintained = f", icetide with {maintenance_words(maintenance_block(args))}"
     report(f"bench/peers/compare.py: icetide beside {peers}, {args.workload}{maintained}", body, save=args.record)
 
 
