@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 
 WRITER_ID = f"{socket.gethostname()}:{os.getpid()}"  # which process wrote a file, for debugging
 DATA, EQUALITY_DELETES = "data", "equality_deletes"
-DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024  # write.parquet.row-group-size-bytes, as Iceberg's default
 
 WRITTEN_FILE_SCHEMA = pa.schema(
     [

@@ -39,13 +39,13 @@ import pyarrow.parquet as pq
 
 from icetide.errors import one_line
 from icetide.executor.file_metrics import FIELD_ID_KEY, content_file_json
-from icetide.executor.writer import DEFAULT_ROW_GROUP_BYTES, RollingFileWriter
+from icetide.executor.writer import RollingFileWriter
 from icetide.filesystems import filesystem_for
 from icetide.maintenance.carry import ROW_ID_FIELD_ID
 from icetide.maintenance.equality_match import convertible, deleted_positions
 from icetide.maintenance.inventory import TableFiles
 from icetide.maintenance.planning import DataFileRef, FileGroup, PartitionKey
-from icetide.table.iceberg import arrow_schema, format_version, jvm, table_property
+from icetide.table.iceberg import arrow_schema, format_version, jvm, parquet_settings
 from icetide.write.keys import columns_by_field_id, read_by_field_id
 from icetide.write.vectors import marked_positions
 
@@ -102,10 +102,7 @@ class DriverRewrite:
         self._keys: dict[str, tuple[tuple[int, ...], pa.Table]] = {}  # equality delete -> (field ids, keys)
         self._written: list[str] = []  # every new file, to delete should the unit fail
         self._provider: Any = None  # the table's LocationProvider, asked for once
-        level = table_property(table, "write.parquet.compression-level", "")
-        self._codec = table_property(table, "write.parquet.compression-codec", "zstd").lower()
-        self._level = int(level) if level else None
-        self._row_group = int(table_property(table, "write.parquet.row-group-size-bytes", str(DEFAULT_ROW_GROUP_BYTES)))
+        self._parquet = parquet_settings(table)
 
     def _facts(self, path: str) -> dict[str, Any]:
         fields = self.files.facts.get(path)
@@ -163,7 +160,8 @@ class DriverRewrite:
         name = f"icetide-compaction-{uuid.uuid4().hex}-"
         java_partition = self.files.tasks[group.files[0].path].file().partition()
         folder = posixpath.dirname(str(self._locations().newDataLocation(spec, java_partition, name)))
-        settings = FileSettings(folder, self.target, self._row_group, self._codec, self._level)
+        p = self._parquet
+        settings = FileSettings(folder, self.target, p.row_group_bytes, p.compression, p.compression_level)
         writer = RollingFileWriter(settings, self.out_schema, "", name)
         try:
             writer.write(rows)

@@ -18,13 +18,11 @@ from icetide.commit.pipeline_state import PipelineState, all_pipeline_states
 from icetide.maintenance.inventory import TableFiles
 from icetide.maintenance.planning import DataFileRef, DeleteRef, PartitionKey
 from icetide.spark.py4j_collections import java_list
-from icetide.table.iceberg import load_table, spec_transforms, table_property
+from icetide.table.iceberg import load_table, spec_transforms, target_file_size
 from icetide.table.partition_labels import label_of_values, partition_title
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -187,10 +185,6 @@ class _Counts:
         self.kinds[kind] = (n + 1, r + records, b + size, sm + small)
 
 
-def _target_file_size(jtable: Any) -> int:
-    return int(table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE)))
-
-
 def table_health(
     spark: SparkSession,
     table: str,
@@ -212,7 +206,7 @@ def table_health(
     specs = spec_transforms(jtable)
     partitioned = any(specs.values())
     label = partition_labeller(jtable)
-    small_limit = int(_target_file_size(jtable) * t.small_file_ratio)
+    small_limit = int(target_file_size(jtable) * t.small_file_ratio)
     part_expr = "partition" if partitioned else "NULL"
     # One query: per partition and kind, the files, and the rows of data files a DV (or a
     # file-scoped position delete) applies to, found by joining the delete files' references.
@@ -256,7 +250,7 @@ def planned_health(
     Partition values are Iceberg's JSON of them (an hour's number, a day's date as text), and
     partitions' `last_updated` is not read."""
     jtable = files.table
-    small_limit = int(_target_file_size(jtable) * thresholds.small_file_ratio)
+    small_limit = int(target_file_size(jtable) * thresholds.small_file_ratio)
     groups: dict[tuple[int, str], _Counts] = {}
 
     def counts(partition: PartitionKey, path: str) -> _Counts:
@@ -318,7 +312,7 @@ def _health(
     # The snapshots through the Java API: the metadata holds them, a Spark job would only list them.
     committed = [int(s.timestampMillis()) for s in java_list(jtable.snapshots())]
     current = [tr for _, tr in specs.get(int(jtable.spec().specId()), [])]
-    target = _target_file_size(jtable)
+    target = target_file_size(jtable)
     health = TableHealth(
         table=table,
         target_file_size=target,

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from icetide.config.pipeline import parse_size
 from icetide.errors import ConfigError
+from icetide.table.iceberg import DEFAULT_TARGET_FILE_SIZE
 
-DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size-bytes default
 DEFAULT_MIN_INPUT_FILES = 5  # Iceberg's min-input-files default
 DEFAULT_MAX_GROUP_BYTES = 100 * 1024**3  # Iceberg's max-file-group-size-bytes default
 MIN_FILE_SIZE_RATIO = 0.75  # Iceberg: min-file-size-bytes = 75% of the target

@@ -14,7 +14,6 @@ from icetide.commit.committer import CommitOutcome, Committer, WrittenFile
 from icetide.commit.pipeline_state import PipelineState
 from icetide.errors import ConfigError
 from icetide.executor.writer import (
-    DEFAULT_ROW_GROUP_BYTES,
     SpecLayout,
     WriterConfig,
     file_prefix,
@@ -28,8 +27,9 @@ from icetide.table.iceberg import (
     data_location,
     key_columns,
     key_field_ids,
+    parquet_settings,
     partition_fields,
-    table_property,
+    target_file_size,
 )
 from icetide.write.batch import BatchResult, WriterPlan, WrittenBatch
 from icetide.write.conform import conform_batch
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size-bytes default
 DEFAULT_COMPRESSION_RATIO = 0.4
 PARTITION_COLUMN_PREFIX = "_icetide_p"
 # The table properties writer_config reads (data_location's included).
@@ -452,10 +451,8 @@ class UpsertSink:
         """
         jtable = self.committer.table
         fields = partition_fields(jtable)
-        target = self.target_file_size or int(
-            table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE))
-        )
-        level = table_property(jtable, "write.parquet.compression-level", "")
+        target = self.target_file_size or target_file_size(jtable)
+        parquet = parquet_settings(jtable)
         return WriterConfig(
             table_schema=arrow_schema(schema if schema is not None else jtable.schema()),
             key=tuple(self.key),
@@ -471,11 +468,9 @@ class UpsertSink:
             order_by=self.order_by if order_by is None else order_by,
             changelog=self.changelog if changelog is None else changelog,
             target_file_size=target,
-            row_group_bytes=int(
-                table_property(jtable, "write.parquet.row-group-size-bytes", str(DEFAULT_ROW_GROUP_BYTES))
-            ),
-            compression=table_property(jtable, "write.parquet.compression-codec", "zstd").lower(),
-            compression_level=int(level) if level else None,
+            row_group_bytes=parquet.row_group_bytes,
+            compression=parquet.compression,
+            compression_level=parquet.compression_level,
             keep_inserts=self.keep_inserts if keep_inserts is None else keep_inserts,
             delete_specs=delete_specs,
         )

@@ -290,6 +290,35 @@ def table_property(jtable: JavaObject, key: str, default: str) -> str:
     return default if value is None else str(value)
 
 
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # write.target-file-size-bytes, as Iceberg's default
+DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024  # write.parquet.row-group-size-bytes, as Iceberg's default
+
+
+def target_file_size(jtable: JavaObject) -> int:
+    """The table's `write.target-file-size-bytes`."""
+    return int(table_property(jtable, "write.target-file-size-bytes", str(DEFAULT_TARGET_FILE_SIZE)))
+
+
+@dataclass(frozen=True)
+class ParquetSettings:
+    """How the table's Parquet files are written (its write.parquet.* properties): by the stream's
+    writers and by compaction's driver rewrite alike."""
+
+    row_group_bytes: int
+    compression: str  # lower case, e.g. zstd
+    compression_level: int | None
+
+
+def parquet_settings(jtable: JavaObject) -> ParquetSettings:
+    """The table's Parquet write properties, Iceberg's defaults where unset."""
+    level = table_property(jtable, "write.parquet.compression-level", "")
+    return ParquetSettings(
+        row_group_bytes=int(table_property(jtable, "write.parquet.row-group-size-bytes", str(DEFAULT_ROW_GROUP_BYTES))),
+        compression=table_property(jtable, "write.parquet.compression-codec", "zstd").lower(),
+        compression_level=int(level) if level else None,
+    )
+
+
 def java_exception_class(exc: BaseException) -> str:
     """The Java class name behind a Py4JJavaError, or '' for anything else."""
     java_exc = getattr(exc, "java_exception", None)
