@@ -252,7 +252,11 @@ class KafkaBroker(ServerProcess):
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.connection.setup.timeout.ms": "1000"})
+        # log_level 0: "Connection refused" until the broker listens is the expected answer here,
+        # not one for the console (the last error is in the exception below)
+        admin = AdminClient(
+            {"bootstrap.servers": self.bootstrap, "socket.connection.setup.timeout.ms": "1000", "log_level": 0}
+        )
         last = "no answer"
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
