@@ -1,12 +1,14 @@
 """Maintenance on a schedule, on a thread of the pipeline's own Spark application.
 
-The runner (and the sync runner, for all of its tables) starts a `MaintenanceThread` when the
-pipeline config says `maintenance: {every: 5m}` and stops it when the run ends (`--once`
-drained, SIGINT/SIGTERM, an error). Batches keep committing meanwhile; what keeps the two apart
-is Iceberg's validation, not a lock: compaction commits with the starting sequence number and
-skips a conflicting group, a delete conversion that conflicts lands nothing, and the stream's
-commit retries a lost race. A run that fails is logged and the thread goes on; it never fails
-the stream, and a table that fails never keeps the others from their turn.
+The runner (and the sync runner, for all of its tables) starts a `MaintenanceThread` unless the
+pipeline config says `maintenance: off` or `{every_batches: N}` (without a block: every 10s; with
+`{every: 5m}`: every 5 minutes) and stops it when the run ends (`--once` drained, SIGINT/SIGTERM,
+an error). A table a pass left unchanged is skipped until something commits to it. Batches keep
+committing meanwhile; what keeps the two apart is Iceberg's validation, not a lock: compaction
+commits with the starting sequence number and skips a conflicting group, a delete conversion
+that conflicts lands nothing, and the stream's commit retries a lost race. A run that fails is
+logged and the thread goes on; it never fails the stream, and a table that fails never keeps the
+others from their turn.
 """
 
 from __future__ import annotations
