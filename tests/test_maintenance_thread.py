@@ -68,3 +68,33 @@ def test_thread_maintains_while_batches_commit(spark: Any, tmp_path: Path, fold:
     assert any(_did_something(r) for r in runner.maintenance_runs), [r.lines() for r in runner.maintenance_runs]
     load_table(spark, runner.config.table.name).refresh()
     assert table_rows(spark, runner.config.table.name, COLUMNS, KEY) == expected(lines)
+
+
+def test_a_failed_pass_is_one_warning_line_and_the_thread_goes_on(spark: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A pass that raises (here the pipeline's table list, with a py4j-shaped message) is one
+    WARNING line naming the Java cause, the stack trace only at DEBUG; the thread keeps its
+    schedule and counts each failure."""
+    from icetide.maintenance.maintain import MaintenancePolicy
+    from icetide.pipeline.maintenance_thread import MaintenanceThread
+
+    def tables() -> list[str]:
+        raise RuntimeError(
+            "An error occurred while calling o42.loadTable.\n"
+            ": org.apache.iceberg.exceptions.NoSuchTableException: Table does not exist: lake.db.gone\n"
+            "\tat org.apache.iceberg.BaseMetastoreCatalog.loadTable(BaseMetastoreCatalog.java:50)"
+        )
+
+    caplog.set_level("WARNING", logger="icetide.pipeline.maintenance_thread")
+    thread = MaintenanceThread(spark, tables, MaintenancePolicy(), 0.05, name="lake.db.gone").start()
+    try:
+        deadline = time.monotonic() + 30
+        while thread.failures < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert thread.failures >= 2 and thread.running  # it went on after the first failure
+    finally:
+        assert thread.stop(30)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings and all(r.exc_info is None for r in warnings)  # no stack trace at WARNING
+    line = warnings[0].getMessage()
+    assert "\n" not in line and "NoSuchTableException: Table does not exist: lake.db.gone" in line, line
+    assert "maintenance of lake.db.gone failed" in line and "the pipeline goes on" in line

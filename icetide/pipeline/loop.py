@@ -23,7 +23,7 @@ from icetide.ops.prometheus import PipelineMetrics
 from icetide.ops.runner_lock import RunnerLock, lock_config
 from icetide.ops.stop_signals import StopSignals
 from icetide.pipeline.batches import BatchMetrics, RunSummary
-from icetide.pipeline.maintenance_thread import MaintenanceThread, maintenance_policy
+from icetide.pipeline.maintenance_thread import MaintenanceThread, log_failed_pass, maintenance_policy
 from icetide.pipeline.overlap import CommitOverlap
 from icetide.pipeline.supervision import RestartMetrics, supervise
 
@@ -206,8 +206,8 @@ class PipelineLoop:
             )
             self._maintenance_cursor = passed.next_start
             self.steps.maintenance_runs.extend(passed.reports)
-        except Exception:
-            log.warning("maintenance of %s's tables failed; the pipeline goes on", self.config.pipeline, exc_info=True)
+        except Exception as exc:
+            log_failed_pass(f"{self.config.pipeline}'s tables", exc)
 
     def _start_maintenance_thread(self) -> MaintenanceThread | None:
         """With `maintenance: {every: ...}`, maintenance on its own thread for this run; else None."""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from icetide.config.pipeline import MaintenanceConfig
+from icetide.errors import one_line
 from icetide.maintenance.maintain import MaintenancePolicy, MaintenanceReport, maintain_tables
 
 if TYPE_CHECKING:
@@ -28,6 +29,13 @@ log = logging.getLogger(__name__)
 
 THREAD_NAME = "icetide-maintenance"
 DEFAULT_STOP_TIMEOUT = 600.0  # a run in flight finishes its compaction group, then returns
+
+
+def log_failed_pass(what: str, exc: BaseException) -> None:
+    """A maintenance pass beside a pipeline failed: one WARNING line naming the cause (the stack
+    trace, Java's included, at DEBUG); the pipeline goes on."""
+    log.warning("maintenance of %s failed (%s); the pipeline goes on", what, one_line(exc))
+    log.debug("the maintenance failure", exc_info=exc)
 
 
 def maintenance_policy(config: MaintenanceConfig) -> MaintenancePolicy:
@@ -109,9 +117,9 @@ class MaintenanceThread:
                     keep_going=True,
                     settled=self._settled,
                 )
-            except Exception:
+            except Exception as exc:
                 self.failures += 1
-                log.warning("maintenance of %s failed; the pipeline goes on", self.table, exc_info=True)
+                log_failed_pass(self.table, exc)
                 continue
             self._next_start = passed.next_start
             self.failures += len(passed.failed)
