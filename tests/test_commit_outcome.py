@@ -44,7 +44,7 @@ def test_failure_after_the_commit_call_keeps_the_batch(
     sink = icetide.UpsertSink(spark, table_name, pipeline_id="po")
     fail_at("after_commit_call")
     result = sink.write(to_df(spark, _rows(5)), batch_id=1)
-    assert result.committed
+    assert result.committed and result.commit_attempts == 1
     assert faults._failed == {"after_commit_call": 1}  # the fault did fire
     assert len(_files(warehouse, table_name, "po", 1)) == 2  # data + equality deletes, kept
     assert sorted(r["id"] for r in spark.table(table_name).collect()) == [0, 1, 2, 3, 4]
@@ -72,6 +72,7 @@ def test_unknown_outcome_that_did_not_land_is_retried(
     fail_at("before_commit_call", times=2)
     result = sink.write(to_df(spark, _rows(3)), batch_id=1)
     assert result.committed and faults._failed == {"before_commit_call": 2}
+    assert result.commit_attempts == 3  # two failed calls, then the one that landed (the metrics line's count)
     assert sorted(r["id"] for r in spark.table(table_name).collect()) == [0, 1, 2]
     assert sink.last_committed().batch_id == 1  # type: ignore[union-attr]
 

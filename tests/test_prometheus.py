@@ -53,6 +53,8 @@ def test_runner_serves_prometheus_metrics(spark: Any, tmp_path: Path) -> None:
     assert value("icetide_overlapped_commits_total") == sum(b.overlapped for b in summary.batches)
     assert value("icetide_records_as_columns_total") == 0  # JSON: no run is read as columns
     assert value("icetide_commit_seconds_count") == 3
+    assert all(b.commit_attempts >= 1 for b in summary.batches)  # each batch's commit made one call at least
+    assert value("icetide_commit_retries_total") == sum(b.commit_attempts - 1 for b in summary.batches)
     assert math.isclose(
         value("icetide_commit_seconds_sum"), sum(b.commit_seconds for b in summary.batches), abs_tol=0.01
     )

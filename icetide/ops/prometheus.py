@@ -15,6 +15,8 @@ Series (all names start with `icetide_`):
 - `overlapped_commits_total` {pipeline, table}: batches committed while the next one was written
 - `records_as_columns_total` {pipeline, table}: records decoded a run at a time, as columns
 - `commit_seconds` histogram {pipeline, table}: the catalog commit of each batch
+- `commit_retries_total` {pipeline, table}: commit attempts after a batch's first, each one a race
+  lost to another writer of the table (maintenance, a second runner, another engine)
 - `last_commit_timestamp_seconds`, `seconds_since_last_commit` {pipeline, table}
 - `source_lag` {pipeline, source, partition}: records (Kafka) or files (landing folder) not yet read
 - `restarts_total` {pipeline}, `maintenance_runs_total` {pipeline, table}
@@ -58,6 +60,8 @@ class CommittedBatch(Protocol):
     def commit_seconds(self) -> float: ...
     @property
     def nested_as_text(self) -> int: ...
+    @property
+    def commit_attempts(self) -> int: ...
 
 
 class RanBatch(Protocol):
@@ -83,6 +87,7 @@ class TableCounts:
     bad_records: int
     commit_seconds: float
     nested_as_text: int = 0  # (format: json only; a many-table pipeline reads Debezium)
+    commit_attempts: int = 0
 
 
 def _client() -> Any:
@@ -130,6 +135,12 @@ class _Series:
         )
         self.as_columns = pc.Counter(
             "icetide_records_as_columns", "Records decoded a run at a time, as columns", table, registry=r
+        )
+        self.commit_retries = pc.Counter(
+            "icetide_commit_retries",
+            "Commit attempts after a batch's first: races lost to another writer of the table",
+            table,
+            registry=r,
         )
         self.commit = pc.Histogram(
             "icetide_commit_seconds", "Catalog commit time of a batch", table, buckets=COMMIT_BUCKETS, registry=r
@@ -180,6 +191,7 @@ class PipelineMetrics:
         self._series.maintenance.labels(**labels)
         self._series.overlapped.labels(**labels)
         self._series.as_columns.labels(**labels)
+        self._series.commit_retries.labels(**labels)
         for outcome in ("committed", "noop"):
             self._series.batches.labels(**labels, outcome=outcome)
 
@@ -219,13 +231,14 @@ class PipelineMetrics:
         self._series.last_commit.labels(pipeline=self.pipeline, table=self.table).set(moment)
 
     def record_batch(self, batch: CommittedBatch, partition_lag: Mapping[str, int] | None = None) -> None:
-        """Count one batch: rows, records, bad records, values kept as JSON text, commit latency,
-        and the source lag after it."""
+        """Count one batch: rows, records, bad records, values kept as JSON text, commit latency
+        and retries, and the source lag after it."""
         s, labels = self._series, {"pipeline": self.pipeline, "table": self.table}
         s.records.labels(**labels).inc(batch.records_in)
         s.bad.labels(**labels).inc(batch.bad_records)
         s.nested_as_text.labels(**labels).inc(batch.nested_as_text)
         s.batches.labels(**labels, outcome="committed" if batch.committed else "noop").inc()
+        s.commit_retries.labels(**labels).inc(max(batch.commit_attempts - 1, 0))
         if batch.committed:
             s.rows.labels(**labels).inc(batch.rows_written)
             s.commit.labels(**labels).observe(batch.commit_seconds)

@@ -53,6 +53,7 @@ class BatchMetrics:
         0  # records the fast path read a run at a time, as columns (decode/debezium/event_runs.py)
     )
     nested_as_text: int = 0  # objects and arrays in STRING columns kept as their JSON text (json: nested_as_text)
+    commit_attempts: int = 0  # the most attempts a table's catalog commit took (more than 1: it lost races)
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -162,6 +163,7 @@ def batch_metrics(kind: type[M], pipeline: str, batch_id: int, results: Mapping[
         "data_files": sum(r.data_files for r in values),
         "delete_files": sum(r.delete_files for r in values),
         "bytes_written": sum(r.bytes_written for r in values),
+        "commit_attempts": max([r.commit_attempts for r in values] or [0]),
         **{name: slowest(name) for name in ("write_seconds", "commit_seconds", "plan_seconds", "refresh_seconds")},
     }
     if issubclass(kind, SyncBatchMetrics):

@@ -38,6 +38,7 @@ class BatchResult:
     # back and looked up in the key index), and the index built or following commits
     find_seconds: float = 0.0
     index_seconds: float = 0.0
+    commit_attempts: int = 0  # the catalog commit's attempts: 1, more after lost races (0: no commit call)
 
     @classmethod
     def of_files(
@@ -78,6 +79,7 @@ class BatchResult:
             writers=tuple(sorted({f.writer for f in landed})),
             plan_seconds=plan_seconds,
             refresh_seconds=refresh_seconds,
+            commit_attempts=outcome.attempts,
             find_seconds=find_seconds,
             index_seconds=index_seconds,
         )

@@ -396,6 +396,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
                 rows_written=result.rows_written,
                 bad_records=d.bad_count if d is not None else 0,
                 commit_seconds=result.commit_seconds,
+                commit_attempts=result.commit_attempts,
             )
             self._table_metrics[name].record_batch(counts)
         if unrouted > 0:
