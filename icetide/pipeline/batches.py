@@ -54,6 +54,10 @@ class BatchMetrics:
     )
     nested_as_text: int = 0  # objects and arrays in STRING columns kept as their JSON text (json: nested_as_text)
     commit_attempts: int = 0  # the most attempts a table's catalog commit took (more than 1: it lost races)
+    # deletes="vectors", within commit_seconds: finding the rows the batch replaces (its keys looked up
+    # in the key index), and the index built or following other writers' commits
+    find_seconds: float = 0.0
+    index_seconds: float = 0.0
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -164,7 +168,17 @@ def batch_metrics(kind: type[M], pipeline: str, batch_id: int, results: Mapping[
         "delete_files": sum(r.delete_files for r in values),
         "bytes_written": sum(r.bytes_written for r in values),
         "commit_attempts": max([r.commit_attempts for r in values] or [0]),
-        **{name: slowest(name) for name in ("write_seconds", "commit_seconds", "plan_seconds", "refresh_seconds")},
+        **{
+            name: slowest(name)
+            for name in (
+                "write_seconds",
+                "commit_seconds",
+                "plan_seconds",
+                "refresh_seconds",
+                "find_seconds",
+                "index_seconds",
+            )
+        },
     }
     if issubclass(kind, SyncBatchMetrics):
         totals["tables_committed"] = sum(1 for r in values if r.committed)

@@ -64,6 +64,7 @@ class StagedBatch:
         files = self.files.get(name, [])
         committing = time.monotonic()
         outcome = sink.commit_files(batch_id, files, position, batch_path=batch_path)
+        index = sink.committer.index_seconds()
         return BatchResult.of_files(
             batch_id,
             files,
@@ -71,6 +72,8 @@ class StagedBatch:
             write_seconds=self.write_seconds,
             commit_seconds=time.monotonic() - committing - outcome.refresh_seconds,
             refresh_seconds=outcome.refresh_seconds,
+            find_seconds=index.find,
+            index_seconds=index.follow,
         )
 
 
