@@ -15,8 +15,9 @@ Series (all names start with `icetide_`):
 - `overlapped_commits_total` {pipeline, table}: batches committed while the next one was written
 - `records_as_columns_total` {pipeline, table}: records decoded a run at a time, as columns
 - `commit_seconds` histogram {pipeline, table}: the catalog commit of each batch
-- `commit_retries_total` {pipeline, table}: commit attempts after a batch's first, each one a race
-  lost to another writer of the table (maintenance, a second runner, another engine)
+- `commit_retries_total` {pipeline, table}: commit attempts after a batch's first: a race lost to
+  another writer of the table (maintenance, a second runner, another engine), or a call whose
+  outcome was unknown and that had not landed
 - `last_commit_timestamp_seconds`, `seconds_since_last_commit` {pipeline, table}
 - `source_lag` {pipeline, source, partition}: records (Kafka) or files (landing folder) not yet read
 - `restarts_total` {pipeline}, `maintenance_runs_total` {pipeline, table}
@@ -138,7 +139,7 @@ class _Series:
         )
         self.commit_retries = pc.Counter(
             "icetide_commit_retries",
-            "Commit attempts after a batch's first: races lost to another writer of the table",
+            "Commit attempts after a batch's first: races lost to another writer, calls that failed before landing",
             table,
             registry=r,
         )

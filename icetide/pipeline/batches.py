@@ -53,7 +53,7 @@ class BatchMetrics:
         0  # records the fast path read a run at a time, as columns (decode/debezium/event_runs.py)
     )
     nested_as_text: int = 0  # objects and arrays in STRING columns kept as their JSON text (json: nested_as_text)
-    commit_attempts: int = 0  # the most attempts a table's catalog commit took (more than 1: it lost races)
+    commit_attempts: int = 0  # the most attempts a table's catalog commit took (more: lost races, failed calls)
     # deletes="vectors", within commit_seconds: finding the rows the batch replaces (its keys looked up
     # in the key index), and the index built or following other writers' commits
     find_seconds: float = 0.0

@@ -38,7 +38,7 @@ class BatchResult:
     # back and looked up in the key index), and the index built or following commits
     find_seconds: float = 0.0
     index_seconds: float = 0.0
-    commit_attempts: int = 0  # the catalog commit's attempts: 1, more after lost races (0: no commit call)
+    commit_attempts: int = 0  # the catalog commit's attempts: 1, more after lost races or failed calls (0: none made)
 
     @classmethod
     def of_files(
