@@ -338,7 +338,7 @@ def commit_table(
     batch = written.get(name)
     if batch is None:
         outcome = runner.sink_for(name).commit_files(batch_id, [], position, batch_path=path, fallback=reason)
-        return BatchResult(batch_id, outcome.committed, outcome.snapshot_id, 0, 0, 0, 0, 0, 0.0, 0.0, {})
+        return BatchResult.of_files(batch_id, [], outcome, write_seconds=0.0, commit_seconds=0.0)
     sink = runner.sinks[name]
     return sink.commit_written(batch, position, truncate=decoded[name].truncated, batch_path=path, fallback=reason)
 
