@@ -76,3 +76,20 @@ def test_runner_serves_prometheus_metrics(spark: Any, tmp_path: Path) -> None:
     assert value("icetide_commit_seconds_count") == 4
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert "icetide_commit_seconds_bucket" in text and "# TYPE icetide_source_lag gauge" in text
+
+
+def test_a_retried_commit_counts_its_retries_once_per_extra_attempt() -> None:
+    """A table's batch whose commit took three attempts (two lost races or failed calls) adds 2 to
+    `icetide_commit_retries_total`, a first-attempt batch adds nothing, and a no-op batch counts
+    too (its attempts were made), as the counter's help says. Read by scraping, as Prometheus does."""
+    from icetide.ops.prometheus import PipelineMetrics, TableCounts
+
+    metrics = PipelineMetrics("retries", "lake.db.retried", source="kafka")
+    port = metrics.serve("127.0.0.1", 0)
+    labels = tuple(sorted({"pipeline": "retries", "table": "lake.db.retried"}.items()))
+    assert _scrape(port)[("icetide_commit_retries_total", labels)] == 0  # present from the start
+    for attempts, committed in ((3, True), (1, True), (2, False)):
+        metrics.record_batch(TableCounts(committed, 10, 10 if committed else 0, 0, 0.1, commit_attempts=attempts))
+    got = _scrape(port)
+    assert got[("icetide_commit_retries_total", labels)] == 3
+    assert got[("icetide_commit_seconds_count", labels)] == 2  # the no-op batch made no commit
