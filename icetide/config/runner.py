@@ -11,7 +11,7 @@ from icetide.config.values import parse_duration, reject_unknown_keys, require_k
 from icetide.errors import ConfigError
 
 # The keys of each block (the docs' reference of pipeline keys is generated from these tables).
-TRIGGER_KEYS = {"interval", "max_records", "max_files", "overlap_commit"}
+TRIGGER_KEYS = {"interval", "max_records", "max_files", "overlap_commit", "read_ahead"}
 METRICS_KEYS = {"prometheus_port", "prometheus_host"}
 RESTART_KEYS = {"max_attempts", "backoff", "max_backoff"}
 
@@ -26,6 +26,10 @@ class TriggerConfig:
     # While a backlog drains, the next append fast-path batch is read and written while this one
     # commits (docs/runner.md, "Overlapped commits"); false: each batch commits before the next plans.
     overlap_commit: bool = True
+    # A JSON fast-path batch from Kafka reads and writes the records as they arrive until the
+    # trigger time, so only the commit follows it (docs/runner.md, "Reading ahead"); false: a
+    # batch reads what was there at the trigger, after it.
+    read_ahead: bool = True
 
     @classmethod
     def from_dict(cls, d: Any) -> TriggerConfig:
@@ -34,14 +38,16 @@ class TriggerConfig:
         if not isinstance(d, Mapping):
             raise ConfigError("trigger: expected a mapping, e.g. {interval: 5s, max_records: 100000}")
         reject_unknown_keys(d, TRIGGER_KEYS, "trigger.")
-        overlap = d.get("overlap_commit", True)
-        if not isinstance(overlap, bool):
-            raise ConfigError(f"trigger.overlap_commit: expected true or false, got {overlap!r}")
+        overlap, ahead = d.get("overlap_commit", True), d.get("read_ahead", True)
+        for key, value in (("overlap_commit", overlap), ("read_ahead", ahead)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"trigger.{key}: expected true or false, got {value!r}")
         out = cls(
             interval=parse_duration(d.get("interval", 5.0), "trigger.interval"),
             max_records=int(d.get("max_records", 100_000)),
             max_files=int(d.get("max_files", 100)),
             overlap_commit=overlap,
+            read_ahead=ahead,
         )
         if out.max_records < 1:
             raise ConfigError("trigger.max_records: must be at least 1")

@@ -19,6 +19,7 @@ from icetide.config.secrets import redacted_repr
 from icetide.decode.json.block import BadRecord, DecodedBlock
 from icetide.decode.json.records import ArrowJsonDecoder
 from icetide.errors import ExecutorSourceError
+from icetide.executor.kafka_ahead import ReadAhead
 from icetide.executor.kafka_blocks import BlockReader, no_cycle_collection
 from icetide.executor.writer import WriterConfig, with_partition_values, write_appends, write_changes
 from icetide.faults import crash_point
@@ -41,6 +42,7 @@ class JsonTaskConfig:
     upsert: bool = False  # mode upsert: changes collapsed by key, data and equality-delete files
     reads_files: bool = False  # a task's work is landing files (paths), not Kafka offset ranges
     key_check: bool = False  # upserts in more than one task: each returns its distinct keys
+    ahead: ReadAhead | None = None  # read past the ranges until the trigger time (executor/kafka_ahead.py)
 
     __repr__ = redacted_repr  # the consumer's sasl.password and the like show as ***
 
@@ -62,6 +64,7 @@ class JsonTaskResult:
     keys: pa.Table | None = None  # with `key_check`: the distinct keys of the task's changes
     unknown_fields: dict[str, int] = field(default_factory=dict)  # keys that are no column -> records
     nested_as_text: int = 0  # objects and arrays kept as JSON text in STRING columns (json: nested_as_text)
+    reached: list[OffsetRange] = field(default_factory=list)  # with `ahead`: the ranges read
     read_seconds: float = 0.0
     wait_seconds: float = 0.0
     decode_seconds: float = 0.0
@@ -122,7 +125,7 @@ def fast_json_task(config: JsonTaskConfig, work: list[OffsetRange] | list[str], 
 def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskResult) -> Generator[DecodedBlock]:
     """The task's Kafka ranges, decoded a block at a time (executor/kafka_blocks.py)."""
     decoder = config.decoder
-    with BlockReader(config.consumer_settings, config.read_timeout, ranges) as reader:
+    with BlockReader(config.consumer_settings, config.read_timeout, ranges, ahead=config.ahead) as reader:
         try:
             blocks = reader.blocks()
             while True:
@@ -130,6 +133,7 @@ def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskRes
                 block = next(blocks, None)
                 result.wait_seconds += time.perf_counter() - waiting
                 if block is None:
+                    result.reached = reader.reached
                     return
                 decoding = time.thread_time()
                 messages, where = block.messages, block.where

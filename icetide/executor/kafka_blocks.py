@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from icetide.errors import ExecutorSourceError
+from icetide.executor.kafka_ahead import AheadReader, ReadAhead
 from icetide.sources.kafka_reader import OffsetRange, RangeReader, confluent_kafka_module, range_consumer
 
 BLOCK_RECORDS = 50_000  # records decoded per pyarrow call
@@ -40,12 +42,21 @@ class BlockReader:
     """
 
     def __init__(
-        self, consumer_settings: dict[str, str], read_timeout: float, ranges: list[OffsetRange], *, join: bool = True
+        self,
+        consumer_settings: dict[str, str],
+        read_timeout: float,
+        ranges: list[OffsetRange],
+        *,
+        join: bool = True,
+        ahead: ReadAhead | None = None,
     ) -> None:
         self.consumer_settings = consumer_settings
         self.read_timeout = read_timeout
         self.ranges = ranges
         self.join = join  # False: blocks without joined payloads, for a reader that takes messages one by one
+        self.ahead = ahead  # read past the ranges until the trigger time (executor/kafka_ahead.py)
+        self.reached: list[OffsetRange] = []  # with `ahead`: the ranges read, once the blocks are done
+        self._value: Any = None  # confluent_kafka.Message.value, once imported
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUED_BLOCKS)
         self.stopping = threading.Event()
         self.cpu_seconds = 0.0
@@ -91,9 +102,19 @@ class BlockReader:
         finally:
             self.cpu_seconds = time.thread_time() - started
 
+    def _block(self, where: str, messages: list[Any]) -> _Block:
+        joined: bytes | None = None
+        if self.join:
+            with contextlib.suppress(TypeError):  # TypeError: a tombstone (null value)
+                joined = b"\n".join(map(self._value, messages))  # in C: no Python list of the payloads
+        return _Block(where, messages, joined)
+
     def _read(self) -> None:
         kafka = confluent_kafka_module()
-        value = kafka.Message.value
+        self._value = kafka.Message.value
+        if self.ahead is not None:
+            self._read_ahead(kafka, self.ahead)
+            return
         for r in self.ranges:
             consumer = range_consumer(kafka, self.consumer_settings, r)
             try:
@@ -106,14 +127,32 @@ class BlockReader:
                 )
                 where = f"{r.topic}/{r.partition}@"
                 for messages in reader.message_blocks():
-                    joined: bytes | None = None
-                    if self.join:
-                        with contextlib.suppress(TypeError):  # TypeError: a tombstone (null value)
-                            joined = b"\n".join(map(value, messages))  # in C: no Python list of the payloads
-                    if not self._put(_Block(where, messages, joined)):
+                    if not self._put(self._block(where, messages)):
                         return
             finally:
                 consumer.close()
+
+    def _read_ahead(self, kafka: Any, ahead: ReadAhead) -> None:
+        """Every range's partition on one consumer, past the ranges until the trigger time."""
+        try:
+            consumer = kafka.Consumer(dict(self.consumer_settings))
+        except Exception as exc:
+            raise ExecutorSourceError(f"{self.ranges[0].topic}: cannot create a consumer: {exc}") from exc
+        try:
+            reader = AheadReader(
+                consumer,
+                self.ranges,
+                ahead,
+                read_timeout=self.read_timeout,
+                block_records=BLOCK_RECORDS,
+                topic_partition=kafka.TopicPartition,
+            )
+            for where, messages in reader.blocks():
+                if not self._put(self._block(where, messages)):
+                    return
+            self.reached = reader.reached
+        finally:
+            consumer.close()
 
 
 @contextlib.contextmanager

@@ -39,7 +39,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
+import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -50,6 +53,7 @@ from icetide.decode.json.records import ArrowJsonDecoder
 from icetide.decode.json.scalars import undecodable_columns
 from icetide.errors import IcetideError, one_line
 from icetide.executor.json_task import JsonTaskConfig, JsonTaskResult, run_json_tasks, summed_counts
+from icetide.executor.kafka_ahead import ReadAhead
 from icetide.executor.task_shares import split_files, split_partitions, split_ranges
 from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.spark_path import SourceAdapter, payload_limits
@@ -70,6 +74,22 @@ log = logging.getLogger(__name__)
 
 MIN_TASK_RECORDS = 25_000  # below this a second task costs more (consumer, worker) than it saves
 RECORD_BYTES = 200  # landing files: a task's share counted in records of about this size
+
+
+@dataclass(frozen=True)
+class AheadOfTrigger:
+    """A batch read ahead: until `until` (time.time() seconds), unless `stop` is set first."""
+
+    until: float
+    stop: threading.Event
+
+    @staticmethod
+    def planned(items: list[OffsetRange] | list[str]) -> int:
+        return sum(r.count for r in items if isinstance(r, OffsetRange))
+
+
+class ReadAheadStopped(IcetideError):
+    """The run was asked to stop while a batch read ahead: its job was cancelled, nothing committed."""
 
 
 class JsonFastPath:
@@ -216,18 +236,36 @@ class JsonFastPath:
         sizes = self.source.files.planned_sizes(files)
         return split_files(files, sizes, self.tasks_for(sum(sizes) // RECORD_BYTES))
 
-    def write(self, batch_id: int, items: list[OffsetRange] | list[str]) -> StagedBatch | Fallback:
+    def write(
+        self, batch_id: int, items: list[OffsetRange] | list[str], *, ahead: AheadOfTrigger | None = None
+    ) -> StagedBatch | Fallback:
         """Run the batch's tasks over its Kafka ranges or landing files; files written, nothing
         committed. Failed tasks' files are deleted, and so is the whole batch when a record carries
-        a change (`_op` other than INSERT): the Spark path runs it."""
-        groups = self.groups(items)
-        config = dataclasses.replace(self.task_config(batch_id), key_check=len(groups) > 1)
+        a change (`_op` other than INSERT): the Spark path runs it.
+
+        With `ahead` (Kafka: `items` holds a range for every partition of the position, empty or
+        not), the tasks read past the ranges until the trigger time, and the staged batch's
+        `read_to` holds the ranges read; a batch that falls back or is written again runs from
+        `items` alone."""
+        if ahead is not None:
+            assert self.kafka is not None, "reading ahead is for Kafka sources"
+            groups: list[list[OffsetRange]] | list[list[str]] = split_partitions(
+                [r for r in items if isinstance(r, OffsetRange)], self.tasks_for(ahead.planned(items))
+            )
+            spare = max(0, self.config.trigger.max_records - ahead.planned(items)) // max(1, len(groups))
+            config = dataclasses.replace(
+                self.task_config(batch_id), key_check=len(groups) > 1, ahead=ReadAhead(ahead.until, spare)
+            )
+        else:
+            groups = self.groups(items)
+            config = dataclasses.replace(self.task_config(batch_id), key_check=len(groups) > 1)
         started, started_at = time.monotonic(), time.time()
         try:
-            rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
-            results: list[JsonTaskResult] = rdd.mapPartitions(lambda items: run_json_tasks(config, items)).collect()
+            results = self._run_tasks(groups, config, ahead)
         except Exception as exc:
             self.discard(batch_id)
+            if ahead is not None and ahead.stop.is_set():
+                raise ReadAheadStopped(f"batch {batch_id} stopped while reading ahead; nothing was committed") from exc
             raise_source_error_in(exc)
             log.debug("append tasks of batch %s failed", batch_id, exc_info=True)
             raise IcetideError(
@@ -267,16 +305,47 @@ class JsonFastPath:
             )
         files = [WrittenFile.from_row(f) for r in results for f in r.files]
         write_seconds = max((r.write_seconds for r in results), default=0.0)
+        read_to = tuple(range_ for r in results for range_ in r.reached) if ahead is not None else None
+        idle = min((r.wait_seconds for r in results), default=0.0) if ahead is not None else 0.0  # records awaited
         return StagedBatch(
             files={self.sink.table_name: files},
             bad=[b for r in results for b in r.bad],
             records_in=sum(r.records for r in results),
-            read_decode_seconds=max(0.0, elapsed - write_seconds),
+            read_decode_seconds=max(0.0, elapsed - write_seconds - idle),
             write_seconds=write_seconds,
             task_timings=[r.timings() for r in results],
             unknown_fields=unknown,
             nested_as_text=sum(r.nested_as_text for r in results),
+            read_to=read_to,
         )
+
+    def _run_tasks(
+        self, groups: list[list[OffsetRange]] | list[list[str]], config: JsonTaskConfig, ahead: AheadOfTrigger | None
+    ) -> list[JsonTaskResult]:
+        """The batch's Spark job, one task per group; a job reading ahead is cancelled when the
+        run is asked to stop (it would otherwise hold the stop until the trigger time)."""
+        sc = self.spark.sparkContext
+        rdd = sc.parallelize(list(enumerate(groups)), max(1, len(groups)))
+        if ahead is None:
+            return rdd.mapPartitions(lambda items: run_json_tasks(config, items)).collect()  # type: ignore[no-any-return]
+        group = f"icetide-read-ahead-{uuid.uuid4().hex[:12]}"
+        sc.setJobGroup(group, f"icetide: {self.sink.table_name}, reading ahead of the trigger", interruptOnCancel=True)
+        done = threading.Event()
+
+        def cancel_on_stop() -> None:
+            while not done.is_set():
+                if ahead.stop.wait(0.1):
+                    sc.cancelJobGroup(group)
+                    return
+
+        watcher = threading.Thread(target=cancel_on_stop, name="icetide-read-ahead-stop", daemon=True)
+        watcher.start()
+        try:
+            return rdd.mapPartitions(lambda items: run_json_tasks(config, items)).collect()  # type: ignore[no-any-return]
+        finally:
+            done.set()
+            watcher.join()
+            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
     def _to_add(self, unknown: dict[str, int]) -> list[str]:
         """With `schema_evolution`, the batch's unknown fields the Spark path would add as columns

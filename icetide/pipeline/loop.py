@@ -41,9 +41,10 @@ class BatchSteps(Protocol):
     maintenance_runs: list[Any]
     prometheus: PipelineMetrics | None
 
-    def step(self, commits: CommitOverlap, *, overlap: bool) -> None:
+    def step(self, commits: CommitOverlap, *, overlap: bool, until: float | None = None) -> bool:
         """Plan, stage and commit the next batch, its metrics added to `commits` (or, with
-        `overlap`, leave it committing there while the next one is written)."""
+        `overlap`, leave it committing there while the next one is written); with `until`, read
+        ahead until then where the pipeline can (True when it did)."""
 
     def last_plan_full(self) -> bool:
         """Whether the last plan reached the batch limit (more is waiting)."""
@@ -149,12 +150,18 @@ class PipelineLoop:
         # Safe only because this process holds the pipeline: another runner's in-flight files
         # would look exactly like a crashed run's.
         summary.abandoned_files_removed += steps.remove_abandoned_files()
-        overlap = self.config.trigger.overlap_commit
+        trigger = self.config.trigger
+        overlap, reads_ahead = trigger.overlap_commit, trigger.read_ahead and not once
+        next_trigger = time.time() + trigger.interval
         while not self._stop.is_set():
             started = time.monotonic()
             lock.renew()
+            # Trigger times on a fixed grid, as Flink's checkpoints: a batch that reads ahead reads
+            # until the next one, however long the commit before it took (docs/runner.md, "Reading ahead").
+            while next_trigger <= time.time():
+                next_trigger += trigger.interval
             try:
-                steps.step(commits, overlap=overlap)
+                paced = steps.step(commits, overlap=overlap, until=next_trigger if reads_ahead else None)
             finally:  # batches that committed before an error are reported too
                 done = commits.take_finished()
                 for metrics in done:
@@ -163,6 +170,8 @@ class PipelineLoop:
                     count_maintenance()  # the thread's runs too, between batches or not
             if commits.flight is not None:
                 continue  # a backlog: the next batch is written while this one commits
+            if paced:
+                continue  # it read until its trigger time: the next batch reads until the next one
             if once and (not done or not steps.last_plan_full()):
                 break  # a batch smaller than the limit drained what was there when it was planned
             if once or (done and steps.last_plan_full()):

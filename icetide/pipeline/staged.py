@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from icetide.commit.committer import WrittenFile
     from icetide.decode.json.block import BadRecord
     from icetide.sink.sink import UpsertSink
+    from icetide.sources.kafka_reader import OffsetRange
 
 TABLES_NAMED = 3  # a failure's line names this many of the batch's tables, then counts the rest
 
@@ -55,6 +56,7 @@ class StagedBatch:
     nested_as_text: int = 0  # objects and arrays kept as JSON text in STRING columns (json: nested_as_text)
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # per task (JsonTaskResult.timings)
     created_tables: tuple[str, ...] = ()  # tables the batch made from its own messages (many tables)
+    read_to: tuple[OffsetRange, ...] | None = None  # read ahead: the Kafka ranges read, past the plan's
 
     def commit_table(
         self, name: str, sink: UpsertSink, batch_id: int, position: Any, *, batch_path: BatchPath

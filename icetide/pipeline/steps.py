@@ -79,6 +79,16 @@ class BatchPipeline(ABC, Generic[Plan]):
         """The batch's files for every table, written on the fast path, nothing committed; or why
         the batch runs on the Spark path."""
 
+    def reads_ahead(self) -> bool:
+        """Whether the next batch can read ahead of its trigger (`stage_ahead`)."""
+        return False
+
+    def stage_ahead(self, batch_id: int, plan: Plan, until: float) -> tuple[Plan, StagedBatch | Fallback] | None:
+        """As `stage`, the tasks reading on past the plan until `until` (time.time() seconds): the
+        plan extended to what they read, and the batch; None when the run was asked to stop
+        first (nothing staged)."""
+        raise NotImplementedError("this pipeline does not read ahead")
+
     @abstractmethod
     def discard(self, batch_id: int) -> None:
         """Delete whatever the batch wrote (the batch before it failed to commit)."""
@@ -132,11 +142,15 @@ class BatchPipeline(ABC, Generic[Plan]):
 
     # -- the steps ---------------------------------------------------------------------------
 
-    def step(self, commits: CommitOverlap, *, overlap: bool) -> None:
+    def step(self, commits: CommitOverlap, *, overlap: bool, until: float | None = None) -> bool:
         """Plan, stage and commit one batch. It commits here, or, with `overlap`, on the fast path
         while a backlog drains, on the commit thread while the next step plans from where this
         batch leaves the source, reads and writes (pipeline/overlap.py). Batches whose commit
         finished are queued in `commits`: the one that was in flight first, then this one.
+
+        With `until` (the next trigger time), a pipeline that can read ahead stages the records
+        arriving until then too, so only the commit follows the trigger; True when it did (the
+        loop then starts the next batch at once).
 
         A batch in flight always finishes before the next one writes dead letters, runs on the
         Spark path or commits, and before any error leaves this method: its commit never races
@@ -145,15 +159,28 @@ class BatchPipeline(ABC, Generic[Plan]):
             started = time.monotonic()
             batch_id, plan = self.plan_next(commits.flight)
             timings = Timings(started, round(time.monotonic() - started, 3))
+            ahead = until is not None and self.reads_ahead()
             self._last_plan_full = self.plan_is_full(plan)
-            if self.plan_is_empty(batch_id, plan):
+            if not ahead and self.plan_is_empty(batch_id, plan):
                 commits.finish()
-                return
-            staged = self.stage(batch_id, plan)
+                return False
+            staged: StagedBatch | Fallback
+            if until is not None and ahead:
+                out = self.stage_ahead(batch_id, plan, until)
+                if out is None:  # asked to stop while reading ahead
+                    commits.finish()
+                    return True
+                plan, staged = out
+                self._last_plan_full = self.plan_is_full(plan)
+                if self.plan_is_empty(batch_id, plan):  # nothing arrived before the trigger
+                    commits.finish()
+                    return True
+            else:
+                staged = self.stage(batch_id, plan)
             if isinstance(staged, Fallback):
                 commits.finish()
                 commits.add(self.run_spark_path(batch_id, plan, timings, staged))
-                return
+                return ahead
             timings = Timings(started, timings.plan_seconds, time.monotonic() - started)
             commits.finish(discard=lambda: self.discard(batch_id))
             staged = self.commit_dead_letters(batch_id, plan, staged)
@@ -168,6 +195,7 @@ class BatchPipeline(ABC, Generic[Plan]):
                 commits.submit(batch_id, position, commit_overlapped)
             else:
                 commits.add(self.commit_staged(batch_id, plan, staged, timings))
+            return ahead
         except BaseException:
             commits.finish(quiet=True)
             raise

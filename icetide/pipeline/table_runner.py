@@ -19,7 +19,7 @@ from icetide.errors import ConfigError, IcetideError
 from icetide.ops.prometheus import pipeline_metrics
 from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.batches import BatchMetrics, RunSummary, batch_metrics, commit_tables, warn_unknown_fields
-from icetide.pipeline.json_fast import JsonFastPath
+from icetide.pipeline.json_fast import AheadOfTrigger, JsonFastPath, ReadAheadStopped
 from icetide.pipeline.overlap import InFlight
 from icetide.pipeline.provision import create_config_table, pipeline_session
 from icetide.pipeline.spark_path import PlannedBatch, SourceAdapter
@@ -221,6 +221,45 @@ class Runner(BatchPipeline[PlannedBatch]):
         prefix = f"{name}."  # the metrics line of one table names its fields alone
         unknown = {k.removeprefix(prefix): n for k, n in out.unknown_fields.items()}
         return dataclasses.replace(out, unknown_fields=unknown)
+
+    def reads_ahead(self) -> bool:
+        """JSON from Kafka on the fast path, `trigger.read_ahead` on (the default)."""
+        return (
+            self.config.trigger.read_ahead
+            and self.fast is not None
+            and self.fast.kafka is not None
+            and self.fast.unavailable() is None
+        )
+
+    def stage_ahead(
+        self, batch_id: int, plan: PlannedBatch, until: float
+    ) -> tuple[PlannedBatch, StagedBatch | Fallback] | None:
+        """The batch's tasks read every partition of the plan's position, past the plan, until the
+        trigger time; the plan extended to what they read (docs/runner.md, "Reading ahead")."""
+        from icetide.sources.kafka import OffsetRange
+
+        assert self.fast is not None
+        topic = self.source.kafka.config.topic
+        planned = {(r["topic"], r["partition"]): OffsetRange(**r) for r in plan.items}
+        ranges = [
+            planned.get((topic, int(p)), OffsetRange(topic, int(p), offset, offset))
+            for p, offset in sorted(plan.position.items(), key=lambda kv: int(kv[0]))
+        ]
+        try:
+            staged = self.fast.write(batch_id, ranges, ahead=AheadOfTrigger(until, self._stop))
+        except ReadAheadStopped:
+            log.info("batch %s stopped while reading ahead; nothing committed", batch_id)
+            return None
+        if isinstance(staged, Fallback) or staged.read_to is None:
+            return plan, staged  # the Spark path, or a batch written again, runs the plan alone
+        read = [r for r in staged.read_to if r.count > 0]
+        extended = dataclasses.replace(
+            plan,
+            items=[dataclasses.asdict(r) for r in read],
+            position={**plan.position, **{str(r.partition): r.end for r in staged.read_to}},
+            records_planned=sum(r.count for r in read),
+        )
+        return extended, staged
 
     def commit_dead_letters(self, batch_id: int, plan: PlannedBatch, out: StagedBatch) -> StagedBatch:
         warn_unknown_fields(batch_id, out.unknown_fields)
