@@ -5,12 +5,18 @@ and a stop does not wait for the trigger. The records are test_runner_kafka's ge
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
+
+import pytest
+import yaml
 
 from icetide.config.pipeline import PipelineConfig
 from icetide.pipeline.table_runner import Runner
+from tests.commands import run_cli, warehouse_reader
 from tests.kafka_broker import create_topic, produce
 from tests.model import table_rows
 from tests.test_runner_kafka import COLUMNS, KEY, doc, events, model_of
@@ -19,15 +25,18 @@ from tests.test_runner_kafka import COLUMNS, KEY, doc, events, model_of
 class SteadyProducer:
     """Sends `per_send` records every `every` seconds on a thread, counting what it sent."""
 
-    def __init__(self, bootstrap: str, topic: str, *, per_send: int = 3, every: float = 0.2) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, *, per_send: int = 3, every: float = 0.2, bad_every: int = 0
+    ) -> None:
         self.bootstrap, self.topic, self.per_send, self.every = bootstrap, topic, per_send, every
+        self.bad_every = bad_every
         self.sent: list[tuple[int, bytes, bytes, None]] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._done.wait(self.every):
-            more = events(len(self.sent), self.per_send)
+            more = events(len(self.sent), self.per_send, bad_every=self.bad_every)
             self.sent.extend(more)  # counted before it is sent: a plan never sees more than `sent`
             produce(self.bootstrap, self.topic, more)
 
@@ -103,3 +112,30 @@ def test_a_stop_while_reading_ahead_cancels_the_batch_and_loses_nothing(spark: A
     assert rest.abandoned_files_removed == 0  # the stopped batch deleted its own files
     assert sum(b.records_in for b in rest.batches) == len(first) + len(producer.sent)
     assert table_rows(spark, config.table.name, COLUMNS, KEY) == model_of(first + producer.sent)
+
+
+@pytest.mark.guarantee
+def test_kill_9_while_reading_ahead_then_restart_writes_each_record_once(
+    spark: Any, kafka_broker: str, tmp_path: Path
+) -> None:
+    """`icetide run` (no --once: batches read ahead) while a producer sends, a third of its
+    records bad: killed -9 after a batch's dead letters committed (its table not), then, restarted,
+    after the next batch wrote its files (nothing committed). The batch read again after the first
+    kill reads to a different end than the one killed. After the producer stops, a run of what is
+    left: every good record in the table once (the model), every bad one in the dead-letter
+    table once."""
+    topic = create_topic(kafka_broker, partitions=3)
+    warehouse = tmp_path / "warehouse"
+    config_path = tmp_path / "pipeline.yaml"
+    name = "ahead_kill"
+    config_path.write_text(yaml.safe_dump(doc(name, kafka_broker, topic, warehouse=str(warehouse))))
+    with SteadyProducer(kafka_broker, topic, bad_every=3) as producer:
+        for point in ("after_dead_letter", "after_write"):
+            crashed = run_cli("run", str(config_path), env={"ICETIDE_CRASH_AT": point}, timeout=300)
+            assert crashed.returncode == -signal.SIGKILL, (point, crashed.returncode, crashed.stderr[-2000:])
+    done = run_cli("run", str(config_path), "--once", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    other = warehouse_reader(spark, "aheadcheck", warehouse)
+    assert table_rows(other, f"aheadcheck.kafka.{name}", COLUMNS, KEY) == model_of(producer.sent)
+    dead = [r["source_position"] for r in other.table(f"aheadcheck.kafka.{name}_dead_letter").collect()]
+    assert len(dead) == len(set(dead)) == sum(1 for i in range(len(producer.sent)) if i % 3 == 0)
