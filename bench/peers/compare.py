@@ -126,6 +126,8 @@ def pipeline_file(
     topic: str,
     table: str,
     maintenance: dict[str, Any] | str | None = None,
+    *,
+    read_ahead: bool = True,
 ) -> None:
     """icetide's pipeline file: its defaults, except what names the source and the table (and
     `maintenance`, the pipeline's maintenance block at its default policy, or "off"; None: the
@@ -145,6 +147,8 @@ def pipeline_file(
         },
         "mode": "upsert" if workload.upsert else "append",
     }
+    if not read_ahead:
+        config["trigger"] = {"read_ahead": False}
     if workload.envelope == "debezium":
         # topic <topic.prefix>.<schema>.<source table>; `table` ends with the source table's name
         schema_topics, _, source_table = topic.rpartition(".")
@@ -408,6 +412,7 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
             topic,
             runs["icetide"].table,
             maintenance_block(args),
+            read_ahead=args.icetide_read_ahead == "on",
         )
         cols, select = workload.flink_source()
         flink = FlinkSink(
@@ -591,8 +596,10 @@ def run(workload_name: str, args: Any, warehouse: str) -> str:
             if args.icetide_maintenance_batches
             else ""
         )
+        + (" --icetide-read-ahead off" if args.icetide_read_ahead == "off" else "")
     )
     maintained = f", with {maintenance_words(maintenance_block(args))}"
+    maintained += ", reading ahead off" if args.icetide_read_ahead == "off" else ""
     return (
         (
             f"Workload `{workload.name}`: {len(workload.warm_up):,} rows in a PostgreSQL table (the connector's "
@@ -653,6 +660,12 @@ def main() -> None:
         metavar="N",
         help="give icetide's pipeline `maintenance: {every_batches: N}` (compaction between batches)",
     )
+    p.add_argument(
+        "--icetide-read-ahead",
+        choices=("on", "off"),
+        default="on",
+        help="icetide's `trigger.read_ahead` (default on, its default): off to measure a batch read after its trigger",
+    )
     p.add_argument("--logs", default="", metavar="FOLDER", help="copy every system's log into FOLDER at the end")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for a table to hold its model")
     p.add_argument("--read-cap", type=float, default=60.0, help="seconds after which a DuckDB read is stopped")
@@ -662,6 +675,7 @@ def main() -> None:
     body = in_temp_warehouse(lambda wh: run(args.workload, args, wh))
     peers = "the Flink Iceberg sink" + (" and Iceberg's Kafka Connect sink" if args.workload == "appends" else "")
     maintained = f", icetide with {maintenance_words(maintenance_block(args))}"
+    maintained += ", reading ahead off" if args.icetide_read_ahead == "off" else ""
     report(f"bench/peers/compare.py: icetide beside {peers}, {args.workload}{maintained}", body, save=args.record)
 
 

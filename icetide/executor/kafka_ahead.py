@@ -11,6 +11,7 @@ it before anything is committed.
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ log = logging.getLogger(__name__)
 
 BLOCK_SECONDS = 1.0  # records handed to decoding at least this often while reading ahead
 POLL_SECONDS = 0.2  # the longest consume call
+_PARTITION = operator.methodcaller("partition")
+_ERROR = operator.methodcaller("error")  # None or a KafkaError (always true; never compared with None)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,14 @@ class AheadReader:
 
     def _take(self, messages: list[Any]) -> bool:
         """File the messages under their partitions; whether any record or end was seen."""
+        if messages and not any(map(_ERROR, messages)) and len(set(map(_PARTITION, messages))) == 1:
+            # The common case, checked in C: one partition's records, in offset order, no events.
+            part = self.partitions.get((messages[0].topic(), messages[0].partition()))
+            if part is not None and not part.closed and messages[0].offset() >= part.next_offset:
+                part.pending.extend(messages)
+                part.next_offset = messages[-1].offset() + 1
+                self.records += len(messages)
+                return True
         moved = False
         for message in messages:
             part = self.partitions.get((message.topic(), message.partition()))
