@@ -245,6 +245,9 @@ class Runner(BatchPipeline[PlannedBatch]):
             planned.get((topic, int(p)), OffsetRange(topic, int(p), offset, offset))
             for p, offset in sorted(plan.position.items(), key=lambda kv: int(kv[0]))
         ]
+        if not ranges:  # no partition to read (none reported yet): wait for the trigger, as a batch would
+            self._stop.wait(max(0.0, until - time.time()))
+            return plan, StagedBatch(files={}, bad=[], records_in=0, read_decode_seconds=0.0, write_seconds=0.0)
         try:
             staged = self.fast.write(batch_id, ranges, ahead=AheadOfTrigger(until, self._stop))
         except ReadAheadStopped:
