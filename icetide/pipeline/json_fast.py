@@ -88,7 +88,7 @@ class AheadOfTrigger:
         return sum(r.count for r in items if isinstance(r, OffsetRange))
 
 
-class ReadAheadStopped(IcetideError):
+class ReadAheadStopped(Exception):  # a signal the runner catches, no error a user sees
     """The run was asked to stop while a batch read ahead: its job was cancelled, nothing committed."""
 
 
