@@ -45,6 +45,7 @@ class _Partition:
     planned_end: int
     pending: list[Any] = field(default_factory=list)
     closed: bool = False  # an error past its planned range: read no further this batch
+    moved_at: float = 0.0  # when it last took a record or an end (for the read timeout)
 
     @property
     def planned_done(self) -> bool:
@@ -88,39 +89,39 @@ class AheadReader:
         planned ranges whole) or the cap."""
         self.consumer.assign([self._tp(p.topic, p.partition, p.next_offset) for p in self.partitions.values()])
         flushed = time.monotonic()
-        progress = self._clock()
+        for p in self.partitions.values():
+            p.moved_at = self._clock()
         while True:
             now = self._clock()
-            planned_done = all(p.planned_done for p in self.partitions.values())
-            if self.records >= self.cap or (planned_done and now >= self.ahead.until):
+            late = [p for p in self.partitions.values() if not p.planned_done]
+            if self.records >= self.cap or (not late and now >= self.ahead.until):
                 break
-            if not planned_done and now - progress > self.read_timeout:
-                late = next(p for p in self.partitions.values() if not p.planned_done)
+            stalled = next((p for p in late if now - p.moved_at > self.read_timeout), None)
+            if stalled is not None:  # each partition on its own, as the range reader times out each range
                 raise ExecutorSourceError(
-                    f"{late.topic}/{late.partition}@{late.next_offset}: no records for {self.read_timeout:g}s while "
-                    f"reading up to offset {late.planned_end}; is the broker reachable and the data still there?"
+                    f"{stalled.topic}/{stalled.partition}@{stalled.next_offset}: no records for "
+                    f"{self.read_timeout:g}s while reading up to offset {stalled.planned_end}; "
+                    "is the broker reachable and the data still there?"
                 )
-            wait = POLL_SECONDS if not planned_done else min(POLL_SECONDS, max(0.0, self.ahead.until - now))
+            wait = POLL_SECONDS if late else min(POLL_SECONDS, max(0.0, self.ahead.until - now))
             wanted = max(1, min(self.block_records, self.cap - self.records))
-            messages = self.consumer.consume(num_messages=wanted, timeout=wait)
-            if self._take(messages):
-                progress = self._clock()
+            self._take(self.consumer.consume(num_messages=wanted, timeout=wait))
             if time.monotonic() - flushed >= BLOCK_SECONDS or self._pending() >= self.block_records:
                 yield from self._flush()
                 flushed = time.monotonic()
         yield from self._flush()
 
-    def _take(self, messages: list[Any]) -> bool:
-        """File the messages under their partitions; whether any record or end was seen."""
+    def _take(self, messages: list[Any]) -> None:
+        """File the messages under their partitions, noting when each last moved."""
         if messages and not any(map(_ERROR, messages)) and len(set(map(_PARTITION, messages))) == 1:
             # The common case, checked in C: one partition's records, in offset order, no events.
             part = self.partitions.get((messages[0].topic(), messages[0].partition()))
             if part is not None and not part.closed and messages[0].offset() >= part.next_offset:
                 part.pending.extend(messages)
                 part.next_offset = messages[-1].offset() + 1
+                part.moved_at = self._clock()
                 self.records += len(messages)
-                return True
-        moved = False
+                return
         for message in messages:
             part = self.partitions.get((message.topic(), message.partition()))
             if part is None or part.closed:
@@ -130,7 +131,7 @@ class AheadReader:
                 if error.code() == PARTITION_EOF:
                     # Nothing past this offset yet (transaction markers and aborted records skipped).
                     part.next_offset = max(part.next_offset, message.offset())
-                    moved = True
+                    part.moved_at = self._clock()
                 elif error.retriable():
                     log.debug("%s/%d: retriable error %s", part.topic, part.partition, error.str())
                 elif not part.planned_done:
@@ -144,9 +145,8 @@ class AheadReader:
                 continue
             part.pending.append(message)
             part.next_offset = offset + 1
+            part.moved_at = self._clock()
             self.records += 1
-            moved = True
-        return moved
 
     def _pending(self) -> int:
         return sum(len(p.pending) for p in self.partitions.values())
