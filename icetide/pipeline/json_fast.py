@@ -345,7 +345,9 @@ class JsonFastPath:
         finally:
             done.set()
             watcher.join()
-            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            # setJobGroup's three properties, so the batch's later jobs (the commit's) carry none of them
+            for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+                sc.setLocalProperty(key, None)  # type: ignore[arg-type]
 
     def _to_add(self, unknown: dict[str, int]) -> list[str]:
         """With `schema_evolution`, the batch's unknown fields the Spark path would add as columns
