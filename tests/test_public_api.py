@@ -37,7 +37,7 @@ SIGNALS = {
     "icetide.faults.InjectedFault",
     "icetide.write.key_index.IndexOutOfDate",
     "icetide.write.key_index_copy.CopyMismatch",
-    "icetide.pipeline.json_fast.ReadAheadStopped",
+    "icetide.pipeline.read_ahead.ReadAheadStopped",
 }
 # Errors (IcetideError subclasses) still defined outside errors.py: decode/ is being reorganised
 # (issue 44, item 1) and they move to errors.py with it.

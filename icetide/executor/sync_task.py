@@ -35,6 +35,7 @@ from icetide.decode.limits import spark_text
 from icetide.decode.route import identifier_part
 from icetide.decode.spark_compat.connect_text import field_text
 from icetide.errors import ExecutorSourceError, SourceAccessError, SourceError, WriteError, one_line
+from icetide.executor.kafka_ahead import ReadAhead
 from icetide.executor.kafka_blocks import BlockReader, no_cycle_collection
 from icetide.executor.writer import WriterConfig, write_changes
 from icetide.pipeline.batch_path import FallbackReason
@@ -77,6 +78,7 @@ class SyncTaskConfig:
     evolving: bool
     avro: AvroSettings | None = None  # format: debezium-avro | avro: how to read the records
     files: bool = False  # the batch's items are landing files (paths), not Kafka offset ranges
+    ahead: ReadAhead | None = None  # read past the ranges until the trigger time (executor/kafka_ahead.py)
 
     __repr__ = redacted_repr
 
@@ -105,6 +107,8 @@ class SyncTaskResult:
     write_seconds: float = 0.0
     wrote: bool = False  # it failed after writing files it cannot name: delete the batch's by prefix
     records_as_columns: int = 0  # records read a run at a time (decode/debezium/event_runs.py)
+    reached: list[OffsetRange] = field(default_factory=list)  # with `ahead`: the ranges read
+    wait_seconds: float = 0.0  # decoding waited for records (with `ahead`: for them to arrive)
 
 
 class LineMessage:
@@ -135,11 +139,18 @@ Feed = tuple[str, int]  # (topic, partition), or (landing file, 0)
 Block = tuple[Feed, Callable[[Any], str], list[Any]]  # feed, a message's source position, messages
 
 
-def kafka_blocks(config: SyncTaskConfig, ranges: list[OffsetRange]) -> Generator[Block]:
-    """The ranges' blocks; a message's position is "topic/partition@offset", as decode/frames.py
-    `source_position` gives it."""
-    with BlockReader(config.consumer_settings, config.read_timeout, ranges, join=False) as reader:
-        for block in reader.blocks():
+def kafka_blocks(config: SyncTaskConfig, ranges: list[OffsetRange], result: SyncTaskResult) -> Generator[Block]:
+    """The ranges' blocks (with `config.ahead`, read on past them: `result.reached` says how far);
+    a message's position is "topic/partition@offset", as decode/frames.py `source_position` gives it."""
+    with BlockReader(config.consumer_settings, config.read_timeout, ranges, join=False, ahead=config.ahead) as reader:
+        blocks = reader.blocks()
+        while True:
+            waiting = time.perf_counter()
+            block = next(blocks, None)
+            result.wait_seconds += time.perf_counter() - waiting
+            if block is None:
+                result.reached = reader.reached
+                return
             topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
             yield (topic, int(partition_text)), partial(_kafka_position, block.where), block.messages
 
@@ -304,7 +315,7 @@ def sync_task(config: SyncTaskConfig, items: list[OffsetRange] | list[str], tag:
         return True
 
     try:
-        blocks = file_blocks(items) if config.files else kafka_blocks(config, items)  # type: ignore[arg-type]
+        blocks = file_blocks(items) if config.files else kafka_blocks(config, items, result)  # type: ignore[arg-type]
         with closing(blocks):  # the Kafka reader's threads end here, also on an error
             for feed, at, messages in blocks:
                 destinations: dict[str, _Destination] = {}

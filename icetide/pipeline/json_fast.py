@@ -39,10 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
-import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -56,6 +53,7 @@ from icetide.executor.json_task import JsonTaskConfig, JsonTaskResult, run_json_
 from icetide.executor.kafka_ahead import ReadAhead
 from icetide.executor.task_shares import split_files, split_partitions, split_ranges
 from icetide.pipeline.batch_path import FallbackReason
+from icetide.pipeline.read_ahead import AheadOfTrigger, ReadAheadStopped, collect_ahead
 from icetide.pipeline.spark_path import SourceAdapter, payload_limits
 from icetide.pipeline.staged import Fallback, StagedBatch
 from icetide.sink.sink import UpsertSink
@@ -74,22 +72,6 @@ log = logging.getLogger(__name__)
 
 MIN_TASK_RECORDS = 25_000  # below this a second task costs more (consumer, worker) than it saves
 RECORD_BYTES = 200  # landing files: a task's share counted in records of about this size
-
-
-@dataclass(frozen=True)
-class AheadOfTrigger:
-    """A batch read ahead: until `until` (time.time() seconds), unless `stop` is set first."""
-
-    until: float
-    stop: threading.Event
-
-    @staticmethod
-    def planned(items: list[OffsetRange] | list[str]) -> int:
-        return sum(r.count for r in items if isinstance(r, OffsetRange))
-
-
-class ReadAheadStopped(Exception):  # a signal the runner catches, no error a user sees
-    """The run was asked to stop while a batch read ahead: its job was cancelled, nothing committed."""
 
 
 class JsonFastPath:
@@ -252,7 +234,7 @@ class JsonFastPath:
             groups: list[list[OffsetRange]] | list[list[str]] = split_partitions(
                 [r for r in items if isinstance(r, OffsetRange)], self.tasks_for(ahead.planned(items))
             )
-            spare = max(0, self.config.trigger.max_records - ahead.planned(items)) // max(1, len(groups))
+            spare = ahead.spare(self.config.trigger.max_records, ahead.planned(items), len(groups))
             config = dataclasses.replace(
                 self.task_config(batch_id), key_check=len(groups) > 1, ahead=ReadAhead(ahead.until, spare)
             )
@@ -317,37 +299,20 @@ class JsonFastPath:
             unknown_fields=unknown,
             nested_as_text=sum(r.nested_as_text for r in results),
             read_to=read_to,
+            waited_seconds=idle,
         )
 
     def _run_tasks(
         self, groups: list[list[OffsetRange]] | list[list[str]], config: JsonTaskConfig, ahead: AheadOfTrigger | None
     ) -> list[JsonTaskResult]:
         """The batch's Spark job, one task per group; a job reading ahead is cancelled when the
-        run is asked to stop (it would otherwise hold the stop until the trigger time)."""
-        sc = self.spark.sparkContext
-        rdd = sc.parallelize(list(enumerate(groups)), max(1, len(groups)))
-        if ahead is None:
-            return rdd.mapPartitions(lambda items: run_json_tasks(config, items)).collect()  # type: ignore[no-any-return]
-        group = f"icetide-read-ahead-{uuid.uuid4().hex[:12]}"
-        sc.setJobGroup(group, f"icetide: {self.sink.table_name}, reading ahead of the trigger", interruptOnCancel=True)
-        done = threading.Event()
-
-        def cancel_on_stop() -> None:
-            while not done.is_set():
-                if ahead.stop.wait(0.1):
-                    sc.cancelJobGroup(group)
-                    return
-
-        watcher = threading.Thread(target=cancel_on_stop, name="icetide-read-ahead-stop", daemon=True)
-        watcher.start()
-        try:
-            return rdd.mapPartitions(lambda items: run_json_tasks(config, items)).collect()  # type: ignore[no-any-return]
-        finally:
-            done.set()
-            watcher.join()
-            # setJobGroup's three properties, so the batch's later jobs (the commit's) carry none of them
-            for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
-                sc.setLocalProperty(key, None)  # type: ignore[arg-type]
+        run is asked to stop."""
+        if ahead is not None:
+            return collect_ahead(
+                self.spark, groups, lambda items: run_json_tasks(config, items), self.sink.table_name, ahead
+            )
+        rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
+        return rdd.mapPartitions(lambda items: run_json_tasks(config, items)).collect()  # type: ignore[no-any-return]
 
     def _to_add(self, unknown: dict[str, int]) -> list[str]:
         """With `schema_evolution`, the batch's unknown fields the Spark path would add as columns

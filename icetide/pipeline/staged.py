@@ -57,6 +57,7 @@ class StagedBatch:
     task_timings: list[tuple[float, ...]] = field(default_factory=list)  # per task (JsonTaskResult.timings)
     created_tables: tuple[str, ...] = ()  # tables the batch made from its own messages (many tables)
     read_to: tuple[OffsetRange, ...] | None = None  # read ahead: the Kafka ranges read, past the plan's
+    waited_seconds: float = 0.0  # read ahead: how long the tasks waited for records to arrive (the least of them)
 
     def commit_table(
         self, name: str, sink: UpsertSink, batch_id: int, position: Any, *, batch_path: BatchPath

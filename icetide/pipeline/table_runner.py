@@ -19,9 +19,10 @@ from icetide.errors import ConfigError, IcetideError
 from icetide.ops.prometheus import pipeline_metrics
 from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.batches import BatchMetrics, RunSummary, batch_metrics, commit_tables, warn_unknown_fields
-from icetide.pipeline.json_fast import AheadOfTrigger, JsonFastPath, ReadAheadStopped
+from icetide.pipeline.json_fast import JsonFastPath
 from icetide.pipeline.overlap import InFlight
 from icetide.pipeline.provision import create_config_table, pipeline_session
+from icetide.pipeline.read_ahead import AheadOfTrigger, ReadAheadStopped
 from icetide.pipeline.spark_path import PlannedBatch, SourceAdapter
 from icetide.pipeline.staged import (
     DATA_LOSSES,

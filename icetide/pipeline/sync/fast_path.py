@@ -35,8 +35,11 @@ import pyarrow as pa
 from icetide.commit.committer import WrittenFile
 from icetide.decode.debezium.rows import Conversions, NotHere, TableRows
 from icetide.errors import IcetideError, one_line
+from icetide.executor.kafka_ahead import ReadAhead
 from icetide.executor.sync_task import SOURCE_ORDER, SyncTable, SyncTaskConfig, SyncTaskResult, run_tasks
 from icetide.pipeline.batch_path import FallbackReason
+from icetide.pipeline.json_fast import MIN_TASK_RECORDS
+from icetide.pipeline.read_ahead import AheadOfTrigger, ReadAheadStopped, collect_ahead
 from icetide.pipeline.spark_path import avro_transcoding, payload_limits
 from icetide.pipeline.staged import Fallback, NewTables, StagedBatch
 from icetide.sink.sink import UpsertSink
@@ -73,7 +76,7 @@ def task_groups(ranges: list[OffsetRange], feeding: dict[str, set[str]], tasks: 
     groups: list[list[OffsetRange]] = [[] for _ in range(max(1, min(tasks, len(ordered))))]
     loads = [0] * len(groups)
     for component in ordered:
-        i = loads.index(min(loads))
+        i = min(range(len(groups)), key=lambda g: (loads[g], len(groups[g])))  # empty ranges (read ahead) spread too
         groups[i].extend(component)
         loads[i] += sum(r.count for r in component)
     return [g for g in groups if g]
@@ -160,6 +163,8 @@ class SyncFastPath:
         sinks: dict[str, UpsertSink],
         feeding: dict[str, set[str]],
         held: dict[str, dict[tuple[str, int], int]],
+        *,
+        ahead: AheadOfTrigger | None = None,
     ) -> StagedBatch | Fallback | NewTables:
         """Run the batch's tasks over its offset ranges (or landing files, all in one task: every
         change of a key must reach the task that writes its table); files written, nothing
@@ -167,7 +172,11 @@ class SyncFastPath:
         their samples.
 
         `sinks`: the pipeline's existing tables; `feeding`: table -> the topics that feed it;
-        `held`: table -> offsets below which it already holds its records."""
+        `held`: table -> offsets below which it already holds its records.
+
+        With `ahead` (`items` holds a range for every partition the plan stands on, empty or not),
+        the tasks read past the ranges until the trigger time, and the staged batch's `read_to`
+        holds the ranges read; ReadAheadStopped when the run is asked to stop first."""
         tables: dict[str, SyncTable] = {}
         elsewhere: dict[str, Fallback] = {}
         for name, sink in sinks.items():
@@ -192,17 +201,27 @@ class SyncFastPath:
             files=c.source_kind == "files",
         )
         groups: list[Any]
+        parallelism = c.write_parallelism or self.spark.sparkContext.defaultParallelism
         if config.files:
             groups = [list(items)] if items else []
+        elif ahead is not None:
+            # Every partition, empty ones too; a task per MIN_TASK_RECORDS planned: each holds an
+            # executor slot until the trigger, one the maintenance beside the stream can use else.
+            ranges = [r for r in items if isinstance(r, OffsetRange)]
+            planned = ahead.planned(ranges)
+            groups = task_groups(ranges, feeding, max(1, min(parallelism, planned // MIN_TASK_RECORDS)))
+            spare = ahead.spare(c.trigger.max_records, planned, len(groups))
+            config = dataclasses.replace(config, ahead=ReadAhead(ahead.until, spare))
         else:
             ranges = [r for r in items if isinstance(r, OffsetRange) and r.end > r.start]
-            groups = task_groups(ranges, feeding, c.write_parallelism or self.spark.sparkContext.defaultParallelism)
+            groups = task_groups(ranges, feeding, parallelism)
         started = time.monotonic()
         try:
-            rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
-            results: list[SyncTaskResult] = rdd.mapPartitions(lambda items: run_tasks(config, items)).collect()
+            results = self._run_tasks(groups, config, ahead)
         except Exception as exc:
             self.discard(batch_id, sinks.values())
+            if ahead is not None and ahead.stop.is_set():
+                raise ReadAheadStopped(f"batch {batch_id} stopped while reading ahead; nothing was committed") from exc
             raise_source_error_in(exc)
             log.debug("sync tasks of batch %s failed", batch_id, exc_info=True)
             raise IcetideError(f"writing batch {batch_id} failed: {one_line(exc)}; nothing was committed") from exc
@@ -230,6 +249,8 @@ class SyncFastPath:
             files.setdefault(name, []).append(WrittenFile.from_row(f))
         shares = [(name, share) for r in results for name, share in r.tables.items()]
         write_seconds = max((r.write_seconds for r in results), default=0.0)
+        read_to = tuple(range_ for r in results for range_ in r.reached) if ahead is not None else None
+        waited = min((r.wait_seconds for r in results), default=0.0) if ahead is not None else 0.0
         return StagedBatch(
             files=files,
             records={name: share.records for name, share in shares},
@@ -238,10 +259,22 @@ class SyncFastPath:
             feeds={name: {t for t, _ in share.feeds} for name, share in shares},
             records_in=sum(r.records for r in results),
             unknown_fields={f"{name}.{k}": v for name, share in shares for k, v in share.unknown_fields.items()},
-            read_decode_seconds=max(0.0, elapsed - write_seconds),
+            read_decode_seconds=max(0.0, elapsed - write_seconds - waited),
             write_seconds=write_seconds,
             records_as_columns=sum(r.records_as_columns for r in results),
+            read_to=read_to,
+            waited_seconds=waited,
         )
+
+    def _run_tasks(
+        self, groups: list[Any], config: SyncTaskConfig, ahead: AheadOfTrigger | None
+    ) -> list[SyncTaskResult]:
+        """The batch's Spark job, one task per group; a job reading ahead is cancelled when the
+        run is asked to stop."""
+        if ahead is not None:
+            return collect_ahead(self.spark, groups, lambda items: run_tasks(config, items), "database sync", ahead)
+        rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
+        return rdd.mapPartitions(lambda items: run_tasks(config, items)).collect()  # type: ignore[no-any-return]
 
     @staticmethod
     def _delete(written: list[tuple[str, dict[str, Any]]], sinks: dict[str, UpsertSink]) -> None:

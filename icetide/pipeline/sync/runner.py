@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from icetide.pipeline.batch_path import BatchPath, FallbackReason
 from icetide.pipeline.batches import BatchMetrics, SyncBatchMetrics, batch_metrics, commit_tables, warn_unknown_fields
 from icetide.pipeline.overlap import InFlight
 from icetide.pipeline.provision import create_config_table, pipeline_session
+from icetide.pipeline.read_ahead import AheadOfTrigger, ReadAheadStopped
 from icetide.pipeline.staged import (
     DATA_LOSSES,
     Fallback,
@@ -52,6 +54,7 @@ from icetide.pipeline.sync.transactions import TransactionGate, replay
 from icetide.pipeline.table_from_stream import create_from_definition, definition_from_messages
 from icetide.sink.sink import UpsertSink
 from icetide.sources.kafka import KafkaSourceConfig
+from icetide.sources.kafka_reader import OffsetRange
 from icetide.sources.kafka_topics import KafkaTopics, TopicsPlan
 from icetide.table.create import table_exists
 from icetide.write.batch import BatchResult
@@ -95,6 +98,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
         self._unfed: dict[str, dict[str, int]] = {}  # topics with no position yet, resolved once per process
         self._after_flight: SyncState | None = None  # the state once the batch in flight commits
         self._planned_from = self.state  # the state the batch being staged was planned from
+        self._fell_back = False  # the last batch ran on the Spark path (the next one does not read ahead)
         # Prometheus: the pipeline's series (source lag, restarts, unroutable records, labelled
         # with its dead-letter table) and one set per table, made as tables appear.
         self.prometheus = pipeline_metrics(
@@ -210,9 +214,56 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
             assert self._not_fast is not None
             return self._not_fast
         out = self._write_fast(batch_id, plan, self._planned_from)
+        self._fell_back = isinstance(out, Fallback)
         if isinstance(out, Fallback):
             log.info("batch %s runs on the Spark path: %s", batch_id, out.detail)
         return out
+
+    def reads_ahead(self) -> bool:
+        """Kafka on the fast path, `trigger.read_ahead` on (the default), batches not cut to whole
+        source transactions (their ends are the transactions')."""
+        return (
+            self.config.trigger.read_ahead
+            and self.fast is not None
+            and self.config.source_kind == "kafka"
+            and self.transactions is None
+            and not self._fell_back  # a table the fast path cannot write: the Spark path runs the plan alone
+        )
+
+    def stage_ahead(
+        self, batch_id: int, plan: TopicsPlan, until: float
+    ) -> tuple[TopicsPlan, StagedBatch | Fallback] | None:
+        """The batch's tasks read every partition the plan stands on, past the plan, until the
+        trigger time; the plan extended to what they read (docs/runner.md, "Reading ahead")."""
+        if plan.losses:  # the Spark path records them
+            return plan, self.stage(batch_id, plan)
+        planned = {(r.topic, r.partition): r for r in plan.ranges}
+        ranges = [
+            planned.get((topic, int(p)), OffsetRange(topic, int(p), offset, offset))
+            for topic, ends in sorted(plan.ends.items())
+            for p, offset in sorted(ends.items(), key=lambda kv: int(kv[0]))
+        ]
+        if not ranges:  # no topic to read yet: wait for the trigger, as a batch would
+            self._stop.wait(max(0.0, until - time.time()))
+            return plan, StagedBatch(files={}, bad=[], records_in=0, read_decode_seconds=0.0, write_seconds=0.0)
+        try:
+            staged = self._write_fast(batch_id, plan, self._planned_from, AheadOfTrigger(until, self._stop), ranges)
+        except ReadAheadStopped:
+            log.info("batch %s stopped while reading ahead; nothing committed", batch_id)
+            return None
+        self._fell_back = isinstance(staged, Fallback)
+        if isinstance(staged, Fallback):
+            log.info("batch %s runs on the Spark path: %s", batch_id, staged.detail)
+            return plan, staged
+        if staged.read_to is None:
+            return plan, staged  # written again without reading ahead (new tables): the plan alone
+        ends = {t: dict(e) for t, e in plan.ends.items()}
+        for r in staged.read_to:
+            partition = ends[r.topic]
+            partition[str(r.partition)] = max(partition.get(str(r.partition), r.end), r.end)
+        read = [r for r in staged.read_to if r.count > 0]
+        full = plan.full or sum(r.count for r in read) >= self.config.trigger.max_records
+        return dataclasses.replace(plan, ranges=read, ends=ends, full=full), staged
 
     def discard(self, batch_id: int) -> None:
         assert self.fast is not None
@@ -294,7 +345,7 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
             results,
             records_in=out.records_in,
             bad_records=len(out.bad),
-            read_decode_seconds=max(0.0, timings.read_seconds - out.write_seconds),
+            read_decode_seconds=max(0.0, timings.read_seconds - out.write_seconds - out.waited_seconds),
             source_lag=source_lag,
             unknown_fields=out.unknown_fields,
             source_plan_seconds=timings.plan_seconds,
@@ -307,14 +358,23 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
         """The fast path this pipeline's batches take when they can."""
         return BatchPath.SYNC_AVRO_FAST if self.config.format in AVRO_FORMATS else BatchPath.SYNC_FAST
 
-    def _write_fast(self, batch_id: int, plan: TopicsPlan, state: SyncState) -> StagedBatch | Fallback:
+    def _write_fast(
+        self,
+        batch_id: int,
+        plan: TopicsPlan,
+        state: SyncState,
+        ahead: AheadOfTrigger | None = None,
+        ranges: list[OffsetRange] | None = None,
+    ) -> StagedBatch | Fallback:
         """The batch's files, written by the fast path (tables it routes to that do not exist yet
         created first, from its messages, and named in `created_tables`); or why it is for the
-        Spark path. `state`: where the tables stand once the batch in flight (if any) commits."""
+        Spark path. `state`: where the tables stand once the batch in flight (if any) commits.
+        With `ahead`, the tasks read `ranges` (every partition the plan stands on) and on past
+        them; the run after creating tables reads the plan alone."""
         created: list[str] = []
         if plan.losses:
             return DATA_LOSSES
-        out = self._tasks(batch_id, plan, state, created)
+        out = self._tasks(batch_id, plan, state, created, ahead, ranges)
         if isinstance(out, NewTables):
             refused = self._create_tables(out, created)
             if refused is not None:
@@ -325,7 +385,13 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
         return dataclasses.replace(out, created_tables=tuple(created)) if isinstance(out, StagedBatch) else out
 
     def _tasks(
-        self, batch_id: int, plan: TopicsPlan, state: SyncState, created: list[str]
+        self,
+        batch_id: int,
+        plan: TopicsPlan,
+        state: SyncState,
+        created: list[str],
+        ahead: AheadOfTrigger | None = None,
+        ranges: list[OffsetRange] | None = None,
     ) -> StagedBatch | Fallback | NewTables:
         """One run of the fast path's tasks over the batch, into the tables that exist."""
         assert self.fast is not None
@@ -340,7 +406,8 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
         read = plan.topics_read()
         batch_tables = {n for n, topics in feeding.items() if topics & read} | set(created)
         with failures_named(batch_place(self.config.pipeline, sorted(batch_tables))):
-            return self.fast.write(batch_id, plan.ranges, sinks, feeding, held)
+            items = plan.ranges if ahead is None or ranges is None else ranges
+            return self.fast.write(batch_id, items, sinks, feeding, held, ahead=ahead)
 
     def _create_tables(self, new: NewTables, created: list[str]) -> Fallback | None:
         """Create the tables a batch routes to that do not exist yet, from their samples (appended
