@@ -26,7 +26,7 @@ class TriggerConfig:
     # While a backlog drains, the next append fast-path batch is read and written while this one
     # commits (docs/runner.md, "Overlapped commits"); false: each batch commits before the next plans.
     overlap_commit: bool = True
-    # A JSON fast-path batch from Kafka reads and writes the records as they arrive until the
+    # A fast-path batch from Kafka (JSON, a database sync) reads and writes the records as they arrive until the
     # trigger time, so only the commit follows it (docs/runner.md, "Reading ahead"); false: a
     # batch reads what was there at the trigger, after it.
     read_ahead: bool = True

@@ -33,7 +33,8 @@ class AheadOfTrigger:
     def planned(items: Iterable[Any]) -> int:
         return sum(r.count for r in items if isinstance(r, OffsetRange))
 
-    def spare(self, max_records: int, planned: int, tasks: int) -> int:
+    @staticmethod
+    def spare(max_records: int, planned: int, tasks: int) -> int:
         """Each of `tasks` tasks' share of what the batch may read beyond its `planned` records."""
         return max(0, max_records - planned) // max(1, tasks)
 

@@ -272,7 +272,9 @@ class SyncFastPath:
         """The batch's Spark job, one task per group; a job reading ahead is cancelled when the
         run is asked to stop."""
         if ahead is not None:
-            return collect_ahead(self.spark, groups, lambda items: run_tasks(config, items), "database sync", ahead)
+            return collect_ahead(
+                self.spark, groups, lambda items: run_tasks(config, items), f"pipeline {self.config.pipeline}", ahead
+            )
         rdd = self.spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
         return rdd.mapPartitions(lambda items: run_tasks(config, items)).collect()  # type: ignore[no-any-return]
 

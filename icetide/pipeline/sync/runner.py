@@ -10,6 +10,10 @@ at a time, each with its own source position. A table fed by a topic the batch r
 no record is committed too (a metadata-only commit), so its position keeps up and the next plan
 does not read that topic again.
 
+In a continuous run a fast-path batch reads ahead of its trigger (`trigger.read_ahead`): planned
+at its start, its tasks read on until the trigger time and the plan's ends are extended to what
+they reached (`stage_ahead`; docs/runner.md, "Reading ahead").
+
 A SIGKILL anywhere leaves every table equal to its source after a restart: a table that
 committed skips the records it holds, one that did not reads them again.
 
