@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,33 @@ class SteadyProducer:
         self._thread.join()
 
 
+def batches_with_plans(runner: Any, planner: Any, sent: Callable[[], int], count: int = 4) -> list[tuple[int, Any]]:
+    """Run `runner` for `count` batches: each batch's metrics, with what the producer had `sent`
+    when it was planned (`planner.plan` is wrapped to count, and still plans)."""
+    batches: list[tuple[int, Any]] = []
+    planned_at: list[int] = []
+    plan = planner.plan
+
+    def counting_plan(*args: Any, **kwargs: Any) -> Any:
+        planned_at.append(sent())
+        return plan(*args, **kwargs)
+
+    planner.plan = counting_plan
+
+    def on_batch(metrics: Any) -> None:
+        batches.append((planned_at[-1], metrics))
+        if len(batches) == count:
+            runner.stop()
+
+    safety = threading.Timer(120, runner.stop)
+    safety.start()
+    try:
+        runner.run(handle_signals=False, on_batch=on_batch)
+    finally:
+        safety.cancel()
+    return batches
+
+
 def test_a_batch_holds_what_arrived_after_its_plan_until_its_trigger(spark: Any, kafka_broker: str) -> None:
     """Each batch is planned at its start and read until its trigger time: it holds records sent
     after it was planned. The source's plan is wrapped (it still plans) to count what the producer
@@ -60,35 +88,14 @@ def test_a_batch_holds_what_arrived_after_its_plan_until_its_trigger(spark: Any,
     )
     assert config.trigger.read_ahead  # the default
     runner = Runner(config, spark)
-    batches: list[tuple[int, int]] = []  # (records the producer had sent at the batch's plan, records_in)
-    planned_at: list[int] = []
-
     with SteadyProducer(kafka_broker, topic) as producer:
-        plan = runner.source.plan
-
-        def counting_plan(position: Any) -> Any:
-            planned_at.append(len(producer.sent))
-            return plan(position)
-
-        runner.source.plan = counting_plan  # type: ignore[method-assign]
-
-        def on_batch(metrics: Any) -> None:
-            batches.append((planned_at[-1], metrics.records_in))
-            if len(batches) == 4:
-                runner.stop()
-
-        safety = threading.Timer(120, runner.stop)
-        safety.start()
-        try:
-            runner.run(handle_signals=False, on_batch=on_batch)
-        finally:
-            safety.cancel()
+        batches = batches_with_plans(runner, runner.source, lambda: len(producer.sent))
     read = 0
-    for sent_at_plan, records in batches:
-        read += records
+    for sent_at_plan, metrics in batches:
+        read += metrics.records_in
         assert read > sent_at_plan, batches  # by this batch, more than had been sent when it was planned
     rest = Runner(config, spark).run(once=True, handle_signals=False)
-    assert sum(n for _, n in batches) + sum(b.records_in for b in rest.batches) == len(producer.sent)
+    assert read + sum(b.records_in for b in rest.batches) == len(producer.sent)
     assert table_rows(spark, config.table.name, COLUMNS, KEY) == model_of(producer.sent)
 
 

@@ -34,6 +34,7 @@ from tests.test_db_sync import (
     same,
     unique,
 )
+from tests.test_read_ahead import batches_with_plans
 
 KEYS = {"orders": "order_number", "customers": "id"}
 # A record that names no table (its source block has no `table`): a dead letter, once
@@ -96,28 +97,8 @@ def test_a_sync_batch_holds_what_arrived_after_its_plan_until_its_trigger(
     )
     assert config.trigger.read_ahead  # the default
     runner = SyncRunner(config, spark)
-    batches: list[tuple[int, Any]] = []  # (events the producer had sent at the batch's plan, metrics)
-    planned_at: list[int] = []
     with feed:
-        plan = runner.topics.plan
-
-        def counting_plan(*args: Any, **kwargs: Any) -> Any:
-            planned_at.append(feed.total())
-            return plan(*args, **kwargs)
-
-        runner.topics.plan = counting_plan  # type: ignore[method-assign]
-
-        def on_batch(metrics: Any) -> None:
-            batches.append((planned_at[-1], metrics))
-            if len(batches) == 4:
-                runner.stop()
-
-        safety = threading.Timer(120, runner.stop)
-        safety.start()
-        try:
-            runner.run(handle_signals=False, on_batch=on_batch)
-        finally:
-            safety.cancel()
+        batches = batches_with_plans(runner, runner.topics, feed.total)
     read = 0
     for i, (sent_at_plan, metrics) in enumerate(batches):
         read += metrics.records_in

@@ -127,14 +127,7 @@ def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskRes
     decoder = config.decoder
     with BlockReader(config.consumer_settings, config.read_timeout, ranges, ahead=config.ahead) as reader:
         try:
-            blocks = reader.blocks()
-            while True:
-                waiting = time.perf_counter()
-                block = next(blocks, None)
-                result.wait_seconds += time.perf_counter() - waiting
-                if block is None:
-                    result.reached = reader.reached
-                    return
+            for block in reader.blocks():
                 decoding = time.thread_time()
                 messages, where = block.messages, block.where
 
@@ -150,8 +143,10 @@ def _kafka_blocks(config: JsonTaskConfig, ranges: list[Any], result: JsonTaskRes
                     decoded = decoder.decode_joined(block.joined, len(messages), values, position)
                 result.decode_seconds += time.thread_time() - decoding
                 yield decoded
+            result.reached = reader.reached
         finally:
             result.read_seconds = reader.cpu_seconds
+            result.wait_seconds = reader.wait_seconds
 
 
 def _file_blocks(config: JsonTaskConfig, paths: list[Any], result: JsonTaskResult) -> Generator[DecodedBlock]:

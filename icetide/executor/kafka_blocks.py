@@ -60,6 +60,7 @@ class BlockReader:
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUED_BLOCKS)
         self.stopping = threading.Event()
         self.cpu_seconds = 0.0
+        self.wait_seconds = 0.0  # how long `blocks` waited for the next block (with `ahead`: for records to arrive)
         self.thread = threading.Thread(target=self._run, name="icetide-kafka-reader", daemon=True)
 
     def __enter__(self) -> BlockReader:
@@ -76,7 +77,9 @@ class BlockReader:
     def blocks(self) -> Iterator[_Block]:
         """The blocks in range order; re-raises the reader thread's error."""
         while True:
+            waiting = time.perf_counter()
             item = self.queue.get()
+            self.wait_seconds += time.perf_counter() - waiting
             if item is _DONE:
                 return
             if isinstance(item, BaseException):

@@ -143,16 +143,13 @@ def kafka_blocks(config: SyncTaskConfig, ranges: list[OffsetRange], result: Sync
     """The ranges' blocks (with `config.ahead`, read on past them: `result.reached` says how far);
     a message's position is "topic/partition@offset", as decode/frames.py `source_position` gives it."""
     with BlockReader(config.consumer_settings, config.read_timeout, ranges, join=False, ahead=config.ahead) as reader:
-        blocks = reader.blocks()
-        while True:
-            waiting = time.perf_counter()
-            block = next(blocks, None)
-            result.wait_seconds += time.perf_counter() - waiting
-            if block is None:
-                result.reached = reader.reached
-                return
-            topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
-            yield (topic, int(partition_text)), partial(_kafka_position, block.where), block.messages
+        try:
+            for block in reader.blocks():
+                topic, partition_text = block.where.rstrip("@").rsplit("/", 1)
+                yield (topic, int(partition_text)), partial(_kafka_position, block.where), block.messages
+            result.reached = reader.reached
+        finally:
+            result.wait_seconds = reader.wait_seconds
 
 
 def _kafka_position(where: str, message: Any) -> str:
