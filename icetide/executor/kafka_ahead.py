@@ -4,8 +4,10 @@ the write and the commit remain after it (docs/runner.md, "Reading ahead").
 
 The planned ranges are read whole whatever the time (they hold records that were there when the
 batch was planned); beyond them the partitions are read until `until`, at most `spare` records
-more. What the task reached, per partition, is the batch's end: the driver extends its plan to
-it before anything is committed.
+more. Past `until` no partition is read beyond its planned range: a batch that is behind (a
+partition still short of its planned end at the trigger) does not grow while it catches up.
+What the task reached, per partition, is the batch's end: the driver extends its plan to it
+before anything is committed.
 """
 
 from __future__ import annotations
@@ -103,20 +105,41 @@ class AheadReader:
                     f"{self.read_timeout:g}s while reading up to offset {stalled.planned_end}; "
                     "is the broker reachable and the data still there?"
                 )
+            past = now >= self.ahead.until
+            if past:
+                self._close_done()
             wait = POLL_SECONDS if late else min(POLL_SECONDS, max(0.0, self.ahead.until - now))
             wanted = max(1, min(self.block_records, self.cap - self.records))
-            self._take(self.consumer.consume(num_messages=wanted, timeout=wait))
+            self._take(self.consumer.consume(num_messages=wanted, timeout=wait), past=past)
             if time.monotonic() - flushed >= BLOCK_SECONDS or self._pending() >= self.block_records:
                 yield from self._flush()
                 flushed = time.monotonic()
         yield from self._flush()
 
-    def _take(self, messages: list[Any]) -> None:
-        """File the messages under their partitions, noting when each last moved."""
+    def _close_done(self) -> None:
+        """Past the trigger time: the partitions that reached their planned end are read no
+        further (paused, so their fetches stop too)."""
+        done = [p for p in self.partitions.values() if p.planned_done and not p.closed]
+        for p in done:
+            p.closed = True
+        if done:
+            try:
+                self.consumer.pause([self._tp(p.topic, p.partition) for p in done])
+            except Exception:  # their records are dropped anyway (`closed`)
+                log.debug("pausing partitions past their plan failed", exc_info=True)
+
+    def _take(self, messages: list[Any], *, past: bool = False) -> None:
+        """File the messages under their partitions, noting when each last moved; `past` the
+        trigger time, none beyond its partition's planned end."""
         if messages and not any(map(_ERROR, messages)) and len(set(map(_PARTITION, messages))) == 1:
             # The common case, checked in C: one partition's records, in offset order, no events.
             part = self.partitions.get((messages[0].topic(), messages[0].partition()))
             if part is not None and not part.closed and messages[0].offset() >= part.next_offset:
+                if past and messages[-1].offset() >= part.planned_end:
+                    messages = [m for m in messages if m.offset() < part.planned_end]
+                    part.closed = True
+                    if not messages:
+                        return
                 part.pending.extend(messages)
                 part.next_offset = messages[-1].offset() + 1
                 part.moved_at = self._clock()
@@ -142,6 +165,9 @@ class AheadReader:
                 continue
             offset = message.offset()
             if offset < part.next_offset:
+                continue
+            if past and offset >= part.planned_end:
+                part.closed = True
                 continue
             part.pending.append(message)
             part.next_offset = offset + 1
