@@ -136,9 +136,6 @@ def test_a_stop_while_a_sync_batch_reads_ahead_cancels_it_and_loses_nothing(
         stopped_after = time.monotonic() - started
     assert stopped_after < 20, stopped_after  # not held until the trigger time, 30 s on
     assert summary.batches == []  # the batch reading ahead was cancelled, not committed
-    # Its cancelled task ended before the run did: one still being killed when `icetide run`'s
-    # JVM shuts down logs a Java stack trace (a broadcast block gone) under the user's stop.
-    assert spark.sparkContext.statusTracker().getActiveStageIds() == []
     rest = SyncRunner(config, spark).run(once=True, handle_signals=False)
     assert rest.abandoned_files_removed == 0  # the stopped batch deleted its own files
     reader = warehouse_reader(spark, "lake", warehouse)

@@ -101,11 +101,13 @@ class Every:
 
 
 def stop_group(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    """SIGTERM to the process group a bench started (`start_new_session=True`), SIGKILL if it
-    outlives `timeout`."""
+    """SIGTERM to the `icetide` command a bench started (`start_new_session=True`), which stops
+    its own Spark JVM: the JVM must not get the signal too, or it shuts down under a batch being
+    cancelled and logs a Java stack trace (docs/how-to/kafka-upserts.md). Its whole process group
+    is SIGKILLed if it outlives `timeout`."""
     if proc.poll() is not None:
         return
-    os.killpg(proc.pid, signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:

@@ -4,9 +4,7 @@ until the trigger time, and is cancelled when the run is asked to stop first (do
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,10 +16,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 T = TypeVar("T")
-
-log = logging.getLogger(__name__)
-
-CANCEL_WAIT_SECONDS = 10.0  # a stopped batch's cancelled tasks are awaited this long at most
 
 # setJobGroup's three local properties: cleared after the job, so the batch's later jobs (its
 # commit's) carry no read-ahead description or interrupt flag
@@ -75,30 +69,8 @@ def collect_ahead(
     watcher.start()
     try:
         return rdd.mapPartitions(run).collect()
-    except BaseException:
-        if ahead.stop.is_set():  # let the cancelled tasks end before the run (and its JVM) does
-            _wait_for_tasks(sc, group)
-        raise
     finally:
         done.set()
         watcher.join()
         for key in _JOB_GROUP_PROPERTIES:
             sc.setLocalProperty(key, None)  # type: ignore[arg-type]
-
-
-def _wait_for_tasks(sc: Any, group: str, timeout: float = CANCEL_WAIT_SECONDS) -> None:
-    """Wait (at most `timeout` s) until no task of job group `group` runs: a task still being
-    killed when the JVM shuts down logs a Java stack trace (a broadcast block gone)."""
-    tracker = sc.statusTracker()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        running = 0
-        for job_id in tracker.getJobIdsForGroup(group):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in job.stageIds if job is not None else ():
-                stage = tracker.getStageInfo(stage_id)
-                running += stage.numActiveTasks if stage is not None else 0
-        if not running:
-            return
-        time.sleep(0.05)
-    log.debug("tasks of %s still running %gs after their cancel", group, timeout)
