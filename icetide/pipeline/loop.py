@@ -93,7 +93,10 @@ class PipelineLoop:
         steps, summary = self.steps, RunSummary()
         lock = RunnerLock(lock_config(self.config))
         lock.acquire(steps.spark)
-        signals = StopSignals(self._stop)
+        in_flight = "the batch in flight"
+        if self.config.trigger.read_ahead and not once:  # a batch reading ahead commits nothing
+            in_flight += " (a batch still reading ahead of its trigger is abandoned; the next run reads it)"
+        signals = StopSignals(self._stop, in_flight)
         commits = CommitOverlap(self.config.pipeline)
         maintenance: MaintenanceThread | None = None
         prometheus = steps.prometheus
