@@ -77,6 +77,17 @@ def batches_with_plans(runner: Any, planner: Any, sent: Callable[[], int], count
     return batches
 
 
+def stop_while_reading_ahead(runner: Any) -> None:
+    """Run `runner` (a 30 s interval) and stop it 3 s in, while its batch reads ahead: the run ends
+    well before the trigger time and commits nothing."""
+    threading.Timer(3.0, runner.stop).start()
+    started = time.monotonic()
+    summary = runner.run(handle_signals=False)
+    stopped_after = time.monotonic() - started
+    assert stopped_after < 20, stopped_after  # not held until the trigger time, 30 s on
+    assert summary.batches == []  # the batch reading ahead was cancelled, not committed
+
+
 def test_a_batch_holds_what_arrived_after_its_plan_until_its_trigger(spark: Any, kafka_broker: str) -> None:
     """Each batch is planned at its start and read until its trigger time: it holds records sent
     after it was planned. The source's plan is wrapped (it still plans) to count what the producer
@@ -109,12 +120,7 @@ def test_a_stop_while_reading_ahead_cancels_the_batch_and_loses_nothing(spark: A
     config = PipelineConfig.from_dict(doc("ahead_stop", kafka_broker, topic, trigger={"interval": "30s"}))
     runner = Runner(config, spark)
     with SteadyProducer(kafka_broker, topic) as producer:
-        threading.Timer(3.0, runner.stop).start()
-        started = time.monotonic()
-        summary = runner.run(handle_signals=False)
-        stopped_after = time.monotonic() - started
-    assert stopped_after < 20, stopped_after  # not held until the trigger time, 30 s on
-    assert summary.batches == []  # the batch reading ahead was cancelled, not committed
+        stop_while_reading_ahead(runner)
     rest = Runner(config, spark).run(once=True, handle_signals=False)
     assert rest.abandoned_files_removed == 0  # the stopped batch deleted its own files
     assert sum(b.records_in for b in rest.batches) == len(first) + len(producer.sent)
