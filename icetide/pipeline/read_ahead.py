@@ -5,11 +5,13 @@ until the trigger time, and is cancelled when the run is asked to stop first (do
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from icetide.pipeline.staged import StagedBatch
 from icetide.sources.kafka_reader import OffsetRange
 
 if TYPE_CHECKING:
@@ -32,6 +34,12 @@ class AheadOfTrigger:
     @staticmethod
     def planned(items: Iterable[Any]) -> int:
         return sum(r.count for r in items if isinstance(r, OffsetRange))
+
+    def wait_empty(self) -> StagedBatch:
+        """A batch with nothing to read (no partition yet): the trigger time awaited, as a batch
+        reading ahead would (unless the run is asked to stop first), and nothing staged."""
+        self.stop.wait(max(0.0, self.until - time.time()))
+        return StagedBatch(files={}, bad=[], records_in=0, read_decode_seconds=0.0, write_seconds=0.0)
 
     @staticmethod
     def spare(max_records: int, planned: int, tasks: int) -> int:

@@ -246,11 +246,11 @@ class Runner(BatchPipeline[PlannedBatch]):
             planned.get((topic, int(p)), OffsetRange(topic, int(p), offset, offset))
             for p, offset in sorted(plan.position.items(), key=lambda kv: int(kv[0]))
         ]
-        if not ranges:  # no partition to read (none reported yet): wait for the trigger, as a batch would
-            self._stop.wait(max(0.0, until - time.time()))
-            return plan, StagedBatch(files={}, bad=[], records_in=0, read_decode_seconds=0.0, write_seconds=0.0)
+        ahead = AheadOfTrigger(until, self._stop)
+        if not ranges:  # no partition to read (none reported yet)
+            return plan, ahead.wait_empty()
         try:
-            staged = self.fast.write(batch_id, ranges, ahead=AheadOfTrigger(until, self._stop))
+            staged = self.fast.write(batch_id, ranges, ahead=ahead)
         except ReadAheadStopped:
             log.info("batch %s stopped while reading ahead; nothing committed", batch_id)
             return None

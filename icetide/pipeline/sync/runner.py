@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -247,11 +246,11 @@ class SyncRunner(BatchPipeline[TopicsPlan]):
             for topic, ends in sorted(plan.ends.items())
             for p, offset in sorted(ends.items(), key=lambda kv: int(kv[0]))
         ]
-        if not ranges:  # no topic to read yet: wait for the trigger, as a batch would
-            self._stop.wait(max(0.0, until - time.time()))
-            return plan, StagedBatch(files={}, bad=[], records_in=0, read_decode_seconds=0.0, write_seconds=0.0)
+        ahead = AheadOfTrigger(until, self._stop)
+        if not ranges:  # no topic to read yet
+            return plan, ahead.wait_empty()
         try:
-            staged = self._write_fast(batch_id, plan, self._planned_from, AheadOfTrigger(until, self._stop), ranges)
+            staged = self._write_fast(batch_id, plan, self._planned_from, ahead, ranges)
         except ReadAheadStopped:
             log.info("batch %s stopped while reading ahead; nothing committed", batch_id)
             return None
