@@ -44,6 +44,7 @@ from icetide.sources.files import LINES_PER_FILE, json_lines
 from icetide.sources.kafka_reader import OffsetRange
 from icetide.spark.worker_imports import keep_zip_directories
 from icetide.table.spec import PartitionTransform
+from icetide.write.keys import distinct_keys
 
 if TYPE_CHECKING:
     from icetide.decode.avro.decoder import AvroSettings
@@ -79,6 +80,7 @@ class SyncTaskConfig:
     avro: AvroSettings | None = None  # format: debezium-avro | avro: how to read the records
     files: bool = False  # the batch's items are landing files (paths), not Kafka offset ranges
     ahead: ReadAhead | None = None  # read past the ranges until the trigger time (executor/kafka_ahead.py)
+    key_check: bool = False  # a table's partitions are cut over tasks: each share returns its distinct keys
 
     __repr__ = redacted_repr
 
@@ -92,6 +94,7 @@ class TableShare:
     bad: int = 0  # its dead letters (one per change the Spark path would refuse)
     feeds: set[tuple[str, int]] = field(default_factory=set)  # topic-partitions its events came from
     unknown_fields: dict[str, int] = field(default_factory=dict)
+    keys: pa.Table | None = None  # with `key_check`: the distinct keys of the share's changes
 
 
 @dataclass
@@ -354,7 +357,10 @@ def sync_task(config: SyncTaskConfig, items: list[OffsetRange] | list[str], tag:
             share = result.tables[name]
             share.unknown_fields = collected.unknown
             table = config.tables[name]
-            share.files = write_changes(collected.table(), table.writer, table.partitions, tag)
+            changes = collected.table()
+            if config.key_check:
+                share.keys = distinct_keys(changes, table.writer.key)
+            share.files = write_changes(changes, table.writer, table.partitions, tag)
     except (NotHere, WriteError, ValueError, TypeError, pa.ArrowException) as exc:
         # Files already written are found again by their batch prefix and deleted by the driver.
         failed = Fallback(FallbackReason.WRITE_FAILED, f"writing failed: {one_line(exc)}")

@@ -8,9 +8,13 @@ table already holds, and writes each table's rows as data and equality-delete fi
 table's own writer config (collapse by key, partition values computed in pyarrow). The driver
 gets back file metadata only and commits each table, several at a time.
 
-All changes to one table must reach one task (the equality deletes of one commit do not apply
+All changes of one key must reach one task (the equality deletes of one commit do not apply
 to that commit's own data files), so a task reads whole topics: topics that feed a common table
-are read by the same task. A table found fed by two tasks sends the batch to the Spark path.
+are read by the same task. A backlog is the exception: a table with at least two tasks' worth of
+records (MIN_TASK_RECORDS each) is cut by whole Kafka partitions, as Debezium keys every change
+of a row to one partition, and each task returns the distinct keys it wrote. A key found in two
+tasks writes the batch again with whole topics, and every later batch too (`whole_topics`). A
+table found fed by two tasks in a batch that cut none sends the batch to the Spark path.
 
 A record the decoder makes a dead letter, as the Spark decoder would, comes back to the driver
 (payload, error, source position), which commits it to the dead-letter table before the tables.
@@ -27,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +41,15 @@ from icetide.commit.committer import WrittenFile
 from icetide.decode.debezium.rows import Conversions, NotHere, TableRows
 from icetide.errors import IcetideError, one_line
 from icetide.executor.kafka_ahead import ReadAhead
-from icetide.executor.sync_task import SOURCE_ORDER, SyncTable, SyncTaskConfig, SyncTaskResult, run_tasks
+from icetide.executor.sync_task import (
+    SOURCE_ORDER,
+    SyncTable,
+    SyncTaskConfig,
+    SyncTaskResult,
+    TableShare,
+    run_tasks,
+)
+from icetide.executor.task_shares import split_partitions
 from icetide.pipeline.batch_path import FallbackReason
 from icetide.pipeline.json_fast import MIN_TASK_RECORDS
 from icetide.pipeline.read_ahead import AheadOfTrigger, ReadAheadStopped, collect_ahead
@@ -45,6 +58,7 @@ from icetide.pipeline.staged import Fallback, NewTables, StagedBatch
 from icetide.sink.sink import UpsertSink
 from icetide.sources.base import raise_source_error_in
 from icetide.sources.kafka_reader import OffsetRange
+from icetide.write.keys import keys_meet
 from icetide.write.transforms import computable
 
 if TYPE_CHECKING:
@@ -55,9 +69,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def task_groups(ranges: list[OffsetRange], feeding: dict[str, set[str]], tasks: int) -> list[list[OffsetRange]]:
+def task_groups(
+    ranges: list[OffsetRange], feeding: dict[str, set[str]], tasks: int, *, cut_from: int | None = None
+) -> list[list[OffsetRange]]:
     """The batch's ranges cut into at most `tasks` groups, never splitting a topic nor topics that
-    feed a common table (`feeding`: table -> its topics): largest first, each to the lightest group."""
+    feed a common table (`feeding`: table -> its topics): largest first, each to the lightest group.
+
+    With `cut_from`, such a component of at least twice that many records is first cut by whole
+    partitions into a piece per `cut_from` records (at most `tasks`): its tables' keys must then
+    be checked not to meet (`SyncFastPath.write`)."""
     parent: dict[str, str] = {}
 
     def root(t: str) -> str:
@@ -72,7 +92,11 @@ def task_groups(ranges: list[OffsetRange], feeding: dict[str, set[str]], tasks: 
     components: dict[str, list[OffsetRange]] = {}
     for r in ranges:
         components.setdefault(root(r.topic), []).append(r)
-    ordered = sorted(components.values(), key=lambda rs: -sum(r.count for r in rs))
+    pieces: list[list[OffsetRange]] = []
+    for component in components.values():
+        cuts = min(tasks, sum(r.count for r in component) // cut_from) if cut_from else 1
+        pieces.extend(split_partitions(component, cuts) if cuts > 1 else [component])
+    ordered = sorted(pieces, key=lambda rs: -sum(r.count for r in rs))
     groups: list[list[OffsetRange]] = [[] for _ in range(max(1, min(tasks, len(ordered))))]
     loads = [0] * len(groups)
     for component in ordered:
@@ -80,6 +104,36 @@ def task_groups(ranges: list[OffsetRange], feeding: dict[str, set[str]], tasks: 
         groups[i].extend(component)
         loads[i] += sum(r.count for r in component)
     return [g for g in groups if g]
+
+
+def _cuts_a_topic(groups: list[Any]) -> bool:
+    """Do the tasks' groups share a topic (a backlog cut by partitions, `task_groups`)?"""
+    seen: dict[str, int] = {}
+    for i, group in enumerate(groups):
+        for r in group:
+            if isinstance(r, OffsetRange) and seen.setdefault(r.topic, i) != i:
+                return True
+    return False
+
+
+def _keys_of(name: str, results: list[SyncTaskResult]) -> list[pa.Table]:
+    """The distinct keys each task wrote to table `name`."""
+    return [k for r in results if name in r.tables for k in [r.tables[name].keys] if k is not None]
+
+
+def merged_shares(results: list[SyncTaskResult]) -> dict[str, TableShare]:
+    """Each table's shares of the batch's tasks as one: a table cut by partitions has several."""
+    merged: dict[str, TableShare] = {}
+    for r in results:
+        for name, share in r.tables.items():
+            into = merged.setdefault(name, TableShare())
+            into.files.extend(share.files)
+            into.records += share.records
+            into.bad += share.bad
+            into.feeds |= share.feeds
+            for k, v in share.unknown_fields.items():
+                into.unknown_fields[k] = into.unknown_fields.get(k, 0) + v
+    return merged
 
 
 class SyncFastPath:
@@ -99,6 +153,7 @@ class SyncFastPath:
         )
         # name -> (writer config version, the table or why the fast path cannot write it)
         self._tables: dict[str, tuple[Any, SyncTable | Fallback]] = {}
+        self.whole_topics = False  # a key met in two tasks' shares of a table: no topic is cut again
 
     @staticmethod
     def applies(config: PipelineConfig) -> Fallback | None:
@@ -202,6 +257,7 @@ class SyncFastPath:
         )
         groups: list[Any]
         parallelism = c.write_parallelism or self.spark.sparkContext.defaultParallelism
+        cut_from = None if self.whole_topics else MIN_TASK_RECORDS
         if config.files:
             groups = [list(items)] if items else []
         elif ahead is not None:
@@ -209,12 +265,14 @@ class SyncFastPath:
             # executor slot until the trigger, one the maintenance beside the stream can use else.
             ranges = [r for r in items if isinstance(r, OffsetRange)]
             planned = ahead.planned(ranges)
-            groups = task_groups(ranges, feeding, max(1, min(parallelism, planned // MIN_TASK_RECORDS)))
+            tasks = max(1, min(parallelism, planned // MIN_TASK_RECORDS))
+            groups = task_groups(ranges, feeding, tasks, cut_from=cut_from)
             spare = ahead.spare(c.trigger.max_records, planned, len(groups))
             config = dataclasses.replace(config, ahead=ReadAhead(ahead.until, spare))
         else:
             ranges = [r for r in items if isinstance(r, OffsetRange) and r.end > r.start]
-            groups = task_groups(ranges, feeding, parallelism)
+            groups = task_groups(ranges, feeding, parallelism, cut_from=cut_from)
+        config = dataclasses.replace(config, key_check=_cuts_a_topic(groups))
         started = time.monotonic()
         try:
             results = self._run_tasks(groups, config, ahead)
@@ -232,33 +290,47 @@ class SyncFastPath:
         for r in results:
             for name, samples in r.new_tables.items():
                 new_tables.setdefault(name, []).extend(samples)
-        fed_by: dict[str, int] = {}
-        for i, r in enumerate(results):
-            for name in r.tables:
-                if fed_by.setdefault(name, i) != i:
-                    reason = reason or Fallback(
-                        FallbackReason.TABLE_FED_BY_TWO_TASKS, f"table {name} was fed by two tasks (its topics changed)"
-                    )
+        tasks_of = Counter(name for r in results for name in r.tables)
+        fed_by_two = [name for name, tasks in tasks_of.items() if tasks > 1]
+        if fed_by_two and not config.key_check:
+            reason = reason or Fallback(
+                FallbackReason.TABLE_FED_BY_TWO_TASKS,
+                f"table {fed_by_two[0]} was fed by two tasks (its topics changed)",
+            )
         if reason is not None or new_tables:
             self._delete(written, sinks)
             if any(r.wrote for r in results):
                 self.discard(batch_id, sinks.values())
             return reason if reason is not None else NewTables(new_tables)
+        met = [name for name in fed_by_two if keys_meet(_keys_of(name, results))]
+        if met:
+            # Two tasks each wrote a change of one key (a producer that does not key its messages by
+            # the row's key): both rows would stay. Written again with whole topics.
+            self._delete(written, sinks)
+            self.whole_topics = True
+            log.info(
+                "batch %s: a key of %s came in two Kafka partitions; each topic is read by one task from now on",
+                batch_id,
+                met[0],
+            )
+            return self.write(batch_id, items, sinks, feeding, held)
         files: dict[str, list[WrittenFile]] = {}
         for name, f in written:
             files.setdefault(name, []).append(WrittenFile.from_row(f))
-        shares = [(name, share) for r in results for name, share in r.tables.items()]
+        shares = merged_shares(results)
         write_seconds = max((r.write_seconds for r in results), default=0.0)
         read_to = tuple(range_ for r in results for range_ in r.reached) if ahead is not None else None
         waited = min((r.wait_seconds for r in results), default=0.0) if ahead is not None else 0.0
         return StagedBatch(
             files=files,
-            records={name: share.records for name, share in shares},
+            records={name: share.records for name, share in shares.items()},
             bad=[b for r in results for b in r.bad],
-            bad_counts={name: share.bad for name, share in shares},
-            feeds={name: {t for t, _ in share.feeds} for name, share in shares},
+            bad_counts={name: share.bad for name, share in shares.items()},
+            feeds={name: {t for t, _ in share.feeds} for name, share in shares.items()},
             records_in=sum(r.records for r in results),
-            unknown_fields={f"{name}.{k}": v for name, share in shares for k, v in share.unknown_fields.items()},
+            unknown_fields={
+                f"{name}.{k}": v for name, share in shares.items() for k, v in share.unknown_fields.items()
+            },
             read_decode_seconds=max(0.0, elapsed - write_seconds - waited),
             write_seconds=write_seconds,
             records_as_columns=sum(r.records_as_columns for r in results),
