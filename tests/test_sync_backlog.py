@@ -1,7 +1,7 @@
-"""A database sync's backlog of one table drains in several tasks (docs/design.md, "One task per
-table"), over a real broker (Apache Kafka): a table with at least two tasks' worth of change
-events is cut by whole Kafka partitions, and a key found in two tasks writes the batch again with
-whole topics.
+"""With `write_parallelism: 2`, a database sync's backlog of one table drains in several tasks
+(docs/design.md, "One task per table, except a backlog"), over a real broker (Apache Kafka): a
+table with at least two tasks' worth of change events is cut by whole Kafka partitions, and a key
+found in two tasks writes the batch again with whole topics.
 
 The change events are tests/test_db_sync.py's: the MySQL `orders` and `customers` messages of
 debezium-server-iceberg's test resources (schema, source block, key schema), with rows of their
@@ -19,6 +19,7 @@ import pytest
 from icetide.config.pipeline import PipelineConfig
 from icetide.pipeline.sync import fast_path
 from icetide.pipeline.sync.runner import SyncRunner
+from icetide.sources.kafka_reader import OffsetRange
 from tests.commands import warehouse_reader
 from tests.kafka_broker import create_topic
 from tests.test_db_sync import Record, changes, inventory_streams, model_of, pipeline_doc, rows_of, same, unique
@@ -94,7 +95,14 @@ def test_a_backlog_of_one_table_drains_in_two_tasks_and_every_batch_equals_the_m
         placed[t] = produce_placed(kafka_broker, topics[t], records[t], keyed=True)
     assert len({p for p, _ in placed["orders"]}) == 4  # the keys spread over every partition
     config = PipelineConfig.from_dict(
-        pipeline_doc("backlog", kafka_broker, prefix, namespace, trigger={"interval": "1s", "max_records": 150})
+        pipeline_doc(
+            "backlog",
+            kafka_broker,
+            prefix,
+            namespace,
+            trigger={"interval": "1s", "max_records": 150},
+            write_parallelism=2,
+        )
     )
     runner = SyncRunner(config, spark)
     assert runner.run_batch() is not None  # the first batch creates the tables
@@ -126,7 +134,14 @@ def test_a_key_in_two_partitions_writes_the_batch_again_with_whole_topics(
     topic = f"{prefix}.inventory.orders"
     create_topic(kafka_broker, 4, name=topic)
     config = PipelineConfig.from_dict(
-        pipeline_doc("unkeyed", kafka_broker, prefix, namespace, trigger={"interval": "1s", "max_records": 100_000})
+        pipeline_doc(
+            "unkeyed",
+            kafka_broker,
+            prefix,
+            namespace,
+            trigger={"interval": "1s", "max_records": 100_000},
+            write_parallelism=2,
+        )
     )
     produce_placed(kafka_broker, topic, records[:20], keyed=False)
     runner = SyncRunner(config, spark)
@@ -147,3 +162,19 @@ def test_a_key_in_two_partitions_writes_the_batch_again_with_whole_topics(
     runner.close()
     rest = SyncRunner(config, spark).run(once=True, handle_signals=False)
     assert rest.abandoned_files_removed == 0  # the cut attempt deleted its own files
+
+
+def test_task_groups_cut_a_topic_by_whole_partitions_only_when_asked() -> None:
+    """Without `cut_from` a topic, and the topics that feed a common table, stay in one group;
+    with it, a topic of two tasks' worth is cut by whole partitions, the largest first."""
+    feeding = {"a": {"orders"}, "b": {"customers", "addresses"}}
+    ranges = [OffsetRange("orders", p, 0, n) for p, n in enumerate([30, 30, 20, 10])]
+    ranges += [OffsetRange("customers", 0, 0, 5), OffsetRange("addresses", 0, 0, 5)]
+    whole = fast_path.task_groups(ranges, feeding, 2)
+    assert sorted(sorted({r.topic for r in g}) for g in whole) == [["addresses", "customers"], ["orders"]]
+    cut = fast_path.task_groups(ranges, feeding, 2, cut_from=40)
+    assert sorted(sorted((r.topic, r.partition) for r in g) for g in cut) == [
+        [("addresses", 0), ("customers", 0), ("orders", 1), ("orders", 3)],
+        [("orders", 0), ("orders", 2)],
+    ]
+    assert fast_path.task_groups(ranges, feeding, 2, cut_from=50) == whole  # 90 records: one task's worth
