@@ -13,9 +13,9 @@ to that commit's own data files), so a task reads whole topics: topics that feed
 are read by the same task. With `write_parallelism` above 1, a backlog is the exception: a table
 with at least two tasks' worth of records (MIN_TASK_RECORDS each) is cut by whole Kafka
 partitions, as Debezium keys every change of a row to one partition, and each task returns the
-distinct keys it wrote. A key found in two
-tasks writes the batch again with whole topics, and every later batch too (`whole_topics`). A
-table found fed by two tasks in a batch that cut none sends the batch to the Spark path.
+distinct keys it wrote. A key found in two tasks writes the batch again with whole topics, and
+every later batch too (`whole_topics`). A table found fed by two tasks in a batch that cut no
+topic sends the batch to the Spark path.
 
 A record the decoder makes a dead letter, as the Spark decoder would, comes back to the driver
 (payload, error, source position), which commits it to the dead-letter table before the tables.
