@@ -25,11 +25,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -549,7 +550,10 @@ def test_the_lake_equals_postgresql_and_mariadb_through_kafka_connect(
         reader = warehouse_reader(spark, "cdccheck", tmp_path / "wh")
         databases = {pg.name: pg_database, maria.name: maria_database}
         tables = [(w, t, f"cdccheck.{namespace}.{databases[w.name]}_{t}") for w in works for t in w.tables]
-        wait_until_the_lake_equals(reader, tables, sync)
+        explain = partial(
+            connectors_and_topics, kafka_connect, list(connectors), kafka_server.bootstrap, [f"pg{tag}", f"maria{tag}"]
+        )
+        wait_until_the_lake_equals(reader, tables, sync, explain)
         assert_dead_letters(reader, f"cdccheck.{namespace}", pg, tag)
         assert sync.starts == 3
         counts = {f"{w.name}.{t}": len(w.rows(t)[1]) for w, t, _ in tables}
@@ -602,9 +606,12 @@ class LiveRun:
         return ", ".join(f"{p} {t:.1f}s" for p, t in self.phases)
 
 
-def wait_until_the_lake_equals(reader: Any, tables: list[tuple[Any, str, str]], sync: Sync) -> None:
+def wait_until_the_lake_equals(
+    reader: Any, tables: list[tuple[Any, str, str]], sync: Sync, explain: Callable[[], str] | None = None
+) -> None:
     """Compare every lake table with its database table until they are equal (the sync still
-    running), at most DRAIN_TIMEOUT_SECONDS; the differences and the sync's log otherwise."""
+    running), at most DRAIN_TIMEOUT_SECONDS; otherwise the differences, what `explain` says (the
+    connectors' states and the topics' ends: did Kafka hold the missing changes?) and the sync's log."""
     deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
     diff = ["not compared yet"]
     while time.monotonic() < deadline:
@@ -613,7 +620,33 @@ def wait_until_the_lake_equals(reader: Any, tables: list[tuple[Any, str, str]], 
         if not diff:
             return
         time.sleep(1)
-    raise AssertionError((diff[:20], sync.tail()))
+    raise AssertionError((diff[:20], explain() if explain is not None else "", sync.tail()))
+
+
+def connectors_and_topics(kafka_connect: KafkaConnect, names: list[str], bootstrap: str, prefixes: list[str]) -> str:
+    """Each connector's and task's state, and the end offset of every topic under `prefixes`."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    states = []
+    for name in names:
+        try:
+            status = kafka_connect.request("GET", f"/connectors/{name}/status")
+            tasks = [(t.get("state"), (t.get("trace") or "")[:300]) for t in status.get("tasks") or []]
+            states.append(f"{name}: {status['connector']['state']} {tasks}")
+        except (OSError, RuntimeError) as exc:
+            states.append(f"{name}: no status ({exc})")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "explain", "enable.auto.commit": False})
+    try:
+        listed = consumer.list_topics(timeout=10).topics
+        ends = {
+            f"{t}/{p}": consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1]
+            for t in sorted(listed)
+            if t.startswith(tuple(prefixes))
+            for p in sorted(listed[t].partitions)
+        }
+    finally:
+        consumer.close()
+    return f"connectors: {states}; topic ends: {ends}"
 
 
 def assert_dead_letters(reader: Any, namespace: str, pg: Workload, tag: str) -> None:
