@@ -65,3 +65,25 @@ def test_the_spare_caps_a_read_ahead(kafka_broker: str) -> None:
     reached, _ = _read(kafka_broker, ranges, ReadAhead(until=started + 30, spare=400))
     assert time.time() - started < 20  # the cap ended it, not the trigger
     assert reached[0] == 500
+
+
+def test_topics_of_one_partition_each_are_read_each_under_its_own_topic(kafka_broker: str) -> None:
+    """A database sync reads many topics of one partition each, all numbered 0 (as Debezium's
+    connectors make them): one consume call returns records of several of them, and each record
+    is yielded under its own topic at its own offset. Before the fix a call's records were all
+    filed under the first one's topic (the partition numbers matched), so the other topics'
+    records were decoded as that topic's and their ends were wrong."""
+    counts = {create_topic(kafka_broker, partitions=1): n for n in (3_000, 2_000, 1_000)}
+    for topic, n in counts.items():
+        produce(kafka_broker, topic, [(0, None, b'{"t": "%s", "n": %d}' % (topic.encode(), i), None) for i in range(n)])
+    ranges = [OffsetRange(topic, 0, 0, n) for topic, n in counts.items()]
+    settings = KafkaSourceConfig(bootstrap_servers=kafka_broker, topic=ranges[0].topic).reader_settings()
+    yielded: dict[str, list[int]] = {topic: [] for topic in counts}
+    with BlockReader(settings, 30.0, ranges, join=False, ahead=ReadAhead(until=time.time() - 1, spare=0)) as reader:
+        for block in reader.blocks():
+            topic = block.where.rstrip("@").rsplit("/", 1)[0]
+            for m in block.messages:
+                assert m.topic() == topic, (m.topic(), topic)
+                yielded[topic].append(m.offset())
+    assert {t: offsets for t, offsets in yielded.items()} == {t: list(range(n)) for t, n in counts.items()}
+    assert {r.topic: (r.start, r.end) for r in reader.reached} == {t: (0, n) for t, n in counts.items()}

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 BLOCK_SECONDS = 1.0  # records handed to decoding at least this often while reading ahead
 POLL_SECONDS = 0.2  # the longest consume call
 _PARTITION = operator.methodcaller("partition")
+_TOPIC = operator.methodcaller("topic")
 _ERROR = operator.methodcaller("error")  # None or a KafkaError (always true; never compared with None)
 
 
@@ -131,8 +132,14 @@ class AheadReader:
     def _take(self, messages: list[Any], *, past: bool = False) -> None:
         """File the messages under their partitions, noting when each last moved; `past` the
         trigger time, none beyond its partition's planned end."""
-        if messages and not any(map(_ERROR, messages)) and len(set(map(_PARTITION, messages))) == 1:
+        if (
+            messages
+            and not any(map(_ERROR, messages))
+            and len(set(map(_PARTITION, messages))) == 1
+            and len(set(map(_TOPIC, messages))) == 1
+        ):
             # The common case, checked in C: one partition's records, in offset order, no events.
+            # Its topic too: a database sync reads many topics of one partition each (all `0`).
             part = self.partitions.get((messages[0].topic(), messages[0].partition()))
             if part is not None and not part.closed and messages[0].offset() >= part.next_offset:
                 if past and messages[-1].offset() >= part.planned_end:
