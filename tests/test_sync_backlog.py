@@ -61,6 +61,12 @@ def held_model(records: list[Record], placed: list[tuple[int, int]], held: dict[
     return model_of(below)
 
 
+def cut_config(name: str, bootstrap: str, prefix: str, namespace: str, *, max_records: int) -> PipelineConfig:
+    """test_db_sync's pipeline with `write_parallelism: 2` (a backlog may be cut) and a 1 s trigger."""
+    doc = pipeline_doc(name, bootstrap, prefix, namespace, trigger={"interval": "1s", "max_records": max_records})
+    return PipelineConfig.from_dict({**doc, "write_parallelism": 2})
+
+
 def with_task_counts(runner: SyncRunner) -> list[int]:
     """How many tasks each of the runner's fast-path jobs ran, as they run."""
     fast = runner.fast
@@ -94,16 +100,7 @@ def test_a_backlog_of_one_table_drains_in_two_tasks_and_every_batch_equals_the_m
         create_topic(kafka_broker, partitions, name=topics[t])
         placed[t] = produce_placed(kafka_broker, topics[t], records[t], keyed=True)
     assert len({p for p, _ in placed["orders"]}) == 4  # the keys spread over every partition
-    config = PipelineConfig.from_dict(
-        pipeline_doc(
-            "backlog",
-            kafka_broker,
-            prefix,
-            namespace,
-            trigger={"interval": "1s", "max_records": 150},
-            write_parallelism=2,
-        )
-    )
+    config = cut_config("backlog", kafka_broker, prefix, namespace, max_records=150)
     runner = SyncRunner(config, spark)
     assert runner.run_batch() is not None  # the first batch creates the tables
     tasks = with_task_counts(runner)
@@ -133,16 +130,7 @@ def test_a_key_in_two_partitions_writes_the_batch_again_with_whole_topics(
     records = changes(inventory_streams()["orders"], seed=33, count=500)
     topic = f"{prefix}.inventory.orders"
     create_topic(kafka_broker, 4, name=topic)
-    config = PipelineConfig.from_dict(
-        pipeline_doc(
-            "unkeyed",
-            kafka_broker,
-            prefix,
-            namespace,
-            trigger={"interval": "1s", "max_records": 100_000},
-            write_parallelism=2,
-        )
-    )
+    config = cut_config("unkeyed", kafka_broker, prefix, namespace, max_records=100_000)
     produce_placed(kafka_broker, topic, records[:20], keyed=False)
     runner = SyncRunner(config, spark)
     assert runner.run_batch() is not None  # creates the table (20 records: one task)
